@@ -1,0 +1,104 @@
+// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--json]
+#include "build/builder.h"
+#include "cli/commands.h"
+#include "cli/terminal.h"
+#include "pipeline/check.h"
+#include "task/task.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+namespace kwb::cli {
+
+namespace {
+
+struct CheckArgs {
+  std::string task_dir;
+  std::string impl;
+  std::string backend = "cpu";
+  bool json = false;
+  double timeout_seconds = 30;
+  uint64_t seed = 0;
+  int calls = 4;
+  std::vector<std::string> cases;
+};
+
+void print_human(const CheckReport& r, const Artifact& art) {
+  std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task, r.implementation);
+  std::cout << fmt::format("  source sha256 {}  artifact sha256 {}{}\n", art.identity.source_sha256.substr(0, 16),
+                           art.identity.artifact_sha256.empty() ? "-" : art.identity.artifact_sha256.substr(0, 16),
+                           art.from_cache ? " (cached build)" : "");
+  if (!r.built) {
+    std::cout << "\nbuild failed:\n" << r.build_log << "\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const CaseReport& c : r.cases) {
+      rows.push_back({c.name, to_string(c.role), c.dims, std::to_string(c.calls_run), std::to_string(c.passed),
+                      std::to_string(c.failed), fmt::format("{:.2e}", c.max_rel_error),
+                      c.failed == 0 ? "ok" : "FAIL"});
+    }
+    std::cout << "\n"
+              << format_table({"case", "role", "dims", "calls", "passed", "failed", "max rel err", "result"}, rows);
+  }
+  if (!r.failures.empty()) {
+    std::cout << "\nfailures:\n";
+    size_t shown = 0;
+    for (const Failure& f : r.failures) {
+      if (shown++ == 20) {
+        std::cout << fmt::format("  ... and {} more (use --json for all)\n", r.failures.size() - 20);
+        break;
+      }
+      std::string where = f.case_name.empty() ? "build" : f.case_name;
+      if (f.call >= 0) where += fmt::format(" call {}", f.call);
+      std::string detail = f.detail.size() > 400 ? f.detail.substr(0, 400) + " ..." : f.detail;
+      std::cout << fmt::format("  [{}] {}: {} — {}\n", f.reason, where, f.assertion, detail);
+    }
+  }
+  std::cout << fmt::format("\n{} assertions passed, {} failed\n", r.passed, r.failed);
+  std::cout << fmt::format("verdict: {}\n", r.pass() ? "PASS" : "FAIL");
+}
+
+}  // namespace
+
+Action add_check(CLI::App& root) {
+  auto args = std::make_shared<CheckArgs>();
+  CLI::App* app = root.add_subcommand("check", "Check an implementation against the task's independent oracle");
+  app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
+  app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
+  app->add_option("--backend", args->backend, "cpu (opencl and cuda: later)")->capture_default_str();
+  app->add_flag("--json", args->json, "Print one JSON object instead of the table");
+  app->add_option("--timeout-seconds", args->timeout_seconds, "Per-call timeout")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app->add_option("--seed", args->seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str();
+  app->add_option("--calls", args->calls, "Calls per case, each with fresh data")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app->add_option("--case", args->cases, "Only this case (repeatable)");
+  return [args]() {
+    Task task = load_task(args->task_dir);
+    if (!task.backends.contains(args->backend)) {
+      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args->backend));
+    }
+    for (const std::string& c : args->cases) {
+      if (task.find_case(c) == nullptr) throw UsageError(fmt::format("--case {}: the task has no such case", c));
+    }
+    Artifact art = build_implementation({args->impl, 0});
+    CheckOptions opt;
+    opt.backend = args->backend;
+    opt.timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));
+    opt.nonce = args->seed;
+    opt.calls_per_case = args->calls;
+    opt.only_cases = args->cases;
+    CheckReport report = run_check(task, art, opt);
+    if (args->json) {
+      std::cout << to_json(report).dump(2) << "\n";
+    } else {
+      print_human(report, art);
+    }
+    if (!report.built) return static_cast<int>(ExitCode::data_error);
+    return static_cast<int>(report.pass() ? ExitCode::ok : ExitCode::rejected);
+  };
+}
+
+}  // namespace kwb::cli

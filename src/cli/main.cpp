@@ -1,0 +1,40 @@
+// kwb — the kernel workbench. Decides, with evidence, whether a candidate kernel should replace a baseline.
+#include "cli/commands.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <signal.h>
+
+#ifndef KWB_VERSION
+#define KWB_VERSION "0.0.0"
+#endif
+
+int main(int argc, char** argv) {
+  // A worker that dies while we write to it must not kill the referee.
+  ::signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"kwb — kernel workbench: is this candidate kernel correct, and is it really faster?"};
+  app.set_version_flag("--version", std::string("kwb ") + KWB_VERSION);
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, kwb::cli::Action>> verbs;
+  size_t before = app.get_subcommands({}).size();
+  (void)before;
+  kwb::cli::Action check = kwb::cli::add_check(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(kwb::ExitCode::usage);
+  }
+  try {
+    if (app.got_subcommand("check")) return check();
+    return static_cast<int>(kwb::ExitCode::usage);
+  } catch (const kwb::Error& e) {
+    std::cerr << "kwb: error: " << e.what() << "\n";
+    return static_cast<int>(e.code());
+  } catch (const std::exception& e) {
+    std::cerr << "kwb: internal error: " << e.what() << "\n";
+    return static_cast<int>(kwb::ExitCode::internal);
+  }
+}

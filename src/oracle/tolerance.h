@@ -1,0 +1,36 @@
+// Element-wise comparison of an implementation's output with the oracle's.
+#pragma once
+
+#include "task/task.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+
+namespace kwb {
+
+struct ElementReport {
+  size_t index = 0;
+  double got = 0.0;
+  double expected = 0.0;
+};
+
+struct OutputComparison {
+  size_t elements = 0;
+  size_t value_mismatches = 0;      // finite expected, finite got, outside atol + rtol * |expected|
+  size_t nonfinite_mismatches = 0;  // NaN/Inf where the oracle has none, or the oracle's NaN/Inf not reproduced
+  size_t poison_left = 0;           // elements still holding this call's poison pattern: never written
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;       // over elements with |expected| > 0
+  std::optional<ElementReport> first_value_mismatch;
+  std::optional<ElementReport> first_nonfinite_mismatch;
+};
+
+// Within tolerance: |got - expected| <= atol + rtol * |expected|. Non-finite values must agree exactly in kind
+// (NaN with NaN, +Inf with +Inf). `poison` is the 32- or 64-bit pattern written before the call.
+OutputComparison compare_output(std::span<const unsigned char> got, DType dtype, std::span<const double> expected,
+                                 const Tolerance& tol, uint64_t poison);
+
+bool within_tolerance(double got, double expected, const Tolerance& tol);
+
+}  // namespace kwb

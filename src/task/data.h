@@ -1,0 +1,35 @@
+// Deterministic input generation. Own PRNG and transforms (not <random>'s distributions, whose output differs
+// between standard libraries), so a seed means the same bytes on every machine and a bundle can be re-derived.
+#pragma once
+
+#include "task/task.h"
+
+#include <cstdint>
+#include <span>
+
+namespace kwb {
+
+// splitmix64 (Steele et al. 2014) for seeding, xoshiro256** (Blackman & Vigna 2018) for the stream.
+class Rng {
+public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();
+  double uniform01();  // [0, 1) with 53 random bits
+  double normal();     // Box-Muller, both values used
+
+private:
+  uint64_t m_s[4];
+  bool m_have_spare = false;
+  double m_spare = 0.0;
+};
+
+uint64_t mix_seed(uint64_t a, uint64_t b);
+
+// The seed of input tensor `input_index` in input set `set_index` of a case, under a run nonce. Different
+// sets of one case never share data, so a replayed output never matches by accident.
+uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce);
+
+// Fills `out` (elements of `dtype`) from `dist`.
+void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char> out, uint64_t seed);
+
+}  // namespace kwb

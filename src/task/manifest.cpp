@@ -1,0 +1,469 @@
+// task.toml parser. Strict on purpose: an unknown key, a wrong type or an impossible shape is an error with the
+// file, the line and what was expected, never a silent default (a typo'd `rtoll` must not leave rtol at 0).
+#include "task/task.h"
+
+#include "util/error.h"
+#include "util/sha256.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <set>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+const char* to_string(DType d) {
+  switch (d) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 8; }
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  if (s == "f32") return DType::f32;
+  if (s == "f64") return DType::f64;
+  return std::nullopt;
+}
+
+const char* to_string(DistributionKind k) {
+  switch (k) {
+    case DistributionKind::normal: return "normal";
+    case DistributionKind::uniform: return "uniform";
+    case DistributionKind::zeros: return "zeros";
+    case DistributionKind::constant: return "constant";
+  }
+  return "?";
+}
+
+const char* to_string(CaseRole r) { return r == CaseRole::timing ? "timing" : "correctness"; }
+
+const std::vector<std::string>& failure_reason_codes() {
+  static const std::vector<std::string> codes = {
+      "numeric_mismatch", "nan_mismatch", "input_modified", "out_of_bounds_write", "stale_output",
+      "crashed",          "aborted",      "exited",         "timeout",             "shape_mismatch",
+      "run_failed",       "setup_failed", "abi_mismatch",   "missing_symbol",      "build_failed",
+      "load_failed",      "output_not_written", "not_run", "protocol"};
+  return codes;
+}
+
+size_t TensorShape::elements() const {
+  size_t n = 1;
+  for (int64_t d : dims) n *= static_cast<size_t>(d);
+  return n;
+}
+
+const Case* Task::find_case(const std::string& case_name) const {
+  for (const Case& c : cases) {
+    if (c.name == case_name) return &c;
+  }
+  return nullptr;
+}
+
+TensorShape resolve_shape(const TensorSpec& spec, const Case& c) {
+  TensorShape s;
+  for (const ShapeExpr& e : spec.shape) s.dims.push_back(e.evaluate(c.dims));
+  return s;
+}
+
+std::vector<double> resolve_scalars(const Signature& sig, const Case& c) {
+  std::vector<double> v;
+  for (const ScalarSpec& s : sig.scalars) {
+    auto it = c.scalars.find(s.name);
+    v.push_back(it == c.scalars.end() ? s.default_value : it->second);
+  }
+  return v;
+}
+
+namespace {
+
+// Reads one TOML table, remembering which keys were consumed so the rest can be reported as unknown.
+class TableReader {
+public:
+  TableReader(const toml::table& table, std::string path, const std::string& file)
+      : m_table(table), m_path(std::move(path)), m_file(file) {}
+
+  int line() const { return line_of(m_table); }
+
+  [[noreturn]] void fail(const toml::node* node, const std::string& key, const std::string& message) const {
+    int l = node != nullptr ? line_of(*node) : line();
+    throw DataError(fmt::format("{}:{}: field '{}': {}", m_file, l, field(key), message));
+  }
+
+  std::string field(const std::string& key) const { return m_path.empty() ? key : m_path + "." + key; }
+
+  const toml::node* get(const std::string& key) {
+    m_seen.insert(key);
+    return m_table.get(key);
+  }
+
+  const toml::node& require(const std::string& key, const char* what) {
+    const toml::node* n = get(key);
+    if (n == nullptr) {
+      throw DataError(fmt::format("{}:{}: missing field '{}' (expected {})", m_file, line(), field(key), what));
+    }
+    return *n;
+  }
+
+  std::string string(const std::string& key) {
+    const toml::node& n = require(key, "a string");
+    if (!n.is_string()) fail(&n, key, fmt::format("expected a string, got {}", type_name(n)));
+    return std::string(*n.value<std::string>());
+  }
+
+  std::optional<std::string> optional_string(const std::string& key) {
+    if (m_table.get(key) == nullptr) {
+      m_seen.insert(key);
+      return std::nullopt;
+    }
+    return string(key);
+  }
+
+  double number(const std::string& key) {
+    const toml::node& n = require(key, "a number");
+    if (!n.is_number()) fail(&n, key, fmt::format("expected a number, got {}", type_name(n)));
+    return *n.value<double>();
+  }
+
+  std::optional<double> optional_number(const std::string& key) {
+    if (m_table.get(key) == nullptr) {
+      m_seen.insert(key);
+      return std::nullopt;
+    }
+    return number(key);
+  }
+
+  int64_t integer(const std::string& key) {
+    const toml::node& n = require(key, "an integer");
+    if (!n.is_integer()) fail(&n, key, fmt::format("expected an integer, got {}", type_name(n)));
+    return *n.value<int64_t>();
+  }
+
+  const toml::table& table(const std::string& key) {
+    const toml::node& n = require(key, "a table");
+    if (!n.is_table()) fail(&n, key, fmt::format("expected a table, got {}", type_name(n)));
+    return *n.as_table();
+  }
+
+  const toml::array& array(const std::string& key) {
+    const toml::node& n = require(key, "an array");
+    if (!n.is_array()) fail(&n, key, fmt::format("expected an array, got {}", type_name(n)));
+    return *n.as_array();
+  }
+
+  // Called when every known key has been read: anything left is a typo or a field kwb does not have.
+  void reject_unknown_keys() const {
+    for (const auto& [k, v] : m_table) {
+      std::string key(k.str());
+      if (!m_seen.contains(key)) {
+        std::vector<std::string> known(m_seen.begin(), m_seen.end());
+        throw DataError(fmt::format("{}:{}: unknown field '{}' (known fields here: {})", m_file, line_of(v),
+                                    field(key), fmt::join(known, ", ")));
+      }
+    }
+  }
+
+  static int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+  static const char* type_name(const toml::node& n) {
+    switch (n.type()) {
+      case toml::node_type::string: return "a string";
+      case toml::node_type::integer: return "an integer";
+      case toml::node_type::floating_point: return "a float";
+      case toml::node_type::boolean: return "a boolean";
+      case toml::node_type::array: return "an array";
+      case toml::node_type::table: return "a table";
+      default: return "a date/time";
+    }
+  }
+
+private:
+  const toml::table& m_table;
+  std::string m_path;
+  const std::string& m_file;
+  std::set<std::string> m_seen;
+};
+
+const toml::table& as_table(const toml::node& n, const std::string& field, const std::string& file) {
+  if (!n.is_table()) {
+    throw DataError(fmt::format("{}:{}: field '{}': expected a table ({{ ... }}), got {}", file,
+                                TableReader::line_of(n), field, TableReader::type_name(n)));
+  }
+  return *n.as_table();
+}
+
+// Reads distribution/scale/mean/low/high/value keys from a table that may hold other keys too.
+std::optional<Distribution> read_distribution(TableReader& r, bool required) {
+  auto kind_text = required ? std::optional(r.string("distribution")) : r.optional_string("distribution");
+  if (!kind_text) {
+    for (const char* k : {"scale", "mean", "low", "high", "value"}) {
+      if (r.get(k) != nullptr) r.fail(r.get(k), k, "given without 'distribution'");
+    }
+    return std::nullopt;
+  }
+  Distribution d;
+  if (*kind_text == "normal") {
+    d.kind = DistributionKind::normal;
+  } else if (*kind_text == "uniform") {
+    d.kind = DistributionKind::uniform;
+  } else if (*kind_text == "zeros") {
+    d.kind = DistributionKind::zeros;
+  } else if (*kind_text == "constant") {
+    d.kind = DistributionKind::constant;
+  } else {
+    r.fail(r.get("distribution"), "distribution",
+           fmt::format("unknown distribution '{}' (expected one of normal, uniform, zeros, constant)", *kind_text));
+  }
+  d.scale = r.optional_number("scale").value_or(1.0);
+  d.mean = r.optional_number("mean").value_or(0.0);
+  d.low = r.optional_number("low").value_or(-1.0);
+  d.high = r.optional_number("high").value_or(1.0);
+  d.value = r.optional_number("value").value_or(0.0);
+  if (d.kind == DistributionKind::uniform && !(d.low < d.high)) {
+    r.fail(r.get("low"), "low", fmt::format("uniform needs low < high (got low = {}, high = {})", d.low, d.high));
+  }
+  if (d.kind == DistributionKind::normal && !(d.scale > 0)) {
+    r.fail(r.get("scale"), "scale", fmt::format("normal needs scale > 0 (got {})", d.scale));
+  }
+  return d;
+}
+
+std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& path, const std::string& file,
+                                     bool allow_distribution) {
+  std::vector<TensorSpec> out;
+  std::set<std::string> names;
+  for (size_t i = 0; i < arr.size(); ++i) {
+    std::string p = fmt::format("{}[{}]", path, i);
+    TableReader r(as_table(*arr.get(i), p, file), p, file);
+    TensorSpec t;
+    t.name = r.string("name");
+    if (!names.insert(t.name).second) r.fail(r.get("name"), "name", fmt::format("duplicate tensor '{}'", t.name));
+    std::string dt = r.string("dtype");
+    auto parsed = parse_dtype(dt);
+    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, k_dtype_choices));
+    t.dtype = *parsed;
+    const toml::array& shape = r.array("shape");
+    if (shape.empty()) r.fail(&shape, "shape", "a tensor needs at least one dimension");
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const toml::node& n = *shape.get(d);
+      if (n.is_integer()) {
+        int64_t v = *n.value<int64_t>();
+        if (v <= 0) r.fail(&n, fmt::format("shape[{}]", d), fmt::format("dimension must be positive (got {})", v));
+        t.shape.push_back(ShapeExpr::constant(v));
+      } else if (n.is_string()) {
+        try {
+          t.shape.push_back(ShapeExpr::parse(std::string(*n.value<std::string>())));
+        } catch (const std::invalid_argument& e) {
+          r.fail(&n, fmt::format("shape[{}]", d), e.what());
+        }
+      } else {
+        r.fail(&n, fmt::format("shape[{}]", d),
+               fmt::format("expected a dim name, an expression string or an integer, got {}", TableReader::type_name(n)));
+      }
+    }
+    if (allow_distribution) t.distribution = read_distribution(r, false);
+    r.reject_unknown_keys();
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& dir) {
+  std::string rel = r.string(key);
+  fs::path p = dir / rel;
+  if (!fs::is_regular_file(p)) {
+    r.fail(r.get(key), key, fmt::format("source '{}' does not exist (paths are relative to the task folder {})", rel,
+                                        dir.string()));
+  }
+  return fs::canonical(p);
+}
+
+}  // namespace
+
+Task load_task(const fs::path& dir_in) {
+  Task task;
+  if (!fs::is_directory(dir_in)) {
+    throw DataError(fmt::format("{}: not a task folder (expected a directory holding task.toml)", dir_in.string()));
+  }
+  task.dir = fs::canonical(dir_in);
+  task.manifest = task.dir / "task.toml";
+  const std::string file = task.manifest.string();
+  if (!fs::is_regular_file(task.manifest)) {
+    throw DataError(fmt::format("{}: missing (a task folder must hold task.toml)", file));
+  }
+  task.manifest_sha256 = sha256_file(task.manifest);
+
+  toml::table root;
+  try {
+    root = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    throw DataError(fmt::format("{}:{}: TOML syntax error: {}", file, e.source().begin.line, e.description()));
+  }
+
+  TableReader top(root, "", file);
+  task.name = top.string("name");
+  task.description = top.string("description");
+  task.oracle = top.string("oracle");
+  if (auto t = top.get("threads")) {
+    if (!t->is_integer() || *t->value<int64_t>() < 1) top.fail(t, "threads", "expected an integer >= 1");
+    task.threads = static_cast<int>(*t->value<int64_t>());
+  }
+
+  // signature
+  {
+    TableReader sig(top.table("signature"), "signature", file);
+    task.signature.inputs = read_tensors(sig.array("inputs"), "signature.inputs", file, true);
+    task.signature.outputs = read_tensors(sig.array("outputs"), "signature.outputs", file, false);
+    if (task.signature.outputs.empty()) sig.fail(sig.get("outputs"), "outputs", "a task needs at least one output");
+    if (const toml::node* scalars = sig.get("scalars")) {
+      if (!scalars->is_array()) sig.fail(scalars, "scalars", "expected an array of { name, default }");
+      const toml::array& arr = *scalars->as_array();
+      for (size_t i = 0; i < arr.size(); ++i) {
+        std::string p = fmt::format("signature.scalars[{}]", i);
+        TableReader r(as_table(*arr.get(i), p, file), p, file);
+        ScalarSpec s{r.string("name"), r.number("default")};
+        r.reject_unknown_keys();
+        task.signature.scalars.push_back(std::move(s));
+      }
+    }
+    sig.reject_unknown_keys();
+    std::set<std::string> all;
+    for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+      for (const TensorSpec& t : *list) {
+        if (!all.insert(t.name).second) {
+          sig.fail(nullptr, "outputs", fmt::format("tensor name '{}' is used twice", t.name));
+        }
+      }
+    }
+  }
+
+  // tolerance
+  {
+    TableReader tol(top.table("tolerance"), "tolerance", file);
+    task.tolerance.rtol = tol.number("rtol");
+    task.tolerance.atol = tol.number("atol");
+    if (task.tolerance.rtol < 0 || task.tolerance.atol < 0) {
+      tol.fail(tol.get("rtol"), "rtol", "tolerances must be >= 0");
+    }
+    tol.reject_unknown_keys();
+  }
+
+  // every dim name any shape uses
+  std::set<std::string> dim_names;
+  for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+    for (const TensorSpec& t : *list) {
+      for (const ShapeExpr& e : t.shape) e.collect_names(dim_names);
+    }
+  }
+
+  // cases
+  {
+    const toml::array& cases = top.array("cases");
+    if (cases.empty()) top.fail(&cases, "cases", "a task needs at least one case");
+    for (size_t i = 0; i < cases.size(); ++i) {
+      std::string p = fmt::format("cases[{}]", i);
+      TableReader r(as_table(*cases.get(i), p, file), p, file);
+      Case c;
+      c.line = r.line();
+      c.name = r.string("name");
+      if (task.find_case(c.name) != nullptr) r.fail(r.get("name"), "name", fmt::format("duplicate case '{}'", c.name));
+      std::string role = r.string("role");
+      if (role == "timing") {
+        c.role = CaseRole::timing;
+      } else if (role == "correctness") {
+        c.role = CaseRole::correctness;
+      } else {
+        r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
+      }
+      TableReader dims(r.table("dims"), p + ".dims", file);
+      for (const auto& [k, v] : r.table("dims")) {
+        std::string key(k.str());
+        if (!dim_names.contains(key)) {
+          dims.fail(&v, key, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", key,
+                                         fmt::join(dim_names, ", ")));
+        }
+        int64_t value = dims.integer(key);
+        if (value <= 0) dims.fail(&v, key, fmt::format("dims must be positive integers (got {})", value));
+        c.dims[key] = value;
+      }
+      for (const std::string& needed : dim_names) {
+        if (!c.dims.contains(needed)) {
+          dims.fail(nullptr, needed, fmt::format("missing: the signature's shapes use dim '{}'", needed));
+        }
+      }
+      c.data = *read_distribution(r, true);
+      int64_t seed = r.integer("seed");
+      if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
+      c.seed = static_cast<uint64_t>(seed);
+      if (const toml::node* sc = r.get("scalars")) {
+        const toml::table& st = as_table(*sc, p + ".scalars", file);
+        TableReader sr(st, p + ".scalars", file);
+        for (const ScalarSpec& s : task.signature.scalars) {
+          if (auto v = sr.optional_number(s.name)) c.scalars[s.name] = *v;
+        }
+        sr.reject_unknown_keys();
+      }
+      r.reject_unknown_keys();
+      for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+        for (const TensorSpec& t : *list) {
+          for (size_t d = 0; d < t.shape.size(); ++d) {
+            int64_t v = t.shape[d].evaluate(c.dims);
+            if (v <= 0) {
+              r.fail(nullptr, "dims", fmt::format("tensor '{}' dimension {} ('{}') evaluates to {} for this case",
+                                                  t.name, d, t.shape[d].text(), v));
+            }
+          }
+        }
+      }
+      task.cases.push_back(std::move(c));
+    }
+  }
+
+  // backends
+  {
+    TableReader backends(top.table("backends"), "backends", file);
+    for (const auto& [k, v] : top.table("backends")) {
+      std::string name(k.str());
+      if (name != "cpu" && name != "opencl" && name != "cuda") {
+        backends.fail(&v, name, "unknown backend (expected cpu, opencl or cuda)");
+      }
+      std::string p = "backends." + name;
+      TableReader b(as_table(v, p, file), p, file);
+      BackendImpls impls;
+      impls.baseline = resolve_source(b, "baseline", task.dir);
+      impls.reference = resolve_source(b, "reference", task.dir);
+      if (const toml::node* controls = b.get("controls")) {
+        if (!controls->is_array()) b.fail(controls, "controls", "expected an array of tables ([[backends.X.controls]])");
+        const toml::array& arr = *controls->as_array();
+        for (size_t i = 0; i < arr.size(); ++i) {
+          std::string cp = fmt::format("{}.controls[{}]", p, i);
+          TableReader cr(as_table(*arr.get(i), cp, file), cp, file);
+          ControlSpec ctl;
+          ctl.name = cr.string("name");
+          ctl.source = resolve_source(cr, "source", task.dir);
+          ctl.expect = cr.string("expect");
+          const auto& codes = failure_reason_codes();
+          if (std::find(codes.begin(), codes.end(), ctl.expect) == codes.end()) {
+            cr.fail(cr.get("expect"), "expect",
+                    fmt::format("unknown failure reason '{}' (expected one of {})", ctl.expect, fmt::join(codes, ", ")));
+          }
+          cr.reject_unknown_keys();
+          impls.controls.push_back(std::move(ctl));
+        }
+      }
+      b.reject_unknown_keys();
+      backends.get(name);
+      task.backends[name] = std::move(impls);
+    }
+  }
+
+  top.reject_unknown_keys();
+  return task;
+}
+
+}  // namespace kwb

@@ -1,0 +1,116 @@
+// The task model: what task.toml declares, resolved and validated. Everything downstream (oracle, worker, check,
+// compare) reads this, never the TOML.
+#pragma once
+
+#include "task/shape_expr.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+enum class DType { f32, f64 };
+const char* to_string(DType d);
+size_t dtype_size(DType d);
+std::optional<DType> parse_dtype(const std::string& s);
+inline constexpr const char* k_dtype_choices = "f32, f64";
+
+enum class DistributionKind { normal, uniform, zeros, constant };
+const char* to_string(DistributionKind k);
+
+// How to fill a tensor. normal: N(mean, scale^2); uniform: U[low, high); zeros; constant: every element = value.
+struct Distribution {
+  DistributionKind kind = DistributionKind::normal;
+  double scale = 1.0;
+  double mean = 0.0;
+  double low = -1.0;
+  double high = 1.0;
+  double value = 0.0;
+};
+
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<ShapeExpr> shape;
+  // Inputs with their own distribution (e.g. a weight that must never be all ones) ignore the case's data spec.
+  std::optional<Distribution> distribution;
+};
+
+struct ScalarSpec {
+  std::string name;
+  double default_value = 0.0;
+};
+
+struct Signature {
+  std::vector<TensorSpec> inputs;
+  std::vector<TensorSpec> outputs;
+  std::vector<ScalarSpec> scalars;
+};
+
+struct Tolerance {
+  double rtol = 0.0;
+  double atol = 0.0;
+};
+
+enum class CaseRole { timing, correctness };
+const char* to_string(CaseRole r);
+
+struct Case {
+  std::string name;
+  CaseRole role = CaseRole::correctness;
+  std::map<std::string, int64_t> dims;
+  Distribution data;  // for inputs without their own distribution
+  uint64_t seed = 0;
+  std::map<std::string, double> scalars;  // overrides of signature defaults
+  int line = 0;
+};
+
+struct ControlSpec {
+  std::string name;
+  std::filesystem::path source;  // absolute
+  std::string expect;            // the failure reason code the check must report
+};
+
+struct BackendImpls {
+  std::filesystem::path baseline;   // absolute
+  std::filesystem::path reference;  // absolute; the task's optimized reference implementation
+  std::vector<ControlSpec> controls;
+};
+
+struct Task {
+  std::filesystem::path dir;
+  std::filesystem::path manifest;
+  std::string manifest_sha256;
+  std::string name;
+  std::string description;
+  std::string oracle;
+  int threads = 1;
+  Signature signature;
+  Tolerance tolerance;
+  std::vector<Case> cases;
+  std::map<std::string, BackendImpls> backends;
+
+  const Case* find_case(const std::string& name) const;
+};
+
+// A concrete tensor of one case: evaluated shape and byte size.
+struct TensorShape {
+  std::vector<int64_t> dims;
+  size_t elements() const;
+};
+TensorShape resolve_shape(const TensorSpec& spec, const Case& c);
+
+// The scalar values of a case, in signature order.
+std::vector<double> resolve_scalars(const Signature& sig, const Case& c);
+
+// Reason codes a check failure can carry; controls must name one of them.
+const std::vector<std::string>& failure_reason_codes();
+
+// Loads and validates DIR/task.toml. Throws DataError naming the file, line, field and the fix.
+Task load_task(const std::filesystem::path& dir);
+
+}  // namespace kwb

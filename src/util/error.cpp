@@ -1,0 +1,13 @@
+#include "util/error.h"
+
+#include <cstring>
+#include <fmt/format.h>
+
+namespace kwb {
+
+void throw_system_error(const char* call_text, const char* file, int line, int saved_errno) {
+  throw InternalError(fmt::format("{} failed: {} (errno {}) at {}:{}", call_text, std::strerror(saved_errno),
+                                  saved_errno, file, line));
+}
+
+}  // namespace kwb

@@ -1,0 +1,38 @@
+#include "util/paths.h"
+
+#include "util/error.h"
+
+#include <cstdlib>
+
+#ifndef KWB_SOURCE_INCLUDE_DIR
+#error "KWB_SOURCE_INCLUDE_DIR must be defined by the build"
+#endif
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+fs::path executable_dir() { return fs::read_symlink("/proc/self/exe").parent_path(); }
+
+fs::path worker_executable() {
+  if (const char* env = std::getenv("KWB_WORKER"); env != nullptr && *env != '\0') return env;
+  return executable_dir() / "kwb-worker";
+}
+
+fs::path abi_include_dir() {
+  if (const char* env = std::getenv("KWB_INCLUDE_DIR"); env != nullptr && *env != '\0') return env;
+  fs::path next_to_exe = executable_dir() / "include";
+  if (fs::exists(next_to_exe / "kwb" / "kernel.h")) return next_to_exe;
+  return KWB_SOURCE_INCLUDE_DIR;
+}
+
+fs::path cache_dir() {
+  if (const char* env = std::getenv("KWB_CACHE_DIR"); env != nullptr && *env != '\0') return env;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') return fs::path(xdg) / "kwb";
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    return fs::path(home) / ".cache" / "kwb";
+  }
+  return fs::temp_directory_path() / "kwb-cache";
+}
+
+}  // namespace kwb

@@ -1,0 +1,53 @@
+// Parent side of a tensor buffer: a memfd laid out per BufferLayout, mapped here read-write (outputs) or sealed
+// read-only (inputs). Sealing (F_SEAL_WRITE) means no process, the worker included, can map an input writable.
+#pragma once
+
+#include "util/fd.h"
+#include "worker/buffer_layout.h"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+namespace kwb {
+
+class SharedBuffer {
+public:
+  SharedBuffer(const std::string& name, size_t nbytes);
+  ~SharedBuffer();
+  SharedBuffer(const SharedBuffer&) = delete;  // owns a mapping and a descriptor
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  SharedBuffer(SharedBuffer&& other) noexcept;
+  SharedBuffer& operator=(SharedBuffer&&) = delete;
+
+  const BufferLayout& layout() const { return m_layout; }
+  int fd() const { return m_fd.get(); }
+  bool sealed() const { return m_sealed; }
+
+  std::span<unsigned char> data();             // throws once sealed
+  std::span<const unsigned char> data() const;
+
+  // Makes the buffer immutable for everyone: unmaps the writable view, adds write/grow/shrink seals, maps it
+  // again read-only.
+  void seal();
+
+  // Canaries: bytes around the data, derived from `seed`. Returns the offset (from the memfd start) of the first
+  // changed canary byte, if any.
+  void write_canaries(uint64_t seed);
+  std::optional<size_t> damaged_canary(uint64_t seed) const;
+
+  // Fills every element with a pattern of `width` bytes (4 or 8).
+  void fill_pattern(uint64_t pattern, size_t width);
+
+private:
+  std::span<unsigned char> whole();
+  std::span<const unsigned char> whole() const;
+
+  BufferLayout m_layout;
+  UniqueFd m_fd;
+  unsigned char* m_map = nullptr;
+  bool m_sealed = false;
+};
+
+}  // namespace kwb

@@ -1,0 +1,295 @@
+// kwb-worker: the only process that ever loads an implementation. It maps the buffers the parent hands it, calls
+// the candidate, times the call and answers with raw facts (return code, nanoseconds). It decides nothing: the
+// parent validates every output and owns every verdict. Protocol: docs/worker-protocol.md.
+#include "backend/backend.h"
+#include "kwb/kernel.h"
+#include "util/fd.h"
+#include "worker/buffer_layout.h"
+#include "worker/channel.h"
+
+#include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kwb {
+namespace {
+
+constexpr int k_channel_fd = 3;
+
+// ---- faults ---------------------------------------------------------------------------------------------------
+// On SIGSEGV/SIGBUS/SIGILL/SIGFPE the handler reports the faulting address (so the parent can tell a write into
+// a read-only input from a write past an output) and re-raises with the default action, so the parent also sees
+// the death by signal. Only async-signal-safe calls: a formatted buffer and one send().
+
+char g_fault_stack[1 << 16];
+
+size_t format_u64(char* out, uint64_t v) {
+  char tmp[24];
+  size_t n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (size_t i = 0; i < n; ++i) out[i] = tmp[n - 1 - i];
+  return n;
+}
+
+void on_fault(int sig, siginfo_t* info, void*) {
+  char msg[128];
+  size_t n = 0;
+  auto put = [&](const char* s) {
+    while (*s) msg[n++] = *s++;
+  };
+  put("{\"type\":\"fault\",\"signal\":");
+  n += format_u64(msg + n, static_cast<uint64_t>(sig));
+  put(",\"address\":");
+  n += format_u64(msg + n, reinterpret_cast<uint64_t>(info->si_addr));
+  put("}");
+  (void)!::send(k_channel_fd, msg, n, MSG_NOSIGNAL);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+void install_fault_handlers() {
+  stack_t ss{};
+  ss.ss_sp = g_fault_stack;
+  ss.ss_size = sizeof g_fault_stack;
+  ::sigaltstack(&ss, nullptr);
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ::sigaction(sig, &sa, nullptr);
+}
+
+// ---- buffers --------------------------------------------------------------------------------------------------
+
+struct Mapping {
+  unsigned char* reservation = nullptr;  // guard page + memfd + guard page
+  size_t reservation_size = 0;
+  unsigned char* data = nullptr;
+  size_t nbytes = 0;
+  ~Mapping() {
+    if (reservation != nullptr) ::munmap(reservation, reservation_size);
+  }
+};
+
+// ---- the worker -----------------------------------------------------------------------------------------------
+
+class Worker {
+public:
+  Worker() : m_channel(UniqueFd(k_channel_fd)) {}
+
+  int serve() {
+    for (;;) {
+      Channel::Received in = m_channel.receive(std::nullopt);
+      if (in.status != Channel::Status::message) return finish();
+      const std::string type = in.message.value("type", "");
+      nlohmann::json reply;
+      try {
+        if (type == "load") {
+          reply = load(in.message);
+        } else if (type == "map") {
+          reply = map(in.message, in.fds);
+        } else if (type == "unmap") {
+          reply = unmap(in.message);
+        } else if (type == "run") {
+          reply = run(in.message);
+        } else if (type == "exit") {
+          return finish();
+        } else {
+          reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", "unknown message type " + type}};
+        }
+      } catch (const std::exception& e) {
+        reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", e.what()}};
+      }
+      if (!m_channel.send(reply)) return finish();
+    }
+  }
+
+private:
+  nlohmann::json error(const std::string& reason, const std::string& detail) {
+    return {{"type", "error"}, {"reason", reason}, {"detail", detail}};
+  }
+
+  nlohmann::json load(const nlohmann::json& m) {
+    m_backend = make_backend(m.at("backend").get<std::string>());
+    const std::string path = m.at("artifact").get<std::string>();
+    m_task = m.at("task").get<std::string>();
+    // Constructors of the implementation run here, inside this worker, never in the parent.
+    m_handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (m_handle == nullptr) return error("load_failed", ::dlerror());
+    auto* abi = static_cast<const uint32_t*>(::dlsym(m_handle, "kwb_abi_version"));
+    if (abi == nullptr) {
+      return error("missing_symbol", "kwb_abi_version is not exported: put KWB_CANDIDATE_ABI at file scope");
+    }
+    if (*abi != KWB_ABI_VERSION) {
+      return error("abi_mismatch", "implementation built for ABI " + std::to_string(*abi) + ", kwb speaks " +
+                                       std::to_string(KWB_ABI_VERSION));
+    }
+    m_run = reinterpret_cast<kwb_run_fn>(::dlsym(m_handle, "kwb_run"));
+    if (m_run == nullptr) return error("missing_symbol", "kwb_run is not exported (declare it extern \"C\" KWB_EXPORT)");
+    m_teardown = reinterpret_cast<kwb_teardown_fn>(::dlsym(m_handle, "kwb_teardown"));
+    auto setup = reinterpret_cast<kwb_setup_fn>(::dlsym(m_handle, "kwb_setup"));
+    if (setup != nullptr) {
+      kwb_context ctx{};
+      ctx.abi_version = KWB_ABI_VERSION;
+      ctx.max_threads = m.at("threads").get<int32_t>();
+      ctx.task_name = m_task.c_str();
+      m_backend->fill_context(ctx);
+      int rc = setup(&ctx);
+      if (rc != 0) return error("setup_failed", "kwb_setup returned " + std::to_string(rc));
+    }
+    return {{"type", "loaded"}, {"pid", ::getpid()}};
+  }
+
+  nlohmann::json map(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
+    const auto& buffers = m.at("buffers");
+    if (buffers.size() != fds.size()) throw std::runtime_error("map: buffer count does not match fds");
+    nlohmann::json mapped = nlohmann::json::array();
+    for (size_t i = 0; i < buffers.size(); ++i) {
+      const auto& b = buffers[i];
+      const int id = b.at("id").get<int>();
+      const size_t total = b.at("total").get<size_t>();
+      const bool writable = b.at("writable").get<bool>();
+      auto mp = std::make_unique<Mapping>();
+      mp->reservation_size = total + 2 * k_page;
+      void* res = ::mmap(nullptr, mp->reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (res == MAP_FAILED) throw std::runtime_error("map: cannot reserve address space");
+      mp->reservation = static_cast<unsigned char*>(res);
+      const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+      void* at = ::mmap(mp->reservation + k_page, total, prot, MAP_SHARED | MAP_FIXED, fds[i].get(), 0);
+      if (at == MAP_FAILED) throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
+      mp->data = mp->reservation + k_page + b.at("data_offset").get<size_t>();
+      mp->nbytes = b.at("nbytes").get<size_t>();
+      mapped.push_back({{"id", id},
+                        {"region_begin", reinterpret_cast<uint64_t>(mp->reservation)},
+                        {"region_end", reinterpret_cast<uint64_t>(mp->reservation + mp->reservation_size)},
+                        {"data_begin", reinterpret_cast<uint64_t>(mp->data)},
+                        {"data_end", reinterpret_cast<uint64_t>(mp->data + mp->nbytes)}});
+      m_buffers[id] = std::move(mp);
+    }
+    return {{"type", "mapped"}, {"buffers", mapped}};
+  }
+
+  nlohmann::json unmap(const nlohmann::json& m) {
+    for (const auto& id : m.at("ids")) m_buffers.erase(id.get<int>());
+    return {{"type", "unmapped"}};
+  }
+
+  struct TensorArgs {
+    std::vector<DLTensor> tensors;
+    std::vector<std::vector<int64_t>> shapes;
+    std::vector<std::string> names;
+    std::vector<const char*> name_ptrs;
+  };
+
+  void build_tensors(const nlohmann::json& list, TensorArgs& out) {
+    out.tensors.resize(list.size());
+    out.shapes.resize(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const auto& t = list[i];
+      Mapping& mp = *m_buffers.at(t.at("buffer").get<int>());
+      out.shapes[i] = t.at("shape").get<std::vector<int64_t>>();
+      out.names.push_back(t.at("name").get<std::string>());
+      const std::string dtype = t.at("dtype").get<std::string>();
+      DLTensor& d = out.tensors[i];
+      d.data = mp.data;
+      d.device = m_backend->device();
+      d.ndim = static_cast<int32_t>(out.shapes[i].size());
+      d.dtype = DLDataType{kDLFloat, static_cast<uint8_t>(dtype == "f32" ? 32 : 64), 1};
+      d.shape = out.shapes[i].data();
+      d.strides = nullptr;  // compact row-major
+      d.byte_offset = 0;
+    }
+    for (const std::string& n : out.names) out.name_ptrs.push_back(n.c_str());
+  }
+
+  static bool same(const DLTensor& a, const DLTensor& b, const std::vector<int64_t>& shape) {
+    if (a.data != b.data || a.ndim != b.ndim || a.dtype.code != b.dtype.code || a.dtype.bits != b.dtype.bits ||
+        a.dtype.lanes != b.dtype.lanes || a.strides != b.strides || a.byte_offset != b.byte_offset ||
+        a.shape != b.shape) {
+      return false;
+    }
+    for (int32_t i = 0; i < a.ndim; ++i) {
+      if (a.shape[i] != shape[static_cast<size_t>(i)]) return false;
+    }
+    return true;
+  }
+
+  nlohmann::json run(const nlohmann::json& m) {
+    if (m_run == nullptr) return error("protocol", "run before load");
+    TensorArgs in, out;
+    build_tensors(m.at("inputs"), in);
+    build_tensors(m.at("outputs"), out);
+    std::vector<std::string> scalar_names;
+    std::vector<kwb_scalar> scalars;
+    for (const auto& s : m.at("scalars")) scalar_names.push_back(s.at(0).get<std::string>());
+    size_t si = 0;
+    for (const auto& s : m.at("scalars")) scalars.push_back({scalar_names[si++].c_str(), s.at(1).get<double>()});
+    const std::vector<DLTensor> in_copy = in.tensors;
+    const std::vector<DLTensor> out_copy = out.tensors;
+
+    kwb_call call{};
+    call.abi_version = KWB_ABI_VERSION;
+    call.num_inputs = static_cast<int32_t>(in.tensors.size());
+    call.inputs = in.tensors.data();
+    call.input_names = in.name_ptrs.data();
+    call.num_outputs = static_cast<int32_t>(out.tensors.size());
+    call.outputs = out.tensors.data();
+    call.output_names = out.name_ptrs.data();
+    call.num_scalars = static_cast<int32_t>(scalars.size());
+    call.scalars = scalars.data();
+    call.stream = m_backend->stream();
+
+    // CLOCK_MONOTONIC through the vDSO (no system call, ~20 ns); docs/timing.md says why this clock.
+    timespec t0{}, t1{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t0);
+    const int rc = m_run(&call);
+    m_backend->synchronize();
+    ::clock_gettime(CLOCK_MONOTONIC, &t1);
+
+    const int64_t ns = (t1.tv_sec - t0.tv_sec) * 1'000'000'000LL + (t1.tv_nsec - t0.tv_nsec);
+    bool intact = true;
+    for (size_t i = 0; i < in.tensors.size(); ++i) intact = intact && same(in.tensors[i], in_copy[i], in.shapes[i]);
+    for (size_t i = 0; i < out.tensors.size(); ++i) intact = intact && same(out.tensors[i], out_copy[i], out.shapes[i]);
+    return {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns}, {"descriptors_intact", intact}};
+  }
+
+  int finish() {
+    if (m_teardown != nullptr) m_teardown();
+    m_buffers.clear();
+    return 0;
+  }
+
+  Channel m_channel;
+  std::unique_ptr<Backend> m_backend;
+  std::string m_task;
+  void* m_handle = nullptr;  // never dlclose'd: an implementation's destructors would run at an arbitrary point
+  kwb_run_fn m_run = nullptr;
+  kwb_teardown_fn m_teardown = nullptr;
+  std::map<int, std::unique_ptr<Mapping>> m_buffers;
+};
+
+}  // namespace
+}  // namespace kwb
+
+int main() {
+  kwb::install_fault_handlers();
+  try {
+    kwb::Worker worker;
+    int rc = worker.serve();
+    ::_exit(rc);  // no static destructors: the implementation may have registered some
+  } catch (const std::exception& e) {
+    (void)!::write(2, e.what(), std::strlen(e.what()));
+    ::_exit(70);
+  }
+}

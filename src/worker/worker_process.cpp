@@ -1,0 +1,260 @@
+#include "worker/worker_process.h"
+
+#include "util/error.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+extern char** environ;
+
+namespace kwb {
+
+WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout)
+    : m_timeout(timeout) {
+  int sv[2];
+  KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
+  UniqueFd parent_end(sv[0]);
+  UniqueFd child_end(sv[1]);
+  m_output = UniqueFd(KWB_POSIX_CALL(::memfd_create("kwb-worker-output", MFD_CLOEXEC)));
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, m_output.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, m_output.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, child_end.get(), 3);
+  // A new process group: a kill reaches whatever the implementation may have started.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
+  const std::string exe = worker_exe.string();
+  char* argv[] = {const_cast<char*>(exe.c_str()), nullptr};
+  int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    m_pid = -1;
+    throw InternalError(fmt::format("cannot start the worker {}: {}", exe, std::strerror(rc)));
+  }
+  m_channel = Channel(std::move(parent_end));
+}
+
+WorkerProcess::~WorkerProcess() {
+  if (m_pid > 0) {
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    int status;
+    while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+std::string WorkerProcess::output_tail(size_t max_bytes) const {
+  off_t size = ::lseek(m_output.get(), 0, SEEK_END);
+  if (size <= 0) return "";
+  size_t n = std::min(static_cast<size_t>(size), max_bytes);
+  std::string s(n, '\0');
+  ssize_t got = ::pread(m_output.get(), s.data(), n, size - static_cast<off_t>(n));
+  s.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return s;
+}
+
+std::string WorkerProcess::classify_fault(uint64_t address) const {
+  for (const Region& r : m_regions) {
+    if (address < r.region_begin || address >= r.region_end) continue;
+    if (!r.writable) return "input_modified";
+    if (address < r.data_begin || address >= r.data_end) return "out_of_bounds_write";
+    return "crashed";
+  }
+  return "crashed";
+}
+
+void WorkerProcess::record_death(Channel::Status status, const std::string& malformed_detail) {
+  WorkerDeath d;
+  int wstatus = 0;
+  if (status == Channel::Status::timeout) {
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    d.reason = "timeout";
+    d.detail = fmt::format("no answer within {:.1f} s; worker killed", static_cast<double>(m_timeout.count()) / 1000.0);
+  }
+  if (status == Channel::Status::malformed) {
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    d.reason = "protocol";
+    d.detail = "worker sent a malformed message (" + malformed_detail + "); worker killed";
+  }
+  // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    pid_t r = ::waitpid(m_pid, &wstatus, WNOHANG);
+    if (r == m_pid) break;
+    if (r < 0 && errno != EINTR) break;
+    if (std::chrono::steady_clock::now() > give_up) {
+      ::kill(-m_pid, SIGKILL);
+      ::kill(m_pid, SIGKILL);
+    }
+    ::usleep(1000);
+  }
+  ::kill(-m_pid, SIGKILL);  // anything the implementation left behind in its process group
+  m_pid = -1;
+  if (d.reason.empty()) {
+    if (WIFSIGNALED(wstatus)) {
+      d.signal = WTERMSIG(wstatus);
+      d.reason = d.signal == SIGABRT ? "aborted" : "crashed";
+      d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
+      if (m_fault) {
+        d.fault_address = m_fault->value("address", uint64_t{0});
+        if (d.signal == SIGSEGV || d.signal == SIGBUS) d.reason = classify_fault(*d.fault_address);
+        d.detail += fmt::format(" at address {:#x}", *d.fault_address);
+      }
+    } else if (WIFEXITED(wstatus)) {
+      d.exit_code = WEXITSTATUS(wstatus);
+      d.reason = "exited";
+      d.detail = fmt::format("worker exited with status {} in the middle of a request", d.exit_code);
+    } else {
+      d.reason = "crashed";
+      d.detail = "worker disappeared";
+    }
+  }
+  std::string tail = output_tail(600);
+  if (!tail.empty()) d.detail += "; its last output: " + tail;
+  m_death = d;
+}
+
+std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& message, std::span<const int> fds) {
+  if (!alive()) return std::nullopt;
+  if (!m_channel.send(message, fds)) {
+    record_death(Channel::Status::closed);
+    return std::nullopt;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + m_timeout;
+  for (;;) {
+    Channel::Received r = m_channel.receive(deadline);
+    if (r.status != Channel::Status::message) {
+      record_death(r.status, r.error);
+      return std::nullopt;
+    }
+    if (r.message.value("type", "") == "fault") {
+      m_fault = r.message;  // the death (and exit status) follows
+      continue;
+    }
+    return r.message;
+  }
+}
+
+LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
+                                const std::string& task) {
+  LoadOutcome out;
+  auto reply = request({{"type", "load"}, {"artifact", artifact.string()}, {"backend", backend},
+                        {"threads", threads}, {"task", task}});
+  if (!reply) {
+    out.reason = m_death->reason;
+    out.detail = "while loading: " + m_death->detail;
+    return out;
+  }
+  if (reply->value("type", "") != "loaded") {
+    out.reason = reply->value("reason", "load_failed");
+    out.detail = reply->value("detail", "");
+    return out;
+  }
+  out.ok = true;
+  return out;
+}
+
+bool WorkerProcess::map(int id, const SharedBuffer& buffer) {
+  const BufferLayout& l = buffer.layout();
+  nlohmann::json b = {{"id", id}, {"total", l.total}, {"data_offset", l.data_offset}, {"nbytes", l.nbytes},
+                      {"writable", !buffer.sealed()}};
+  const int fd = buffer.fd();
+  auto reply = request({{"type", "map"}, {"buffers", nlohmann::json::array({b})}}, std::span(&fd, 1));
+  if (!reply) return false;
+  if (reply->value("type", "") != "mapped") {
+    throw InternalError("worker could not map a buffer: " + reply->value("detail", std::string("?")));
+  }
+  for (const auto& m : (*reply)["buffers"]) {
+    m_regions.push_back({m["id"].get<int>(), !buffer.sealed(), m["region_begin"].get<uint64_t>(),
+                         m["region_end"].get<uint64_t>(), m["data_begin"].get<uint64_t>(),
+                         m["data_end"].get<uint64_t>()});
+  }
+  return true;
+}
+
+bool WorkerProcess::unmap(const std::vector<int>& ids) {
+  auto reply = request({{"type", "unmap"}, {"ids", ids}});
+  std::erase_if(m_regions, [&](const Region& r) { return std::find(ids.begin(), ids.end(), r.id) != ids.end(); });
+  return reply.has_value();
+}
+
+RunOutcome WorkerProcess::run(const RunRequest& req) {
+  auto tensors = [](const std::vector<TensorArg>& list) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const TensorArg& t : list) {
+      arr.push_back({{"name", t.name}, {"buffer", t.buffer}, {"dtype", t.dtype}, {"shape", t.shape}});
+    }
+    return arr;
+  };
+  nlohmann::json scalars = nlohmann::json::array();
+  for (const auto& [name, value] : req.scalars) scalars.push_back({name, value});
+  const uint64_t call = ++m_calls;
+  RunOutcome out;
+  auto reply = request({{"type", "run"}, {"call", call}, {"inputs", tensors(req.inputs)},
+                        {"outputs", tensors(req.outputs)}, {"scalars", scalars}});
+  if (!reply) {
+    out.death = m_death;
+    return out;
+  }
+  if (reply->value("type", "") != "ran" || reply->value("call", uint64_t{0}) != call) {
+    WorkerDeath d;
+    d.reason = "protocol";
+    d.detail = "unexpected answer to a run request: " + reply->dump().substr(0, 200);
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    int st;
+    ::waitpid(m_pid, &st, 0);
+    m_pid = -1;
+    m_death = d;
+    out.death = d;
+    return out;
+  }
+  out.answered = true;
+  out.rc = reply->value("rc", -1);
+  out.ns = reply->value("ns", int64_t{-1});
+  out.descriptors_intact = reply->value("descriptors_intact", false);
+  return out;
+}
+
+void WorkerProcess::shutdown() {
+  if (!alive()) return;
+  if (m_channel.send({{"type", "exit"}})) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (;;) {
+      int status;
+      pid_t r = ::waitpid(m_pid, &status, WNOHANG);
+      if (r == m_pid) {
+        m_pid = -1;
+        return;
+      }
+      if (std::chrono::steady_clock::now() > deadline) break;
+      ::usleep(500);
+    }
+  }
+  ::kill(-m_pid, SIGKILL);
+  ::kill(m_pid, SIGKILL);
+  int status;
+  while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  m_pid = -1;
+}
+
+}  // namespace kwb

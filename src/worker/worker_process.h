@@ -1,0 +1,100 @@
+// Parent side of one kwb-worker process: spawn, feed, time out, kill, and explain how it ended. Nothing the
+// worker says is trusted beyond raw facts (return code, nanoseconds, fault address); outputs are read by the
+// parent from shared memory and validated there.
+#pragma once
+
+#include "worker/channel.h"
+#include "worker/shared_buffer.h"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+// How a worker stopped answering. `reason` is a failure reason code (crashed, aborted, exited, timeout,
+// input_modified, out_of_bounds_write, protocol...).
+struct WorkerDeath {
+  std::string reason;
+  std::string detail;
+  int signal = 0;
+  int exit_code = -1;
+  std::optional<uint64_t> fault_address;
+};
+
+// An answer from the worker, or how it died instead.
+struct LoadOutcome {
+  bool ok = false;
+  std::string reason;  // load_failed, missing_symbol, abi_mismatch, setup_failed, or a death reason
+  std::string detail;
+};
+
+struct TensorArg {
+  std::string name;
+  int buffer = -1;
+  std::string dtype;
+  std::vector<int64_t> shape;
+};
+
+struct RunRequest {
+  std::vector<TensorArg> inputs;
+  std::vector<TensorArg> outputs;
+  std::vector<std::pair<std::string, double>> scalars;
+};
+
+struct RunOutcome {
+  bool answered = false;  // false: see death
+  int rc = 0;
+  int64_t ns = 0;
+  bool descriptors_intact = true;
+  std::optional<WorkerDeath> death;
+};
+
+class WorkerProcess {
+public:
+  WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout);
+  ~WorkerProcess();  // kills and reaps: a worker never outlives its owner
+  WorkerProcess(const WorkerProcess&) = delete;
+  WorkerProcess& operator=(const WorkerProcess&) = delete;
+
+  pid_t pid() const { return m_pid; }
+  bool alive() const { return m_pid > 0 && !m_death; }
+  const std::optional<WorkerDeath>& death() const { return m_death; }
+
+  LoadOutcome load(const std::filesystem::path& artifact, const std::string& backend, int threads,
+                   const std::string& task);
+  // Maps buffers into the worker. Returns false when the worker died (see death()).
+  bool map(int id, const SharedBuffer& buffer);
+  bool unmap(const std::vector<int>& ids);
+  RunOutcome run(const RunRequest& request);
+
+  // Last bytes the worker (or the implementation) wrote to stdout/stderr.
+  std::string output_tail(size_t max_bytes = 2000) const;
+  void shutdown();  // polite exit, then kill if it does not go
+
+private:
+  struct Region {
+    int id;
+    bool writable;
+    uint64_t region_begin, region_end, data_begin, data_end;
+  };
+
+  std::optional<nlohmann::json> request(const nlohmann::json& message, std::span<const int> fds = {});
+  void record_death(Channel::Status status, const std::string& malformed_detail = "");
+  std::string classify_fault(uint64_t address) const;
+
+  std::chrono::milliseconds m_timeout;
+  pid_t m_pid = -1;
+  Channel m_channel;
+  UniqueFd m_output;  // memfd holding the worker's stdout+stderr
+  std::vector<Region> m_regions;
+  std::optional<WorkerDeath> m_death;
+  std::optional<nlohmann::json> m_fault;
+  uint64_t m_calls = 0;
+};
+
+}  // namespace kwb

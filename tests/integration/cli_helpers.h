@@ -1,0 +1,33 @@
+// Runs the real kwb binary for end-to-end tests.
+#pragma once
+
+#include "util/subprocess.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kwb::test {
+
+inline const std::filesystem::path k_source_dir = KWB_SOURCE_DIR;
+inline const std::filesystem::path k_rmsnorm = k_source_dir / "tasks" / "rmsnorm";
+
+struct KwbRun {
+  int exit_code = -1;
+  std::string output;
+  nlohmann::json json;  // parsed when the output is one JSON document
+};
+
+inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
+  args.insert(args.begin(), KWB_BINARY);
+  CommandResult r = run_command(args, timeout);
+  KwbRun out;
+  out.exit_code = r.signal != 0 ? 128 + r.signal : r.exit_code;
+  out.output = r.output;
+  out.json = nlohmann::json::parse(r.output, nullptr, false);
+  return out;
+}
+
+}  // namespace kwb::test

@@ -1,0 +1,104 @@
+#include "task/data.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/sha256.h"
+#include "worker/shared_buffer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <sys/mman.h>
+#include <utility>
+
+TEST(util_test, sha256_known_vectors) {
+  EXPECT_EQ(kwb::sha256_hex(std::string_view("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(kwb::sha256_hex(std::string_view("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(util_test, atomic_write_replaces_whole_file_and_leaves_no_temporary) {
+  auto dir = std::filesystem::temp_directory_path() / ("kwb-util-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  kwb::write_file_atomic(dir / "f.json", "first");
+  kwb::write_file_atomic(dir / "f.json", "second");
+  EXPECT_EQ(kwb::read_file(dir / "f.json"), "second");
+  size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(data_test, same_seed_same_bytes_different_seed_different_bytes) {
+  kwb::Distribution d;  // normal(0, 1)
+  std::vector<unsigned char> a(4096), b(4096), c(4096);
+  kwb::fill_tensor(d, kwb::DType::f32, a, 42);
+  kwb::fill_tensor(d, kwb::DType::f32, b, 42);
+  kwb::fill_tensor(d, kwb::DType::f32, c, 43);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+}
+
+TEST(data_test, normal_has_requested_moments) {
+  kwb::Distribution d;
+  d.scale = 4.0;
+  d.mean = 1.0;
+  std::vector<unsigned char> buf(8 * 200000);
+  kwb::fill_tensor(d, kwb::DType::f64, buf, 7);
+  const double* v = reinterpret_cast<const double*>(buf.data());
+  double sum = 0, sq = 0;
+  for (size_t i = 0; i < 200000; ++i) {
+    sum += v[i];
+    sq += v[i] * v[i];
+  }
+  double mean = sum / 200000, var = sq / 200000 - mean * mean;
+  EXPECT_NEAR(mean, 1.0, 0.05);
+  EXPECT_NEAR(std::sqrt(var), 4.0, 0.05);
+}
+
+TEST(data_test, uniform_stays_in_range) {
+  kwb::Distribution d;
+  d.kind = kwb::DistributionKind::uniform;
+  d.low = 0.5;
+  d.high = 1.5;
+  std::vector<unsigned char> buf(4 * 10000);
+  kwb::fill_tensor(d, kwb::DType::f32, buf, 3);
+  const float* v = reinterpret_cast<const float*>(buf.data());
+  for (size_t i = 0; i < 10000; ++i) {
+    ASSERT_GE(v[i], 0.5f);
+    ASSERT_LE(v[i], 1.5f);
+  }
+}
+
+TEST(data_test, input_sets_of_a_case_never_share_a_seed) {
+  kwb::Case c;
+  c.seed = 5;
+  EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 0, 1, 0));
+  EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 1, 0, 0));
+  EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 0, 0, 1));
+}
+
+TEST(shared_buffer_test, canaries_detect_a_write_just_outside_the_data) {
+  kwb::SharedBuffer b("t", 100);
+  b.write_canaries(9);
+  EXPECT_FALSE(b.damaged_canary(9));
+  auto d = b.data();
+  d.data()[d.size()] ^= 1;  // one byte after the data, still inside the memfd
+  auto damaged = b.damaged_canary(9);
+  ASSERT_TRUE(damaged);
+  EXPECT_EQ(*damaged, b.layout().data_offset + 100);
+}
+
+TEST(shared_buffer_test, sealed_buffer_refuses_writes_even_through_mprotect) {
+  kwb::SharedBuffer b("t", 64);
+  b.data()[0] = 7;
+  b.seal();
+  EXPECT_THROW(b.data(), kwb::InternalError);
+  EXPECT_EQ(std::as_const(b).data()[0], 7);
+  // Another mapping of the same memfd cannot be writable: the seal holds for every process.
+  void* p = ::mmap(nullptr, b.layout().total, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd(), 0);
+  EXPECT_EQ(p, MAP_FAILED);
+  void* r = ::mmap(nullptr, b.layout().total, PROT_READ, MAP_SHARED, b.fd(), 0);
+  ASSERT_NE(r, MAP_FAILED);
+  EXPECT_NE(::mprotect(r, b.layout().total, PROT_READ | PROT_WRITE), 0);
+  ::munmap(r, b.layout().total);
+}
