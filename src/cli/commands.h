@@ -10,5 +10,6 @@ namespace kwb::cli {
 using Action = std::function<int()>;
 
 Action add_check(CLI::App& root);
+Action add_compare(CLI::App& root);
 
 }  // namespace kwb::cli

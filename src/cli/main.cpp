@@ -17,10 +17,10 @@ int main(int argc, char** argv) {
   CLI::App app{"kwb — kernel workbench: is this candidate kernel correct, and is it really faster?"};
   app.set_version_flag("--version", std::string("kwb ") + KWB_VERSION);
   app.require_subcommand(1);
-  std::vector<std::pair<CLI::App*, kwb::cli::Action>> verbs;
-  size_t before = app.get_subcommands({}).size();
-  (void)before;
-  kwb::cli::Action check = kwb::cli::add_check(app);
+  const std::vector<std::pair<std::string, kwb::cli::Action>> verbs = {
+      {"check", kwb::cli::add_check(app)},
+      {"compare", kwb::cli::add_compare(app)},
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : static_cast<int>(kwb::ExitCode::usage);
   }
   try {
-    if (app.got_subcommand("check")) return check();
+    for (const auto& [name, action] : verbs) {
+      if (app.got_subcommand(name)) return action();
+    }
     return static_cast<int>(kwb::ExitCode::usage);
   } catch (const kwb::Error& e) {
     std::cerr << "kwb: error: " << e.what() << "\n";

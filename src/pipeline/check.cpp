@@ -75,7 +75,7 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
       }
       for (int k = 0; !load_failed && k < options.calls_per_case; ++k) {
         InputSet set = make_input_set(task, c, static_cast<uint64_t>(k), options.nonce);
-        CallResult res = session.call(set, k, StaleCheck::on);
+        CallResult res = session.call(set, k, CallMode::check);
         session.detach(set);
         ++cr.calls_run;
         cr.passed += res.passed;

@@ -36,7 +36,10 @@ struct CallResult {
   bool valid() const { return completed && failures.empty(); }
 };
 
-enum class StaleCheck { off, on };
+// check: every assertion on every call, including replay detection (which keeps a copy of the last output).
+// timing: the same assertions, except that inputs are fingerprinted once per visit (verify_inputs) rather than per
+// call: they are sealed memfds, so the per-call hash only re-proves what the kernel already enforces.
+enum class CallMode { check, timing };
 
 struct SessionOptions {
   std::string backend = "cpu";
@@ -60,9 +63,10 @@ public:
   bool attach(const InputSet& set);
   void detach(const InputSet& set);
 
-  // One call on `set`, validated. `call_index` labels failures. With StaleCheck::on, the output is also compared
-  // with the previous call's (to name replay as stale_output rather than a plain mismatch).
-  CallResult call(const InputSet& set, int call_index, StaleCheck stale);
+  // One call on `set`, validated. `call_index` labels failures.
+  CallResult call(const InputSet& set, int call_index, CallMode mode);
+  // The input_unchanged assertions for one input set, on their own (timing mode runs them once per visit).
+  CallResult verify_inputs(const InputSet& set, int call_index);
 
   void shutdown();
 
@@ -82,6 +86,7 @@ private:
   std::string m_outputs_case;
   Outputs m_outputs;
   std::vector<std::vector<unsigned char>> m_previous_output;
+  std::vector<std::vector<double>> m_previous_expected;
   Rng m_rng;
   int m_last_id = 0;
 };

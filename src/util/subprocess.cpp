@@ -17,24 +17,28 @@ extern char** environ;
 
 namespace kwb {
 
-CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
-  int fds[2];
-  KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
-  UniqueFd read_end(fds[0]);
-  UniqueFd write_end(fds[1]);
+CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                          StderrMode stderr_mode) {
+  int out_fds[2], err_fds[2];
+  KWB_POSIX_CALL(::pipe2(out_fds, O_CLOEXEC));
+  UniqueFd out_read(out_fds[0]), out_write(out_fds[1]);
+  KWB_POSIX_CALL(::pipe2(err_fds, O_CLOEXEC));
+  UniqueFd err_read(err_fds[0]), err_write(err_fds[1]);
+  const bool separate = stderr_mode == StderrMode::separate;
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, write_end.get(), 2);
+  posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
+  posix_spawn_file_actions_adddup2(&actions, separate ? err_write.get() : out_write.get(), 2);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = -1;
   int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
-  write_end.reset();
+  out_write.reset();
+  err_write.reset();
 
   CommandResult result;
   if (rc != 0) {
@@ -45,22 +49,30 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   char buffer[4096];
-  for (;;) {
+  std::vector<pollfd> fds = {{out_read.get(), POLLIN, 0}, {err_read.get(), POLLIN, 0}};
+  std::string* sinks[2] = {&result.output, &result.errors};
+  size_t open_fds = 2;
+  while (open_fds > 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       ::kill(pid, SIGKILL);
       result.timed_out = true;
       break;
     }
-    pollfd p{read_end.get(), POLLIN, 0};
-    int pr = ::poll(&p, 1, static_cast<int>(left.count()));
+    int pr = ::poll(fds.data(), fds.size(), static_cast<int>(left.count()));
     if (pr < 0 && errno == EINTR) continue;
-    if (pr < 0) break;
-    if (pr == 0) continue;
-    ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    result.output.append(buffer, static_cast<size_t>(n));
+    if (pr <= 0) continue;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t n = ::read(fds[i].fd, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        fds[i].fd = -1;  // poll ignores negative descriptors
+        --open_fds;
+        continue;
+      }
+      sinks[i]->append(buffer, static_cast<size_t>(n));
+    }
   }
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -18,6 +18,20 @@ extern char** environ;
 
 namespace kwb {
 
+std::vector<std::string> worker_environment() {
+  // A fixed, minimal environment: allocator tunables (MALLOC_*), LD_PRELOAD or locale settings of whoever runs kwb
+  // must not change how an implementation behaves or what it costs. Device runtimes keep their own variables.
+  static const char* const k_prefixes[] = {"POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH="};
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string_view v(*e);
+    for (const char* p : k_prefixes) {
+      if (v.starts_with(p)) env.emplace_back(v);
+    }
+  }
+  return env;
+}
+
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout)
     : m_timeout(timeout) {
   int sv[2];
@@ -39,7 +53,11 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   posix_spawnattr_setpgroup(&attr, 0);
   const std::string exe = worker_exe.string();
   char* argv[] = {const_cast<char*>(exe.c_str()), nullptr};
-  int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv, environ);
+  const std::vector<std::string> env_strings = worker_environment();
+  std::vector<char*> envp;
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {

@@ -54,6 +54,9 @@ struct RunOutcome {
   std::optional<WorkerDeath> death;
 };
 
+// The environment a worker starts with (documented in docs/worker-protocol.md).
+std::vector<std::string> worker_environment();
+
 class WorkerProcess {
 public:
   WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout);

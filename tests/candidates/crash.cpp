@@ -74,8 +74,8 @@ extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
   if (!p) return 1;
   rmsnorm(*p);
   // A store through a null pointer is undefined behaviour, so a compiler may delete it or turn it into a trap
-  // (SIGILL); GCC 12 deleted `*p = 1` even with only `p` volatile. A volatile store must be performed as written,
-  // and the volatile pointer hides that it is null, so this really writes to address 0.
+  // (SIGILL); GCC 12 deleted `*ptr = 1` even with only `ptr` volatile. A volatile store must be performed as
+  // written, and the volatile pointer hides that it is null, so this really writes to address 0.
   volatile int* volatile null_pointer = nullptr;
   *null_pointer = 1;
   return 0;

@@ -84,11 +84,13 @@ float serial_sum_of_squares(const float* x, int64_t n) {
   return sum;
 }
 
+// Same as fused.cpp.
 void scale_row(const float* __restrict x, const float* __restrict weight, float inv_rms, float* __restrict y,
                int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv_rms * weight[i];
 }
 
+// The call's tensors, checked against the task signature as in fused.cpp, and the extra_work knob.
 struct Rmsnorm {
   const float* x;
   const float* weight;

@@ -141,8 +141,8 @@ TEST(check_test, malformed_manifest_exits_65_with_file_and_line) {
   std::ofstream(dir / "task.toml") << "name = \"x\"\ndescription = \"y\"\noracle = 3\n";
   KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 65);
-  EXPECT_NE(r.output.find("task.toml:3: field 'oracle': expected a string, got an integer"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.errors.find("task.toml:3: field 'oracle': expected a string, got an integer"), std::string::npos)
+      << r.errors;
   std::filesystem::remove_all(dir);
 }
 
@@ -157,7 +157,7 @@ TEST(check_test, usage_errors_exit_64) {
 TEST(check_test, missing_implementation_source_is_bad_input) {
   KwbRun r = check(k_rmsnorm / "cpu" / "does_not_exist.cpp");
   EXPECT_EQ(r.exit_code, 65);
-  EXPECT_NE(r.output.find("does_not_exist.cpp"), std::string::npos);
+  EXPECT_NE(r.errors.find("does_not_exist.cpp"), std::string::npos) << r.errors;
 }
 
 TEST(check_test, unavailable_backend_exits_69) {

@@ -16,16 +16,18 @@ inline const std::filesystem::path k_rmsnorm = k_source_dir / "tasks" / "rmsnorm
 
 struct KwbRun {
   int exit_code = -1;
-  std::string output;
-  nlohmann::json json;  // parsed when the output is one JSON document
+  std::string output;    // stdout
+  std::string errors;    // stderr (progress, error messages)
+  nlohmann::json json;   // stdout parsed, when it is one JSON document
 };
 
 inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
   args.insert(args.begin(), KWB_BINARY);
-  CommandResult r = run_command(args, timeout);
+  CommandResult r = run_command(args, timeout, StderrMode::separate);
   KwbRun out;
   out.exit_code = r.signal != 0 ? 128 + r.signal : r.exit_code;
   out.output = r.output;
+  out.errors = r.errors;
   out.json = nlohmann::json::parse(r.output, nullptr, false);
   return out;
 }

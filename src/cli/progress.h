@@ -1,0 +1,11 @@
+// Progress lines on stderr for long runs: rewritten in place on a terminal, one line per look otherwise.
+#pragma once
+
+#include "pipeline/compare.h"
+
+namespace kwb::cli {
+
+ProgressSink make_progress_sink(const std::string& prefix);
+void end_progress_line();
+
+}  // namespace kwb::cli

@@ -1,0 +1,211 @@
+// `kwb compare`: randomized interleaved blocks (RMIT, Abedi & Brecht ICPE 2017). Each block visits every arm in a
+// fresh random order, each visit in a fresh worker process (so layout and ASLR are sampled, not frozen: Mytkowicz
+// et al. ASPLOS 2009; Kalibera & Jones ISMM 2013 treat the process as the replicate). The effect is estimated from
+// per-block log ratios of per-arm medians and judged by a gate at alpha-spending looks. docs/timing.md explains
+// every choice.
+#pragma once
+
+#include "build/builder.h"
+#include "pipeline/worker_session.h"
+#include "stats/effect.h"
+#include "stats/gate.h"
+#include "task/task.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+inline constexpr const char* k_compare_schema = "kwb.compare";
+inline constexpr int k_compare_schema_version = 1;
+
+enum class CompareMode { ab, aa };
+
+// One timing sample exactly as measured; every one is kept (warm-ups and pilot calls too, marked as such).
+struct Sample {
+  std::string workload;
+  int block = 0;             // -1 for the pilot
+  std::string arm;           // "A", "A'", "B"
+  int order_position = 0;    // position of this arm's visit within its block
+  int64_t pid = 0;
+  int sample_index = 0;      // call index within the visit
+  bool warmup = false;
+  int input_set = 0;
+  int64_t ns = 0;
+  bool output_valid = false;
+};
+
+// One arm's visit in one block: a fresh worker, warm-ups, timed calls.
+struct ArmVisit {
+  int64_t pid = 0;
+  std::vector<Sample> samples;
+  bool valid = true;                  // every call answered and every output passed validation
+  std::vector<Failure> failures;
+};
+
+// The seam between the protocol and the processes it runs: tests substitute synthetic arms.
+class ArmRunner {
+public:
+  virtual ~ArmRunner() = default;
+  virtual ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) = 0;
+};
+
+// The seam for time: budgets and ETAs read this, so tests run on a fake clock.
+class Clock {
+public:
+  virtual ~Clock() = default;
+  virtual double seconds() = 0;  // monotonic
+};
+class SteadyClock final : public Clock {
+public:
+  double seconds() override {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+};
+
+struct GateConfig {
+  CompareMode mode = CompareMode::ab;
+  stats::GateKind kind = stats::GateKind::ci;
+  double min_improvement_pct = 0.0;
+  double max_aa_difference_pct = 1.0;
+  double alpha = 0.05;
+};
+
+struct Budget {
+  size_t min_blocks = 10;        // --repetitions: the first look
+  size_t max_blocks = 100000;
+  double max_seconds = 60.0;     // per workload comparison
+};
+
+struct Look {
+  size_t blocks = 0;
+  double confidence = 0.0;
+  double improvement_pct = 0.0, ci_low_pct = 0.0, ci_high_pct = 0.0;
+  stats::Verdict verdict = stats::Verdict::inconclusive;
+};
+
+struct WorkloadResult {
+  std::string name;
+  std::string verdict;             // PASS, FAIL, INCONCLUSIVE, INVALID
+  std::string reason;              // why, for people
+  std::optional<stats::EffectEstimate> estimate;  // absent when no metric may be reported (INVALID) or no data
+  std::string faster_verdict;      // A/A only: what the improvement gate at min_improvement_pct would say
+  size_t blocks = 0;
+  size_t timed_samples = 0;
+  int samples_per_visit = 0;
+  int warmups_per_visit = 0;
+  std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
+  std::vector<double> log_ratios;
+  std::vector<Look> looks;
+  double seconds = 0.0;
+  bool stopped_by_budget = false;
+  std::vector<Failure> failures;
+};
+
+// Progress for anything longer than a moment.
+struct Progress {
+  std::string workload;
+  size_t blocks = 0;
+  double elapsed = 0.0, budget = 0.0;
+  std::optional<double> estimate_pct, ci_low_pct, ci_high_pct;
+};
+using ProgressSink = std::function<void(const Progress&)>;
+
+// The sequential protocol for one workload, over any ArmRunner. arm_labels[0] is the reference (A); arm_labels[1]
+// is compared against it. Samples of every visit go to `samples_out` as they are measured.
+WorkloadResult run_sequential_comparison(const std::string& workload, const std::vector<std::string>& arm_labels,
+                                         ArmRunner& runner, Clock& clock, const GateConfig& gate,
+                                         const Budget& budget, uint64_t seed, std::vector<Sample>& samples_out,
+                                         const ProgressSink& progress = {});
+
+// The block statistic of one visit: the median of its timed, validated samples.
+double visit_statistic(const ArmVisit& visit);
+
+// Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
+struct TimingOptions {
+  std::string backend = "cpu";
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  int warmups = 2;
+  int samples = 0;       // 0: chosen per workload from a pilot (docs/timing.md)
+  uint64_t nonce = 1;    // timed data differs from the check's published data
+};
+
+class WorkerArmRunner final : public ArmRunner {
+public:
+  WorkerArmRunner(const Task& task, std::vector<const Artifact*> arms, std::vector<std::string> labels,
+                  TimingOptions options);
+  ~WorkerArmRunner() override;
+  // Builds the input-set pool for a workload and runs the pilot (its samples are returned, marked block -1).
+  std::vector<Sample> prepare(const Case& workload);
+  ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) override;
+  int samples_per_visit() const { return m_samples; }
+  int warmups_per_visit() const { return m_warmups; }
+
+private:
+  ArmVisit run_visit(size_t arm, int block, int order_position, int warmups, int samples);
+
+  const Task& m_task;
+  std::vector<const Artifact*> m_arms;
+  std::vector<std::string> m_labels;
+  TimingOptions m_options;
+  const Case* m_case = nullptr;
+  std::vector<std::unique_ptr<InputSet>> m_pool;
+  int m_samples = 0;
+  int m_warmups = 0;
+  uint64_t m_visits = 0;
+};
+
+struct CompareReport {
+  CompareMode mode = CompareMode::ab;
+  GateConfig gate;
+  Budget budget;
+  TimingOptions timing;
+  uint64_t seed = 0;
+  std::vector<std::string> arm_labels;
+  std::vector<std::string> arm_paths;
+  std::vector<BuildIdentity> arm_identities;
+  std::vector<WorkloadResult> workloads;
+  std::vector<Sample> samples;
+  std::string verdict;      // PASS when every workload passes; else FAIL > INVALID > INCONCLUSIVE by precedence
+  std::vector<std::string> refused;  // reasons timing was refused (an arm failed its check)
+};
+
+std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
+
+nlohmann::json to_json(const WorkloadResult& w);
+nlohmann::json to_json(const CompareReport& r);
+std::string samples_csv(const std::vector<Sample>& samples);
+std::string_view samples_csv_header();
+
+}  // namespace kwb
+
+namespace kwb {
+
+// Everything `kwb compare` does after parsing: check every arm (refusing to time any that fails), then the
+// sequential comparison per workload. Raw samples and the summary are rewritten into output_dir (when given) after
+// every workload, so an interrupted run keeps what it measured.
+struct CompareRequest {
+  CompareMode mode = CompareMode::ab;
+  std::vector<const Artifact*> arms;  // [A, B] or [A, A']
+  std::vector<std::string> labels;    // ["A", "B"] or ["A", "A'"]
+  std::vector<std::string> workloads; // empty: every timing case
+  GateConfig gate;
+  Budget budget;
+  TimingOptions timing;
+  uint64_t seed = 1;
+  std::string output_dir;             // empty: nothing written
+  bool skip_checks = false;           // only when the caller has already checked these exact artifacts
+};
+
+CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);
+
+// Writes samples.csv and compare.json into `dir` atomically.
+void write_compare_outputs(const std::string& dir, const CompareReport& report);
+
+}  // namespace kwb

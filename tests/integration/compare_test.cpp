@@ -1,0 +1,96 @@
+// End-to-end `kwb compare`: refusal to time rejected code, raw samples on disk, A/A and A/B on the real task.
+#include "cli_helpers.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+namespace kwb::test {
+namespace {
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  auto d = std::filesystem::temp_directory_path() / ("kwb-compare-" + name + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
+  auto dir = fresh_dir("refused");
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate",
+                      (k_rmsnorm / "cpu" / "controls" / "no_weight.cpp").string(), "--output-dir", dir.string(),
+                      "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.json["verdict"], "REFUSED");
+  ASSERT_EQ(r.json["refused"].size(), 1u);
+  EXPECT_NE(r.json["refused"][0].get<std::string>().find("numeric_mismatch"), std::string::npos);
+  EXPECT_TRUE(r.json["workloads"].empty());
+  // Not one sample was taken.
+  EXPECT_EQ(read_file(dir / "samples.csv"), "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid\n");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
+  auto dir = fresh_dir("ab");
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+                      "--workload", "decode", "--workload", "prefill", "--min-improvement-pct", "10", "--max-minutes",
+                      "0.5", "--output-dir", dir.string(), "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json["schema"], "kwb.compare");
+  EXPECT_EQ(r.json["verdict"], "PASS");
+  ASSERT_EQ(r.json["workloads"].size(), 2u);
+  size_t reported = 0;
+  for (const auto& w : r.json["workloads"]) {
+    EXPECT_EQ(w["verdict"], "PASS");
+    EXPECT_GE(w["ci_low_pct"].get<double>(), 10.0);
+    for (const char* k : {"name", "improvement_pct", "ci_low_pct", "ci_high_pct", "blocks", "samples", "mde_pct"}) {
+      EXPECT_TRUE(w.contains(k)) << k;
+    }
+    reported += w["samples"].get<size_t>();
+  }
+  // samples.csv: every timed sample the summary counts, plus warm-ups and the pilot, all validated.
+  std::istringstream csv(read_file(dir / "samples.csv"));
+  std::string line;
+  std::getline(csv, line);
+  size_t timed = 0, rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    EXPECT_EQ(line.back(), '1') << line;  // output_valid
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
+    ASSERT_EQ(f.size(), 10u);
+    if (f[6] == "0" && f[1] != "-1") ++timed;
+  }
+  EXPECT_EQ(timed, reported);
+  EXPECT_GT(rows, timed);
+  nlohmann::json on_disk = nlohmann::json::parse(read_file(dir / "compare.json"));
+  EXPECT_EQ(on_disk["verdict"], "PASS");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(compare_cli_test, aa_runs_the_baseline_against_its_separately_built_copy) {
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct", "5",
+                      "--max-minutes", "0.25", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output;
+  EXPECT_EQ(r.json["mode"], "aa");
+  ASSERT_EQ(r.json["arms"].size(), 2u);
+  EXPECT_EQ(r.json["arms"][1]["label"], "A'");
+  // Same source, another binary: A' has its own artifact hash.
+  EXPECT_EQ(r.json["arms"][0]["identity"]["source_sha256"], r.json["arms"][1]["identity"]["source_sha256"]);
+  EXPECT_NE(r.json["arms"][0]["identity"]["artifact_sha256"], r.json["arms"][1]["identity"]["artifact_sha256"]);
+  const auto& w = r.json["workloads"][0];
+  EXPECT_NE(w["faster_verdict"], "PASS");
+  EXPECT_LT(std::abs(w["improvement_pct"].get<double>()), 5.0);
+}
+
+TEST(compare_cli_test, aa_with_a_candidate_is_a_usage_error) {
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_EQ(run_kwb({"compare", k_rmsnorm.string()}).exit_code, 64);
+}
+
+}  // namespace
+}  // namespace kwb::test

@@ -1,0 +1,220 @@
+// The sequential comparison protocol on synthetic arms and a fake clock: deterministic, no processes, no timing.
+#include "pipeline/compare.h"
+#include "stats/random.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+namespace kwb {
+namespace {
+
+class FakeClock final : public Clock {
+public:
+  double seconds() override { return m_now; }
+  void advance(double s) { m_now += s; }
+
+private:
+  double m_now = 1000.0;
+};
+
+// Arm 0 takes `base_ns`, arm 1 takes base_ns * ratio, each sample with multiplicative noise of `noise` (sd of the
+// log). Each visit costs `visit_seconds` on the fake clock.
+class SyntheticRunner final : public ArmRunner {
+public:
+  SyntheticRunner(FakeClock& clock, double ratio, double noise, uint64_t seed)
+      : m_clock(clock), m_ratio(ratio), m_noise(noise), m_rng(seed) {}
+
+  ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) override {
+    m_clock.advance(visit_seconds);
+    ArmVisit v;
+    v.pid = 1000 + static_cast<int64_t>(++m_visits);
+    const double mean = arm == 0 ? base_ns : base_ns * m_ratio;
+    for (int i = 0; i < warmups + samples; ++i) {
+      Sample s{workload, block, arm == 0 ? "A" : "B", order_position, v.pid, i, i < warmups, i % 2, 0, true};
+      s.ns = static_cast<int64_t>(mean * std::exp(m_noise * normal()));
+      v.samples.push_back(s);
+    }
+    if (fail_at_block >= 0 && block == fail_at_block && arm == 1) {
+      v.valid = false;
+      v.samples.back().output_valid = false;
+      v.failures.push_back({workload, samples - 1, "within_tolerance:y", "numeric_mismatch", "synthetic"});
+    }
+    ++produced;
+    produced_samples += v.samples.size();
+    order_first[block] = order_position == 0 ? arm : order_first[block];
+    return v;
+  }
+
+  double base_ns = 100000.0;
+  double visit_seconds = 0.05;
+  int warmups = 2;
+  int samples = 9;
+  int fail_at_block = -1;
+  size_t produced = 0;
+  size_t produced_samples = 0;
+  std::map<int, size_t> order_first;
+
+private:
+  double normal() {
+    double u1 = std::max(m_rng.uniform_open01(), 1e-300);
+    double u2 = m_rng.uniform_open01();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
+
+  FakeClock& m_clock;
+  double m_ratio, m_noise;
+  stats::Xoshiro256StarStar m_rng;
+  size_t m_visits = 0;
+};
+
+struct Outcome {
+  WorkloadResult result;
+  std::vector<Sample> samples;
+};
+
+Outcome run(SyntheticRunner& runner, FakeClock& clock, GateConfig gate, Budget budget = {10, 100000, 60.0}) {
+  Outcome r;
+  r.result = run_sequential_comparison("w", {"A", "B"}, runner, clock, gate, budget, 7, r.samples);
+  return r;
+}
+
+TEST(compare_test, clear_improvement_passes_at_the_first_look) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 1);  // B is 20% faster
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+  EXPECT_EQ(r.result.blocks, 10u);
+  ASSERT_TRUE(r.result.estimate);
+  EXPECT_NEAR(r.result.estimate->improvement_pct, 20.0, 0.5);
+  EXPECT_GE(r.result.estimate->ci_low_pct, 10.0);
+  EXPECT_FALSE(r.result.stopped_by_budget);
+}
+
+TEST(compare_test, improvement_below_the_bar_fails) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 2);
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 30.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, "FAIL") << r.result.reason;
+  EXPECT_LT(r.result.estimate->ci_high_pct, 30.0);
+}
+
+TEST(compare_test, effect_at_the_bar_is_inconclusive_when_the_budget_ends) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.9, 0.02, 3);  // exactly 10% faster: no interval can clear or miss 10%
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {10, 100000, 5.0});
+  EXPECT_EQ(r.result.verdict, "INCONCLUSIVE") << r.result.reason;
+  EXPECT_TRUE(r.result.stopped_by_budget);
+  EXPECT_LE(clock.seconds() - 1000.0, 5.0 + 1e-9);  // never starts a block that cannot finish in the budget
+  EXPECT_NE(r.result.reason.find("MDE"), std::string::npos);
+  EXPECT_GT(r.result.estimate->mde_pct, 0.0);
+}
+
+TEST(compare_test, every_sample_is_kept_including_warmups) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 4);
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(r.samples.size(), runner.produced_samples);
+  EXPECT_EQ(r.result.timed_samples, runner.produced * static_cast<size_t>(runner.samples));
+  size_t warm = 0;
+  for (const Sample& s : r.samples) warm += s.warmup;
+  EXPECT_EQ(warm, runner.produced * static_cast<size_t>(runner.warmups));
+  EXPECT_EQ(r.result.log_ratios.size(), r.result.blocks);
+}
+
+TEST(compare_test, block_statistic_is_the_median_of_timed_valid_samples) {
+  ArmVisit v;
+  for (int64_t ns : {900, 5, 100, 300, 200}) {
+    Sample s;
+    s.ns = ns;
+    s.output_valid = true;
+    s.warmup = ns == 900 || ns == 5;  // warm-ups never count
+    v.samples.push_back(s);
+  }
+  EXPECT_DOUBLE_EQ(visit_statistic(v), 200.0);
+}
+
+TEST(compare_test, invalid_output_during_timing_gives_invalid_and_no_metric) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 5);
+  runner.fail_at_block = 3;
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, "INVALID");
+  EXPECT_FALSE(r.result.estimate);
+  ASSERT_EQ(r.result.failures.size(), 1u);
+  EXPECT_EQ(r.result.failures[0].reason, "numeric_mismatch");
+  // The samples measured up to and including the failing visit are all still there.
+  EXPECT_EQ(r.samples.size(), runner.produced_samples);
+  nlohmann::json j = to_json(r.result);
+  EXPECT_TRUE(j["improvement_pct"].is_null());
+}
+
+TEST(compare_test, aa_identical_arms_pass_equivalence_and_are_not_faster) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 1.0, 0.01, 6);
+  Outcome r = run(runner, clock, {CompareMode::aa, stats::GateKind::ci, 0.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+  EXPECT_LE(r.result.estimate->ci_high_pct, 1.0);
+  EXPECT_GE(r.result.estimate->ci_low_pct, -1.0);
+  EXPECT_NE(r.result.faster_verdict, "PASS");
+}
+
+TEST(compare_test, aa_with_a_real_difference_fails_equivalence) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.95, 0.005, 7);  // "A'" 5% faster than A: the noise floor is broken
+  Outcome r = run(runner, clock, {CompareMode::aa, stats::GateKind::ci, 0.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, "FAIL") << r.result.reason;
+}
+
+TEST(compare_test, point_gate_decides_once_at_the_first_look) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.9, 0.05, 8);
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::point, 5.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.blocks, 10u);
+  EXPECT_EQ(r.result.verdict, r.result.estimate->improvement_pct >= 5.0 ? "PASS" : "FAIL");
+}
+
+TEST(compare_test, too_small_a_budget_reports_no_interval) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 9);
+  runner.visit_seconds = 10.0;
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {10, 100000, 25.0});
+  EXPECT_EQ(r.result.verdict, "INCONCLUSIVE");
+  EXPECT_EQ(r.result.blocks, 1u);
+  EXPECT_FALSE(r.result.estimate);
+}
+
+TEST(compare_test, arm_order_is_randomized_per_block) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.9, 0.02, 10);
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {10, 200, 1e9});
+  size_t b_first = 0;
+  for (const auto& [block, arm] : runner.order_first) b_first += arm == 1;
+  // 200 fair coin flips: between 70 and 130 with overwhelming probability (and deterministic for this seed).
+  EXPECT_GT(b_first, 70u);
+  EXPECT_LT(b_first, 130u);
+}
+
+TEST(compare_test, samples_csv_has_a_row_per_sample) {
+  std::vector<Sample> samples = {{"decode", 0, "A", 1, 42, 0, true, 0, 1234, true},
+                                 {"decode", 0, "B", 0, 43, 3, false, 1, 999, false}};
+  std::string csv = samples_csv(samples);
+  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1\ndecode,0,B,0,43,3,0,1,999,0\n");
+}
+
+TEST(compare_test, overall_verdict_precedence) {
+  auto w = [](const char* v) {
+    WorkloadResult r;
+    r.verdict = v;
+    return r;
+  };
+  EXPECT_EQ(overall_verdict({w("PASS"), w("PASS")}), "PASS");
+  EXPECT_EQ(overall_verdict({w("PASS"), w("INCONCLUSIVE")}), "INCONCLUSIVE");
+  EXPECT_EQ(overall_verdict({w("INCONCLUSIVE"), w("FAIL")}), "FAIL");
+  EXPECT_EQ(overall_verdict({w("FAIL"), w("INVALID")}), "INVALID");
+  EXPECT_EQ(overall_verdict({}), "INCONCLUSIVE");
+}
+
+}  // namespace
+}  // namespace kwb
