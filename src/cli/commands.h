@@ -11,5 +11,11 @@ using Action = std::function<int()>;
 
 Action add_check(CLI::App& root);
 Action add_compare(CLI::App& root);
+Action add_validate(CLI::App& root);
+Action add_verify(CLI::App& root);
+Action add_report(CLI::App& root);
+
+// The command line as given, for provenance (plan.json records it).
+inline std::vector<std::string> g_argv;
 
 }  // namespace kwb::cli

@@ -14,12 +14,16 @@
 int main(int argc, char** argv) {
   // A worker that dies while we write to it must not kill the referee.
   ::signal(SIGPIPE, SIG_IGN);
+  kwb::cli::g_argv.assign(argv, argv + argc);
   CLI::App app{"kwb — kernel workbench: is this candidate kernel correct, and is it really faster?"};
   app.set_version_flag("--version", std::string("kwb ") + KWB_VERSION);
   app.require_subcommand(1);
   const std::vector<std::pair<std::string, kwb::cli::Action>> verbs = {
       {"check", kwb::cli::add_check(app)},
       {"compare", kwb::cli::add_compare(app)},
+      {"validate", kwb::cli::add_validate(app)},
+      {"verify", kwb::cli::add_verify(app)},
+      {"report", kwb::cli::add_report(app)},
   };
   try {
     app.parse(argc, argv);

@@ -7,6 +7,7 @@
 namespace kwb {
 
 bool CheckReport::has_reason(const std::string& reason) const {
+  if (reason.empty()) return false;
   for (const Failure& f : failures) {
     if (f.reason == reason) return true;
   }
@@ -50,7 +51,23 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
   WorkerSession session(task, artifact, so);
   bool load_failed = false;
 
-  for (const Case& c : task.cases) {
+  // Smallest cases first: a broken implementation fails in milliseconds, not after the DRAM-sized case.
+  std::vector<const Case*> order;
+  for (const Case& c : task.cases) order.push_back(&c);
+  auto input_bytes = [&](const Case* c) {
+    size_t b = 0;
+    for (const TensorSpec& s : task.signature.inputs) b += resolve_shape(s, *c).elements() * dtype_size(s.dtype);
+    return b;
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Case* a, const Case* b) { return input_bytes(a) < input_bytes(b); });
+
+  for (const Case* cp : order) {
+    const Case& c = *cp;
+    if (report.has_reason(options.stop_after_reason)) {
+      report.stopped_early = true;
+      break;
+    }
     if (!options.only_cases.empty() &&
         std::find(options.only_cases.begin(), options.only_cases.end(), c.name) == options.only_cases.end()) {
       continue;
@@ -73,7 +90,9 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
           report.failures.push_back({c.name, -1, "loads", lo.reason, lo.detail});
         }
       }
-      for (int k = 0; !load_failed && k < options.calls_per_case; ++k) {
+      const int calls = input_bytes(&c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
+                                                             : options.calls_per_case;
+      for (int k = 0; !load_failed && k < calls; ++k) {
         InputSet set = make_input_set(task, c, static_cast<uint64_t>(k), options.nonce);
         CallResult res = session.call(set, k, CallMode::check);
         session.detach(set);
@@ -113,7 +132,54 @@ nlohmann::json to_json(const CheckReport& r) {
           {"cases", cases},
           {"assertions", {{"passed", r.passed}, {"failed", r.failed}}},
           {"failures", failures},
+          {"stopped_early", r.stopped_early},
           {"verdict", r.pass() ? "PASS" : "FAIL"}};
+}
+
+CheckReport check_report_from_json(const nlohmann::json& j) {
+  CheckReport r;
+  r.task = j.at("task");
+  r.implementation = j.at("implementation").at("path");
+  r.built = j.at("implementation").at("built");
+  const auto& id = j.at("implementation").at("identity");
+  r.identity.source_sha256 = id.at("source_sha256");
+  r.identity.artifact_sha256 = id.at("artifact_sha256");
+  r.identity.command = id.at("command");
+  r.identity.compiler = id.at("compiler");
+  r.identity.compiler_version = id.at("compiler_version");
+  r.identity.abi_header_sha256 = id.at("abi_header_sha256");
+  r.identity.layout_variant = id.at("layout_variant");
+  r.identity.key = id.at("key");
+  for (const auto& c : j.at("cases")) {
+    CaseReport cr;
+    cr.name = c.at("name");
+    cr.role = c.at("role") == "timing" ? CaseRole::timing : CaseRole::correctness;
+    cr.dims = c.at("dims");
+    cr.calls_run = c.at("calls");
+    cr.passed = c.at("passed");
+    cr.failed = c.at("failed");
+    cr.max_rel_error = c.at("max_rel_error");
+    cr.seconds = c.at("seconds");
+    r.cases.push_back(cr);
+  }
+  r.passed = j.at("assertions").at("passed");
+  r.failed = j.at("assertions").at("failed");
+  for (const auto& f : j.at("failures")) {
+    r.failures.push_back({f.at("case"), f.at("call"), f.at("assertion"), f.at("reason"), f.at("detail")});
+  }
+  r.stopped_early = j.value("stopped_early", false);
+  return r;
+}
+
+std::optional<std::string> timing_refusal(const CheckReport& r) {
+  if (r.pass()) return std::nullopt;
+  std::vector<std::string> reasons;
+  for (const Failure& f : r.failures) {
+    if (std::find(reasons.begin(), reasons.end(), f.reason) == reasons.end()) reasons.push_back(f.reason);
+  }
+  if (reasons.empty()) reasons.push_back("no assertion passed");
+  return fmt::format("{} failed its check: {} ({} assertions failed); no metric is reported for rejected code",
+                     r.implementation, fmt::join(reasons, ", "), r.failed);
 }
 
 }  // namespace kwb

@@ -64,6 +64,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   if (arm_labels.size() != 2) throw InternalError("run_sequential_comparison: exactly two arms");
   WorkloadResult res;
   res.name = workload;
+  res.seed = seed;
   const size_t first_look = std::max(budget.min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks);
   const stats::AlphaSpendingRule rule(gate.alpha, first_look);
   stats::Xoshiro256StarStar order_rng(seed);
@@ -279,6 +280,7 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"blocks", w.blocks},
                       {"samples", w.timed_samples},
                       {"samples_per_visit", w.samples_per_visit},
+                      {"seed", w.seed},
                       {"warmups_per_visit", w.warmups_per_visit},
                       {"seconds", w.seconds},
                       {"stopped_by_budget", w.stopped_by_budget}};

@@ -99,6 +99,7 @@ struct WorkloadResult {
   size_t blocks = 0;
   size_t timed_samples = 0;
   int samples_per_visit = 0;
+  uint64_t seed = 0;               // block orders; the bootstrap cross-check uses seed ^ blocks
   int warmups_per_visit = 0;
   std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
   std::vector<double> log_ratios;

@@ -35,14 +35,7 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
       co.backend = req.timing.backend;
       co.timeout = req.timing.timeout;
       CheckReport cr = run_check(task, *req.arms[i], co);
-      if (!cr.pass()) {
-        std::string why = cr.failures.empty() ? "no assertion passed" : cr.failures.front().reason;
-        for (const Failure& f : cr.failures) {
-          if (why.find(f.reason) == std::string::npos) why += ", " + f.reason;
-        }
-        report.refused.push_back(fmt::format("arm {} ({}) failed its check: {} ({} assertions failed)",
-                                             req.labels[i], req.arms[i]->source.string(), why, cr.failed));
-      }
+      if (auto why = timing_refusal(cr)) report.refused.push_back(fmt::format("arm {}: {}", req.labels[i], *why));
     }
   }
   if (!report.refused.empty()) {

@@ -11,6 +11,7 @@
 #include "worker/worker_process.h"
 
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -34,6 +35,7 @@ struct CallResult {
   std::vector<Failure> failures;
   double max_rel_error = 0.0;
   bool valid() const { return completed && failures.empty(); }
+  std::optional<RunProfile> profile;  // only from kwb-profile-worker
 };
 
 // check: every assertion on every call, including replay detection (which keeps a copy of the last output).
@@ -45,6 +47,8 @@ struct SessionOptions {
   std::string backend = "cpu";
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
   uint64_t poison_seed = 0;  // poison and canaries derive from it; fresh per call
+  std::filesystem::path worker_executable;  // empty: kwb-worker (util/paths.h); the profiler uses kwb-profile-worker
+  std::vector<std::string> wrapper;         // command the worker runs under (valgrind), empty for none
 };
 
 class WorkerSession {
@@ -85,7 +89,6 @@ private:
   std::map<const InputSet*, std::vector<int>> m_input_ids;
   std::string m_outputs_case;
   Outputs m_outputs;
-  std::vector<std::vector<unsigned char>> m_previous_output;
   std::vector<std::vector<double>> m_previous_expected;
   Rng m_rng;
   int m_last_id = 0;

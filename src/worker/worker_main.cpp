@@ -20,6 +20,33 @@
 #include <string>
 #include <vector>
 
+#ifdef KWB_PROFILE_WORKER
+// kwb-profile-worker: the same worker, built a second time with probes around kwb_run and nothing else
+// (docs/profile.md). kwb-worker, the timing worker, is compiled without this block and stays as it is.
+#include <linux/perf_event.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+
+#include <cerrno>
+#include <fstream>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#define KWB_HAVE_CALLGRIND_REQUESTS 1
+#else
+// Without valgrind's headers the client requests are no-ops; the parent then finds no per-call dumps and reports
+// instruction counts as unavailable rather than guessing.
+#define CALLGRIND_TOGGLE_COLLECT
+#define CALLGRIND_DUMP_STATS_AT(label) ((void)(label))
+#define RUNNING_ON_VALGRIND 0
+#define KWB_HAVE_CALLGRIND_REQUESTS 0
+#endif
+
+// Defined in worker/alloc_counter.cpp, which is linked into kwb-profile-worker only.
+extern "C" void kwb_alloc_counter_start();
+extern "C" void kwb_alloc_counter_stop(uint64_t* allocations, uint64_t* bytes, uint64_t* frees);
+#endif
+
 namespace kwb {
 namespace {
 
@@ -81,6 +108,76 @@ struct Mapping {
     if (reservation != nullptr) ::munmap(reservation, reservation_size);
   }
 };
+
+#ifdef KWB_PROFILE_WORKER
+// ---- probes around kwb_run (kwb-profile-worker only) ------------------------------------------------------------
+// Hardware counters for the calling thread, user space only, opened once and enabled only around kwb_run. Under
+// valgrind they are not opened: they would count the emulator, not the implementation.
+class HardwareCounters {
+public:
+  HardwareCounters() {
+    if (RUNNING_ON_VALGRIND) {
+      m_unavailable = "not counted under valgrind (the counters would count the emulator)";
+      return;
+    }
+    m_leader = open_counter(PERF_COUNT_HW_INSTRUCTIONS, -1, "instructions");
+    if (m_leader >= 0) m_cycles = open_counter(PERF_COUNT_HW_CPU_CYCLES, m_leader, "cycles");
+    if (m_leader >= 0 && m_cycles < 0) {
+      ::close(m_leader);
+      m_leader = -1;
+    }
+  }
+  ~HardwareCounters() {
+    if (m_cycles >= 0) ::close(m_cycles);
+    if (m_leader >= 0) ::close(m_leader);
+  }
+  HardwareCounters(const HardwareCounters&) = delete;  // owns two perf file descriptors
+  HardwareCounters& operator=(const HardwareCounters&) = delete;
+
+  void start() {
+    if (m_leader < 0) return;
+    ::ioctl(m_leader, PERF_EVENT_IOC_RESET, PERF_IOC_FLAG_GROUP);
+    ::ioctl(m_leader, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP);
+  }
+  void stop() {
+    if (m_leader >= 0) ::ioctl(m_leader, PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP);
+  }
+  nlohmann::json read() const {
+    if (m_leader < 0) return {{"available", false}, {"reason", m_unavailable}};
+    uint64_t values[3] = {0, 0, 0};  // PERF_FORMAT_GROUP: nr, then one value per counter
+    if (::read(m_leader, values, sizeof values) != static_cast<ssize_t>(sizeof values) || values[0] != 2) {
+      return {{"available", false}, {"reason", "reading the perf counter group failed"}};
+    }
+    return {{"available", true}, {"instructions", values[1]}, {"cycles", values[2]}};
+  }
+
+private:
+  int open_counter(uint64_t config, int group, const char* name) {
+    perf_event_attr a{};
+    a.type = PERF_TYPE_HARDWARE;
+    a.size = sizeof a;
+    a.config = config;
+    if (group < 0) a.disabled = 1;  // members follow their group leader
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    a.read_format = PERF_FORMAT_GROUP;
+    const long fd = ::syscall(SYS_perf_event_open, &a, 0, -1, group, 0);
+    if (fd < 0) {
+      const int err = errno;
+      std::string paranoid;
+      std::ifstream("/proc/sys/kernel/perf_event_paranoid") >> paranoid;
+      m_unavailable = std::string("perf_event_open(") + name + "): " + std::strerror(err) +
+                      (paranoid.empty() ? "" : " (kernel.perf_event_paranoid = " + paranoid + ")");
+      return -1;
+    }
+    return static_cast<int>(fd);
+  }
+
+  int m_leader = -1;
+  int m_cycles = -1;
+  std::string m_unavailable;
+};
+#endif
 
 // ---- the worker -----------------------------------------------------------------------------------------------
 
@@ -253,7 +350,11 @@ private:
     // CLOCK_MONOTONIC through the vDSO (no system call, ~20 ns); docs/timing.md says why this clock.
     timespec t0{}, t1{};
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
+#ifdef KWB_PROFILE_WORKER
+    const int rc = profiled_run(call, m.at("call").get<uint64_t>());
+#else
     const int rc = m_run(&call);
+#endif
     m_backend->synchronize();
     ::clock_gettime(CLOCK_MONOTONIC, &t1);
 
@@ -261,8 +362,40 @@ private:
     bool intact = true;
     for (size_t i = 0; i < in.tensors.size(); ++i) intact = intact && same(in.tensors[i], in_copy[i], in.shapes[i]);
     for (size_t i = 0; i < out.tensors.size(); ++i) intact = intact && same(out.tensors[i], out_copy[i], out.shapes[i]);
+#ifdef KWB_PROFILE_WORKER
+    return {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns}, {"descriptors_intact", intact},
+            {"profile", m_last_profile}};
+#else
     return {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns}, {"descriptors_intact", intact}};
+#endif
   }
+
+#ifdef KWB_PROFILE_WORKER
+  // The measurement window is kwb_run and nothing else: callgrind collects only between the two toggles, the
+  // allocation counter and the hardware counters are switched on just outside them. After the window, callgrind
+  // writes this call's costs to their own file, labelled with the call number (the parent maps files to calls by
+  // that label, and drops warm-up calls).
+  int profiled_run(const kwb_call& call, uint64_t call_number) {
+    if (!m_counters) m_counters = std::make_unique<HardwareCounters>();
+    uint64_t allocations = 0, bytes = 0, frees = 0;
+    kwb_alloc_counter_start();
+    m_counters->start();
+    CALLGRIND_TOGGLE_COLLECT;
+    const int rc = m_run(&call);
+    CALLGRIND_TOGGLE_COLLECT;
+    m_counters->stop();
+    kwb_alloc_counter_stop(&allocations, &bytes, &frees);
+    const std::string label = "kwb_run call " + std::to_string(call_number);
+    CALLGRIND_DUMP_STATS_AT(label.c_str());
+    m_last_profile = {{"alloc_count", allocations},
+                      {"alloc_bytes", bytes},
+                      {"free_count", frees},
+                      {"hw", m_counters->read()},
+                      {"on_valgrind", RUNNING_ON_VALGRIND != 0},
+                      {"callgrind_requests", KWB_HAVE_CALLGRIND_REQUESTS != 0}};
+    return rc;
+  }
+#endif
 
   int finish() {
     if (m_teardown != nullptr) m_teardown();
@@ -277,6 +410,10 @@ private:
   kwb_run_fn m_run = nullptr;
   kwb_teardown_fn m_teardown = nullptr;
   std::map<int, std::unique_ptr<Mapping>> m_buffers;
+#ifdef KWB_PROFILE_WORKER
+  std::unique_ptr<HardwareCounters> m_counters;
+  nlohmann::json m_last_profile;
+#endif
 };
 
 }  // namespace

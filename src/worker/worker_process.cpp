@@ -32,7 +32,8 @@ std::vector<std::string> worker_environment() {
   return env;
 }
 
-WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout)
+WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
+                             const std::vector<std::string>& wrapper)
     : m_timeout(timeout) {
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
@@ -51,13 +52,17 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   posix_spawnattr_init(&attr);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
   posix_spawnattr_setpgroup(&attr, 0);
-  const std::string exe = worker_exe.string();
-  char* argv[] = {const_cast<char*>(exe.c_str()), nullptr};
+  std::vector<std::string> args = wrapper;
+  args.push_back(worker_exe.string());
+  const std::string exe = args.front();
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
   const std::vector<std::string> env_strings = worker_environment();
   std::vector<char*> envp;
   for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
-  int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv, envp.data());
+  int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
@@ -249,6 +254,22 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
   out.rc = reply->value("rc", -1);
   out.ns = reply->value("ns", int64_t{-1});
   out.descriptors_intact = reply->value("descriptors_intact", false);
+  if (auto p = reply->find("profile"); p != reply->end() && p->is_object()) {
+    RunProfile rp;
+    rp.alloc_count = p->value("alloc_count", uint64_t{0});
+    rp.alloc_bytes = p->value("alloc_bytes", uint64_t{0});
+    rp.free_count = p->value("free_count", uint64_t{0});
+    rp.on_valgrind = p->value("on_valgrind", false);
+    rp.callgrind_requests = p->value("callgrind_requests", false);
+    const nlohmann::json hw = p->value("hw", nlohmann::json::object());
+    if (hw.value("available", false)) {
+      rp.hw_instructions = hw.value("instructions", uint64_t{0});
+      rp.hw_cycles = hw.value("cycles", uint64_t{0});
+    } else {
+      rp.hw_unavailable = hw.value("reason", std::string("not reported"));
+    }
+    out.profile = rp;
+  }
   return out;
 }
 

@@ -46,12 +46,26 @@ struct RunRequest {
   std::vector<std::pair<std::string, double>> scalars;
 };
 
+// What only kwb-profile-worker reports about one kwb_run (docs/profile.md): the heap allocations made during the
+// call and, where perf_event_open is allowed and the worker is not under valgrind, user-space hardware counters.
+struct RunProfile {
+  uint64_t alloc_count = 0;
+  uint64_t alloc_bytes = 0;
+  uint64_t free_count = 0;
+  std::optional<uint64_t> hw_instructions;
+  std::optional<uint64_t> hw_cycles;
+  std::string hw_unavailable;  // why the counters are absent
+  bool on_valgrind = false;
+  bool callgrind_requests = false;  // the worker was built with valgrind's client requests
+};
+
 struct RunOutcome {
   bool answered = false;  // false: see death
   int rc = 0;
   int64_t ns = 0;
   bool descriptors_intact = true;
   std::optional<WorkerDeath> death;
+  std::optional<RunProfile> profile;  // present only in answers of kwb-profile-worker
 };
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
@@ -59,7 +73,11 @@ std::vector<std::string> worker_environment();
 
 class WorkerProcess {
 public:
-  WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout);
+  // `wrapper`, when given, is the start of the command line and the worker executable its last argument (the
+  // profiler runs the profile worker as `valgrind --tool=callgrind ... kwb-profile-worker`); wrapper[0] must be a
+  // path, not a name to look up.
+  WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
+                const std::vector<std::string>& wrapper = {});
   ~WorkerProcess();  // kills and reaps: a worker never outlives its owner
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;

@@ -1,0 +1,26 @@
+// kwb report BUNDLE: (re)render report.md and report.html from the bundle's JSON and samples. Rendering is
+// deterministic (no clocks, no randomness), so re-rendering an intact bundle reproduces the manifest's hashes.
+#include "cli/commands.h"
+#include "report/report.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+
+namespace kwb::cli {
+
+Action add_report(CLI::App& root) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* app = root.add_subcommand("report", "Render report.md and report.html for an evidence bundle");
+  app->add_option("bundle", *dir, "Evidence bundle folder")->required();
+  return [dir]() {
+    if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
+    write_reports(*dir);
+    std::cout << fmt::format("wrote {}/report.md and {}/report.html\n", *dir, *dir);
+    return 0;
+  };
+}
+
+}  // namespace kwb::cli

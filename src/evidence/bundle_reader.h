@@ -1,0 +1,44 @@
+// Reads an evidence bundle back: the JSON files and the raw samples. Used by verify and report, which must work
+// from the bundle alone (no task folder, no cache, no machine).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+struct SampleRow {
+  std::string comparison;  // aa or ab
+  std::string workload;
+  int block = 0;
+  std::string arm;
+  int order_position = 0;
+  int64_t pid = 0;
+  int sample_index = 0;
+  bool warmup = false;
+  int input_set = 0;
+  int64_t ns = 0;
+  bool output_valid = false;
+  int line = 0;  // in samples.csv, for messages
+};
+
+struct BundleData {
+  std::filesystem::path dir;
+  nlohmann::json plan, environment, stages, decision, controls, final_;
+  std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
+  std::map<std::string, nlohmann::json> profiles;  // by file stem
+  std::optional<nlohmann::json> aa, ab;
+  std::vector<SampleRow> samples;
+  std::vector<std::string> problems;  // files missing or unreadable
+};
+
+// Never throws for a damaged bundle: what cannot be read is listed in `problems`.
+BundleData read_bundle(const std::filesystem::path& dir);
+
+}  // namespace kwb

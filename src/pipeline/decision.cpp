@@ -1,0 +1,135 @@
+#include "pipeline/decision.h"
+
+#include <fmt/format.h>
+
+namespace kwb {
+
+// Precedence: INVALID (the referee itself cannot be trusted: broken baseline, weak grader, changed artifacts,
+// broken noise floor) before KEEP_BASELINE (the candidate is wrong or not fast enough) before INCONCLUSIVE (the
+// data could not settle it) before KEEP_CANDIDATE (everything passed). Missing evidence is never a pass.
+Decision decide(const DecisionInputs& in) {
+  std::vector<std::string> invalid, reject, unsure;
+  for (const std::string& e : in.stage_errors) invalid.push_back("stage error: " + e);
+  for (const std::string& m : in.identity_mismatches) invalid.push_back("identity mismatch: " + m);
+  for (const std::string& m : in.environment_mismatches) invalid.push_back("environment changed: " + m);
+  if (!in.baseline_check_pass) {
+    invalid.push_back("the baseline was not checked");
+  } else if (!*in.baseline_check_pass) {
+    invalid.push_back("the baseline fails the oracle check: nothing can be judged against it");
+  }
+  for (const ControlOutcome& c : in.controls) {
+    if (!c.rejected) {
+      invalid.push_back(fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
+    } else if (!c.expected_reason_seen) {
+      invalid.push_back(fmt::format("control '{}' was rejected, but not for '{}' as its task requires", c.name,
+                                    c.expect));
+    }
+    if (!c.timing_refused) invalid.push_back(fmt::format("control '{}' was timed: rejected code got a metric", c.name));
+  }
+
+  if (!in.candidate_check_pass) {
+    unsure.push_back("the candidate was not checked");
+  } else if (!*in.candidate_check_pass) {
+    reject.push_back("the candidate fails the oracle check");
+  }
+  if (in.candidate_check_pass.value_or(false)) {
+    if (in.baseline_copy_check_pass.has_value() && !*in.baseline_copy_check_pass) {
+      invalid.push_back("the separately built baseline copy (A') fails the check");
+    }
+    if (in.aa.empty()) unsure.push_back("no A/A calibration");
+    for (const WorkloadVerdict& w : in.aa) {
+      if (w.verdict == "FAIL") {
+        invalid.push_back(fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
+                                      "broken on this machine",
+                                      w.workload));
+      } else if (w.verdict == "INVALID") {
+        invalid.push_back(fmt::format("A/A on '{}' failed validation during timing", w.workload));
+      } else if (w.verdict != "PASS") {
+        unsure.push_back(fmt::format("A/A on '{}' could not confirm the noise floor within bounds", w.workload));
+      }
+    }
+    if (in.ab.empty()) unsure.push_back("no A/B comparison");
+    for (const WorkloadVerdict& w : in.ab) {
+      if (w.verdict == "FAIL") {
+        reject.push_back(fmt::format("'{}': the candidate does not clear the improvement bar", w.workload));
+      } else if (w.verdict == "INVALID") {
+        reject.push_back(fmt::format("'{}': a candidate output failed validation during timing", w.workload));
+      } else if (w.verdict != "PASS") {
+        unsure.push_back(fmt::format("'{}': the interval does not settle the improvement bar", w.workload));
+      }
+    }
+    if (!in.final_check_pass) {
+      unsure.push_back("no final validation");
+    } else if (!*in.final_check_pass) {
+      reject.push_back("the candidate fails the final re-check with fresh data");
+    }
+  }
+
+  Decision d;
+  if (!invalid.empty()) {
+    d = {"INVALID", invalid, 3};
+  } else if (!reject.empty()) {
+    d = {"KEEP_BASELINE", reject, 1};
+  } else if (!unsure.empty()) {
+    d = {"INCONCLUSIVE", unsure, 2};
+  } else {
+    d = {"KEEP_CANDIDATE", {"every check, control, calibration and workload gate passed"}, 0};
+  }
+  return d;
+}
+
+namespace {
+nlohmann::json opt(const std::optional<bool>& b) { return b ? nlohmann::json(*b) : nlohmann::json(nullptr); }
+std::optional<bool> opt_bool(const nlohmann::json& j, const char* k) {
+  if (!j.contains(k) || j[k].is_null()) return std::nullopt;
+  return j[k].get<bool>();
+}
+nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& w : v) a.push_back({{"workload", w.workload}, {"verdict", w.verdict}});
+  return a;
+}
+std::vector<WorkloadVerdict> verdicts_from(const nlohmann::json& a) {
+  std::vector<WorkloadVerdict> v;
+  for (const auto& w : a) v.push_back({w.at("workload"), w.at("verdict")});
+  return v;
+}
+}  // namespace
+
+nlohmann::json to_json(const DecisionInputs& in) {
+  nlohmann::json controls = nlohmann::json::array();
+  for (const ControlOutcome& c : in.controls) {
+    controls.push_back({{"name", c.name}, {"expect", c.expect}, {"rejected", c.rejected},
+                        {"expected_reason_seen", c.expected_reason_seen}, {"timing_refused", c.timing_refused}});
+  }
+  return {{"baseline_check_pass", opt(in.baseline_check_pass)},
+          {"baseline_copy_check_pass", opt(in.baseline_copy_check_pass)},
+          {"candidate_check_pass", opt(in.candidate_check_pass)},
+          {"controls", controls},
+          {"aa", verdicts(in.aa)},
+          {"ab", verdicts(in.ab)},
+          {"final_check_pass", opt(in.final_check_pass)},
+          {"identity_mismatches", in.identity_mismatches},
+          {"environment_mismatches", in.environment_mismatches},
+          {"stage_errors", in.stage_errors}};
+}
+
+DecisionInputs decision_inputs_from_json(const nlohmann::json& j) {
+  DecisionInputs in;
+  in.baseline_check_pass = opt_bool(j, "baseline_check_pass");
+  in.baseline_copy_check_pass = opt_bool(j, "baseline_copy_check_pass");
+  in.candidate_check_pass = opt_bool(j, "candidate_check_pass");
+  for (const auto& c : j.at("controls")) {
+    in.controls.push_back({c.at("name"), c.at("expect"), c.at("rejected"), c.at("expected_reason_seen"),
+                           c.at("timing_refused")});
+  }
+  in.aa = verdicts_from(j.at("aa"));
+  in.ab = verdicts_from(j.at("ab"));
+  in.final_check_pass = opt_bool(j, "final_check_pass");
+  in.identity_mismatches = j.at("identity_mismatches").get<std::vector<std::string>>();
+  in.environment_mismatches = j.at("environment_mismatches").get<std::vector<std::string>>();
+  in.stage_errors = j.at("stage_errors").get<std::vector<std::string>>();
+  return in;
+}
+
+}  // namespace kwb

@@ -1,0 +1,486 @@
+#include "pipeline/validate.h"
+
+#include "build/builder.h"
+#include "evidence/bundle_writer.h"
+#include "evidence/environment.h"
+#include "pipeline/check.h"
+#include "report/report.h"
+#include "task/data.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <ctime>
+#include <random>
+
+#ifndef KWB_VERSION
+#define KWB_VERSION "0.0.0"
+#endif
+#ifndef KWB_GIT_SHA
+#define KWB_GIT_SHA "unknown"
+#endif
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+const std::vector<std::string>& validate_stage_names() {
+  static const std::vector<std::string> names = {"freeze",   "check_baseline", "profile", "check_candidate",
+                                                 "controls", "aa",             "ab",      "final_validation",
+                                                 "decision"};
+  return names;
+}
+
+namespace {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+struct Impl {
+  std::string role;  // baseline, baseline_copy, candidate, control
+  std::string name;
+  std::string expect;  // controls only
+  Artifact artifact;
+  std::string bundle_source;    // relative path inside the bundle
+  std::string bundle_artifact;  // relative path inside the bundle ("" when the build failed)
+};
+
+class Validator {
+public:
+  Validator(const ValidateOptions& o, const ValidateObserver& obs) : m_opt(o), m_obs(obs), m_bundle(o.output_dir) {}
+
+  ValidateResult run() {
+    const auto& names = validate_stage_names();
+    m_stages = nlohmann::json::array();
+    for (const std::string& n : names) m_stages.push_back({{"name", n}, {"status", "pending"}});
+    write_stages();
+
+    // Freeze is the one stage without which nothing else means anything: its failure is fatal to the run, but the
+    // bundle still records why.
+    bool frozen = stage(0, [&] { return freeze(); });
+    bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
+    stage(2, [&] { return profile(); }, frozen);
+    bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
+    stage(4, [&] { return controls(); }, frozen);
+    const bool timing_allowed = baseline_ok && candidate_ok;
+    bool aa_ok = stage(5, [&] { return aa(); }, timing_allowed, "skipped: baseline or candidate failed its check");
+    stage(6, [&] { return ab(); }, timing_allowed && aa_ok,
+          timing_allowed ? "skipped: the A/A calibration failed" : "skipped: baseline or candidate failed its check");
+    stage(7, [&] { return final_validation(); }, frozen);
+    stage(8, [&] { return decision(); });
+    m_bundle.write_manifest();
+    ValidateResult r;
+    r.decision = m_decision;
+    r.decision_json = m_decision_json;
+    r.plan_digest = m_plan_digest;
+    r.bundle = m_bundle.dir();
+    return r;
+  }
+
+private:
+  // Runs one stage: records it, catches what it throws (as a stage error), rewrites stages.json.
+  bool stage(size_t index, const std::function<std::string()>& body, bool run = true,
+             const std::string& skip_reason = "skipped: an earlier stage it depends on failed") {
+    const std::string& name = validate_stage_names()[index];
+    if (m_obs.stage_started) m_obs.stage_started(static_cast<int>(index) + 1, 9, name);
+    const auto t0 = std::chrono::steady_clock::now();
+    std::string status = "ok", summary;
+    bool ok = true;
+    if (!run) {
+      status = "skipped";
+      summary = skip_reason;
+      ok = false;
+    } else {
+      m_stages[index]["status"] = "running";
+      m_stages[index]["started"] = utc_now();
+      write_stages();
+      try {
+        summary = body();
+        if (m_stage_failed) {
+          status = "failed";
+          ok = false;
+          m_stage_failed = false;
+        }
+      } catch (const std::exception& e) {
+        status = "error";
+        summary = e.what();
+        ok = false;
+        m_inputs.stage_errors.push_back(fmt::format("{}: {}", name, e.what()));
+      }
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    m_stages[index]["status"] = status;
+    m_stages[index]["summary"] = summary;
+    m_stages[index]["seconds"] = seconds;
+    write_stages();
+    if (m_obs.stage_finished) m_obs.stage_finished(name, status, summary, seconds);
+    return ok;
+  }
+
+  void write_stages() {
+    m_bundle.write_json("stages.json", {{"schema", k_stages_schema},
+                                        {"schema_version", k_bundle_schema_version},
+                                        {"stages", m_stages}});
+  }
+
+  // ---- 1. freeze --------------------------------------------------------------------------------------------
+
+  std::string freeze() {
+    m_task = load_task(m_opt.task_dir);
+    if (!m_task.backends.contains(m_opt.backend)) {
+      throw DataError(fmt::format("{}: the task has no [backends.{}] section", m_task.manifest.string(), m_opt.backend));
+    }
+    const BackendImpls& bi = m_task.backends.at(m_opt.backend);
+    const fs::path baseline = m_opt.baseline.empty() ? bi.baseline : m_opt.baseline;
+    m_seed = m_opt.seed ? *m_opt.seed : std::random_device{}() * 4294967296ull + std::random_device{}();
+    m_timing_nonce = mix_seed(m_seed, 0x71);
+    m_final_nonce = mix_seed(m_seed, 0xF1);
+    if (m_final_nonce == 0) m_final_nonce = 1;
+
+    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0}), "", ""});
+    m_impls.push_back({"baseline_copy", "baseline'", "", build_implementation({baseline, 1}), "", ""});
+    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0}), "", ""});
+    for (const ControlSpec& c : bi.controls) {
+      m_impls.push_back({"control", c.name, c.expect, build_implementation({c.source, 0}), "", ""});
+    }
+
+    nlohmann::json impls = nlohmann::json::array();
+    for (Impl& im : m_impls) {
+      im.bundle_source = m_bundle.add_artifact(im.artifact.source, im.artifact.identity.source_sha256 +
+                                                                      im.artifact.source.extension().string());
+      if (im.artifact.ok) {
+        im.bundle_artifact = m_bundle.add_artifact(im.artifact.path, im.artifact.identity.artifact_sha256 + ".so");
+        // From here on every worker loads the bundle's copy: the binary that is timed is the one in the evidence.
+        im.artifact.path = m_bundle.dir() / im.bundle_artifact;
+      }
+      impls.push_back({{"role", im.role},
+                       {"name", im.name},
+                       {"expect", im.expect},
+                       {"source", im.artifact.source.string()},
+                       {"bundle_source", im.bundle_source},
+                       {"bundle_artifact", im.bundle_artifact},
+                       {"built", im.artifact.ok},
+                       {"build_log", im.artifact.ok ? "" : im.artifact.log},
+                       {"identity", to_json(im.artifact.identity)}});
+    }
+
+    m_environment = capture_environment(m_impls[2].artifact.identity.compiler_version);
+    m_bundle.write_json("environment.json", m_environment);
+
+    nlohmann::json cases = nlohmann::json::array();
+    for (const Case& c : m_task.cases) {
+      cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"seed", c.seed},
+                       {"distribution", to_string(c.data.kind)}, {"scale", c.data.scale}});
+    }
+    const fs::path self = fs::read_symlink("/proc/self/exe");
+    nlohmann::json plan = {
+        {"schema", k_plan_schema},
+        {"schema_version", k_bundle_schema_version},
+        {"created", utc_now()},
+        {"argv", m_opt.argv},
+        {"task",
+         {{"name", m_task.name},
+          {"dir", m_task.dir.string()},
+          {"manifest_sha256", m_task.manifest_sha256},
+          {"manifest", read_file(m_task.manifest)},
+          {"oracle", m_task.oracle},
+          {"tolerance", {{"rtol", m_task.tolerance.rtol}, {"atol", m_task.tolerance.atol}}},
+          {"cases", cases}}},
+        {"backend", m_opt.backend},
+        {"implementations", impls},
+        {"gates",
+         {{"kind", m_opt.gate.kind == stats::GateKind::ci ? "ci" : "point"},
+          {"min_improvement_pct", m_opt.gate.min_improvement_pct},
+          {"max_aa_difference_pct", m_opt.gate.max_aa_difference_pct},
+          {"alpha", m_opt.gate.alpha}}},
+        {"budgets",
+         {{"min_blocks", m_opt.budget.min_blocks},
+          {"max_blocks", m_opt.budget.max_blocks},
+          {"max_seconds_per_workload", m_opt.budget.max_seconds},
+          {"warmups", m_opt.timing.warmups},
+          {"samples", m_opt.timing.samples},
+          {"timeout_seconds", static_cast<double>(m_opt.timing.timeout.count()) / 1000.0}}},
+        {"workloads", m_opt.workloads},
+        {"seeds", {{"seed", m_seed}, {"check_nonce", 0}, {"timing_nonce", m_timing_nonce}, {"final_nonce", m_final_nonce}}},
+        {"kwb",
+         {{"version", KWB_VERSION},
+          {"git_sha", KWB_GIT_SHA},
+          {"binary_sha256", sha256_file(self)},
+          {"worker_sha256", sha256_file(worker_executable())}}},
+        {"environment", m_environment}};
+    const std::string text = plan.dump(2) + "\n";
+    m_bundle.write_text("plan.json", text);
+    m_plan_digest = sha256_hex(std::string_view(text));
+    m_plan = plan;
+    if (m_obs.plan_frozen) m_obs.plan_frozen(m_plan_digest);
+    size_t built = 0;
+    for (const Impl& im : m_impls) built += im.artifact.ok;
+    return fmt::format("plan digest {}; {} implementations ({} built)", m_plan_digest, m_impls.size(), built);
+  }
+
+  // Every stage re-hashes what it is about to run against the plan and refuses to go on when anything differs.
+  void require_identity(const Impl& im) {
+    if (!im.artifact.ok) return;
+    for (auto [rel, planned] : {std::pair{im.bundle_artifact, im.artifact.identity.artifact_sha256},
+                                std::pair{im.bundle_source, im.artifact.identity.source_sha256}}) {
+      const std::string now = sha256_file(m_bundle.dir() / rel);
+      if (now != planned) {
+        std::string m = fmt::format("{} ({}): plan {} now {}", rel, im.name, planned, now);
+        m_inputs.identity_mismatches.push_back(m);
+        throw InternalError("identity check failed: " + m);
+      }
+    }
+  }
+
+  Impl& impl(const std::string& role) {
+    for (Impl& im : m_impls) {
+      if (im.role == role) return im;
+    }
+    throw InternalError("no implementation with role " + role);
+  }
+
+  CheckReport check(Impl& im, const std::string& file, uint64_t nonce, const std::string& stop_after = "") {
+    require_identity(im);
+    CheckOptions co;
+    co.backend = m_opt.backend;
+    co.timeout = m_opt.timing.timeout;
+    co.nonce = nonce;
+    co.stop_after_reason = stop_after;
+    CheckReport r = run_check(m_task, im.artifact, co);
+    m_bundle.write_json(file, to_json(r));
+    return r;
+  }
+
+  static std::string check_summary(const CheckReport& r) {
+    return fmt::format("{}: {} assertions passed, {} failed", r.pass() ? "PASS" : "FAIL", r.passed, r.failed);
+  }
+
+  // ---- 2-5. checks, profile, controls --------------------------------------------------------------------------
+
+  std::string check_baseline() {
+    CheckReport r = check(impl("baseline"), "checks/baseline.json", 0);
+    m_inputs.baseline_check_pass = r.pass();
+    m_stage_failed = !r.pass();
+    return check_summary(r);
+  }
+
+  std::string profile() {
+    // Structural facts only; never part of the decision. Wired to src/profile/ once that module lands.
+    return "skipped: no profiler is built into this kwb yet";
+  }
+
+  std::string check_candidate() {
+    CheckReport r = check(impl("candidate"), "checks/candidate.json", 0);
+    m_inputs.candidate_check_pass = r.pass();
+    m_stage_failed = !r.pass();
+    if (auto why = timing_refusal(r)) return check_summary(r) + "; timing refused";
+    return check_summary(r);
+  }
+
+  std::string controls() {
+    nlohmann::json list = nlohmann::json::array();
+    size_t good = 0;
+    for (Impl& im : m_impls) {
+      if (im.role != "control") continue;
+      CheckReport r = check(im, "checks/control_" + im.name + ".json", 0, im.expect);
+      ControlOutcome o{im.name, im.expect, !r.pass(), r.has_reason(im.expect), timing_refusal(r).has_value()};
+      m_inputs.controls.push_back(o);
+      std::vector<std::string> reasons;
+      for (const Failure& f : r.failures) {
+        if (std::find(reasons.begin(), reasons.end(), f.reason) == reasons.end()) reasons.push_back(f.reason);
+      }
+      const bool ok = o.rejected && o.expected_reason_seen && o.timing_refused;
+      good += ok;
+      list.push_back({{"name", o.name},
+                      {"expect", o.expect},
+                      {"rejected", o.rejected},
+                      {"reasons", reasons},
+                      {"expected_reason_seen", o.expected_reason_seen},
+                      {"timing_refused", o.timing_refused},
+                      {"metric", nullptr},
+                      {"check", "checks/control_" + im.name + ".json"},
+                      {"ok", ok}});
+    }
+    const size_t total = list.size();
+    m_bundle.write_json("controls.json", {{"schema", k_controls_schema},
+                                          {"schema_version", k_bundle_schema_version},
+                                          {"controls", list},
+                                          {"killed", good},
+                                          {"total", total}});
+    m_stage_failed = good != total;
+    return fmt::format("{} of {} controls rejected for their named reason, no metric for any", good, total);
+  }
+
+  // ---- 6-7. timing --------------------------------------------------------------------------------------------
+
+  CompareReport compare(CompareMode mode, Impl& other, const std::string& label) {
+    Impl& a = impl("baseline");
+    require_identity(a);
+    require_identity(other);
+    CompareRequest req;
+    req.mode = mode;
+    req.arms = {&a.artifact, &other.artifact};
+    req.labels = {"A", label};
+    req.workloads = m_opt.workloads;
+    req.gate = m_opt.gate;
+    req.gate.mode = mode;
+    req.budget = m_opt.budget;
+    req.timing = m_opt.timing;
+    req.timing.nonce = m_timing_nonce;
+    req.seed = mix_seed(m_seed, mode == CompareMode::aa ? 0xAA : 0xAB);
+    req.skip_checks = true;  // both arms passed their checks in this run, on these exact artifacts
+    CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
+    const std::string tag = mode == CompareMode::aa ? "aa" : "ab";
+    nlohmann::json j = to_json(r);
+    m_bundle.write_json("comparisons/" + tag + ".json", j);
+    for (Sample& s : r.samples) m_samples.emplace_back(tag, std::move(s));
+    write_samples();
+    return r;
+  }
+
+  void write_samples() {
+    std::string csv = "comparison," + std::string(samples_csv_header());
+    for (const auto& [tag, s] : m_samples) {
+      std::string row = samples_csv({s});
+      csv += tag + "," + row.substr(samples_csv_header().size());
+    }
+    m_bundle.write_text("samples.csv", csv);
+  }
+
+  std::string aa() {
+    Impl& copy = impl("baseline_copy");
+    CheckReport r = check(copy, "checks/baseline_copy.json", 0);
+    m_inputs.baseline_copy_check_pass = r.pass();
+    if (!r.pass()) {
+      m_stage_failed = true;
+      return "the baseline copy A' fails its check: " + check_summary(r);
+    }
+    CompareReport c = compare(CompareMode::aa, copy, "A'");
+    std::vector<std::string> parts;
+    for (const WorkloadResult& w : c.workloads) {
+      m_inputs.aa.push_back({w.name, w.verdict});
+      parts.push_back(fmt::format("{} {}", w.name, w.verdict));
+    }
+    m_stage_failed = c.verdict != "PASS";
+    // An inconclusive A/A does not stop A/B (its verdict will be INCONCLUSIVE anyway, and the data is useful);
+    // a failed one does: measurements on a broken noise floor mean nothing.
+    if (c.verdict == "INCONCLUSIVE") m_stage_failed = false;
+    return fmt::format("A' vs A: {}", fmt::join(parts, ", "));
+  }
+
+  std::string ab() {
+    CompareReport c = compare(CompareMode::ab, impl("candidate"), "B");
+    std::vector<std::string> parts;
+    for (const WorkloadResult& w : c.workloads) {
+      m_inputs.ab.push_back({w.name, w.verdict});
+      parts.push_back(w.estimate ? fmt::format("{} {:+.1f}% {}", w.name, w.estimate->improvement_pct, w.verdict)
+                                 : fmt::format("{} {}", w.name, w.verdict));
+    }
+    m_stage_failed = c.verdict != "PASS";
+    return fmt::format("B vs A: {}", fmt::join(parts, ", "));
+  }
+
+  // ---- 8. final validation --------------------------------------------------------------------------------------
+
+  std::string final_validation() {
+    // Re-hash every artifact and source in the bundle against the plan (all of them, not just the candidate).
+    std::vector<std::string> mismatches;
+    for (const Impl& im : m_impls) {
+      try {
+        require_identity(im);
+      } catch (const InternalError&) {
+        mismatches.push_back(m_inputs.identity_mismatches.back());
+      }
+    }
+    nlohmann::json now_env = capture_environment(m_impls[2].artifact.identity.compiler_version);
+    std::vector<EnvironmentDifference> diffs = compare_environments(m_environment, now_env);
+    nlohmann::json env_diffs = nlohmann::json::array();
+    for (const auto& d : diffs) {
+      m_inputs.environment_mismatches.push_back(fmt::format("{}: plan '{}', now '{}'", d.item, d.planned, d.now));
+      env_diffs.push_back({{"item", d.item}, {"planned", d.planned}, {"now", d.now}});
+    }
+    std::string check_text = "not run (the candidate failed its first check)";
+    std::optional<bool> pass;
+    if (m_inputs.candidate_check_pass.value_or(false) && mismatches.empty()) {
+      CheckReport r = check(impl("candidate"), "checks/candidate_final.json", m_final_nonce);
+      pass = r.pass();
+      m_inputs.final_check_pass = pass;
+      check_text = check_summary(r);
+    }
+    m_bundle.write_json("final.json", {{"schema", k_final_schema},
+                                       {"schema_version", k_bundle_schema_version},
+                                       {"final_nonce", m_final_nonce},
+                                       {"candidate_recheck", pass ? nlohmann::json(*pass) : nlohmann::json(nullptr)},
+                                       {"identity_mismatches", mismatches},
+                                       {"environment_differences", env_diffs},
+                                       {"environment_now", now_env}});
+    m_stage_failed = !mismatches.empty() || !diffs.empty() || (pass && !*pass);
+    return fmt::format("re-check with fresh data: {}; {} identity mismatches; {} environment differences",
+                       check_text, mismatches.size(), diffs.size());
+  }
+
+  // ---- 9. decision ----------------------------------------------------------------------------------------------
+
+  std::string decision() {
+    m_decision = decide(m_inputs);
+    nlohmann::json dtypes = nlohmann::json::array();
+    for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
+      for (const TensorSpec& t : *list) {
+        if (std::find(dtypes.begin(), dtypes.end(), to_string(t.dtype)) == dtypes.end()) dtypes.push_back(to_string(t.dtype));
+      }
+    }
+    nlohmann::json workloads = nlohmann::json::array();
+    for (const auto& w : m_inputs.ab) workloads.push_back(w.workload);
+    m_decision_json = {{"schema", k_decision_schema},
+                       {"schema_version", k_bundle_schema_version},
+                       {"decision", m_decision.decision},
+                       {"exit_code", m_decision.exit_code},
+                       {"reasons", m_decision.reasons},
+                       {"plan_digest", m_plan_digest},
+                       {"scope",
+                        {{"task", m_task.name},
+                         {"machine", m_environment.value("cpu_model", "unknown")},
+                         {"host", m_environment.value("hostname", "unknown")},
+                         {"backend", m_opt.backend},
+                         {"dtypes", dtypes},
+                         {"workloads", workloads}}},
+                       {"inputs", to_json(m_inputs)},
+                       {"created", utc_now()}};
+    m_bundle.write_json("decision.json", m_decision_json);
+    // The reports are views of the JSON just written.
+    write_reports(m_bundle.dir());
+    return m_decision.decision;
+  }
+
+  const ValidateOptions& m_opt;
+  const ValidateObserver& m_obs;
+  BundleWriter m_bundle;
+  nlohmann::json m_stages;
+  bool m_stage_failed = false;
+  Task m_task;
+  std::vector<Impl> m_impls;
+  uint64_t m_seed = 0, m_timing_nonce = 0, m_final_nonce = 0;
+  nlohmann::json m_environment, m_plan;
+  std::string m_plan_digest;
+  DecisionInputs m_inputs;
+  Decision m_decision;
+  nlohmann::json m_decision_json;
+  std::vector<std::pair<std::string, Sample>> m_samples;
+};
+
+}  // namespace
+
+ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer) {
+  Validator v(options, observer);
+  return v.run();
+}
+
+}  // namespace kwb

@@ -1,0 +1,61 @@
+// `kwb validate`: the whole workflow of DESIGN.md, stage by stage, into an evidence bundle:
+//   freeze -> check baseline -> profile -> check candidate -> controls -> A/A -> A/B -> final validation -> decision
+// A stage that fails stops what depends on it and says why; the bundle is complete and readable either way.
+#pragma once
+
+#include "pipeline/compare.h"
+#include "pipeline/decision.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+inline constexpr const char* k_plan_schema = "kwb.plan";
+inline constexpr const char* k_decision_schema = "kwb.decision";
+inline constexpr const char* k_stages_schema = "kwb.stages";
+inline constexpr const char* k_controls_schema = "kwb.controls";
+inline constexpr const char* k_final_schema = "kwb.final";
+inline constexpr int k_bundle_schema_version = 1;
+
+struct ValidateOptions {
+  std::filesystem::path task_dir;
+  std::filesystem::path candidate;
+  std::filesystem::path baseline;  // empty: the task's baseline for the backend
+  std::filesystem::path output_dir;
+  std::string backend = "cpu";
+  GateConfig gate;                 // mode is set per stage
+  Budget budget;
+  TimingOptions timing;
+  std::optional<uint64_t> seed;    // empty: drawn at random, recorded in the plan
+  std::vector<std::string> workloads;
+  std::vector<std::string> argv;
+};
+
+// What the terminal shows; all optional.
+struct ValidateObserver {
+  std::function<void(int index, int total, const std::string& stage)> stage_started;
+  std::function<void(const std::string& stage, const std::string& status, const std::string& summary, double seconds)>
+      stage_finished;
+  std::function<void(const std::string& digest)> plan_frozen;
+  ProgressSink comparison_progress;
+};
+
+struct ValidateResult {
+  Decision decision;
+  nlohmann::json decision_json;
+  std::string plan_digest;
+  std::filesystem::path bundle;
+};
+
+ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer);
+
+// The stage names, in order.
+const std::vector<std::string>& validate_stage_names();
+
+}  // namespace kwb

@@ -1,0 +1,336 @@
+#include "report/report.h"
+
+#include "report/svg.h"
+#include "util/fs.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+namespace kwb {
+
+namespace {
+
+using nlohmann::json;
+
+std::string str(const json& j, const char* key, const std::string& fallback = "-") {
+  if (!j.is_object() || !j.contains(key) || j[key].is_null()) return fallback;
+  return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
+}
+
+std::string pct(const json& w, const char* key) {
+  if (!w.contains(key) || !w[key].is_number()) return "-";
+  return fmt::format("{:+.2f}%", w[key].get<double>());
+}
+
+std::string interval(const json& w) {
+  if (!w.contains("ci_low_pct") || !w["ci_low_pct"].is_number()) return "-";
+  return fmt::format("[{}, {}]", pct(w, "ci_low_pct"), pct(w, "ci_high_pct"));
+}
+
+std::string short_hash(const std::string& h) { return h.size() > 12 ? h.substr(0, 12) : h; }
+
+const json* find_workload(const std::optional<json>& cmp, const std::string& name) {
+  if (!cmp || !cmp->contains("workloads")) return nullptr;
+  for (const json& w : (*cmp)["workloads"]) {
+    if (w.value("name", "") == name) return &w;
+  }
+  return nullptr;
+}
+
+// One table in both formats: Markdown rows, or HTML rows.
+struct Table {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+
+  std::string markdown() const {
+    auto line = [](const std::vector<std::string>& cells) {
+      std::string s = "|";
+      for (const std::string& c : cells) {
+        std::string cell = c;
+        for (size_t p = cell.find('|'); p != std::string::npos; p = cell.find('|', p + 2)) cell.replace(p, 1, "\\|");
+        s += " " + cell + " |";
+      }
+      return s + "\n";
+    };
+    std::string out = line(header) + "|";
+    for (size_t i = 0; i < header.size(); ++i) out += "---|";
+    out += "\n";
+    for (const auto& r : rows) out += line(r);
+    return out;
+  }
+
+  std::string html() const {
+    std::string out = "<table><thead><tr>";
+    for (const std::string& h : header) out += "<th>" + svg::escape(h) + "</th>";
+    out += "</tr></thead><tbody>\n";
+    for (const auto& r : rows) {
+      out += "<tr>";
+      for (const std::string& c : r) out += "<td>" + svg::escape(c) + "</td>";
+      out += "</tr>\n";
+    }
+    return out + "</tbody></table>\n";
+  }
+};
+
+// Everything both formats show, derived once from the bundle.
+struct ReportModel {
+  std::string decision, title, scope_line, digest;
+  std::vector<std::string> reasons;
+  Table workloads, stages, checks, controls, profile, implementations, environment;
+  std::vector<std::string> limits;
+  std::vector<std::string> warnings;
+};
+
+std::string impl_label(const json& plan, const std::string& role) {
+  for (const json& im : plan.value("implementations", json::array())) {
+    if (im.value("role", "") == role) return im.value("source", "?");
+  }
+  return "?";
+}
+
+ReportModel build_model(const BundleData& b) {
+  ReportModel m;
+  m.decision = str(b.decision, "decision", "NO DECISION (incomplete bundle)");
+  m.reasons = b.decision.is_object() ? b.decision.value("reasons", std::vector<std::string>{}) : std::vector<std::string>{};
+  const json scope = b.decision.is_object() ? b.decision.value("scope", json::object()) : json::object();
+  const json task = b.plan.is_object() ? b.plan.value("task", json::object()) : json::object();
+  m.title = fmt::format("kwb validate: {} on task {}", m.decision, str(task, "name"));
+  m.digest = str(b.decision, "plan_digest");
+  std::string dtypes;
+  for (const json& d : scope.value("dtypes", json::array())) dtypes += (dtypes.empty() ? "" : ", ") + d.get<std::string>();
+  std::string workloads;
+  for (const json& w : scope.value("workloads", json::array())) workloads += (workloads.empty() ? "" : ", ") + w.get<std::string>();
+  m.scope_line = fmt::format("machine {} ({}), backend {}, dtype {}, workloads {}", str(scope, "machine"),
+                             str(scope, "host"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes,
+                             workloads.empty() ? "none" : workloads);
+
+  const json gates = b.plan.value("gates", json::object());
+  m.workloads.header = {"workload", "improvement (B vs A)", "interval", "MDE", "blocks", "verdict",
+                        "A/A (A' vs A)", "A/A interval", "A/A verdict"};
+  std::vector<std::string> names;
+  for (const auto* cmp : {&b.ab, &b.aa}) {
+    if (!*cmp) continue;
+    for (const json& w : (**cmp).value("workloads", json::array())) {
+      const std::string n = w.value("name", "?");
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+  }
+  for (const std::string& n : names) {
+    const json* ab = find_workload(b.ab, n);
+    const json* aa = find_workload(b.aa, n);
+    const json none = json::object();
+    const json& x = ab ? *ab : none;
+    const json& y = aa ? *aa : none;
+    m.workloads.rows.push_back({n, pct(x, "improvement_pct"), interval(x),
+                                x.contains("mde_pct") && x["mde_pct"].is_number()
+                                    ? fmt::format("{:.2f}%", x["mde_pct"].get<double>())
+                                    : "-",
+                                str(x, "blocks"), str(x, "verdict", "not run"), pct(y, "improvement_pct"), interval(y),
+                                str(y, "verdict", "not run")});
+  }
+
+  m.stages.header = {"stage", "status", "seconds", "summary"};
+  for (const json& s : b.stages.value("stages", json::array())) {
+    m.stages.rows.push_back({str(s, "name"), str(s, "status"),
+                             s.contains("seconds") ? fmt::format("{:.1f}", s["seconds"].get<double>()) : "-",
+                             str(s, "summary", "")});
+  }
+
+  m.checks.header = {"check", "verdict", "assertions passed", "failed", "failure reasons"};
+  for (const char* key : {"baseline", "baseline_copy", "candidate", "candidate_final"}) {
+    auto it = b.checks.find(key);
+    if (it == b.checks.end()) continue;
+    const json& c = it->second;
+    std::vector<std::string> reasons;
+    for (const json& f : c.value("failures", json::array())) {
+      const std::string r = f.value("reason", "?");
+      if (std::find(reasons.begin(), reasons.end(), r) == reasons.end()) reasons.push_back(r);
+    }
+    m.checks.rows.push_back({key, str(c, "verdict"), str(c.value("assertions", json::object()), "passed"),
+                             str(c.value("assertions", json::object()), "failed"),
+                             reasons.empty() ? "-" : fmt::format("{}", fmt::join(reasons, ", "))});
+  }
+
+  m.controls.header = {"control", "must provoke", "rejected", "reasons found", "metric"};
+  for (const json& c : b.controls.value("controls", json::array())) {
+    std::string reasons;
+    for (const json& r : c.value("reasons", json::array())) reasons += (reasons.empty() ? "" : ", ") + r.get<std::string>();
+    m.controls.rows.push_back({str(c, "name"), str(c, "expect"), c.value("rejected", false) ? "yes" : "NO",
+                               reasons.empty() ? "-" : reasons,
+                               c.value("timing_refused", false) ? "none (refused)" : "TIMED"});
+  }
+
+  m.profile.header = {"implementation", "workload", "instructions/call", "allocations/call", "GB/s", "of probe",
+                      "top functions"};
+  for (const auto& [stem, p] : b.profiles) {
+    for (const json& w : p.value("workloads", json::array())) {
+      std::string top;
+      for (const json& f : w.value("functions", json::array())) {
+        if (top.size() > 80) break;
+        top += fmt::format("{}{} {:.0f}%", top.empty() ? "" : ", ", f.value("name", "?"), f.value("share_pct", 0.0));
+      }
+      auto num = [&](const char* k, const char* f) {
+        return w.contains(k) && w[k].is_number() ? fmt::format(fmt::runtime(f), w[k].get<double>()) : std::string("-");
+      };
+      m.profile.rows.push_back({stem, w.value("name", "?"), num("instructions_per_call", "{:.0f}"),
+                                num("allocations_per_call", "{:.1f}"), num("achieved_gbps", "{:.2f}"),
+                                num("roofline_fraction", "{:.2f}"), top.empty() ? "-" : top});
+    }
+  }
+
+  m.implementations.header = {"role", "source", "source sha256", "artifact sha256", "built"};
+  for (const json& im : b.plan.value("implementations", json::array())) {
+    const json id = im.value("identity", json::object());
+    m.implementations.rows.push_back({im.value("role", "?") + (im.value("role", "") == "control" ? " " + im.value("name", "") : ""),
+                                      im.value("source", "?"), short_hash(str(id, "source_sha256")),
+                                      short_hash(str(id, "artifact_sha256")), im.value("built", false) ? "yes" : "NO"});
+  }
+  m.environment.header = {"item", "value"};
+  for (const char* k : {"cpu_model", "logical_cores", "governor", "kernel", "compiler", "memory_total"}) {
+    m.environment.rows.push_back({k, str(b.environment, k)});
+  }
+  const json kwb = b.plan.value("kwb", json::object());
+  m.environment.rows.push_back({"kwb", fmt::format("{} (git {}, binary {})", str(kwb, "version"),
+                                                   short_hash(str(kwb, "git_sha")), short_hash(str(kwb, "binary_sha256")))});
+  for (const json& w : b.environment.value("warnings", json::array())) m.warnings.push_back(w.get<std::string>());
+
+  m.limits = {
+      fmt::format("Holds for this machine ({}), the {} backend, dtype {} and the workloads above only; other shapes, "
+                  "dtypes or machines were not measured.",
+                  str(scope, "machine"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes),
+      fmt::format("Correctness is judged against the task's oracle within rtol {} and atol {} on the task's cases and "
+                  "on fresh data at final validation; inputs outside those cases were not tried.",
+                  str(task.value("tolerance", json::object()), "rtol"),
+                  str(task.value("tolerance", json::object()), "atol")),
+      fmt::format("Intervals are per-block log-ratio intervals at the confidence each look spent (alpha {} spread "
+                  "over looks); an effect smaller than the MDE shown could go undetected.",
+                  str(gates, "alpha")),
+      "Timings are host wall-clock times of single calls with warm caches for inputs that fit in them; the profile "
+      "section is descriptive and never part of the decision."};
+  return m;
+}
+
+}  // namespace
+
+std::string render_markdown(const BundleData& b) {
+  const ReportModel m = build_model(b);
+  std::string out = fmt::format("# {}\n\n", m.title);
+  out += fmt::format("**Decision: {}**  \n", m.decision);
+  out += fmt::format("Candidate `{}` vs baseline `{}`.  \n", impl_label(b.plan, "candidate"), impl_label(b.plan, "baseline"));
+  out += fmt::format("Scope: {}.  \nPlan digest: `{}`\n\n", m.scope_line, m.digest);
+  for (const std::string& r : m.reasons) out += "- " + r + "\n";
+  out += "\n## Workloads\n\n" + m.workloads.markdown();
+  out += "\n## Stages\n\n" + m.stages.markdown();
+  out += "\n## Correctness checks\n\n" + m.checks.markdown();
+  out += "\n## Error controls\n\nEach control is a deliberately broken implementation; each must be rejected for "
+         "the reason named, and none may be timed.\n\n" +
+         m.controls.markdown();
+  if (!m.profile.rows.empty()) out += "\n## Profile (descriptive, never a verdict)\n\n" + m.profile.markdown();
+  out += "\n## Identity\n\n" + m.implementations.markdown();
+  out += "\n## Environment\n\n" + m.environment.markdown();
+  if (!m.warnings.empty()) {
+    out += "\nWarnings about this machine:\n\n";
+    for (const std::string& w : m.warnings) out += "- " + w + "\n";
+  }
+  out += "\n## Limits of this claim\n\n";
+  for (const std::string& l : m.limits) out += "- " + l + "\n";
+  out += "\nRe-check everything above from the raw data with `kwb verify <bundle>`.\n";
+  return out;
+}
+
+namespace {
+
+std::vector<double> timed_ns(const BundleData& b, const std::string& cmp, const std::string& workload,
+                             const std::string& arm) {
+  std::vector<double> v;
+  for (const SampleRow& s : b.samples) {
+    if (s.comparison == cmp && s.workload == workload && s.arm == arm && !s.warmup && s.block >= 0 && s.output_valid) {
+      v.push_back(static_cast<double>(s.ns));
+    }
+  }
+  return v;
+}
+
+std::string ratio_panel(const json& w, const std::string& title, const std::vector<svg::Line>& lines) {
+  std::vector<double> per_block;
+  for (const json& d : w.value("log_ratios", json::array())) per_block.push_back((1.0 - std::exp(d.get<double>())) * 100.0);
+  svg::Band band;
+  if (w.contains("ci_low_pct") && w["ci_low_pct"].is_number()) {
+    band = {w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>(),
+            fmt::format("interval [{:+.2f}%, {:+.2f}%]", w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>())};
+  }
+  return svg::index_plot(title, "improvement per block (%)", per_block, band, lines);
+}
+
+}  // namespace
+
+std::string render_html(const BundleData& b) {
+  const ReportModel m = build_model(b);
+  const json gates = b.plan.value("gates", json::object());
+  const double bar = gates.value("min_improvement_pct", 0.0);
+  const double aa_bound = gates.value("max_aa_difference_pct", 1.0);
+  const std::string color = m.decision == "KEEP_CANDIDATE" ? "#1a7f37" : m.decision == "KEEP_BASELINE" ? "#9a6700"
+                                                                       : m.decision == "INCONCLUSIVE"  ? "#57606a"
+                                                                                                        : "#cf222e";
+  std::string out =
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + svg::escape(m.title) +
+      "</title>\n<style>body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:24px auto;padding:0 16px;"
+      "color:#1f2328}table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #d0d7de;padding:4px 8px;"
+      "text-align:left;vertical-align:top}th{background:#f6f8fa}.badge{display:inline-block;padding:6px 14px;"
+      "border-radius:6px;color:#fff;font-weight:700;font-size:20px}code{background:#f6f8fa;padding:1px 4px}"
+      "svg{display:block;margin:8px 0 18px;border:1px solid #eee}svg .t{font-weight:600;font-size:13px}"
+      "svg .tick{font-size:11px;fill:#555}svg .lab{font-size:12px}svg .ax{stroke:#555}svg .grid{stroke:#eee}</style>"
+      "</head><body>\n";
+  out += fmt::format("<h1>{}</h1>\n<p><span class=\"badge\" style=\"background:{}\">{}</span></p>\n",
+                     svg::escape(m.title), color, svg::escape(m.decision));
+  out += fmt::format("<p>Candidate <code>{}</code> vs baseline <code>{}</code><br>Scope: {}<br>Plan digest: "
+                     "<code>{}</code></p>\n<ul>",
+                     svg::escape(impl_label(b.plan, "candidate")), svg::escape(impl_label(b.plan, "baseline")),
+                     svg::escape(m.scope_line), svg::escape(m.digest));
+  for (const std::string& r : m.reasons) out += "<li>" + svg::escape(r) + "</li>";
+  out += "</ul>\n<h2>Workloads</h2>\n" + m.workloads.html();
+  for (const auto& row : m.workloads.rows) {
+    const std::string& n = row[0];
+    out += fmt::format("<h3>{}</h3>\n", svg::escape(n));
+    std::vector<svg::Series> series = {{"A (A/A)", "#4a90d9", timed_ns(b, "aa", n, "A")},
+                                       {"A' (A/A)", "#7b61ff", timed_ns(b, "aa", n, "A'")},
+                                       {"A (A/B)", "#4a90d9", timed_ns(b, "ab", n, "A")},
+                                       {"B (A/B)", "#e8590c", timed_ns(b, "ab", n, "B")}};
+    out += svg::strip_plot(fmt::format("{}: time per call, every timed sample (log scale)", n), "ns", series);
+    if (const json* ab = find_workload(b.ab, n)) {
+      out += ratio_panel(*ab, fmt::format("{}: B vs A per block, with the decision interval and the gate", n),
+                         {{bar, fmt::format("gate {:+g}%", bar), "#cf222e"}, {0.0, "no change", "#888"}});
+    }
+    if (const json* aa = find_workload(b.aa, n)) {
+      out += ratio_panel(*aa, fmt::format("{}: A/A panel, A' vs A per block (must stay within +-{}%)", n, aa_bound),
+                         {{aa_bound, fmt::format("+{}%", aa_bound), "#9a6700"},
+                          {-aa_bound, fmt::format("-{}%", aa_bound), "#9a6700"}});
+    }
+  }
+  out += "<h2>Stages</h2>\n" + m.stages.html();
+  out += "<h2>Correctness checks</h2>\n" + m.checks.html();
+  out += "<h2>Error controls</h2>\n" + m.controls.html();
+  if (!m.profile.rows.empty()) out += "<h2>Profile (descriptive, never a verdict)</h2>\n" + m.profile.html();
+  out += "<h2>Identity</h2>\n" + m.implementations.html();
+  out += "<h2>Environment</h2>\n" + m.environment.html();
+  if (!m.warnings.empty()) {
+    out += "<ul>";
+    for (const std::string& w : m.warnings) out += "<li>" + svg::escape(w) + "</li>";
+    out += "</ul>\n";
+  }
+  out += "<h2>Limits of this claim</h2>\n<ul>";
+  for (const std::string& l : m.limits) out += "<li>" + svg::escape(l) + "</li>";
+  out += "</ul>\n<p>Re-check everything above from the raw data with <code>kwb verify &lt;bundle&gt;</code>.</p>\n"
+         "</body></html>\n";
+  return out;
+}
+
+void write_reports(const std::filesystem::path& dir) {
+  BundleData b = read_bundle(dir);
+  write_file_atomic(dir / "report.md", render_markdown(b));
+  write_file_atomic(dir / "report.html", render_html(b));
+}
+
+}  // namespace kwb
