@@ -14,6 +14,7 @@ Action add_compare(CLI::App& root);
 Action add_validate(CLI::App& root);
 Action add_verify(CLI::App& root);
 Action add_report(CLI::App& root);
+Action add_profile(CLI::App& root);
 
 // The command line as given, for provenance (plan.json records it).
 inline std::vector<std::string> g_argv;

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
       {"validate", kwb::cli::add_validate(app)},
       {"verify", kwb::cli::add_verify(app)},
       {"report", kwb::cli::add_report(app)},
+      {"profile", kwb::cli::add_profile(app)},
   };
   try {
     app.parse(argc, argv);

@@ -37,13 +37,16 @@ bool parse_int(const std::string& s, T& out) {
 BundleData read_bundle(const fs::path& dir) {
   BundleData b;
   b.dir = dir;
-  auto req = [&](const char* name) { return read_json(dir / name, b.problems, true).value_or(nlohmann::json()); };
+  // Absent files read as empty objects, so views of a damaged bundle render (and say what is missing).
+  auto req = [&](const char* name) {
+    return read_json(dir / name, b.problems, true).value_or(nlohmann::json::object());
+  };
   b.plan = req("plan.json");
   b.environment = req("environment.json");
   b.stages = req("stages.json");
   b.decision = req("decision.json");
-  b.controls = read_json(dir / "controls.json", b.problems, false).value_or(nlohmann::json());
-  b.final_ = read_json(dir / "final.json", b.problems, false).value_or(nlohmann::json());
+  b.controls = read_json(dir / "controls.json", b.problems, false).value_or(nlohmann::json::object());
+  b.final_ = read_json(dir / "final.json", b.problems, false).value_or(nlohmann::json::object());
   b.aa = read_json(dir / "comparisons" / "aa.json", b.problems, false);
   b.ab = read_json(dir / "comparisons" / "ab.json", b.problems, false);
   for (const char* sub : {"checks", "profile"}) {

@@ -30,7 +30,7 @@ struct SampleRow {
 
 struct BundleData {
   std::filesystem::path dir;
-  nlohmann::json plan, environment, stages, decision, controls, final_;
+  nlohmann::json plan, environment, stages, decision, controls, final_;  // {} when absent
   std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
   std::map<std::string, nlohmann::json> profiles;  // by file stem
   std::optional<nlohmann::json> aa, ab;

@@ -85,7 +85,7 @@ private:
   }
 
   void expect_schema(const std::string& file, const json& j, const std::string& schema) {
-    if (!j.is_object()) return;  // absence already reported
+    if (j.empty()) return;  // absence already reported
     if (j.value("schema", "") != schema || !j.contains("schema_version") || !j["schema_version"].is_number_integer()) {
       problem(fmt::format("{}: schema is '{}' v{}, expected '{}' with a version", file, j.value("schema", ""),
                           j.value("schema_version", json()).dump(), schema));
@@ -97,15 +97,15 @@ private:
     expect_schema("environment.json", m_b.environment, "kwb.environment");
     expect_schema("stages.json", m_b.stages, "kwb.stages");
     expect_schema("decision.json", m_b.decision, "kwb.decision");
-    if (!m_b.controls.is_null()) expect_schema("controls.json", m_b.controls, "kwb.controls");
-    if (!m_b.final_.is_null()) expect_schema("final.json", m_b.final_, "kwb.final");
+    if (!m_b.controls.empty()) expect_schema("controls.json", m_b.controls, "kwb.controls");
+    if (!m_b.final_.empty()) expect_schema("final.json", m_b.final_, "kwb.final");
     for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, "kwb.check");
     if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare");
     if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare");
   }
 
   void plan_digest() {
-    if (!fs::exists(m_dir / "plan.json") || !m_b.decision.is_object()) return;
+    if (!fs::exists(m_dir / "plan.json") || m_b.decision.empty()) return;
     const std::string digest = sha256_file(m_dir / "plan.json");
     if (m_b.decision.value("plan_digest", "") != digest) {
       problem(fmt::format("decision.json: plan_digest {} but plan.json hashes to {}", m_b.decision.value("plan_digest", ""),
@@ -178,7 +178,7 @@ private:
   }
 
   void controls() {
-    if (m_b.controls.is_null()) return;
+    if (m_b.controls.empty()) return;
     size_t killed = 0;
     for (const json& c : m_b.controls.value("controls", json::array())) {
       const std::string name = c.value("name", "?");
@@ -320,7 +320,7 @@ private:
   }
 
   void decision() {
-    if (!m_b.decision.is_object()) return;
+    if (m_b.decision.empty()) return;
     auto pass_of = [&](const char* stem) -> std::optional<bool> {
       auto it = m_b.checks.find(stem);
       if (it == m_b.checks.end()) return std::nullopt;

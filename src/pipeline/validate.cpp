@@ -76,6 +76,8 @@ public:
           timing_allowed ? "skipped: the A/A calibration failed" : "skipped: baseline or candidate failed its check");
     stage(7, [&] { return final_validation(); }, frozen);
     stage(8, [&] { return decision(); });
+    // The reports are views of the finished JSON (stages.json included), then the manifest covers everything.
+    write_reports(m_bundle.dir());
     m_bundle.write_manifest();
     ValidateResult r;
     r.decision = m_decision;
@@ -455,8 +457,6 @@ private:
                        {"inputs", to_json(m_inputs)},
                        {"created", utc_now()}};
     m_bundle.write_json("decision.json", m_decision_json);
-    // The reports are views of the JSON just written.
-    write_reports(m_bundle.dir());
     return m_decision.decision;
   }
 

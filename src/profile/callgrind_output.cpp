@@ -100,6 +100,8 @@ private:
     const size_t close = value.find(')');
     if (close == std::string_view::npos) return std::string(value);
     const std::string id(value.substr(1, close - 1));
+    // Only "(digits)" is an id: "(below main)" is a plain name that happens to start with a parenthesis.
+    if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) return std::string(value);
     std::string_view rest = value.substr(close + 1);
     while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
     if (rest.empty()) {
@@ -225,21 +227,20 @@ private:
 CallgrindDump parse_callgrind(std::string_view text) { return Parser(text).run(); }
 
 std::string short_function_name(std::string_view name) {
-  // Drop the parameter list: the last top-level "(...)" (names like "(below main)" or "0x1ab70" stay as they are).
-  std::string_view s = name;
-  if (!s.empty() && s.back() == ')' && s.front() != '(') {
+  std::string out(name);
+  for (std::string_view noise : {"(anonymous namespace)::", "{anonymous}::"}) {
+    for (size_t at; (at = out.find(noise)) != std::string::npos;) out.erase(at, noise.size());
+  }
+  // Drop the parameter list: the last top-level "(...)", unless it is the whole name ("(below main)").
+  if (!out.empty() && out.back() == ')') {
     int depth = 0;
-    for (size_t i = s.size(); i-- > 0;) {
-      if (s[i] == ')') ++depth;
-      if (s[i] == '(' && --depth == 0) {
-        s = s.substr(0, i);
+    for (size_t i = out.size(); i-- > 0;) {
+      if (out[i] == ')') ++depth;
+      if (out[i] == '(' && --depth == 0) {
+        if (i > 0) out.resize(i);
         break;
       }
     }
-  }
-  std::string out(s);
-  for (std::string_view noise : {"(anonymous namespace)::", "{anonymous}::"}) {
-    for (size_t at; (at = out.find(noise)) != std::string::npos;) out.erase(at, noise.size());
   }
   return out;
 }

@@ -387,7 +387,8 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
   report.backend = o.backend;
   report.valgrind = find_valgrind();
   say(o, "bandwidth probe (once per environment, then cached)");
-  report.bandwidth = environment_bandwidth(o.cache_root.empty() ? cache_dir() : o.cache_root);
+  const fs::path cache_root = o.cache_root.empty() ? cache_dir() : o.cache_root;
+  report.bandwidth = environment_bandwidth(cache_root);
 
   WorkDir work(o.raw_dir);
   std::optional<Artifact> derived;  // the valgrind-compatible build, made at most once
@@ -429,7 +430,7 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
         derived_tried = true;
         say(o, "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
                "for callgrind");
-        Artifact d = derived_build(artifact, {"-mno-avx512f"}, work.path() / "valgrind-build");
+        Artifact d = derived_build(artifact, {"-mno-avx512f"}, cache_root);
         if (d.ok) {
           derived = std::move(d);
           run = run_under_callgrind(task, *derived, set, ip.warmups + ip.calls, o, report.valgrind,
@@ -657,7 +658,9 @@ std::string profile_markdown(const ProfileReport& r) {
     std::vector<std::string> parts;
     for (const FunctionShare& f : ip.functions) {
       if (parts.size() == 10 || f.self_share < 0.001) break;
-      parts.push_back(fmt::format("{}{} {:.1f}%", f.implementation ? "*" : "", f.short_name, 100 * f.self_share));
+      parts.push_back(fmt::format("{}{}{} {:.1f}%", f.implementation ? "*" : "", f.short_name,
+                                 f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]",
+                                 100 * f.self_share));
     }
     md += fmt::format("- {}: {}{}\n", w.name, fmt::join(parts, ", "),
                       ip.derived_build ? " (a -mno-avx512f build of the same source: valgrind cannot run AVX-512)" : "");

@@ -48,7 +48,7 @@ struct ProfileOptions {
   int timing_calls = 15;
   uint64_t nonce = 0;          // input data: 0 = the task's published seeds (set 0 of each case)
   std::filesystem::path raw_dir;     // keep callgrind's files here, one folder per workload (empty: discarded)
-  std::filesystem::path cache_root;  // where the bandwidth probe is cached (empty: cache_dir())
+  std::filesystem::path cache_root;  // bandwidth probe and derived builds are cached here (empty: cache_dir())
   std::function<void(const std::string&)> progress;  // one line per step, for people
 };
 

@@ -28,10 +28,10 @@ std::vector<std::string> callgrind_wrapper(const ValgrindInstall& valgrind, cons
 std::filesystem::path valgrind_log(const std::filesystem::path& out_dir);
 bool valgrind_hit_unhandled_instruction(const std::filesystem::path& out_dir);
 
-// The same source and recorded build command with `extra_flags` appended (e.g. -mno-avx512f), built into `dir`.
-// The result is another artifact with its own identity (command and SHA-256); ok == false with the compiler's
-// output in log when it does not build. Only layout variant 0 is supported.
+// The same source and recorded build command with `extra_flags` before the source (e.g. -mno-avx512f): another
+// artifact with its own identity (command, key, SHA-256), cached under cache_root/artifacts/<key> like any other.
+// ok == false with the compiler's output in log when it does not build. Only layout variant 0 is supported.
 Artifact derived_build(const Artifact& artifact, const std::vector<std::string>& extra_flags,
-                       const std::filesystem::path& dir);
+                       const std::filesystem::path& cache_root);
 
 }  // namespace kwb

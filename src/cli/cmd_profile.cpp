@@ -1,0 +1,245 @@
+// kwb profile TASK_DIR --impl SOURCE [--workload NAME]... [--json]
+// Checks the implementation first and refuses to profile one that fails (no metric for rejected code), then
+// reports per workload what it does: instructions, cache misses, passes, allocations, bytes and bandwidth.
+#include "build/builder.h"
+#include "cli/commands.h"
+#include "cli/terminal.h"
+#include "pipeline/check.h"
+#include "profile/profile.h"
+#include "task/task.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <iostream>
+
+namespace kwb::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ProfileArgs {
+  std::string task_dir;
+  std::string impl;
+  std::string backend = "cpu";
+  std::vector<std::string> workloads;
+  bool json = false;
+  bool require_valgrind = false;
+  double timeout_seconds = 60;
+  int callgrind_calls = 2;
+  std::string raw_dir;
+};
+
+std::string count_text(double v) {
+  const auto n = static_cast<uint64_t>(v + 0.5);
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string bytes_text(double b) {
+  if (b < 1024) return fmt::format("{:.0f} B", b);
+  if (b < 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+std::string time_text(double ns) {
+  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
+  if (ns < 1e6) return fmt::format("{:.2f} us", ns / 1e3);
+  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
+  return fmt::format("{:.2f} s", ns / 1e9);
+}
+
+// "4" when every call allocated the same, "0.33 (1, 0, 0)" when they differ.
+std::string per_call_text(double mean, const std::vector<uint64_t>& each, bool as_bytes) {
+  const bool same = std::all_of(each.begin(), each.end(), [&](uint64_t v) { return v == each.front(); });
+  std::string head = as_bytes ? bytes_text(mean) : fmt::format("{:g}", mean);
+  if (same) return head;
+  return fmt::format("{} ({})", head, fmt::join(each, ", "));
+}
+
+void print_refusal(const CheckReport& check, const std::string& why) {
+  std::cout << fmt::format("kwb profile: task {}, implementation {}\n\n", check.task, check.implementation);
+  std::cout << "profile refused: " << why << "\n\n";
+  std::cout << "check failures:\n";
+  size_t shown = 0;
+  for (const Failure& f : check.failures) {
+    if (shown++ == 20) {
+      std::cout << fmt::format("  ... and {} more (kwb check --json lists all)\n", check.failures.size() - 20);
+      break;
+    }
+    std::string where = f.case_name.empty() ? "build" : f.case_name;
+    if (f.call >= 0) where += fmt::format(" call {}", f.call);
+    std::string detail = f.detail.size() > 300 ? f.detail.substr(0, 300) + " ..." : f.detail;
+    std::cout << fmt::format("  [{}] {}: {} — {}\n", f.reason, where, f.assertion, detail);
+  }
+}
+
+void print_human(const ProfileReport& r, const CheckReport& check) {
+  std::cout << fmt::format("kwb profile: task {}, implementation {}\n", r.task, r.implementation);
+  std::cout << fmt::format("  artifact sha256 {}; check PASS ({} assertions)\n",
+                           r.identity.artifact_sha256.substr(0, 16), check.passed);
+  std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
+                           r.valgrind.found ? "callgrind (" + r.valgrind.version + "), collected inside kwb_run only"
+                                            : "unavailable: " + r.valgrind.reason);
+  for (const WorkloadProfile& w : r.workloads) {
+    if (!w.instructions.cache_model.empty()) {
+      std::cout << fmt::format("  simulated caches: {}\n", fmt::join(w.instructions.cache_model, "; "));
+      break;
+    }
+  }
+  std::cout << fmt::format("  memory bandwidth probe: {:.2f} GB/s (copy {:.2f}, triad {:.2f}; one thread; {}{})\n",
+                           r.bandwidth.peak_gb_per_s, r.bandwidth.copy_gb_per_s, r.bandwidth.triad_gb_per_s,
+                           r.bandwidth.from_cache ? "cached, measured " : "measured ", r.bandwidth.measured_at);
+
+  std::vector<std::vector<std::string>> rows;
+  for (const WorkloadProfile& w : r.workloads) {
+    const InstructionProfile& ip = w.instructions;
+    const AllocationProfile& a = w.allocations;
+    const HardwareCounterProfile& h = w.hardware;
+    const RooflineProfile& rl = w.roofline;
+    rows.push_back({w.name, w.dims, ip.available ? count_text(ip.instructions_per_call) : "n/a",
+                    ip.available ? count_text(ip.d1_misses_per_call) : "n/a",
+                    ip.available ? count_text(ip.ll_misses_per_call) : "n/a",
+                    a.available ? per_call_text(a.count_per_call, a.counts, false) : "n/a",
+                    a.available ? per_call_text(a.bytes_per_call, a.bytes, true) : "n/a",
+                    h.available ? count_text(h.instructions_per_call) : "n/a",
+                    bytes_text(static_cast<double>(rl.min_bytes)), rl.measured ? time_text(rl.median_ns) : "n/a",
+                    rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
+                    rl.measured ? fmt::format("{:.2f}", rl.fraction) : "n/a"});
+  }
+  std::cout << "\n"
+            << format_table({"workload", "dims", "instr/call", "D1 miss/call", "LL miss/call", "allocs/call",
+                             "alloc bytes/call", "hw instr/call", "min bytes", "median", "GB/s", "of probe"},
+                            rows);
+
+  std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
+               "own code)\n";
+  for (const WorkloadProfile& w : r.workloads) {
+    const InstructionProfile& ip = w.instructions;
+    if (!ip.available) {
+      std::cout << fmt::format("  {}: unavailable: {}\n", w.name, ip.unavailable_reason);
+      continue;
+    }
+    std::vector<std::string> parts;
+    for (const FunctionShare& f : ip.functions) {
+      if (parts.size() == 12 || f.self_share < 0.001) break;
+      parts.push_back(fmt::format("{}{}{} {:.1f}%", f.implementation ? "*" : "", f.short_name,
+                                 f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]",
+                                 100 * f.self_share));
+    }
+    std::cout << fmt::format("  {} ({} implementation functions): {}\n", w.name, ip.implementation_functions,
+                             fmt::join(parts, ", "));
+  }
+
+  std::vector<std::string> notes;
+  for (const WorkloadProfile& w : r.workloads) {
+    const InstructionProfile& ip = w.instructions;
+    if (ip.available) notes.push_back(fmt::format("{}: callgrind: {}", w.name, ip.note));
+    if (ip.derived_build) notes.push_back(fmt::format("{}: {}", w.name, ip.derived_reason));
+    if (!w.allocations.available) {
+      notes.push_back(fmt::format("{}: allocations unavailable: {}", w.name, w.allocations.unavailable_reason));
+    }
+    if (!w.hardware.available) {
+      notes.push_back(fmt::format("{}: hardware counters unavailable: {}", w.name, w.hardware.unavailable_reason));
+    }
+    if (!w.roofline.measured) {
+      notes.push_back(fmt::format("{}: bandwidth unavailable: {}", w.name, w.roofline.unavailable_reason));
+    }
+    for (const Failure& f : w.failures) {
+      notes.push_back(fmt::format("{}: FAILED [{}] {}: {}", w.name, f.reason, f.assertion, f.detail.substr(0, 300)));
+    }
+  }
+  std::cout << "\nnotes:\n";
+  for (const std::string& n : notes) std::cout << "  " << n << "\n";
+  std::cout << "  GB/s = min bytes (every input and output once) / median time of a short run in kwb-worker; "
+               "'of probe' above 1 means the data came from caches.\n";
+  std::cout << "\ndescriptive only: a profile never changes a decision\n";
+}
+
+}  // namespace
+
+Action add_profile(CLI::App& root) {
+  auto args = std::make_shared<ProfileArgs>();
+  CLI::App* app = root.add_subcommand(
+      "profile", "What an implementation does per workload: instructions, cache misses, passes, allocations, "
+                 "bytes moved and achieved bandwidth (descriptive; checks it first)");
+  app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
+  app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
+  app->add_option("--backend", args->backend, "cpu")->capture_default_str();
+  app->add_option("--workload", args->workloads, "Only this case (repeatable; default: every timing case)");
+  app->add_flag("--json", args->json, "Print one JSON object (schema kwb.profile) instead of the tables");
+  app->add_option("--timeout-seconds", args->timeout_seconds, "Per call (x50 under valgrind)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app->add_option("--callgrind-calls", args->callgrind_calls,
+                  "Collected calls per workload under callgrind (1 for workloads moving over 64 MiB)")
+      ->capture_default_str()->check(CLI::Range(1, 100));
+  app->add_option("--raw-dir", args->raw_dir, "Keep callgrind's output files and valgrind's log here");
+  app->add_flag("--require-valgrind", args->require_valgrind,
+                "Exit 69 when valgrind is missing (otherwise the rest is still measured and kwb exits 0)");
+  return [args]() {
+    Task task = load_task(args->task_dir);
+    if (!task.backends.contains(args->backend)) {
+      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args->backend));
+    }
+    for (const std::string& w : args->workloads) {
+      if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
+    }
+    Artifact art = build_implementation({args->impl, 0});
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));
+
+    // No metric is ever reported for rejected code: the full check first.
+    std::cerr << "kwb profile: checking the implementation first\n";
+    CheckOptions co;
+    co.backend = args->backend;
+    co.timeout = timeout;
+    CheckReport check = run_check(task, art, co);
+    if (auto why = timing_refusal(check)) {
+      if (args->json) {
+        std::cout << nlohmann::json{{"schema", k_profile_schema},
+                                    {"schema_version", k_profile_schema_version},
+                                    {"refused", true},
+                                    {"reason", *why},
+                                    {"check", to_json(check)}}
+                         .dump(2)
+                  << "\n";
+      } else {
+        print_refusal(check, *why);
+      }
+      return static_cast<int>(art.ok ? ExitCode::rejected : ExitCode::data_error);
+    }
+
+    ProfileOptions po;
+    po.backend = args->backend;
+    po.workloads = args->workloads;
+    po.timeout = timeout;
+    po.callgrind_calls = args->callgrind_calls;
+    po.raw_dir = args->raw_dir;
+    po.progress = [](const std::string& line) { std::cerr << "kwb profile: " << line << "\n"; };
+    ProfileReport report = run_profile(task, art, po);
+    if (args->json) {
+      nlohmann::json j = to_json(report);
+      j["refused"] = false;
+      j["check"] = {{"verdict", "PASS"}, {"passed", check.passed}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_human(report, check);
+    }
+    if (report.has_failures()) return static_cast<int>(ExitCode::rejected);
+    if (args->require_valgrind && !report.valgrind.found) {
+      std::cerr << "kwb profile: " << report.valgrind.reason << "\n";
+      return static_cast<int>(ExitCode::unavailable);
+    }
+    return static_cast<int>(ExitCode::ok);
+  };
+}
+
+}  // namespace kwb::cli

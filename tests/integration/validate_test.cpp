@@ -1,0 +1,370 @@
+// End-to-end `kwb validate` / `verify` / `report`: one real decode-only run shared by the suite, then copies of
+// its bundle tampered with in every way verify must catch.
+#include "cli_helpers.h"
+#include "evidence/bundle_writer.h"
+#include "pipeline/validate.h"
+#include "util/fs.h"
+#include "util/sha256.h"
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+extern char** environ;
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kwb-validate-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  return d;
+}
+
+std::vector<std::string> validate_args(const fs::path& candidate, const fs::path& out,
+                                       std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"validate", k_rmsnorm.string(), "--candidate", candidate.string(), "--output-dir",
+                                out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "11", "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+class ValidateBundle : public ::testing::Test {
+protected:
+  // ctest runs each test in its own process; the real run happens once per kwb binary and is shared through the
+  // build folder (under a file lock, since ctest -j runs tests in parallel).
+  static void SetUpTestSuite() {
+    const fs::path root = fs::path(KWB_BINARY).parent_path() / "test-cache";
+    fs::create_directories(root);
+    const std::string key = sha256_file(KWB_BINARY).substr(0, 16) + sha256_file(KWB_WORKER_BINARY).substr(0, 16);
+    s_dir = new fs::path(root / ("validate-fused-" + key));
+    const fs::path result = root / ("validate-fused-" + key + ".json");
+    int lock = ::open((root / "validate.lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    ::flock(lock, LOCK_EX);
+    if (!fs::exists(result)) {
+      fs::remove_all(*s_dir);
+      KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "fused.cpp", *s_dir));
+      write_file_atomic(result, nlohmann::json{{"exit_code", r.exit_code}, {"output", r.output}, {"errors", r.errors}}.dump());
+    }
+    ::flock(lock, LOCK_UN);
+    ::close(lock);
+    nlohmann::json saved = nlohmann::json::parse(read_file(result));
+    s_run = new KwbRun{saved["exit_code"], saved["output"], saved["errors"],
+                       nlohmann::json::parse(saved["output"].get<std::string>(), nullptr, false)};
+  }
+  static void TearDownTestSuite() {
+    delete s_dir;
+    delete s_run;
+  }
+
+  // A private copy of the bundle to damage.
+  fs::path copy(const std::string& name) {
+    fs::path d = scratch("tamper-" + name);
+    fs::copy(*s_dir, d, fs::copy_options::recursive);
+    return d;
+  }
+
+  static KwbRun verify(const fs::path& dir) { return run_kwb({"verify", dir.string(), "--json"}); }
+
+  // A forger who also rewrites the manifest: only re-derivation can catch the edit.
+  static void reseal(const fs::path& dir) { write_file_atomic(dir / k_manifest_file, manifest_text(dir)); }
+
+  static void expect_caught(const fs::path& dir, const std::string& file_in_message) {
+    KwbRun v = verify(dir);
+    EXPECT_EQ(v.exit_code, 3) << v.output;
+    ASSERT_FALSE(v.json.is_discarded()) << v.output;
+    EXPECT_FALSE(v.json["ok"].get<bool>());
+    bool named = false;
+    for (const auto& p : v.json["problems"]) named = named || p.get<std::string>().find(file_in_message) != std::string::npos;
+    EXPECT_TRUE(named) << "no problem names " << file_in_message << ": " << v.json["problems"].dump(2);
+    fs::remove_all(dir);
+  }
+
+  static fs::path* s_dir;
+  static KwbRun* s_run;
+};
+
+fs::path* ValidateBundle::s_dir = nullptr;
+KwbRun* ValidateBundle::s_run = nullptr;
+
+TEST_F(ValidateBundle, fused_candidate_is_kept_and_prints_decision_json) {
+  ASSERT_FALSE(s_run->json.is_discarded()) << s_run->output << s_run->errors;
+  EXPECT_EQ(s_run->exit_code, 0) << s_run->errors;
+  EXPECT_EQ(s_run->json["schema"], "kwb.decision");
+  EXPECT_EQ(s_run->json["decision"], "KEEP_CANDIDATE") << s_run->json.dump(2);
+  EXPECT_EQ(s_run->json["plan_digest"], sha256_file(*s_dir / "plan.json"));
+  EXPECT_EQ(s_run->json["scope"]["backend"], "cpu");
+  EXPECT_EQ(s_run->json["scope"]["workloads"], nlohmann::json::array({"decode"}));
+}
+
+TEST_F(ValidateBundle, bundle_has_every_file_of_the_design_and_every_json_a_schema) {
+  for (const char* f : {"plan.json", "environment.json", "controls.json", "samples.csv", "decision.json", "report.md",
+                        "report.html", "MANIFEST.sha256", "stages.json", "final.json", "checks/baseline.json",
+                        "checks/candidate.json", "checks/baseline_copy.json", "checks/candidate_final.json",
+                        "comparisons/aa.json", "comparisons/ab.json"}) {
+    EXPECT_TRUE(fs::is_regular_file(*s_dir / f)) << f;
+  }
+  EXPECT_TRUE(fs::is_directory(*s_dir / "artifacts"));
+  for (const auto& e : fs::recursive_directory_iterator(*s_dir)) {
+    if (e.path().extension() != ".json") continue;
+    nlohmann::json j = nlohmann::json::parse(read_file(e.path()));
+    EXPECT_TRUE(j.contains("schema") && j.contains("schema_version")) << e.path();
+  }
+  // sha256sum -c works on the manifest.
+  CommandResult r = run_command({"sh", "-c", "cd '" + s_dir->string() + "' && sha256sum -c --quiet MANIFEST.sha256"},
+                                std::chrono::seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(ValidateBundle, stage_log_records_every_stage_in_order) {
+  nlohmann::json s = nlohmann::json::parse(read_file(*s_dir / "stages.json"));
+  ASSERT_EQ(s["stages"].size(), validate_stage_names().size());
+  for (size_t i = 0; i < validate_stage_names().size(); ++i) {
+    EXPECT_EQ(s["stages"][i]["name"], validate_stage_names()[i]);
+    EXPECT_NE(s["stages"][i]["status"], "pending");
+  }
+}
+
+TEST_F(ValidateBundle, verify_accepts_the_intact_bundle) {
+  KwbRun v = verify(*s_dir);
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_TRUE(v.json["ok"].get<bool>()) << v.json.dump(2);
+}
+
+TEST_F(ValidateBundle, report_rerender_is_byte_identical) {
+  fs::path d = copy("rerender");
+  EXPECT_EQ(run_kwb({"report", d.string()}).exit_code, 0);
+  EXPECT_EQ(verify(d).exit_code, 0);
+  EXPECT_EQ(read_file(d / "report.md").rfind("# kwb validate: KEEP_CANDIDATE", 0), 0u);
+  fs::remove_all(d);
+}
+
+// ---- tampering: each edit is caught and names the file ------------------------------------------------------
+
+TEST_F(ValidateBundle, verify_catches_a_deleted_sample_row_even_with_a_forged_manifest) {
+  fs::path d = copy("row");
+  std::string csv = read_file(d / "samples.csv");
+  // Drop the last timed A/B row.
+  size_t end = csv.rfind('\n', csv.size() - 2);
+  write_file_atomic(d / "samples.csv", csv.substr(0, end + 1));
+  reseal(d);
+  expect_caught(d, "comparisons/ab.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_a_changed_sample_value_through_the_manifest) {
+  fs::path d = copy("value");
+  std::string csv = read_file(d / "samples.csv");
+  const size_t pos = csv.find(",1\n", csv.size() / 2);  // some row's output_valid; edit the ns before it
+  const size_t start = csv.rfind(',', pos - 1) + 1;
+  csv.replace(start, pos - start, "1");
+  write_file_atomic(d / "samples.csv", csv);
+  expect_caught(d, "samples.csv");
+}
+
+// With a forged manifest, an edit that moves a block statistic is caught by re-deriving it. (An edit that moves no
+// statistic, say one sample out of a hundred with the median unchanged, changes no conclusion either.)
+TEST_F(ValidateBundle, verify_catches_changed_samples_even_with_a_forged_manifest) {
+  fs::path d = copy("values");
+  std::regex row("(ab,decode,0,B,[0-9]+,[0-9]+,[0-9]+,0,[0-9]+,)([0-9]+)(,1)");
+  int n = 0;
+  std::string out;
+  std::istringstream in(read_file(d / "samples.csv"));
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, row)) {
+      line = std::regex_replace(line, row, "$1999999999$3");
+      ++n;
+    }
+    out += line + "\n";
+  }
+  ASSERT_GT(n, 0);
+  write_file_atomic(d / "samples.csv", out);
+  reseal(d);
+  expect_caught(d, "comparisons/ab.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_an_edited_statistic) {
+  fs::path d = copy("stat");
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  ab["workloads"][0]["ci_low_pct"] = ab["workloads"][0]["ci_low_pct"].get<double>() + 5.0;
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  reseal(d);
+  expect_caught(d, "ci_low_pct");
+}
+
+TEST_F(ValidateBundle, verify_catches_a_swapped_artifact) {
+  fs::path d = copy("artifact");
+  nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
+  std::string cand, base;
+  for (const auto& im : plan["implementations"]) {
+    if (im["role"] == "candidate") cand = im["bundle_artifact"];
+    if (im["role"] == "baseline") base = im["bundle_artifact"];
+  }
+  fs::copy_file(d / base, d / cand, fs::copy_options::overwrite_existing);
+  reseal(d);
+  expect_caught(d, cand);
+}
+
+TEST_F(ValidateBundle, verify_catches_a_decision_that_does_not_follow) {
+  fs::path d = copy("decision");
+  nlohmann::json dec = nlohmann::json::parse(read_file(d / "decision.json"));
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  // A forger flips the workload verdict (and the decision with it): re-derivation from samples disagrees.
+  ab["workloads"][0]["verdict"] = "FAIL";
+  dec["decision"] = "KEEP_BASELINE";
+  dec["exit_code"] = 1;
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  write_file_atomic(d / "decision.json", dec.dump(2));
+  reseal(d);
+  expect_caught(d, "decision.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_an_edited_plan) {
+  fs::path d = copy("plan");
+  nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
+  plan["gates"]["min_improvement_pct"] = -50.0;
+  write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
+  reseal(d);
+  expect_caught(d, "plan_digest");
+}
+
+TEST_F(ValidateBundle, verify_catches_a_forged_check_verdict) {
+  fs::path d = copy("check");
+  nlohmann::json c = nlohmann::json::parse(read_file(d / "checks" / "control_no_weight.json"));
+  c["verdict"] = "PASS";
+  write_file_atomic(d / "checks" / "control_no_weight.json", c.dump(2));
+  reseal(d);
+  expect_caught(d, "checks/control_no_weight.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_a_deleted_file_through_the_manifest) {
+  fs::path d = copy("deleted");
+  fs::remove(d / "checks" / "candidate_final.json");
+  expect_caught(d, "checks/candidate_final.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_an_added_file) {
+  fs::path d = copy("added");
+  std::ofstream(d / "extra.txt") << "planted";
+  expect_caught(d, "extra.txt");
+}
+
+// ---- other runs -----------------------------------------------------------------------------------------------
+
+TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
+  fs::path d = scratch("exists");
+  fs::create_directories(d);
+  std::ofstream(d / "something") << "x";
+  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "fused.cpp", d));
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_NE(r.errors.find("never overwritten"), std::string::npos) << r.errors;
+  EXPECT_EQ(read_file(d / "something"), "x");
+  fs::remove_all(d);
+}
+
+TEST(validate_test, control_as_candidate_is_rejected_at_check_with_no_metric) {
+  fs::path d = scratch("control");
+  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "controls" / "wrong_axis.cpp", d));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE");
+  EXPECT_EQ(r.exit_code, 1);
+  nlohmann::json stages = nlohmann::json::parse(read_file(d / "stages.json"));
+  EXPECT_EQ(stages["stages"][3]["status"], "failed");  // check_candidate
+  EXPECT_EQ(stages["stages"][6]["status"], "skipped");  // ab
+  EXPECT_FALSE(fs::exists(d / "comparisons" / "ab.json"));
+  EXPECT_FALSE(fs::exists(d / "samples.csv"));
+  EXPECT_EQ(run_kwb({"verify", d.string()}).exit_code, 0);
+  fs::remove_all(d);
+}
+
+TEST(validate_test, baseline_as_candidate_is_not_kept) {
+  fs::path d = scratch("self");
+  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "baseline.cpp", d, {"--min-improvement-pct", "5"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.json["decision"], "KEEP_CANDIDATE");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(run_kwb({"verify", d.string()}).exit_code, 0);
+  fs::remove_all(d);
+}
+
+// kill -9 in the middle: every completed stage stays readable, and verify says the bundle is incomplete.
+TEST(validate_test, interrupted_run_keeps_every_completed_stage) {
+  fs::path d = scratch("killed");
+  std::vector<std::string> args = validate_args(k_rmsnorm / "cpu" / "fused.cpp", d);
+  args.insert(args.begin(), KWB_BINARY);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid;
+  ASSERT_EQ(posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  // Wait until the candidate's check has completed, then kill without warning.
+  bool reached = false;
+  for (int i = 0; i < 6000 && !reached; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!fs::exists(d / "stages.json")) continue;
+    auto s = nlohmann::json::parse(read_file(d / "stages.json"), nullptr, false);
+    reached = !s.is_discarded() && s["stages"][3]["status"] == "ok";
+  }
+  ::kill(pid, SIGKILL);
+  int status;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(reached);
+  for (const char* f : {"plan.json", "environment.json", "stages.json", "checks/baseline.json", "checks/candidate.json"}) {
+    auto j = nlohmann::json::parse(read_file(d / f), nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << f << " is not complete JSON";
+  }
+  KwbRun v = run_kwb({"verify", d.string(), "--json"});
+  EXPECT_EQ(v.exit_code, 3);
+  EXPECT_NE(v.json["problems"].dump().find("MANIFEST.sha256: missing"), std::string::npos) << v.json.dump(2);
+  fs::remove_all(d);
+}
+
+// An artifact changed after the plan was frozen is caught before it runs, naming the file and both digests.
+TEST(validate_test, artifact_changed_after_freeze_makes_the_run_invalid) {
+  ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+  fs::path d = scratch("identity");
+  ValidateOptions o;
+  o.task_dir = k_rmsnorm;
+  o.candidate = k_rmsnorm / "cpu" / "fused.cpp";
+  o.output_dir = d;
+  o.workloads = {"decode"};
+  o.budget.max_seconds = 5;
+  o.seed = 3;
+  std::string tampered;
+  ValidateObserver obs;
+  obs.plan_frozen = [&](const std::string&) {
+    nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
+    for (const auto& im : plan["implementations"]) {
+      if (im["role"] == "candidate") tampered = im["bundle_artifact"];
+    }
+    std::ofstream(d / tampered, std::ios::app) << "appended after freeze";
+  };
+  ValidateResult r = run_validate(o, obs);
+  EXPECT_EQ(r.decision.decision, "INVALID");
+  ASSERT_FALSE(tampered.empty());
+  bool named = false;
+  for (const std::string& reason : r.decision.reasons) {
+    named = named || (reason.find("identity mismatch") != std::string::npos && reason.find(tampered) != std::string::npos &&
+                      reason.find(" now ") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << nlohmann::json(r.decision.reasons).dump(2);
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace kwb::test
