@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=$(bash scripts/build.sh ci)
 out="${KWB_DEMO_OUT:-bundles/rmsnorm-fused-$(date +%Y%m%d-%H%M%S)}"
-exec "$build/kwb" validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --output-dir "$out" "$@"
+exec "$build/kwb" validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --output-dir "$out" \
+  --min-improvement-pct 10 "$@"

@@ -81,8 +81,9 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       res.stopped_by_budget = true;
       break;
     }
-    // Start a block only if one more of the average length still fits in the budget.
-    if (res.blocks > 0 && elapsed + elapsed / static_cast<double>(res.blocks) > budget.max_seconds) {
+    // Start a block only if one more of the average length still fits in the budget; --repetitions is a floor the
+    // budget cannot cut (a verdict from fewer blocks than asked for would be a surprise).
+    if (res.blocks >= budget.min_blocks && elapsed + elapsed / static_cast<double>(res.blocks) > budget.max_seconds) {
       res.stopped_by_budget = true;
       break;
     }

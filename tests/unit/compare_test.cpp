@@ -175,11 +175,19 @@ TEST(compare_test, point_gate_decides_once_at_the_first_look) {
   EXPECT_EQ(r.result.verdict, r.result.estimate->improvement_pct >= 5.0 ? "PASS" : "FAIL");
 }
 
-TEST(compare_test, too_small_a_budget_reports_no_interval) {
+TEST(compare_test, repetitions_are_a_floor_the_budget_cannot_cut) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.8, 0.01, 9);
-  runner.visit_seconds = 10.0;
-  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {10, 100000, 25.0});
+  runner.visit_seconds = 10.0;  // 20 s per block against a 25 s budget
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {5, 100000, 25.0});
+  EXPECT_EQ(r.result.blocks, 5u);
+  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+}
+
+TEST(compare_test, a_block_cap_below_two_reports_no_interval) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.8, 0.01, 9);
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {1, 1, 25.0});
   EXPECT_EQ(r.result.verdict, "INCONCLUSIVE");
   EXPECT_EQ(r.result.blocks, 1u);
   EXPECT_FALSE(r.result.estimate);
