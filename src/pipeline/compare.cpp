@@ -348,6 +348,7 @@ nlohmann::json to_json(const CompareReport& r) {
           {"seed", r.seed},
           {"arms", arms},
           {"refused", r.refused},
+          {"checks", r.checks},
           {"workloads", workloads},
           {"verdict", r.verdict}};
 }

@@ -175,6 +175,7 @@ struct CompareReport {
   std::vector<Sample> samples;
   std::string verdict;      // PASS when every workload passes; else FAIL > INVALID > INCONCLUSIVE by precedence
   std::vector<std::string> refused;  // reasons timing was refused (an arm failed its check)
+  nlohmann::json checks = nlohmann::json::array();  // the pre-timing check of each arm (cached by identity or not)
 };
 
 std::string overall_verdict(const std::vector<WorkloadResult>& workloads);

@@ -88,6 +88,9 @@ struct Misbehaviour {
   const char* reason;
 };
 
+// Names the candidate in test output instead of the struct's bytes.
+void PrintTo(const Misbehaviour& m, std::ostream* os) { *os << m.file << " -> " << m.reason; }
+
 class MisbehaviourTest : public ::testing::TestWithParam<Misbehaviour> {};
 
 TEST_P(MisbehaviourTest, yields_fail_with_reason_and_kwb_survives) {
