@@ -39,7 +39,9 @@ std::vector<double> ticks(double lo, double hi, int target) {
     if (span / step <= target) break;
   }
   std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-12 * span; v += step) t.push_back(v);
+  for (double v = std::ceil(lo / step) * step; v <= hi + 1e-12 * span; v += step) {
+    t.push_back(std::fabs(v) < 1e-9 * step ? 0.0 : v);  // no "-0" label from accumulated rounding
+  }
   return t;
 }
 
