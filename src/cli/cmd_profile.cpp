@@ -129,37 +129,45 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
       std::cout << fmt::format("  {}: unavailable: {}\n", w.name, ip.unavailable_reason);
       continue;
     }
+    // Every function of the implementation (the passes), however small; other code (the allocator, the
+    // harness's call) only where it matters.
     std::vector<std::string> parts;
+    size_t others = 0;
     for (const FunctionShare& f : ip.functions) {
-      if (parts.size() == 12 || f.self_share < 0.001) break;
-      parts.push_back(fmt::format("{}{}{} {:.1f}%", f.implementation ? "*" : "", f.short_name,
-                                 f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]",
-                                 100 * f.self_share));
+      if (!f.implementation && (f.self_share < 0.005 || others++ == 6)) continue;
+      const std::string share =
+          f.self_share < 0.001 ? std::string("<0.1%") : fmt::format("{:.1f}%", 100 * f.self_share);
+      parts.push_back(fmt::format("{}{}{} {}", f.implementation ? "*" : "", f.short_name,
+                                  f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]", share));
     }
-    std::cout << fmt::format("  {} ({} implementation functions): {}\n", w.name, ip.implementation_functions,
-                             fmt::join(parts, ", "));
+    std::cout << fmt::format("  {} ({} of the implementation's functions ran): {}\n", w.name,
+                             ip.implementation_functions, fmt::join(parts, ", "));
   }
 
-  std::vector<std::string> notes;
+  // Notes that hold for several workloads are printed once, naming them all.
+  std::vector<std::pair<std::string, std::vector<std::string>>> notes;
+  auto note = [&](const std::string& workload, const std::string& text) {
+    for (auto& [t, names] : notes) {
+      if (t == text) {
+        names.push_back(workload);
+        return;
+      }
+    }
+    notes.push_back({text, {workload}});
+  };
   for (const WorkloadProfile& w : r.workloads) {
     const InstructionProfile& ip = w.instructions;
-    if (ip.available) notes.push_back(fmt::format("{}: callgrind: {}", w.name, ip.note));
-    if (ip.derived_build) notes.push_back(fmt::format("{}: {}", w.name, ip.derived_reason));
-    if (!w.allocations.available) {
-      notes.push_back(fmt::format("{}: allocations unavailable: {}", w.name, w.allocations.unavailable_reason));
-    }
-    if (!w.hardware.available) {
-      notes.push_back(fmt::format("{}: hardware counters unavailable: {}", w.name, w.hardware.unavailable_reason));
-    }
-    if (!w.roofline.measured) {
-      notes.push_back(fmt::format("{}: bandwidth unavailable: {}", w.name, w.roofline.unavailable_reason));
-    }
+    if (ip.available) note(w.name, "callgrind: " + ip.note);
+    if (ip.derived_build) note(w.name, ip.derived_reason);
+    if (!w.allocations.available) note(w.name, "allocations unavailable: " + w.allocations.unavailable_reason);
+    if (!w.hardware.available) note(w.name, "hardware counters unavailable: " + w.hardware.unavailable_reason);
+    if (!w.roofline.measured) note(w.name, "bandwidth unavailable: " + w.roofline.unavailable_reason);
     for (const Failure& f : w.failures) {
-      notes.push_back(fmt::format("{}: FAILED [{}] {}: {}", w.name, f.reason, f.assertion, f.detail.substr(0, 300)));
+      note(w.name, fmt::format("FAILED [{}] {}: {}", f.reason, f.assertion, f.detail.substr(0, 300)));
     }
   }
   std::cout << "\nnotes:\n";
-  for (const std::string& n : notes) std::cout << "  " << n << "\n";
+  for (const auto& [text, names] : notes) std::cout << fmt::format("  {}: {}\n", fmt::join(names, ", "), text);
   std::cout << "  GB/s = min bytes (every input and output once) / median time of a short run in kwb-worker; "
                "'of probe' above 1 means the data came from caches.\n";
   std::cout << "\ndescriptive only: a profile never changes a decision\n";

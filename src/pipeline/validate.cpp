@@ -4,6 +4,7 @@
 #include "evidence/bundle_writer.h"
 #include "evidence/environment.h"
 #include "pipeline/check.h"
+#include "profile/profile.h"
 #include "report/report.h"
 #include "task/data.h"
 #include "util/error.h"
@@ -274,17 +275,44 @@ private:
     return check_summary(r);
   }
 
-  std::string profile() {
-    // Structural facts only; never part of the decision. Wired to src/profile/ once that module lands.
-    return "skipped: no profiler is built into this kwb yet";
+  // Structural facts only (instructions, allocations, passes, bandwidth), never part of the decision. The
+  // baseline is profiled here, after its check; the candidate right after its own check passes (a rejected
+  // implementation is never profiled).
+  std::string profile_one(const std::string& role) {
+    Impl& im = impl(role);
+    require_identity(im);
+    ProfileOptions po;
+    po.backend = m_opt.backend;
+    po.workloads = m_opt.workloads;
+    po.timeout = m_opt.timing.timeout;
+    po.nonce = m_timing_nonce;
+    po.raw_dir = m_bundle.dir() / "profile" / ("raw_" + role);
+    ProfileReport r = run_profile(m_task, im.artifact, po);
+    m_bundle.write_json("profile/" + role + ".json", to_json(r));
+    std::vector<std::string> parts;
+    for (const auto& w : r.workloads) {
+      parts.push_back(w.instructions.available
+                          ? fmt::format("{} {:.0f} instr/call", w.name, w.instructions.instructions_per_call)
+                          : fmt::format("{} (instructions unavailable)", w.name));
+    }
+    return fmt::format("{}: {}", role, fmt::join(parts, ", "));
   }
+
+  std::string profile() { return profile_one("baseline"); }
 
   std::string check_candidate() {
     CheckReport r = check(impl("candidate"), "checks/candidate.json", 0);
     m_inputs.candidate_check_pass = r.pass();
     m_stage_failed = !r.pass();
-    if (auto why = timing_refusal(r)) return check_summary(r) + "; timing refused";
-    return check_summary(r);
+    if (auto why = timing_refusal(r)) return check_summary(r) + "; timing and profiling refused";
+    std::string profiled;
+    try {
+      profiled = "; profile " + profile_one("candidate");
+    } catch (const std::exception& e) {
+      // The profile is descriptive: its failure is recorded, it does not change the decision.
+      profiled = std::string("; profile failed: ") + e.what();
+    }
+    return check_summary(r) + profiled;
   }
 
   std::string controls() {

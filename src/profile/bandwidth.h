@@ -45,7 +45,7 @@ BandwidthProbe measure_bandwidth(int trials = 5);
 BandwidthProbe environment_bandwidth(const std::filesystem::path& cache_root);
 
 nlohmann::json to_json(const BandwidthProbe& p);
-// nullopt-like: throws DataError when the JSON is not a kwb.bandwidth record of this schema version.
+// Throws DataError when the JSON is not a kwb.bandwidth record of this schema version.
 BandwidthProbe bandwidth_probe_from_json(const nlohmann::json& j);
 
 // The bytes a workload must read and write at least: every input and every output tensor once (a lower bound that

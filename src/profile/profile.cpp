@@ -164,7 +164,7 @@ void native_pass(const Task& task, const Artifact& art, const InputSet& set, con
 
 struct CallgrindRun {
   bool ran = false;
-  bool unhandled_instruction = false;  // valgrind met an instruction it cannot decode (not the candidate's fault)
+  std::string unhandled_instruction;   // valgrind's log line when it met an instruction it cannot decode
   std::string reason;                  // why !ran
   std::vector<Failure> failures;       // calls that failed validation: failures of the implementation
   std::map<uint64_t, CallgrindDump> dumps;  // by the worker's call number (1-based)
@@ -186,7 +186,7 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
   WorkerSession session(task, art, so);
   LoadOutcome lo = session.start();
   if (!lo.ok) {
-    out.unhandled_instruction = valgrind_hit_unhandled_instruction(dir);
+    out.unhandled_instruction = valgrind_unhandled_instruction(dir);
     out.reason = fmt::format("the profile worker under valgrind did not load the implementation ({}: {})", lo.reason,
                              lo.detail.substr(0, 300));
     return out;
@@ -194,11 +194,11 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
   for (int k = 0; k < total_calls; ++k) {
     CallResult r = session.call(set, k, CallMode::timing);
     if (!r.completed) {
-      out.unhandled_instruction = valgrind_hit_unhandled_instruction(dir);
+      out.unhandled_instruction = valgrind_unhandled_instruction(dir);
       out.reason = r.failures.empty() ? "the worker died under valgrind"
                                       : fmt::format("the worker died under valgrind: {}: {}", r.failures[0].reason,
                                                     r.failures[0].detail.substr(0, 300));
-      if (!out.unhandled_instruction) out.failures = std::move(r.failures);
+      if (out.unhandled_instruction.empty()) out.failures = std::move(r.failures);
       return out;
     }
     if (!r.valid()) {
@@ -394,6 +394,7 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
   std::optional<Artifact> derived;  // the valgrind-compatible build, made at most once
   bool derived_tried = false;
   std::string derived_failure;
+  std::string unhandled_line;  // what valgrind said about the real artifact
 
   for (const Case* c : workloads) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -418,6 +419,9 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
                     : fmt::format("{} uncollected warm-up call(s), then {} collected call(s)", ip.warmups, ip.calls);
     if (!report.valgrind.found) {
       ip.unavailable_reason = report.valgrind.reason;
+    } else if (!fs::exists(profile_worker_executable())) {
+      ip.unavailable_reason = fmt::format("{} not found (build the kwb-profile-worker target)",
+                                          profile_worker_executable().string());
     } else if (!wp.failures.empty()) {
       ip.unavailable_reason = "not run: the implementation failed validation in the profile worker";
     } else {
@@ -425,8 +429,9 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
       const Artifact* profiled = derived ? &*derived : &artifact;
       CallgrindRun run = run_under_callgrind(task, *profiled, set, ip.warmups + ip.calls, o, report.valgrind,
                                              work.path() / (c->name + (derived ? "-derived" : "")));
-      if (!run.ran && run.unhandled_instruction && !derived && !derived_tried) {
-        // valgrind (to 3.2x at least) cannot decode AVX-512, which -march=native emits on machines that have it.
+      if (!run.ran && !run.unhandled_instruction.empty() && !derived && !derived_tried) {
+        unhandled_line = run.unhandled_instruction;
+        // valgrind 3.19 cannot decode AVX-512, which -march=native emits on machines that have it (docs/profile.md).
         derived_tried = true;
         say(o, "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
                "for callgrind");
@@ -443,18 +448,18 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
       if (derived) {
         ip.derived_build = true;
         ip.derived_reason = fmt::format(
-            "{} cannot execute an instruction of the artifact (AVX-512, emitted by -march=native on this CPU); "
-            "callgrind ran the same source built with the recorded command plus -mno-avx512f",
-            report.valgrind.version);
+            "{} cannot execute an instruction of the artifact ({}): most likely AVX-512, which -march=native emits "
+            "on this CPU; callgrind ran the same source built with the recorded command plus -mno-avx512f",
+            report.valgrind.version, unhandled_line);
       }
       ip.profiled_identity = used->identity;
       for (Failure& f : run.failures) wp.failures.push_back(std::move(f));
       if (run.ran) {
         summarize_callgrind(run, *used, ip.warmups, ip.calls, ip);
-      } else if (run.unhandled_instruction) {
-        ip.unavailable_reason = fmt::format(
-            "{} cannot execute an instruction of the artifact (see valgrind's log){}", report.valgrind.version,
-            derived_failure.empty() ? "" : "; " + derived_failure);
+      } else if (!run.unhandled_instruction.empty()) {
+        ip.unavailable_reason = fmt::format("{} cannot execute an instruction of the artifact ({}){}",
+                                            report.valgrind.version, run.unhandled_instruction,
+                                            derived_failure.empty() ? "" : "; " + derived_failure);
       } else {
         ip.unavailable_reason = run.reason;
       }
@@ -655,12 +660,16 @@ std::string profile_markdown(const ProfileReport& r) {
       md += fmt::format("- {}: unavailable: {}\n", w.name, ip.unavailable_reason);
       continue;
     }
+    // Every function of the implementation (the passes), however small; other code (the allocator, the
+    // harness's call) only where it matters.
     std::vector<std::string> parts;
+    size_t others = 0;
     for (const FunctionShare& f : ip.functions) {
-      if (parts.size() == 10 || f.self_share < 0.001) break;
-      parts.push_back(fmt::format("{}{}{} {:.1f}%", f.implementation ? "*" : "", f.short_name,
-                                 f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]",
-                                 100 * f.self_share));
+      if (!f.implementation && (f.self_share < 0.005 || others++ == 6)) continue;
+      const std::string share =
+          f.self_share < 0.001 ? std::string("<0.1%") : fmt::format("{:.1f}%", 100 * f.self_share);
+      parts.push_back(fmt::format("{}{}{} {}", f.implementation ? "*" : "", f.short_name,
+                                  f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]", share));
     }
     md += fmt::format("- {}: {}{}\n", w.name, fmt::join(parts, ", "),
                       ip.derived_build ? " (a -mno-avx512f build of the same source: valgrind cannot run AVX-512)" : "");

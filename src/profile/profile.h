@@ -91,7 +91,7 @@ struct InstructionProfile {
   std::vector<FunctionShare> functions;  // every function with instructions of its own, most first
   int implementation_functions = 0;      // "passes": functions of the implementation's object that ran
   std::vector<std::string> cache_model;  // valgrind's simulated I1/D1/LL geometry
-  // Set when valgrind could not execute the artifact itself (AVX-512 on valgrind <= 3.2x): callgrind then ran the
+  // Set when valgrind could not execute the artifact itself (AVX-512 on valgrind 3.19): callgrind then ran the
   // same source built with the same recorded command plus -mno-avx512f, and the counts describe that build.
   bool derived_build = false;
   std::string derived_reason;

@@ -83,14 +83,25 @@ std::vector<std::string> callgrind_wrapper(const ValgrindInstall& valgrind, cons
 
 fs::path valgrind_log(const fs::path& out_dir) { return out_dir / "valgrind.log"; }
 
-bool valgrind_hit_unhandled_instruction(const fs::path& out_dir) {
+std::string valgrind_unhandled_instruction(const fs::path& out_dir) {
   std::error_code ec;
-  if (!fs::exists(valgrind_log(out_dir), ec)) return false;
+  if (!fs::exists(valgrind_log(out_dir), ec)) return "";
+  std::string log;
   try {
-    return read_file(valgrind_log(out_dir)).find("unhandled instruction") != std::string::npos;
+    log = read_file(valgrind_log(out_dir));
   } catch (const std::exception&) {
-    return false;
+    return "";
   }
+  const size_t at = log.find("unhandled instruction bytes");
+  if (at == std::string::npos) return "";
+  const size_t begin = log.rfind('\n', at);
+  const size_t end = log.find('\n', at);
+  std::string line = log.substr(begin == std::string::npos ? 0 : begin + 1,
+                                end == std::string::npos ? std::string::npos : end - (begin + 1));
+  if (const size_t pid_end = line.find("== "); line.starts_with("==") && pid_end != std::string::npos) {
+    line.erase(0, pid_end + 3);  // "==1234== " prefix
+  }
+  return line;
 }
 
 Artifact derived_build(const Artifact& artifact, const std::vector<std::string>& extra_flags, const fs::path& cache_root) {

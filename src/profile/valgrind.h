@@ -24,9 +24,10 @@ ValgrindInstall find_valgrind();
 // kwb_run, cache simulation, uncompressed names, and every file (per-call dumps, valgrind's own log) in out_dir.
 std::vector<std::string> callgrind_wrapper(const ValgrindInstall& valgrind, const std::filesystem::path& out_dir);
 
-// The name of valgrind's log inside out_dir, and whether it says valgrind met an instruction it cannot decode.
+// The name of valgrind's log inside out_dir, and the line where it says it met an instruction it cannot decode
+// ("vex amd64->IR: unhandled instruction bytes: 0x62 ..."; 0x62 starts an AVX-512 instruction), or "" if none.
 std::filesystem::path valgrind_log(const std::filesystem::path& out_dir);
-bool valgrind_hit_unhandled_instruction(const std::filesystem::path& out_dir);
+std::string valgrind_unhandled_instruction(const std::filesystem::path& out_dir);
 
 // The same source and recorded build command with `extra_flags` before the source (e.g. -mno-avx512f): another
 // artifact with its own identity (command, key, SHA-256), cached under cache_root/artifacts/<key> like any other.

@@ -162,21 +162,32 @@ ReportModel build_model(const BundleData& b) {
                                c.value("timing_refused", false) ? "none (refused)" : "TIMED"});
   }
 
-  m.profile.header = {"implementation", "workload", "instructions/call", "allocations/call", "GB/s", "of probe",
-                      "top functions"};
+  m.profile.header = {"implementation", "workload", "instructions/call", "D1 misses/call", "allocations/call",
+                      "GB/s (of probe)", "functions (share of instructions)"};
   for (const auto& [stem, p] : b.profiles) {
     for (const json& w : p.value("workloads", json::array())) {
+      const json ins = w.value("instructions", json::object());
+      const json alloc = w.value("allocations", json::object());
+      const json roof = w.value("roofline", json::object());
       std::string top;
-      for (const json& f : w.value("functions", json::array())) {
-        if (top.size() > 80) break;
-        top += fmt::format("{}{} {:.0f}%", top.empty() ? "" : ", ", f.value("name", "?"), f.value("share_pct", 0.0));
+      int shown = 0;
+      for (const json& f : ins.value("functions", json::array())) {
+        if (shown++ == 7) break;
+        top += fmt::format("{}{} {:.0f}%", top.empty() ? "" : ", ", f.value("short_name", f.value("name", "?")),
+                           100.0 * f.value("self_share", 0.0));
       }
-      auto num = [&](const char* k, const char* f) {
-        return w.contains(k) && w[k].is_number() ? fmt::format(fmt::runtime(f), w[k].get<double>()) : std::string("-");
+      auto num = [](const json& j, const char* k, const char* f) {
+        return j.value("available", j.value("measured", false)) && j.contains(k) && j[k].is_number()
+                   ? fmt::format(fmt::runtime(f), j[k].get<double>())
+                   : std::string("unavailable");
       };
-      m.profile.rows.push_back({stem, w.value("name", "?"), num("instructions_per_call", "{:.0f}"),
-                                num("allocations_per_call", "{:.1f}"), num("achieved_gbps", "{:.2f}"),
-                                num("roofline_fraction", "{:.2f}"), top.empty() ? "-" : top});
+      m.profile.rows.push_back(
+          {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"), num(ins, "d1_misses_per_call", "{:.0f}"),
+           num(alloc, "count_per_call", "{:.1f}"),
+           roof.value("measured", false)
+               ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
+               : "unavailable",
+           top.empty() ? "-" : top});
     }
   }
 
