@@ -1,4 +1,4 @@
-// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--json]
+// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--json]
 #include "build/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
@@ -23,6 +23,7 @@ struct CheckArgs {
   uint64_t seed = 0;
   int calls = 4;
   std::vector<std::string> cases;
+  bool held_out = false;
 };
 
 void print_human(const CheckReport& r, const Artifact& art) {
@@ -75,6 +76,9 @@ Action add_check(CLI::App& root) {
   app->add_option("--calls", args->calls, "Calls per case, each with fresh data")->capture_default_str()
       ->check(CLI::Range(1, 1000));
   app->add_option("--case", args->cases, "Only this case (repeatable)");
+  app->add_flag("--held-out", args->held_out,
+                "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final "
+                "validation does");
   return [args]() {
     Task task = load_task(args->task_dir);
     if (!task.backends.contains(args->backend)) {
@@ -90,6 +94,7 @@ Action add_check(CLI::App& root) {
     opt.nonce = args->seed;
     opt.calls_per_case = args->calls;
     opt.only_cases = args->cases;
+    opt.held_out = args->held_out;
     CheckReport report = run_check(task, art, opt);
     if (args->json) {
       std::cout << to_json(report).dump(2) << "\n";

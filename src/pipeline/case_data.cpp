@@ -6,10 +6,17 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <random>
 #include <utility>
 
 namespace kwb {
+
+uint64_t unpredictable_seed() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
 
 uint64_t fingerprint(std::span<const unsigned char> bytes) {
   // Four independent multiply-xorshift lanes over 8-byte words keep this near memory speed.
@@ -28,6 +35,31 @@ uint64_t fingerprint(std::span<const unsigned char> bytes) {
   return h;
 }
 
+namespace {
+
+// The oracle's outputs for `set`'s inputs, and the output shapes they must have.
+void compute_expected(const Task& task, const OracleFn& oracle, InputSet& set) {
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < set.inputs.size(); ++i) {
+    views.push_back(
+        {std::as_const(set.inputs[i]).data().data(), task.signature.inputs[i].dtype, set.input_shapes[i].dims});
+  }
+  const Case& c = *set.case_;
+  const std::vector<double> scalars = resolve_scalars(task.signature, c);
+  set.expected = oracle(views, scalars);
+  set.output_shapes.clear();
+  for (size_t i = 0; i < task.signature.outputs.size(); ++i) {
+    TensorShape shape = resolve_shape(task.signature.outputs[i], c);
+    if (i >= set.expected.size() || set.expected[i].size() != shape.elements()) {
+      throw InternalError(fmt::format("oracle '{}' produced the wrong number of elements for output '{}'",
+                                      task.oracle, task.signature.outputs[i].name));
+    }
+    set.output_shapes.push_back(shape);
+  }
+}
+
+}  // namespace
+
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
   const OracleFn* oracle = find_oracle(task.oracle);
   if (oracle == nullptr) {
@@ -37,7 +69,6 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
   InputSet set;
   set.case_ = &c;
   set.set_index = set_index;
-  std::vector<TensorView> views;
   for (size_t i = 0; i < task.signature.inputs.size(); ++i) {
     const TensorSpec& spec = task.signature.inputs[i];
     TensorShape shape = resolve_shape(spec, c);
@@ -49,20 +80,53 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     set.input_shapes.push_back(shape);
     set.inputs.push_back(std::move(buf));
   }
-  for (size_t i = 0; i < set.inputs.size(); ++i) {
-    views.push_back({std::as_const(set.inputs[i]).data().data(), task.signature.inputs[i].dtype, set.input_shapes[i].dims});
-  }
-  const std::vector<double> scalars = resolve_scalars(task.signature, c);
-  set.expected = (*oracle)(views, scalars);
-  for (size_t i = 0; i < task.signature.outputs.size(); ++i) {
-    TensorShape shape = resolve_shape(task.signature.outputs[i], c);
-    if (i >= set.expected.size() || set.expected[i].size() != shape.elements()) {
-      throw InternalError(fmt::format("oracle '{}' produced the wrong number of elements for output '{}'",
-                                      task.oracle, task.signature.outputs[i].name));
-    }
-    set.output_shapes.push_back(shape);
-  }
+  compute_expected(task, *oracle, set);
   return set;
+}
+
+InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
+  const OracleFn* oracle = find_oracle(task.oracle);
+  if (oracle == nullptr) throw InternalError("make_twin: the task's oracle vanished");
+  InputSet twin;
+  twin.case_ = base.case_;
+  twin.set_index = base.set_index;
+  twin.input_shapes = base.input_shapes;
+  Rng rng(seed);
+  std::vector<std::string> changed;
+  for (size_t i = 0; i < base.inputs.size(); ++i) {
+    const TensorSpec& spec = task.signature.inputs[i];
+    const size_t width = dtype_size(spec.dtype);
+    const auto from = base.inputs[i].data();
+    SharedBuffer buf(fmt::format("kwb-twin-{}", spec.name), from.size());
+    auto to = buf.data();
+    std::memcpy(to.data(), from.data(), from.size());
+    // One element per 64 Ki, at least one and at most four: enough that a replayed output is wrong somewhere,
+    // few enough that a sample of the data almost surely misses every change.
+    const size_t n = from.size() / width;
+    const size_t count = n == 0 ? 0 : std::min<size_t>(4, 1 + n / 65536);
+    for (size_t k = 0; k < count; ++k) {
+      const size_t at = static_cast<size_t>(rng.next() % n);
+      // -2x (or 1 for a zero) is far from x at any scale, finite, and keeps the magnitude of the data.
+      if (spec.dtype == DType::f32) {
+        float v;
+        std::memcpy(&v, to.data() + at * 4, 4);
+        v = v == 0.0f ? 1.0f : -2.0f * v;
+        std::memcpy(to.data() + at * 4, &v, 4);
+      } else {
+        double v;
+        std::memcpy(&v, to.data() + at * 8, 8);
+        v = v == 0.0 ? 1.0 : -2.0 * v;
+        std::memcpy(to.data() + at * 8, &v, 8);
+      }
+      changed.push_back(fmt::format("{}[{}]", spec.name, at));
+    }
+    buf.seal();
+    twin.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
+    twin.inputs.push_back(std::move(buf));
+  }
+  twin.twin_detail = fmt::format("a twin of input set {} with {} changed", base.set_index, fmt::join(changed, ", "));
+  compute_expected(task, *oracle, twin);
+  return twin;
 }
 
 }  // namespace kwb

@@ -6,6 +6,8 @@
 #include "worker/shared_buffer.h"
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace kwb {
@@ -18,10 +20,23 @@ struct InputSet {
   std::vector<TensorShape> input_shapes;
   std::vector<TensorShape> output_shapes;
   std::vector<std::vector<double>> expected;      // one per output, from the oracle
+  std::string twin_detail;                        // for a twin: which elements differ from its base
+  // Built on first use by WorkerSession's timing traps and kept with the set (pool sets outlive visits).
+  mutable std::unique_ptr<InputSet> twin;
 };
 
 // Throws DataError when the task names an oracle kwb does not have.
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce);
+
+// A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to
+// clearly different values; expected outputs recomputed by the oracle. Shown behind the same addresses as `base`,
+// it tells an implementation that computes from an implementation that remembers (by address, or by a hash of a
+// sample of the data): the second replays `base`'s result.
+InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed);
+
+// A seed nobody can predict (std::random_device): for what must stay secret from the implementation even when the
+// run's nonces are known (twin perturbations, timing traps, held-out shapes without a nonce).
+uint64_t unpredictable_seed();
 
 // A fast 64-bit fingerprint of a byte range (not cryptographic: it guards against accidents and lazy cheats; the
 // seal is what makes inputs immutable).

@@ -1,8 +1,13 @@
 #include "pipeline/check.h"
 
+#include "task/data.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
 
 namespace kwb {
 
@@ -36,6 +41,136 @@ CheckReport build_failure_report(const Task& task, const Artifact& artifact) {
   return r;
 }
 
+std::vector<Case> held_out_cases(const Task& task, const std::vector<const Case*>& cases, uint64_t seed) {
+  Rng rng(mix_seed(seed, 0x4E1D));
+  std::map<std::string, std::set<int64_t>> published;
+  for (const Case& c : task.cases) {
+    for (const auto& [dim, v] : c.dims) published[dim].insert(v);
+  }
+  // An odd value near `v` that no case uses for `dim`: odd, so that no SIMD width or block size divides it.
+  auto perturb = [&](const std::string& dim, int64_t v) {
+    const std::set<int64_t>& taken = published[dim];
+    int64_t reach = std::max<int64_t>(2, v / 8);
+    for (;;) {
+      std::vector<int64_t> candidates;
+      for (int64_t x = std::max<int64_t>(1, v - reach) | 1; x <= v + reach; x += 2) {
+        if (!taken.contains(x)) candidates.push_back(x);
+      }
+      if (!candidates.empty()) return candidates[rng.next() % candidates.size()];
+      reach *= 2;
+    }
+  };
+  auto bytes_of = [&](const Case& c) {
+    size_t b = 0;
+    for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+      for (const TensorSpec& s : *list) b += resolve_shape(s, c).elements() * dtype_size(s.dtype);
+    }
+    return b;
+  };
+  std::vector<Case> out;
+  for (const Case* c : cases) {
+    Case h = *c;
+    h.name = c->name + "~held_out";
+    h.role = CaseRole::correctness;
+    h.seed = mix_seed(c->seed, rng.next());
+    for (auto& [dim, v] : h.dims) v = perturb(dim, v);
+    while (bytes_of(h) > k_held_out_max_bytes) {
+      auto largest = std::max_element(h.dims.begin(), h.dims.end(),
+                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+      if (largest == h.dims.end() || largest->second <= 1) break;
+      largest->second = perturb(largest->first, largest->second / 2);
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+namespace {
+
+size_t input_bytes(const Task& task, const Case& c) {
+  size_t b = 0;
+  for (const TensorSpec& s : task.signature.inputs) b += resolve_shape(s, c).elements() * dtype_size(s.dtype);
+  return b;
+}
+
+void add_call(CaseReport& cr, CheckReport& report, CallResult& res) {
+  ++cr.calls_run;
+  cr.passed += res.passed;
+  cr.failed += res.failures.size();
+  cr.max_rel_error = std::max(cr.max_rel_error, res.max_rel_error);
+  for (Failure& f : res.failures) report.failures.push_back(std::move(f));
+}
+
+// A worker that is gone after its last answer (found by an unmap or by the goodbye), or whose goodbye does not
+// count every call, leaves the run's records incomplete: the implementation may have forged that answer and left.
+// A failure whatever the worker's exit status. Counted in `cr`.
+void record_late_death(const WorkerSession& session, CaseReport& cr, CheckReport& report) {
+  const std::optional<WorkerDeath> d = session.death();
+  report.failures.push_back({cr.name, -1, "said_goodbye", d ? d->reason : "exited",
+                             "after its last answer: " + (d ? d->detail : std::string("the worker was gone"))});
+  ++cr.failed;
+}
+
+void finish_session(WorkerSession& session, CaseReport& cr, CheckReport& report) {
+  if (!session.alive()) return;
+  if (session.shutdown()) {
+    ++cr.passed;
+    return;
+  }
+  record_late_death(session, cr, report);
+}
+
+// One timing visit, rehearsed: what compare does to a candidate (a fresh worker, a pool of input sets cycled
+// through, many calls in timing mode), with a secret number of calls, and every output validated.
+CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, const CheckOptions& options,
+                                 const Case& workload, uint64_t secret, CheckReport& report) {
+  // The workload under its own name, so that failures say where they happened.
+  Case rehearsal = workload;
+  rehearsal.name = workload.name + "~rehearsal";
+  CaseReport cr;
+  cr.name = rehearsal.name;
+  cr.role = CaseRole::timing;
+  cr.dims = dims_text(task, workload);
+  const auto t0 = std::chrono::steady_clock::now();
+  SessionOptions so;
+  so.backend = options.backend;
+  so.timeout = options.timeout;
+  so.poison_seed = mix_seed(secret, 0x4E4E);
+  WorkerSession session(task, artifact, so);
+  LoadOutcome lo = session.start();
+  if (!lo.ok) {
+    ++cr.failed;
+    report.failures.push_back({cr.name, -1, "loads", lo.reason, lo.detail});
+  } else {
+    Rng rng(secret);
+    std::vector<std::unique_ptr<InputSet>> pool;
+    for (uint64_t i = 0; i < 4; ++i) {
+      pool.push_back(std::make_unique<InputSet>(make_input_set(task, rehearsal, 2000 + i, rng.next())));
+    }
+    const auto span = static_cast<uint64_t>(k_rehearsal_max_calls - k_rehearsal_min_calls + 1);
+    const int calls = k_rehearsal_min_calls + static_cast<int>(rng.next() % span);
+    bool completed = true;
+    for (int k = 0; k < calls && completed; ++k) {
+      CallResult res = session.call(*pool[static_cast<size_t>(k) % pool.size()], k, CallMode::timing);
+      completed = res.completed;
+      add_call(cr, report, res);
+    }
+    for (auto& set : pool) session.detach(*set);
+    if (completed && !session.alive()) record_late_death(session, cr, report);
+    for (size_t i = 0; completed && i < pool.size(); ++i) {
+      CallResult res = session.verify_inputs(*pool[i], calls);
+      cr.passed += res.passed;
+      cr.failed += res.failures.size();
+      for (Failure& f : res.failures) report.failures.push_back(std::move(f));
+    }
+    finish_session(session, cr, report);
+  }
+  cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return cr;
+}
+
+}  // namespace
+
 CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOptions& options) {
   if (!artifact.ok) return build_failure_report(task, artifact);
   CheckReport report;
@@ -50,17 +185,29 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
   so.poison_seed = mix_seed(options.nonce, 0xC4EC);
   WorkerSession session(task, artifact, so);
   bool load_failed = false;
+  // Twins' perturbations, held-out shapes without a nonce and the rehearsal must not be predictable.
+  Rng secret(unpredictable_seed());
 
   // Smallest cases first: a broken implementation fails in milliseconds, not after the DRAM-sized case.
   std::vector<const Case*> order;
-  for (const Case& c : task.cases) order.push_back(&c);
-  auto input_bytes = [&](const Case* c) {
-    size_t b = 0;
-    for (const TensorSpec& s : task.signature.inputs) b += resolve_shape(s, *c).elements() * dtype_size(s.dtype);
-    return b;
-  };
-  std::stable_sort(order.begin(), order.end(),
-                   [&](const Case* a, const Case* b) { return input_bytes(a) < input_bytes(b); });
+  for (const Case& c : task.cases) {
+    if (options.only_cases.empty() ||
+        std::find(options.only_cases.begin(), options.only_cases.end(), c.name) != options.only_cases.end()) {
+      order.push_back(&c);
+    }
+  }
+  auto by_size = [&](const Case* a, const Case* b) { return input_bytes(task, *a) < input_bytes(task, *b); };
+  std::stable_sort(order.begin(), order.end(), by_size);
+  // Held-out cases follow the published ones (stable storage: input sets point at their case).
+  std::vector<Case> held_out;
+  if (options.held_out) {
+    held_out = held_out_cases(task, order, options.nonce != 0 ? options.nonce : secret.next());
+    std::vector<const Case*> extra;
+    for (const Case& h : held_out) extra.push_back(&h);
+    std::stable_sort(extra.begin(), extra.end(), by_size);
+    order.insert(order.end(), extra.begin(), extra.end());
+  }
+  const uint64_t held_out_nonce = options.nonce != 0 ? options.nonce : secret.next();
 
   for (const Case* cp : order) {
     const Case& c = *cp;
@@ -68,10 +215,7 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
       report.stopped_early = true;
       break;
     }
-    if (!options.only_cases.empty() &&
-        std::find(options.only_cases.begin(), options.only_cases.end(), c.name) == options.only_cases.end()) {
-      continue;
-    }
+    const bool is_held_out = c.name.ends_with("~held_out");
     CaseReport cr;
     cr.name = c.name;
     cr.role = c.role;
@@ -90,26 +234,54 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
           report.failures.push_back({c.name, -1, "loads", lo.reason, lo.detail});
         }
       }
-      const int calls = input_bytes(&c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
-                                                             : options.calls_per_case;
+      const int calls = input_bytes(task, c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
+                                                                  : options.calls_per_case;
+      std::unique_ptr<InputSet> previous;
+      bool last_completed = false;
       for (int k = 0; !load_failed && k < calls; ++k) {
-        InputSet set = make_input_set(task, c, static_cast<uint64_t>(k), options.nonce);
-        CallResult res = session.call(set, k, CallMode::check);
-        session.detach(set);
-        ++cr.calls_run;
-        cr.passed += res.passed;
-        cr.failed += res.failures.size();
-        cr.max_rel_error = std::max(cr.max_rel_error, res.max_rel_error);
-        for (Failure& f : res.failures) report.failures.push_back(std::move(f));
+        // Odd calls run on a twin of the previous call's inputs; every set after the first is mapped behind the
+        // addresses of the one before.
+        auto set = std::make_unique<InputSet>(
+            k % 2 == 1 && previous ? make_twin(task, *previous, secret.next())
+                                   : make_input_set(task, c, static_cast<uint64_t>(k), is_held_out ? held_out_nonce
+                                                                                                   : options.nonce));
+        if (previous) (void)session.attach_in_place(*set, *previous);  // a death shows in the call
+        CallResult res = session.call(*set, k, CallMode::check);
+        add_call(cr, report, res);
+        previous = std::move(set);
+        last_completed = res.completed;
         if (!res.completed) break;  // the worker is gone; the next case gets a fresh one
       }
+      if (previous) session.detach(*previous);
+      if (last_completed && !session.alive()) record_late_death(session, cr, report);
     }
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report.passed += cr.passed;
     report.failed += cr.failed;
     report.cases.push_back(cr);
   }
-  session.shutdown();
+  if (!report.cases.empty()) {
+    CaseReport& last = report.cases.back();
+    const size_t passed = last.passed, failed = last.failed;
+    finish_session(session, last, report);
+    report.passed += last.passed - passed;
+    report.failed += last.failed - failed;
+  }
+
+  if (options.held_out && !load_failed && !report.stopped_early) {
+    const Case* workload = nullptr;
+    for (const Case& c : task.cases) {
+      if (c.role == CaseRole::timing && (workload == nullptr || input_bytes(task, c) < input_bytes(task, *workload))) {
+        workload = &c;
+      }
+    }
+    if (workload != nullptr) {
+      CaseReport cr = rehearse_timing_visit(task, artifact, options, *workload, secret.next(), report);
+      report.passed += cr.passed;
+      report.failed += cr.failed;
+      report.cases.push_back(cr);
+    }
+  }
   return report;
 }
 

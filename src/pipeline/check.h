@@ -1,5 +1,9 @@
 // `kwb check`: every case of a task, several calls each with fresh data, poison and canaries; every assertion
 // counted. A worker that dies costs the case it died in, not the rest: a fresh worker takes the next case.
+// Within a case, every other call runs on a twin of the previous call's inputs, and every new input set is mapped
+// behind the previous one's addresses, so caches keyed on addresses or on a sample of the data replay stale
+// results. With held_out (final validation) it also runs held-out cases and rehearses one timing visit
+// (docs/threat-model.md).
 #pragma once
 
 #include "build/builder.h"
@@ -26,7 +30,23 @@ struct CheckOptions {
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
   std::string stop_after_reason;
+  // Final validation: after the published cases, one held-out case per checked case (every dimension perturbed to
+  // an odd value no published case uses, fresh data; named "<case>~held_out"), then a rehearsal of one timing
+  // visit on the smallest timing case (a fresh worker, a pool of input sets, a secret number of calls between
+  // k_rehearsal_min_calls and k_rehearsal_max_calls in timing mode, every output validated; "<case>~rehearsal"),
+  // so code special-cased to the published shapes, or honest only while it believes it is being checked, fails.
+  bool held_out = false;
 };
+
+inline constexpr int k_rehearsal_min_calls = 64;
+inline constexpr int k_rehearsal_max_calls = 128;  // above what an automatically sized timing visit makes (<= 104)
+// Held-out cases are kept below this many bytes of inputs and outputs (the largest dimension is halved until
+// they are): what they test is shapes, not memory bandwidth.
+inline constexpr size_t k_held_out_max_bytes = size_t{16} << 20;
+
+// The held-out counterparts of `cases` (see CheckOptions::held_out), derived from `seed`: each dimension becomes an
+// odd value within about 1/8 of the original that no case of the task uses for that dimension.
+std::vector<Case> held_out_cases(const Task& task, const std::vector<const Case*>& cases, uint64_t seed);
 
 // Cases whose inputs exceed this get half the calls: each call of such a case validates tens of millions of
 // elements, and two fresh input sets already catch replay.

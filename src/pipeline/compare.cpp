@@ -257,7 +257,14 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
       }
     }
   }
-  session.shutdown();
+  // The worker must also say goodbye with the right call count: a forged answer followed by _exit(0) on the last
+  // call of a visit is caught here even when its reported time looks plausible.
+  if (!session.shutdown() && v.valid) {
+    v.valid = false;
+    const auto death = session.death();
+    v.failures.push_back({m_case->name, warmups + samples, "said_goodbye", death ? death->reason : "exited",
+                          death ? death->detail : "the worker did not confirm its calls at shutdown"});
+  }
   return v;
 }
 

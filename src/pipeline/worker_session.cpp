@@ -1,5 +1,6 @@
 #include "pipeline/worker_session.h"
 
+#include "build/elf_inspect.h"
 #include "oracle/tolerance.h"
 #include "util/error.h"
 #include "util/paths.h"
@@ -8,28 +9,56 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <thread>
 
 namespace kwb {
 
 WorkerSession::WorkerSession(const Task& task, const Artifact& artifact, const SessionOptions& options)
-    : m_task(task), m_artifact(artifact), m_options(options), m_rng(mix_seed(options.poison_seed, 0x5E55)) {}
+    : m_task(task), m_artifact(artifact), m_options(options), m_rng(mix_seed(options.poison_seed, 0x5E55)),
+      m_secret(unpredictable_seed()) {}
 
 WorkerSession::~WorkerSession() = default;
 
+WorkerLimits WorkerSession::limits() const {
+  // Room for the worker itself, every buffer of the largest case several times over (inputs, outputs, an
+  // implementation's temporaries) and the thread stacks and malloc arenas the task allows. A backstop against
+  // unbounded memory, not a budget: the check's correctness cases and the timing pools stay far below it.
+  uint64_t largest = 0;
+  for (const Case& c : m_task.cases) {
+    uint64_t bytes = 0;
+    for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
+      for (const TensorSpec& s : *list) bytes += resolve_shape(s, c).elements() * dtype_size(s.dtype);
+    }
+    largest = std::max(largest, bytes);
+  }
+  WorkerLimits l;
+  const auto threads = static_cast<uint64_t>(std::max(1, m_task.threads));
+  l.address_space_bytes = (uint64_t{2} << 30) + 6 * largest + threads * (uint64_t{256} << 20);
+  l.cpu_seconds = 3600;  // only matters if the parent is gone; the per-call timeout is the real deadline
+  return l;
+}
+
 LoadOutcome WorkerSession::start() {
-  m_worker = std::make_unique<WorkerProcess>(
-      m_options.worker_executable.empty() ? worker_executable() : m_options.worker_executable, m_options.timeout,
-      m_options.wrapper);
+  m_worker.reset();
   m_input_ids.clear();
   m_outputs = {};
   m_outputs_case.clear();
   m_previous_expected.clear();
-  return m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name);
+  // Before any process exists: an artifact that interposes on the runtime or on clocks is never loaded.
+  if (LoadRefusal refusal = refuse_to_load(m_artifact.path); !refusal.reason.empty()) {
+    LoadOutcome out;
+    out.reason = refusal.reason;
+    out.detail = refusal.detail;
+    return out;
+  }
+  m_worker = std::make_unique<WorkerProcess>(
+      m_options.worker_executable.empty() ? worker_executable() : m_options.worker_executable, m_options.timeout,
+      m_options.wrapper);
+  return m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits());
 }
 
-void WorkerSession::shutdown() {
-  if (m_worker) m_worker->shutdown();
-}
+bool WorkerSession::shutdown() { return m_worker ? m_worker->shutdown() : true; }
 
 bool WorkerSession::attach(const InputSet& set) {
   if (m_input_ids.contains(&set)) return true;
@@ -41,6 +70,35 @@ bool WorkerSession::attach(const InputSet& set) {
   }
   m_input_ids[&set] = std::move(ids);
   return true;
+}
+
+bool WorkerSession::attach_in_place(const InputSet& set, const InputSet& previous) {
+  auto it = m_input_ids.find(&previous);
+  bool same_layout = it != m_input_ids.end() && previous.inputs.size() == set.inputs.size() && &set != &previous;
+  for (size_t i = 0; same_layout && i < set.inputs.size(); ++i) {
+    same_layout = previous.inputs[i].layout().total == set.inputs[i].layout().total;
+  }
+  if (!same_layout) {
+    detach(previous);
+    return attach(set);
+  }
+  std::vector<int> ids = std::move(it->second);
+  m_input_ids.erase(it);
+  if (!remap_inputs(ids, set)) return false;
+  m_input_ids[&set] = std::move(ids);
+  return true;
+}
+
+bool WorkerSession::remap_inputs(const std::vector<int>& ids, const InputSet& source) {
+  for (size_t i = 0; i < ids.size() && i < source.inputs.size(); ++i) {
+    if (!m_worker->replace(ids[i], source.inputs[i])) return false;
+  }
+  return true;
+}
+
+const InputSet& WorkerSession::twin_of(const InputSet& set) {
+  if (!set.twin) set.twin = std::make_unique<InputSet>(make_twin(m_task, set, m_secret.next()));
+  return *set.twin;
 }
 
 void WorkerSession::detach(const InputSet& set) {
@@ -92,10 +150,10 @@ std::string describe(const ElementReport& e, const std::vector<int64_t>& dims) {
 
 }  // namespace
 
-CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mode) {
+CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMode mode) {
   const bool check_mode = mode == CallMode::check;
   CallResult res;
-  const std::string& case_name = set.case_->name;
+  const std::string& case_name = requested.case_->name;
   auto fail = [&](std::string assertion, std::string reason, std::string detail) {
     res.failures.push_back({case_name, call_index, std::move(assertion), std::move(reason), std::move(detail)});
   };
@@ -104,8 +162,16 @@ CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mod
     fail("completed", d.reason, d.detail);
     return res;
   };
-  if (!alive()) throw InternalError("WorkerSession::call on a dead worker");
-  if (!attach(set) || !ensure_outputs(set)) return died();
+  // A worker that died since its last answer (found out by an unmap, say) fails this call with its death.
+  if (!m_worker || (!alive() && !m_worker->death())) throw InternalError("WorkerSession::call without a worker");
+  if (!alive()) return died();
+  if (!attach(requested) || !ensure_outputs(requested)) return died();
+
+  // A timing trap: this call secretly runs on the set's twin, behind the set's own addresses.
+  const bool trap = mode == CallMode::timing && hardened() && m_secret.uniform01() < k_trap_probability;
+  const std::vector<int>& in_ids = m_input_ids.at(&requested);
+  if (trap && !remap_inputs(in_ids, twin_of(requested))) return died();
+  const InputSet& set = trap ? *requested.twin : requested;
 
   const size_t n_out = m_task.signature.outputs.size();
   std::vector<uint64_t> poison(n_out), canary_seed(n_out);
@@ -118,7 +184,6 @@ CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mod
   }
 
   RunRequest req;
-  const std::vector<int>& in_ids = m_input_ids.at(&set);
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const TensorSpec& s = m_task.signature.inputs[i];
     req.inputs.push_back({s.name, in_ids[i], to_string(s.dtype), set.input_shapes[i].dims});
@@ -132,6 +197,16 @@ CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mod
 
   RunOutcome out = m_worker->run(req);
   if (!out.answered) return died();
+  // What the outputs hold the moment the answer arrives, and the worker's CPU clock: compared after validation to
+  // catch work that goes on after kwb_run returned. Single-threaded tasks cannot have any (the sandbox allows no
+  // threads and no timers), so timing mode skips the output fingerprints there.
+  const bool watch_outputs = hardened() && (check_mode || m_task.threads > 1);
+  std::vector<uint64_t> at_return;
+  if (watch_outputs) {
+    for (const auto& b : m_outputs.buffers) at_return.push_back(fingerprint(std::as_const(*b).data()));
+  }
+  const int64_t cpu_at_return = hardened() ? m_worker->cpu_time_ns() : -1;
+  const auto wall_at_return = std::chrono::steady_clock::now();
   res.completed = true;
   res.ns = out.ns;
   res.profile = out.profile;
@@ -178,17 +253,23 @@ CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mod
       detail = fmt::format("{} of {} elements of '{}' outside atol {:g} + rtol {:g} * |expected|; {}",
                            cmp.value_mismatches, cmp.elements, spec.name, m_task.tolerance.atol,
                            m_task.tolerance.rtol, describe(*cmp.first_value_mismatch, set.output_shapes[i].dims));
-      // Replay: most of the output is what the previous call's inputs should have produced (within tolerance),
-      // not what this call's should. A constant previous result (all zeros, say) cannot tell replay from a wrong
-      // constant, so it is reported as the wrong value it is.
+      // Replay: where this call's result must differ from the previous call's, most of the output is what the
+      // previous call's inputs should have produced (within tolerance), not what this call's should. Counting only
+      // those elements matters for twins, whose result differs from their base's in a row or two: a precision error
+      // there must not pass for replay. Reproducing a constant (all zeros, say) cannot tell replay from a wrong
+      // constant, so that is reported as the wrong value it is.
       if (check_mode && i < m_previous_expected.size()) {
         const auto& prev_expected = m_previous_expected[i];
         const auto now = buf.data();
         const size_t width = dtype_size(spec.dtype);
-        const size_t overlap = std::min(prev_expected.size(), now.size() / width);
+        const size_t overlap = std::min({prev_expected.size(), now.size() / width, set.expected[i].size()});
+        size_t differing = 0;
         size_t replayed = 0;
-        bool varied = false;
+        std::optional<double> first_replayed;
+        bool varied = false;  // the reproduced values are not all one constant
         for (size_t k = 0; k < overlap; ++k) {
+          if (within_tolerance(prev_expected[k], set.expected[i][k], m_task.tolerance)) continue;
+          ++differing;
           double got;
           if (spec.dtype == DType::f32) {
             float f;
@@ -197,21 +278,94 @@ CallResult WorkerSession::call(const InputSet& set, int call_index, CallMode mod
           } else {
             std::memcpy(&got, &now[k * width], 8);
           }
-          replayed += within_tolerance(got, prev_expected[k], m_task.tolerance);
-          varied = varied || prev_expected[k] != prev_expected[0];
+          if (!within_tolerance(got, prev_expected[k], m_task.tolerance)) continue;
+          ++replayed;
+          if (!first_replayed) first_replayed = prev_expected[k];
+          varied = varied || prev_expected[k] != *first_replayed;
         }
-        if (varied && replayed * 2 > overlap) {
+        if (varied && replayed * 2 > differing) {
           reason = "stale_output";
-          detail = fmt::format("{} of {} elements of '{}' reproduce the previous call's result (which had other "
-                               "inputs): the implementation replays old results; {}",
-                               replayed, overlap, spec.name, detail);
+          detail = fmt::format("{} of the {} elements of '{}' where this call's result must differ from the previous "
+                               "call's reproduce the previous call's result (which had other inputs): the "
+                               "implementation replays old results; {}",
+                               replayed, differing, spec.name, detail);
         }
       }
     }
     check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail);
   }
+  if (trap) {
+    for (Failure& f : res.failures) f.detail += "; the call ran on " + set.twin_detail + ", behind the same addresses";
+  }
+  if (hardened()) {
+    const std::string lie = implausible_timing(out, set);
+    check(lie.empty(), "timing_plausible", "timing_implausible", lie);
+    const std::string busy = work_after_return(at_return, cpu_at_return, wall_at_return, !res.failures.empty());
+    check(busy.empty(), "settled_at_return", "work_after_return", busy);
+  }
+  if (trap && alive()) (void)remap_inputs(in_ids, requested);  // should the worker die doing so, the next call says
   if (check_mode) m_previous_expected = set.expected;
   return res;
+}
+
+std::string WorkerSession::implausible_timing(const RunOutcome& out, const InputSet& set) const {
+  const int threads = std::max(1, m_task.threads);
+  uint64_t bytes = 0;
+  for (const SharedBuffer& b : set.inputs) bytes += b.layout().nbytes;
+  for (const auto& b : m_outputs.buffers) bytes += b->layout().nbytes;
+  const double floor_ns = static_cast<double>(bytes) / (k_max_bytes_per_ns_per_thread * threads);
+  if (out.ns <= 0) return fmt::format("the worker reported {} ns for kwb_run", out.ns);
+  if (out.ns > out.parent_ns) {
+    return fmt::format("the worker reported {} ns for kwb_run, but its answer came {} ns after the request was sent",
+                       out.ns, out.parent_ns);
+  }
+  if (static_cast<double>(out.ns) < floor_ns) {
+    return fmt::format("the worker reported {} ns for a call that reads and writes at least {} bytes, i.e. {:.0f} GB/s "
+                       "over {} thread(s): more than the {:.0f} GB/s per thread kwb takes as the physical ceiling",
+                       out.ns, bytes, static_cast<double>(bytes) / static_cast<double>(out.ns), threads,
+                       k_max_bytes_per_ns_per_thread);
+  }
+  if (out.cpu_ns >= 0 && out.cpu_ns > out.ns * threads + k_request_cpu_slack_ns) {
+    return fmt::format("the worker spent {} ns of CPU on a request whose kwb_run it reported as {} ns ({} thread(s) "
+                       "allowed, {} ns for handling the request): the reported time is too short",
+                       out.cpu_ns, out.ns, threads, k_request_cpu_slack_ns);
+  }
+  return "";
+}
+
+std::string WorkerSession::work_after_return(const std::vector<uint64_t>& at_return, int64_t cpu_at_return,
+                                             std::chrono::steady_clock::time_point wall_at_return,
+                                             bool output_failed) {
+  auto changed_output = [&]() -> std::string {
+    for (size_t i = 0; i < at_return.size() && i < m_outputs.buffers.size(); ++i) {
+      if (fingerprint(std::as_const(*m_outputs.buffers[i]).data()) != at_return[i]) {
+        return fmt::format("output '{}' changed after kwb_run had returned (between its answer and the end of "
+                           "validation): work was still running after the call",
+                           m_task.signature.outputs[i].name);
+      }
+    }
+    return "";
+  };
+  std::string why = changed_output();
+  // A thread finishing the output late is why an output can be incomplete at return; where the task allows
+  // threads, give it a moment to show itself, so the report names the cause rather than only the symptom.
+  if (why.empty() && output_failed && m_task.threads > 1 && !at_return.empty()) {
+    for (int i = 0; i < 25 && why.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      why = changed_output();
+    }
+  }
+  if (!why.empty() || cpu_at_return < 0 || !alive()) return why;
+  const int64_t cpu_now = m_worker->cpu_time_ns();
+  const int64_t wall_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - wall_at_return).count();
+  if (cpu_now >= 0 && cpu_now - cpu_at_return > k_idle_cpu_slack_ns + wall_ns / 4) {
+    return fmt::format("the worker used {:.1f} ms of CPU in the {:.1f} ms after kwb_run returned, while it had "
+                       "nothing to do but wait for the next request ({} thread(s) alive)",
+                       static_cast<double>(cpu_now - cpu_at_return) / 1e6, static_cast<double>(wall_ns) / 1e6,
+                       m_worker->thread_count());
+  }
+  return "";
 }
 
 CallResult WorkerSession::verify_inputs(const InputSet& set, int call_index) {

@@ -1,7 +1,9 @@
 // One implementation loaded in one worker, and the parent's side of every call made to it: fresh poison and
 // canaries before the call, and after it every assertion of the check (inputs unchanged, nothing written outside
-// the outputs, every element written, non-finite agreement, values within tolerance). check and compare both call
-// through here, so a timed call is validated exactly like a checked one.
+// the outputs, every element written, non-finite agreement, values within tolerance) and the parent's
+// cross-checks of what the worker reports (the time is physically and clock-wise plausible; nothing kept running
+// after the call returned). check and compare both call through here, so a timed call is validated exactly like a
+// checked one. docs/threat-model.md lists what each defends against.
 #pragma once
 
 #include "build/builder.h"
@@ -58,6 +60,8 @@ public:
   WorkerSession(const WorkerSession&) = delete;  // owns a worker process and its buffers
   WorkerSession& operator=(const WorkerSession&) = delete;
 
+  // Refuses an artifact that exports forbidden symbols (build/elf_inspect.h) before any worker exists, then starts a
+  // worker confined to the task's limits and loads the artifact there.
   LoadOutcome start();
   bool alive() const { return m_worker && m_worker->alive(); }
   pid_t pid() const { return m_worker ? m_worker->pid() : -1; }
@@ -65,6 +69,10 @@ public:
 
   // Maps an input set into the worker (once). False when the worker died doing so.
   bool attach(const InputSet& set);
+  // Maps `set` behind the very addresses where `previous` (attached, same layout) was, and detaches `previous`:
+  // an implementation that keys anything on input addresses sees new data behind old pointers. Falls back to a
+  // plain attach when the layouts differ. False when the worker died.
+  bool attach_in_place(const InputSet& set, const InputSet& previous);
   void detach(const InputSet& set);
 
   // One call on `set`, validated. `call_index` labels failures.
@@ -72,7 +80,20 @@ public:
   // The input_unchanged assertions for one input set, on their own (timing mode runs them once per visit).
   CallResult verify_inputs(const InputSet& set, int call_index);
 
-  void shutdown();
+  // Polite exit. False when the worker was gone, or its goodbye does not account for every call (see death()).
+  bool shutdown();
+
+  // In timing mode, the chance that a call secretly runs on a twin of its input set (a copy with a few elements
+  // changed) swapped in behind the same addresses: a pointer-keyed or sampled-content cache replays a stale result
+  // there and fails validation. Which calls, and which elements, come from a secret drawn per session.
+  static constexpr double k_trap_probability = 1.0 / 8;
+  // The physical floor under a reported time: no CPU thread moves more than this many bytes per ns (1 TB/s, above
+  // the L1 bandwidth of any current core); a reported time implying more is a lie (docs/threat-model.md).
+  static constexpr double k_max_bytes_per_ns_per_thread = 1000.0;
+  // CPU time the worker may spend on a run request besides kwb_run itself (parsing, answering).
+  static constexpr int64_t k_request_cpu_slack_ns = 5'000'000;
+  // CPU time the worker may spend after answering, while it waits for the next request.
+  static constexpr int64_t k_idle_cpu_slack_ns = 2'000'000;
 
 private:
   struct Outputs {
@@ -80,6 +101,16 @@ private:
     std::vector<int> ids;
   };
   bool ensure_outputs(const InputSet& set);
+  bool remap_inputs(const std::vector<int>& ids, const InputSet& source);
+  const InputSet& twin_of(const InputSet& set);
+  // The cross-checks of one answered call; each returns why it failed, or "".
+  std::string implausible_timing(const RunOutcome& out, const InputSet& set) const;
+  std::string work_after_return(const std::vector<uint64_t>& at_return, int64_t cpu_at_return,
+                                std::chrono::steady_clock::time_point wall_at_return, bool output_failed);
+  // The cross-checks need the plain kwb-worker: under valgrind (the profile worker) clocks and CPU time mean
+  // something else.
+  bool hardened() const { return m_options.worker_executable.empty() && m_options.wrapper.empty(); }
+  WorkerLimits limits() const;
   int next_id() { return ++m_last_id; }
 
   const Task& m_task;
@@ -91,6 +122,9 @@ private:
   Outputs m_outputs;
   std::vector<std::vector<double>> m_previous_expected;
   Rng m_rng;
+  // Trap decisions and twin perturbations must not follow from anything the implementation can know (nonces are
+  // recorded in bundles and the defaults are public): seeded from the OS.
+  Rng m_secret;
   int m_last_id = 0;
 };
 

@@ -80,6 +80,11 @@ void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char>
       case DistributionKind::uniform: v = dist.low + (dist.high - dist.low) * rng.uniform01(); break;
       case DistributionKind::zeros: v = 0.0; break;
       case DistributionKind::constant: v = dist.value; break;
+      case DistributionKind::log_uniform: {
+        const double magnitude = std::pow(10.0, dist.low + (dist.high - dist.low) * rng.uniform01());
+        v = (rng.next() & 1) != 0 ? -magnitude : magnitude;
+        break;
+      }
     }
     store(i, v);
   }

@@ -37,6 +37,7 @@ const char* to_string(DistributionKind k) {
     case DistributionKind::uniform: return "uniform";
     case DistributionKind::zeros: return "zeros";
     case DistributionKind::constant: return "constant";
+    case DistributionKind::log_uniform: return "log_uniform";
   }
   return "?";
 }
@@ -48,7 +49,9 @@ const std::vector<std::string>& failure_reason_codes() {
       "numeric_mismatch", "nan_mismatch", "input_modified", "out_of_bounds_write", "stale_output",
       "crashed",          "aborted",      "exited",         "timeout",             "shape_mismatch",
       "run_failed",       "setup_failed", "abi_mismatch",   "missing_symbol",      "build_failed",
-      "load_failed",      "output_not_written", "not_run", "protocol"};
+      "load_failed",      "output_not_written", "not_run", "protocol",
+      // docs/threat-model.md
+      "sandbox_violation", "forbidden_symbol", "timing_implausible", "work_after_return", "resource_limit"};
   return codes;
 }
 
@@ -215,17 +218,26 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
     d.kind = DistributionKind::zeros;
   } else if (*kind_text == "constant") {
     d.kind = DistributionKind::constant;
+  } else if (*kind_text == "log_uniform") {
+    d.kind = DistributionKind::log_uniform;
   } else {
     r.fail(r.get("distribution"), "distribution",
-           fmt::format("unknown distribution '{}' (expected one of normal, uniform, zeros, constant)", *kind_text));
+           fmt::format("unknown distribution '{}' (expected one of normal, uniform, zeros, constant, log_uniform)",
+                       *kind_text));
   }
   d.scale = r.optional_number("scale").value_or(1.0);
   d.mean = r.optional_number("mean").value_or(0.0);
   d.low = r.optional_number("low").value_or(-1.0);
   d.high = r.optional_number("high").value_or(1.0);
   d.value = r.optional_number("value").value_or(0.0);
-  if (d.kind == DistributionKind::uniform && !(d.low < d.high)) {
-    r.fail(r.get("low"), "low", fmt::format("uniform needs low < high (got low = {}, high = {})", d.low, d.high));
+  if ((d.kind == DistributionKind::uniform || d.kind == DistributionKind::log_uniform) && !(d.low < d.high)) {
+    r.fail(r.get("low"), "low",
+           fmt::format("{} needs low < high (got low = {}, high = {})", to_string(d.kind), d.low, d.high));
+  }
+  if (d.kind == DistributionKind::log_uniform && (d.low < -300 || d.high > 300)) {
+    r.fail(r.get("low"), "low",
+           fmt::format("log_uniform takes decimal exponents within [-300, 300] (got low = {}, high = {})", d.low,
+                       d.high));
   }
   if (d.kind == DistributionKind::normal && !(d.scale > 0)) {
     r.fail(r.get("scale"), "scale", fmt::format("normal needs scale > 0 (got {})", d.scale));

@@ -19,10 +19,12 @@ size_t dtype_size(DType d);
 std::optional<DType> parse_dtype(const std::string& s);
 inline constexpr const char* k_dtype_choices = "f32, f64";
 
-enum class DistributionKind { normal, uniform, zeros, constant };
+enum class DistributionKind { normal, uniform, zeros, constant, log_uniform };
 const char* to_string(DistributionKind k);
 
-// How to fill a tensor. normal: N(mean, scale^2); uniform: U[low, high); zeros; constant: every element = value.
+// How to fill a tensor. normal: N(mean, scale^2); uniform: U[low, high); zeros; constant: every element = value;
+// log_uniform: |x| = 10^U[low, high) with a random sign (magnitudes spread over high - low decades: rows whose
+// sums are dominated by a few elements, the ill-conditioned inputs a precision downgrade cannot average away).
 struct Distribution {
   DistributionKind kind = DistributionKind::normal;
   double scale = 1.0;

@@ -6,6 +6,7 @@
 #include "util/fd.h"
 #include "worker/buffer_layout.h"
 #include "worker/channel.h"
+#include "worker/sandbox.h"
 
 #include <dlfcn.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,10 @@ constexpr int k_channel_fd = 3;
 
 char g_fault_stack[1 << 16];
 
+// si_code of a SIGSYS raised by a seccomp filter (SYS_SECCOMP in <asm-generic/siginfo.h>, which glibc's headers
+// do not export and which clashes with them when included).
+constexpr int k_sys_seccomp = 1;
+
 size_t format_u64(char* out, uint64_t v) {
   char tmp[24];
   size_t n = 0;
@@ -80,10 +86,24 @@ void on_fault(int sig, siginfo_t* info, void*) {
   n += format_u64(msg + n, static_cast<uint64_t>(sig));
   put(",\"address\":");
   n += format_u64(msg + n, reinterpret_cast<uint64_t>(info->si_addr));
+  if (sig == SIGSYS && info->si_code == k_sys_seccomp) {
+    put(",\"syscall\":");  // the call the sandbox denied (worker/sandbox.h)
+    n += format_u64(msg + n, static_cast<uint64_t>(info->si_syscall));
+  }
   put("}");
   (void)!::send(k_channel_fd, msg, n, MSG_NOSIGNAL);
-  ::signal(sig, SIG_DFL);
+  // SA_RESETHAND already restored the default action. SIGSYS's disposition must not be touched (the sandbox denies
+  // it); the re-raised signal stays pending until this handler returns, then kills.
+  if (sig != SIGSYS) ::signal(sig, SIG_DFL);
   ::raise(sig);
+}
+
+// operator new failed, which under RLIMIT_AS means the address-space limit was reached: say so before dying, since
+// an abort alone looks like any other abort.
+void on_out_of_memory() {
+  static const char msg[] = "{\"type\":\"fault\",\"signal\":0,\"resource\":\"memory\"}";
+  (void)!::send(k_channel_fd, msg, sizeof msg - 1, MSG_NOSIGNAL);
+  ::abort();
 }
 
 void install_fault_handlers() {
@@ -94,7 +114,8 @@ void install_fault_handlers() {
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ::sigaction(sig, &sa, nullptr);
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS}) ::sigaction(sig, &sa, nullptr);
+  std::set_new_handler(on_out_of_memory);
 }
 
 // ---- buffers --------------------------------------------------------------------------------------------------
@@ -201,7 +222,11 @@ public:
         } else if (type == "run") {
           reply = run(in.message);
         } else if (type == "exit") {
-          return finish();
+          // The parent requires this answer and the count: a worker that vanished after its last answer (an
+          // implementation that forged that answer and left, say) cannot produce it.
+          const int rc = finish();
+          (void)m_channel.send({{"type", "bye"}, {"calls", m_calls}});
+          return rc;
         } else {
           reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", "unknown message type " + type}};
         }
@@ -221,6 +246,18 @@ private:
     m_backend = make_backend(m.at("backend").get<std::string>());
     const std::string path = m.at("artifact").get<std::string>();
     m_task = m.at("task").get<std::string>();
+#ifndef KWB_PROFILE_WORKER
+    // The sandbox goes up before dlopen, because the implementation's constructors (and IFUNC resolvers) run
+    // inside dlopen; the stricter run filter follows kwb_setup (worker/sandbox.h).
+    SandboxPolicy policy;
+    policy.threads = m.at("threads").get<int>();
+    policy.address_space_bytes = m.value("address_space_bytes", uint64_t{0});
+    policy.cpu_seconds = m.value("cpu_seconds", uint64_t{0});
+    m_sandbox = std::make_unique<Sandbox>(policy);
+    if (std::string e = m_sandbox->enter_load_phase(path); !e.empty()) {
+      return error("load_failed", "the worker could not enter its sandbox (" + e + "); nothing was loaded");
+    }
+#endif
     // Constructors of the implementation run here, inside this worker, never in the parent.
     m_handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (m_handle == nullptr) return error("load_failed", ::dlerror());
@@ -245,18 +282,48 @@ private:
       int rc = setup(&ctx);
       if (rc != 0) return error("setup_failed", "kwb_setup returned " + std::to_string(rc));
     }
+#ifndef KWB_PROFILE_WORKER
+    if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
+      return error("load_failed", "the worker could not enter its run sandbox (" + e + ")");
+    }
+    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()}};
+#else
     return {{"type", "loaded"}, {"pid", ::getpid()}};
+#endif
   }
 
   nlohmann::json map(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
     const auto& buffers = m.at("buffers");
     if (buffers.size() != fds.size()) throw std::runtime_error("map: buffer count does not match fds");
     nlohmann::json mapped = nlohmann::json::array();
+    auto describe = [](int id, const Mapping& mp) -> nlohmann::json {
+      return {{"id", id},
+              {"region_begin", reinterpret_cast<uint64_t>(mp.reservation)},
+              {"region_end", reinterpret_cast<uint64_t>(mp.reservation + mp.reservation_size)},
+              {"data_begin", reinterpret_cast<uint64_t>(mp.data)},
+              {"data_end", reinterpret_cast<uint64_t>(mp.data + mp.nbytes)}};
+    };
     for (size_t i = 0; i < buffers.size(); ++i) {
       const auto& b = buffers[i];
       const int id = b.at("id").get<int>();
       const size_t total = b.at("total").get<size_t>();
       const bool writable = b.at("writable").get<bool>();
+      if (b.value("replace", false)) {
+        // Other contents behind the same addresses: the parent swaps a buffer of the same layout into an existing
+        // mapping, so anything an implementation keyed on addresses now sees changed data. Populated here, so that
+        // no page fault of the swap lands inside a timed call.
+        auto it = m_buffers.find(id);
+        if (it == m_buffers.end() || it->second->reservation_size != total + 2 * k_page) {
+          throw std::runtime_error("map: replace of an unknown buffer, or by one of another size");
+        }
+        Mapping& old = *it->second;
+        const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+        void* at =
+            ::mmap(old.reservation + k_page, total, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fds[i].get(), 0);
+        if (at == MAP_FAILED) throw std::runtime_error("map: cannot replace buffer " + std::to_string(id));
+        mapped.push_back(describe(id, old));
+        continue;
+      }
       auto mp = std::make_unique<Mapping>();
       mp->reservation_size = total + 2 * k_page;
       void* res = ::mmap(nullptr, mp->reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -267,11 +334,7 @@ private:
       if (at == MAP_FAILED) throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
       mp->data = mp->reservation + k_page + b.at("data_offset").get<size_t>();
       mp->nbytes = b.at("nbytes").get<size_t>();
-      mapped.push_back({{"id", id},
-                        {"region_begin", reinterpret_cast<uint64_t>(mp->reservation)},
-                        {"region_end", reinterpret_cast<uint64_t>(mp->reservation + mp->reservation_size)},
-                        {"data_begin", reinterpret_cast<uint64_t>(mp->data)},
-                        {"data_end", reinterpret_cast<uint64_t>(mp->data + mp->nbytes)}});
+      mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);
     }
     return {{"type", "mapped"}, {"buffers", mapped}};
@@ -349,6 +412,7 @@ private:
 
     // CLOCK_MONOTONIC through the vDSO (no system call, ~20 ns); docs/timing.md says why this clock.
     timespec t0{}, t1{};
+    ++m_calls;
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
 #ifdef KWB_PROFILE_WORKER
     const int rc = profiled_run(call, m.at("call").get<uint64_t>());
@@ -410,6 +474,10 @@ private:
   kwb_run_fn m_run = nullptr;
   kwb_teardown_fn m_teardown = nullptr;
   std::map<int, std::unique_ptr<Mapping>> m_buffers;
+  uint64_t m_calls = 0;  // kwb_run calls made
+#ifndef KWB_PROFILE_WORKER
+  std::unique_ptr<Sandbox> m_sandbox;
+#endif
 #ifdef KWB_PROFILE_WORKER
   std::unique_ptr<HardwareCounters> m_counters;
   nlohmann::json m_last_profile;
@@ -420,6 +488,13 @@ private:
 }  // namespace kwb
 
 int main() {
+#ifndef KWB_PROFILE_WORKER
+  // Only fds 0-3 are the worker's (docs/worker-protocol.md); anything else inherited by accident (a parent's log or
+  // bundle file opened without O_CLOEXEC) must not reach the implementation. Not under valgrind, which keeps its own
+  // descriptors high in the same table.
+  ::close_range(4, ~0U, 0);
+#endif
+  kwb::harden_process();
   kwb::install_fault_handlers();
   try {
     kwb::Worker worker;

@@ -11,8 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <seccomp.h>
+#include <time.h>
+
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 
 extern char** environ;
 
@@ -70,6 +76,30 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
     throw InternalError(fmt::format("cannot start the worker {}: {}", exe, std::strerror(rc)));
   }
   m_channel = Channel(std::move(parent_end));
+  m_has_cpu_clock = ::clock_getcpuclockid(m_pid, &m_cpu_clock) == 0;
+}
+
+int64_t WorkerProcess::cpu_time_ns() const {
+  timespec t{};
+  if (!m_has_cpu_clock || m_pid <= 0 || ::clock_gettime(m_cpu_clock, &t) != 0) return -1;
+  return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
+}
+
+int WorkerProcess::thread_count() const {
+  if (m_pid <= 0) return -1;
+  // Field 20 of /proc/PID/stat; the command name (field 2) is in parentheses and may hold spaces, so count from
+  // the last ')'.
+  std::ifstream in(fmt::format("/proc/{}/stat", m_pid));
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(line.substr(close + 1));
+  std::string f;
+  for (int i = 3; i <= 20 && fields >> f; ++i) {
+    if (i == 20) return std::atoi(f.c_str());
+  }
+  return -1;
 }
 
 WorkerProcess::~WorkerProcess() {
@@ -136,7 +166,26 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
       d.signal = WTERMSIG(wstatus);
       d.reason = d.signal == SIGABRT ? "aborted" : "crashed";
       d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
-      if (m_fault) {
+      if (d.signal == SIGSYS) {
+        // The seccomp filter (worker/sandbox.h) denied a system call; the worker's handler names it.
+        d.reason = "sandbox_violation";
+        if (m_fault && m_fault->contains("syscall")) {
+          const int nr = m_fault->value("syscall", -1);
+          char* name = ::seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+          d.detail = fmt::format("the sandbox denied system call {} ({}); the worker was killed (SIGSYS)",
+                                 name != nullptr ? name : "?", nr);
+          std::free(name);
+        } else {
+          d.detail = "the sandbox denied a system call; the worker was killed (SIGSYS)";
+        }
+      } else if (d.signal == SIGXCPU || d.signal == SIGXFSZ) {
+        d.reason = "resource_limit";
+        d.detail += d.signal == SIGXCPU ? ": the worker's CPU-time limit (RLIMIT_CPU) was reached"
+                                        : ": the worker's output file-size limit (RLIMIT_FSIZE) was reached";
+      } else if (m_fault && m_fault->value("resource", "") == "memory") {
+        d.reason = "resource_limit";
+        d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
+      } else if (m_fault) {
         d.fault_address = m_fault->value("address", uint64_t{0});
         if (d.signal == SIGSEGV || d.signal == SIGBUS) d.reason = classify_fault(*d.fault_address);
         d.detail += fmt::format(" at address {:#x}", *d.fault_address);
@@ -177,10 +226,11 @@ std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& messa
 }
 
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
-                                const std::string& task) {
+                                const std::string& task, const WorkerLimits& limits) {
   LoadOutcome out;
   auto reply = request({{"type", "load"}, {"artifact", artifact.string()}, {"backend", backend},
-                        {"threads", threads}, {"task", task}});
+                        {"threads", threads}, {"task", task},
+                        {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds}});
   if (!reply) {
     out.reason = m_death->reason;
     out.detail = "while loading: " + m_death->detail;
@@ -192,13 +242,20 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
     return out;
   }
   out.ok = true;
+  if (auto s = reply->find("sandbox"); s != reply->end() && s->is_array()) {
+    for (const auto& f : *s) out.sandbox.push_back(f.get<std::string>());
+  }
   return out;
 }
 
-bool WorkerProcess::map(int id, const SharedBuffer& buffer) {
+bool WorkerProcess::map(int id, const SharedBuffer& buffer) { return map_buffer(id, buffer, false); }
+
+bool WorkerProcess::replace(int id, const SharedBuffer& buffer) { return map_buffer(id, buffer, true); }
+
+bool WorkerProcess::map_buffer(int id, const SharedBuffer& buffer, bool replace) {
   const BufferLayout& l = buffer.layout();
   nlohmann::json b = {{"id", id}, {"total", l.total}, {"data_offset", l.data_offset}, {"nbytes", l.nbytes},
-                      {"writable", !buffer.sealed()}};
+                      {"writable", !buffer.sealed()}, {"replace", replace}};
   const int fd = buffer.fd();
   auto reply = request({{"type", "map"}, {"buffers", nlohmann::json::array({b})}}, std::span(&fd, 1));
   if (!reply) return false;
@@ -206,7 +263,9 @@ bool WorkerProcess::map(int id, const SharedBuffer& buffer) {
     throw InternalError("worker could not map a buffer: " + reply->value("detail", std::string("?")));
   }
   for (const auto& m : (*reply)["buffers"]) {
-    m_regions.push_back({m["id"].get<int>(), !buffer.sealed(), m["region_begin"].get<uint64_t>(),
+    const int mapped_id = m["id"].get<int>();
+    std::erase_if(m_regions, [&](const Region& r) { return r.id == mapped_id; });
+    m_regions.push_back({mapped_id, !buffer.sealed(), m["region_begin"].get<uint64_t>(),
                          m["region_end"].get<uint64_t>(), m["data_begin"].get<uint64_t>(),
                          m["data_end"].get<uint64_t>()});
   }
@@ -231,8 +290,14 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
   for (const auto& [name, value] : req.scalars) scalars.push_back({name, value});
   const uint64_t call = ++m_calls;
   RunOutcome out;
-  auto reply = request({{"type", "run"}, {"call", call}, {"inputs", tensors(req.inputs)},
-                        {"outputs", tensors(req.outputs)}, {"scalars", scalars}});
+  const nlohmann::json message = {{"type", "run"}, {"call", call}, {"inputs", tensors(req.inputs)},
+                                  {"outputs", tensors(req.outputs)}, {"scalars", scalars}};
+  const int64_t cpu_before = cpu_time_ns();
+  const auto sent = std::chrono::steady_clock::now();
+  auto reply = request(message);
+  out.parent_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent).count();
+  const int64_t cpu_after = cpu_time_ns();
+  if (cpu_before >= 0 && cpu_after >= 0) out.cpu_ns = cpu_after - cpu_before;
   if (!reply) {
     out.death = m_death;
     return out;
@@ -273,20 +338,30 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
   return out;
 }
 
-void WorkerProcess::shutdown() {
-  if (!alive()) return;
-  if (m_channel.send({{"type", "exit"}})) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (;;) {
-      int status;
-      pid_t r = ::waitpid(m_pid, &status, WNOHANG);
-      if (r == m_pid) {
-        m_pid = -1;
-        return;
-      }
-      if (std::chrono::steady_clock::now() > deadline) break;
-      ::usleep(500);
+bool WorkerProcess::shutdown() {
+  if (!alive()) return false;
+  // The goodbye is awaited like any answer; a worker that is already gone (it exited right after its last answer,
+  // which it may have forged) fails here with the usual classification of its death.
+  auto reply = request({{"type", "exit"}});
+  if (!reply) return false;
+  bool complete = reply->value("type", "") == "bye" && reply->value("calls", uint64_t{0}) == m_calls;
+  if (!complete) {
+    WorkerDeath d;
+    d.reason = "protocol";
+    d.detail = fmt::format("the worker's goodbye does not account for the {} run requests it was sent: {}", m_calls,
+                           reply->dump().substr(0, 200));
+    m_death = d;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  for (;;) {
+    int status;
+    pid_t r = ::waitpid(m_pid, &status, WNOHANG);
+    if (r == m_pid) {
+      m_pid = -1;
+      return complete;
     }
+    if (std::chrono::steady_clock::now() > deadline) break;
+    ::usleep(500);
   }
   ::kill(-m_pid, SIGKILL);
   ::kill(m_pid, SIGKILL);
@@ -294,6 +369,7 @@ void WorkerProcess::shutdown() {
   while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
   }
   m_pid = -1;
+  return complete;
 }
 
 }  // namespace kwb

@@ -17,7 +17,7 @@
 namespace kwb {
 
 // How a worker stopped answering. `reason` is a failure reason code (crashed, aborted, exited, timeout,
-// input_modified, out_of_bounds_write, protocol...).
+// input_modified, out_of_bounds_write, sandbox_violation, resource_limit, protocol...).
 struct WorkerDeath {
   std::string reason;
   std::string detail;
@@ -29,8 +29,15 @@ struct WorkerDeath {
 // An answer from the worker, or how it died instead.
 struct LoadOutcome {
   bool ok = false;
-  std::string reason;  // load_failed, missing_symbol, abi_mismatch, setup_failed, or a death reason
+  std::string reason;  // load_failed, missing_symbol, abi_mismatch, setup_failed, forbidden_symbol, or a death reason
   std::string detail;
+  std::vector<std::string> sandbox;  // what the worker reports in force (worker/sandbox.h), for the record
+};
+
+// The resource limits a worker confines itself to before loading (worker/sandbox.h). 0: not limited.
+struct WorkerLimits {
+  uint64_t address_space_bytes = 0;
+  uint64_t cpu_seconds = 0;
 };
 
 struct TensorArg {
@@ -63,6 +70,11 @@ struct RunOutcome {
   bool answered = false;  // false: see death
   int rc = 0;
   int64_t ns = 0;
+  // The parent's own measurements around the request, to cross-check `ns` (which the worker reports): wall time
+  // from just before sending the request to just after the answer, and the worker's CPU time over the same span
+  // (all its threads; read from outside through its CPU clock). cpu_ns < 0 when the clock could not be read.
+  int64_t parent_ns = 0;
+  int64_t cpu_ns = -1;
   bool descriptors_intact = true;
   std::optional<WorkerDeath> death;
   std::optional<RunProfile> profile;  // present only in answers of kwb-profile-worker
@@ -87,15 +99,26 @@ public:
   const std::optional<WorkerDeath>& death() const { return m_death; }
 
   LoadOutcome load(const std::filesystem::path& artifact, const std::string& backend, int threads,
-                   const std::string& task);
+                   const std::string& task, const WorkerLimits& limits = {});
   // Maps buffers into the worker. Returns false when the worker died (see death()).
   bool map(int id, const SharedBuffer& buffer);
+  // Puts `buffer` (same layout) behind the addresses where buffer `id` is mapped, pages populated. False when the
+  // worker died.
+  bool replace(int id, const SharedBuffer& buffer);
   bool unmap(const std::vector<int>& ids);
   RunOutcome run(const RunRequest& request);
 
+  // The worker's CPU time so far (every thread, living or gone), read through its CPU clock; -1 if unreadable.
+  int64_t cpu_time_ns() const;
+  // Threads the worker has right now (/proc/PID/stat); -1 if unreadable.
+  int thread_count() const;
+
   // Last bytes the worker (or the implementation) wrote to stdout/stderr.
   std::string output_tail(size_t max_bytes = 2000) const;
-  void shutdown();  // polite exit, then kill if it does not go
+  // Polite exit, then kill if it does not go. True when the worker said goodbye having counted every run request
+  // the parent made; false (see death()) when it was already gone, or its count disagrees: an answer was forged
+  // or a request lost, so the run's records are incomplete.
+  bool shutdown();
 
 private:
   struct Region {
@@ -105,6 +128,7 @@ private:
   };
 
   std::optional<nlohmann::json> request(const nlohmann::json& message, std::span<const int> fds = {});
+  bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
   std::string classify_fault(uint64_t address) const;
 
@@ -116,6 +140,8 @@ private:
   std::optional<WorkerDeath> m_death;
   std::optional<nlohmann::json> m_fault;
   uint64_t m_calls = 0;
+  clockid_t m_cpu_clock = -1;
+  bool m_has_cpu_clock = false;
 };
 
 }  // namespace kwb

@@ -1,0 +1,61 @@
+// The worker's confinement (docs/threat-model.md). The implementation is untrusted native code in the worker's own
+// address space, so the worker is confined before the implementation is loaded (its constructors run inside
+// dlopen) and confined further once kwb_setup has returned:
+//
+//   before dlopen  rlimits (address space, CPU time, processes, file size, open files, no core files),
+//                  PR_SET_NO_NEW_PRIVS, PR_SET_DUMPABLE 0, capabilities dropped, the worker's code and RELRO
+//                  sealed (mseal), Landlock (only the artifact can be opened; no signals or abstract sockets
+//                  outside the worker; no TCP), and the *load* seccomp filter: a deny-list that already forbids
+//                  exec, fork and non-thread clone, ptrace, process_vm_*, sockets, opening files for writing,
+//                  signalling other processes, raising limits, timers, mounts, modules and the like.
+//   after setup    the *run* seccomp filter: an allow-list of what kwb_run and the worker's request loop need.
+//                  No file can be opened at all, nothing can be mapped executable, threads only where the task
+//                  allows them (clone with CLONE_THREAD; mprotect without PROT_EXEC for their stacks).
+//
+// A denied system call raises SIGSYS (SECCOMP_RET_TRAP); the worker's handler reports the call number to the parent
+// and the worker dies of SIGSYS, which the parent reports as `sandbox_violation`. Nothing here is available to
+// kwb-profile-worker, which runs under valgrind and only gets harden_process().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+// What the parent allows one worker; sent in the load request.
+struct SandboxPolicy {
+  int threads = 1;                   // > 1: clone(CLONE_THREAD) and mprotect without PROT_EXEC are allowed
+  uint64_t address_space_bytes = 0;  // RLIMIT_AS; 0 leaves it as inherited
+  uint64_t cpu_seconds = 0;          // RLIMIT_CPU soft limit (the hard one is 5 s later); 0 leaves it
+};
+
+// Process-wide settings that cost nothing and break nothing, valgrind included: no new privileges, not dumpable
+// (no ptrace attach, no /proc/<pid>/mem for same-user processes, no core file).
+void harden_process();
+
+class Sandbox {
+public:
+  explicit Sandbox(const SandboxPolicy& policy);
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;  // owns libseccomp contexts that must be released exactly once
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Everything before dlopen (see the file comment). `artifact` is the one file Landlock lets the worker open.
+  // Returns an empty string, or what could not be done (the worker must then refuse to load anything).
+  std::string enter_load_phase(const std::string& artifact);
+  // After kwb_setup: the run filter, synchronized to every thread the implementation may have started.
+  std::string enter_run_phase();
+
+  // What is in force, for the load answer and the evidence ("seccomp", "landlock:7", "mseal", ...).
+  const std::vector<std::string>& features() const { return m_features; }
+
+private:
+  struct Filters;
+  SandboxPolicy m_policy;
+  std::unique_ptr<Filters> m_filters;
+  std::vector<std::string> m_features;
+};
+
+}  // namespace kwb

@@ -1,0 +1,260 @@
+// The adversarial corpus (tests/adversarial/): one honest-looking RMSNorm per cheat class, each rejected with its
+// own reason code by `kwb check`, a selection also through `kwb compare` and `kwb validate`, and kwb itself always
+// answers (a JSON report and exit 1, never a crash). docs/threat-model.md maps each class to its defense and to the
+// test here that holds it.
+#include "cli_helpers.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
+const fs::path k_threads_task = k_adversarial / "tasks" / "rmsnorm_threads";
+
+std::set<std::string> reasons(const nlohmann::json& j) {
+  std::set<std::string> out;
+  for (const auto& f : j.at("failures")) out.insert(f.at("reason").get<std::string>());
+  return out;
+}
+
+// The first failure with `reason`, for its detail.
+std::string detail_of(const nlohmann::json& j, const std::string& reason) {
+  for (const auto& f : j.at("failures")) {
+    if (f.at("reason") == reason) return f.at("detail").get<std::string>();
+  }
+  return "";
+}
+
+KwbRun check(const fs::path& task, const fs::path& impl, std::vector<std::string> extra) {
+  std::vector<std::string> args = {"check", task.string(), "--impl", impl.string(), "--json"};
+  if (std::find(extra.begin(), extra.end(), "--timeout-seconds") == extra.end()) {
+    extra.insert(extra.end(), {"--timeout-seconds", "5"});
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_kwb(args);
+}
+
+// Three small cases: enough for every cheat to show itself (a second call of a shape, a twin, fresh data), fast
+// enough for the whole corpus to run in seconds.
+const std::vector<std::string> k_small = {"--case", "zeros", "--case", "many_short_rows", "--case", "decode"};
+
+struct Adversary {
+  const char* name;    // tests/adversarial/<name>.cpp
+  const char* reason;  // the reason code kwb check must report
+  std::vector<std::string> args = k_small;
+  const char* detail = "";  // a fragment the reason's detail must contain
+};
+
+class AdversaryTest : public ::testing::TestWithParam<Adversary> {};
+
+TEST_P(AdversaryTest, is_rejected_by_check_with_its_reason_and_kwb_survives) {
+  const Adversary& a = GetParam();
+  KwbRun r = check(k_rmsnorm, k_adversarial / (std::string(a.name) + ".cpp"), a.args);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  EXPECT_TRUE(reasons(r.json).contains(a.reason)) << "expected " << a.reason << ", got " << r.json["failures"].dump();
+  EXPECT_NE(detail_of(r.json, a.reason).find(a.detail), std::string::npos) << detail_of(r.json, a.reason);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    corpus, AdversaryTest,
+    ::testing::Values(
+        // Caches and replays: fresh data, twins behind the same addresses, the previous result named.
+        Adversary{"pointer_cache", "stale_output"}, Adversary{"content_memo", "stale_output"},
+        Adversary{"stale_replay", "stale_output"}, Adversary{"stale_memory", "output_not_written"},
+        // Memory safety: sealed inputs, canaries and guard pages.
+        Adversary{"input_mutation", "input_modified"}, Adversary{"out_of_bounds", "out_of_bounds_write"},
+        // Escapes: a verdict needs a complete answer for every call.
+        Adversary{"forged_result", "timing_implausible", k_small, "GB/s"}, Adversary{"exit_mid_run", "exited"},
+        Adversary{"abort_mid_run", "aborted"},
+        Adversary{"infinite_loop", "timeout", {"--case", "zeros", "--timeout-seconds", "1"}},
+        // The sandbox: each denied system call is named.
+        Adversary{"fork_exec", "sandbox_violation", k_small, "clone"},
+        Adversary{"orphan_child", "sandbox_violation", k_small, "clone"},
+        Adversary{"socket", "sandbox_violation", k_small, "socket"},
+        Adversary{"read_files", "sandbox_violation", k_small, "openat"},
+        Adversary{"constructor", "sandbox_violation", k_small, "openat"},
+        Adversary{"grader_memory", "sandbox_violation", k_small, "process_vm_readv"},
+        Adversary{"code_patch", "sandbox_violation", k_small, "mprotect"},
+        Adversary{"background_thread", "sandbox_violation", k_small},
+        Adversary{"unbounded_memory", "resource_limit", k_small, "RLIMIT_AS"},
+        // Before loading: the dynamic symbol table.
+        Adversary{"timer_interposition", "forbidden_symbol", k_small, "clock_gettime"},
+        // Numerics: an ill-conditioned case.
+        Adversary{"precision_downgrade", "numeric_mismatch", {"--case", "dynamic_range"}},
+        // Final validation: held-out shapes and a rehearsed timing visit.
+        Adversary{"hard_coded_shapes", "output_not_written", {"--held-out", "--case", "zeros", "--case", "decode"}},
+        Adversary{"phase_detection", "numeric_mismatch", {"--held-out", "--case", "zeros"}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- details that the parameterized test cannot express ----------------------------------------------------------
+
+TEST(adversarial_test, constructor_is_stopped_before_it_writes_its_file) {
+  const fs::path dropped = "/tmp/kwb-adversarial-constructor";
+  std::error_code ec;
+  fs::remove(dropped, ec);
+  KwbRun r = check(k_rmsnorm, k_adversarial / "constructor.cpp", {"--case", "zeros"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_TRUE(reasons(r.json).contains("sandbox_violation")) << r.json["failures"].dump();
+  EXPECT_NE(detail_of(r.json, "sandbox_violation").find("while loading"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dropped));
+}
+
+TEST(adversarial_test, forged_answer_then_exit_fails_even_as_the_only_call) {
+  // Alone, the forged answer is the only record; the worker's missing goodbye is what says the records are
+  // incomplete.
+  KwbRun r = check(k_rmsnorm, k_adversarial / "forged_result.cpp", {"--case", "zeros", "--calls", "1"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  const std::set<std::string> got = reasons(r.json);
+  EXPECT_TRUE(got.contains("timing_implausible")) << r.json["failures"].dump();
+  EXPECT_TRUE(got.contains("exited")) << r.json["failures"].dump();
+}
+
+TEST(adversarial_test, phase_detector_passes_the_plain_check_and_fails_the_rehearsed_timing_visit) {
+  KwbRun plain = check(k_rmsnorm, k_adversarial / "phase_detection.cpp", {"--case", "zeros", "--case", "decode"});
+  ASSERT_FALSE(plain.json.is_discarded()) << plain.output << plain.errors;
+  EXPECT_EQ(plain.json["verdict"], "PASS") << plain.json["failures"].dump();
+  KwbRun final_check = check(k_rmsnorm, k_adversarial / "phase_detection.cpp", {"--held-out", "--case", "zeros"});
+  ASSERT_FALSE(final_check.json.is_discarded()) << final_check.output << final_check.errors;
+  std::set<std::string> failed_cases;
+  for (const auto& f : final_check.json["failures"]) failed_cases.insert(f["case"].get<std::string>());
+  EXPECT_EQ(failed_cases, std::set<std::string>{"decode~rehearsal"}) << final_check.json["failures"].dump();
+}
+
+TEST(adversarial_test, timer_interposition_is_refused_before_any_worker_loads_it) {
+  KwbRun r = check(k_rmsnorm, k_adversarial / "timer_interposition.cpp", {"--case", "zeros", "--case", "decode"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  // Refused at load: no case ran a single call.
+  for (const auto& c : r.json["cases"]) EXPECT_EQ(c["calls"], 0) << c.dump();
+  EXPECT_NE(detail_of(r.json, "forbidden_symbol").find("gettimeofday"), std::string::npos);
+}
+
+// ---- where threads are allowed --------------------------------------------------------------------------------
+
+TEST(adversarial_test, background_thread_is_work_after_return_where_threads_are_allowed) {
+  KwbRun r = check(k_threads_task, k_adversarial / "background_thread.cpp", {"--case", "block"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(reasons(r.json).contains("work_after_return")) << r.json["failures"].dump();
+  EXPECT_FALSE(reasons(r.json).contains("sandbox_violation")) << r.json["failures"].dump();
+}
+
+TEST(adversarial_test, honest_multithreaded_implementation_passes_the_final_check_where_threads_are_allowed) {
+  KwbRun r = check(k_threads_task, k_threads_task / "fused_threads.cpp", {"--held-out"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json["failures"].dump();
+  EXPECT_EQ(r.json["verdict"], "PASS");
+}
+
+// ---- no false rejections ------------------------------------------------------------------------------------------
+
+class HonestTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HonestTest, passes_the_final_check_with_held_out_cases_and_the_rehearsal) {
+  KwbRun r = check(k_rmsnorm, k_rmsnorm / "cpu" / GetParam(), {"--held-out"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json["failures"].dump();
+  std::set<std::string> names;
+  for (const auto& c : r.json["cases"]) names.insert(c["name"].get<std::string>());
+  EXPECT_TRUE(names.contains("dynamic_range"));
+  EXPECT_TRUE(names.contains("odd_row_length~held_out"));
+  EXPECT_TRUE(names.contains("decode~rehearsal"));
+}
+
+INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, HonestTest, ::testing::Values("baseline.cpp", "fused.cpp"),
+                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+
+// ---- through compare and validate ---------------------------------------------------------------------------------
+
+KwbRun compare(const fs::path& candidate, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"compare", k_rmsnorm.string(), "--candidate", candidate.string(), "--workload",
+                                   "decode", "--max-minutes", "0.2", "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_kwb(args);
+}
+
+TEST(adversarial_test, compare_refuses_to_time_a_pointer_cache) {
+  KwbRun r = compare(k_adversarial / "pointer_cache.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.json["verdict"], "REFUSED");
+  ASSERT_EQ(r.json["refused"].size(), 1u);
+  EXPECT_NE(r.json["refused"][0].get<std::string>().find("stale_output"), std::string::npos);
+  EXPECT_TRUE(r.json["workloads"].empty());
+}
+
+TEST(adversarial_test, compare_refuses_to_time_a_timer_interposer) {
+  KwbRun r = compare(k_adversarial / "timer_interposition.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["verdict"], "REFUSED");
+  ASSERT_EQ(r.json["refused"].size(), 1u);
+  EXPECT_NE(r.json["refused"][0].get<std::string>().find("forbidden_symbol"), std::string::npos);
+}
+
+TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
+  // It passes the plain check (it is honest for 8 calls of a shape) and cheats only once timed: every timed output
+  // is validated, so the comparison yields INVALID and no number.
+  KwbRun r = compare(k_adversarial / "phase_detection.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_EQ(r.json["verdict"], "INVALID");
+  ASSERT_EQ(r.json["workloads"].size(), 1u);
+  const auto& w = r.json["workloads"][0];
+  EXPECT_TRUE(w["improvement_pct"].is_null());
+  EXPECT_TRUE(reasons(w).contains("numeric_mismatch")) << w["failures"].dump();
+}
+
+TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
+  const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-validate-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
+                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "7",
+                      "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_FALSE(fs::exists(out / "comparisons" / "ab.json"));
+  const nlohmann::json candidate = nlohmann::json::parse(read_file(out / "checks" / "candidate.json"));
+  EXPECT_TRUE(reasons(candidate).contains("sandbox_violation")) << candidate["failures"].dump();
+  EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
+  fs::remove_all(out);
+}
+
+TEST(adversarial_test, validate_rejects_code_special_cased_to_the_published_shapes_at_final_validation) {
+  // Every published case passes and the candidate is genuinely faster on the published workloads; only the
+  // held-out cases of the final validation can reject it.
+  const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-heldout-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate",
+                      (k_adversarial / "hard_coded_shapes.cpp").string(), "--output-dir", out.string(), "--workload",
+                      "decode", "--max-minutes", "0.1", "--seed", "5", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  const fs::path final_check = out / "checks" / "candidate_final.json";
+  ASSERT_TRUE(fs::exists(final_check)) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(read_file(final_check));
+  bool held_out = false;
+  for (const auto& c : j["cases"]) held_out = held_out || c["name"].get<std::string>().ends_with("~held_out");
+  if (!held_out) {
+    fs::remove_all(out);
+    GTEST_SKIP() << "validate's final stage does not run held-out cases yet (CheckOptions::held_out)";
+  }
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.output;
+  EXPECT_TRUE(reasons(j).contains("output_not_written")) << j["failures"].dump();
+  EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
+  fs::remove_all(out);
+}
+
+}  // namespace
+}  // namespace kwb::test
