@@ -1,6 +1,7 @@
 // kwb profile TASK_DIR --impl SOURCE [--workload NAME]... [--json]
 // Checks the implementation first and refuses to profile one that fails (no metric for rejected code), then
 // reports per workload what it does: instructions, cache misses, passes, allocations, bytes and bandwidth.
+#include "util/units.h"
 #include "build/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
@@ -33,30 +34,6 @@ struct ProfileArgs {
   std::string raw_dir;
 };
 
-std::string count_text(double v) {
-  const auto n = static_cast<uint64_t>(v + 0.5);
-  std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-std::string bytes_text(double b) {
-  if (b < 1024) return fmt::format("{:.0f} B", b);
-  if (b < 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
-  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024 * 1024));
-  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
-}
-
-std::string time_text(double ns) {
-  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
-  if (ns < 1e6) return fmt::format("{:.2f} us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
-  return fmt::format("{:.2f} s", ns / 1e9);
-}
 
 // "4" when every call allocated the same, "0.33 (1, 0, 0)" when they differ.
 std::string per_call_text(double mean, const std::vector<uint64_t>& each, bool as_bytes) {
@@ -106,12 +83,12 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
     const AllocationProfile& a = w.allocations;
     const HardwareCounterProfile& h = w.hardware;
     const RooflineProfile& rl = w.roofline;
-    rows.push_back({w.name, w.dims, ip.available ? count_text(ip.instructions_per_call) : "n/a",
-                    ip.available ? count_text(ip.d1_misses_per_call) : "n/a",
-                    ip.available ? count_text(ip.ll_misses_per_call) : "n/a",
+    rows.push_back({w.name, w.dims, ip.available ? grouped_count(ip.instructions_per_call) : "n/a",
+                    ip.available ? grouped_count(ip.d1_misses_per_call) : "n/a",
+                    ip.available ? grouped_count(ip.ll_misses_per_call) : "n/a",
                     a.available ? per_call_text(a.count_per_call, a.counts, false) : "n/a",
                     a.available ? per_call_text(a.bytes_per_call, a.bytes, true) : "n/a",
-                    h.available ? count_text(h.instructions_per_call) : "n/a",
+                    h.available ? grouped_count(h.instructions_per_call) : "n/a",
                     bytes_text(static_cast<double>(rl.min_bytes)), rl.measured ? time_text(rl.median_ns) : "n/a",
                     rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
                     rl.measured ? fmt::format("{:.2f}", rl.fraction) : "n/a"});

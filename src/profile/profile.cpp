@@ -1,3 +1,4 @@
+#include "util/units.h"
 #include "profile/profile.h"
 
 #include "pipeline/case_data.h"
@@ -595,30 +596,6 @@ nlohmann::json to_json(const ProfileReport& r) {
 
 namespace {
 
-std::string grouped(double v) {
-  const auto n = static_cast<uint64_t>(v + 0.5);
-  std::string digits = std::to_string(n);
-  std::string out;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return out;
-}
-
-std::string bytes_text(double b) {
-  if (b < 1024) return fmt::format("{:.0f} B", b);
-  if (b < 1024 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
-  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.1f} MiB", b / (1024 * 1024));
-  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
-}
-
-std::string time_text(double ns) {
-  if (ns < 1e3) return fmt::format("{:.0f} ns", ns);
-  if (ns < 1e6) return fmt::format("{:.2f} us", ns / 1e3);
-  if (ns < 1e9) return fmt::format("{:.2f} ms", ns / 1e6);
-  return fmt::format("{:.2f} s", ns / 1e9);
-}
 
 }  // namespace
 
@@ -643,9 +620,9 @@ std::string profile_markdown(const ProfileReport& r) {
     const AllocationProfile& a = w.allocations;
     const RooflineProfile& rl = w.roofline;
     md += fmt::format("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", w.name, w.dims,
-                      ip.available ? grouped(ip.instructions_per_call) : "n/a",
-                      ip.available ? grouped(ip.d1_misses_per_call) : "n/a",
-                      ip.available ? grouped(ip.ll_misses_per_call) : "n/a",
+                      ip.available ? grouped_count(ip.instructions_per_call) : "n/a",
+                      ip.available ? grouped_count(ip.d1_misses_per_call) : "n/a",
+                      ip.available ? grouped_count(ip.ll_misses_per_call) : "n/a",
                       a.available ? fmt::format("{:g}", a.count_per_call) : "n/a",
                       a.available ? bytes_text(a.bytes_per_call) : "n/a",
                       ip.available ? std::to_string(ip.implementation_functions) : "n/a",
