@@ -122,8 +122,13 @@ Action add_validate(CLI::App& root) {
 
     const bool quiet = a->json;
     ValidateObserver obs;
-    obs.stage_started = [quiet](int i, int n, const std::string& stage) {
-      if (!quiet) std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
+    obs.stage_started = [quiet](int i, int n, const std::string& stage, double budget_left) {
+      if (quiet) return;
+      if (budget_left > 0) {
+        std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s)\n", i, n, stage, budget_left);
+      } else {
+        std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
+      }
     };
     obs.stage_finished = [quiet](const std::string&, const std::string& status, const std::string& summary, double s) {
       end_progress_line();

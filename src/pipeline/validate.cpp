@@ -93,7 +93,16 @@ private:
   bool stage(size_t index, const std::function<std::string()>& body, bool run = true,
              const std::string& skip_reason = "skipped: an earlier stage it depends on failed") {
     const std::string& name = validate_stage_names()[index];
-    if (m_obs.stage_started) m_obs.stage_started(static_cast<int>(index) + 1, 9, name);
+    if (m_obs.stage_started) {
+      // Two comparisons (A/A, A/B), each at most max_seconds per workload, minus those already behind us.
+      size_t workloads = m_opt.workloads.size();
+      if (workloads == 0) {
+        for (const Case& c : m_task.cases) workloads += c.role == CaseRole::timing;
+      }
+      const double comparisons_left = index <= 5 ? 2.0 : index == 6 ? 1.0 : 0.0;
+      m_obs.stage_started(static_cast<int>(index) + 1, 9, name,
+                          comparisons_left * static_cast<double>(workloads) * m_opt.budget.max_seconds);
+    }
     const auto t0 = std::chrono::steady_clock::now();
     std::string status = "ok", summary;
     bool ok = true;

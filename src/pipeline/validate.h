@@ -39,7 +39,9 @@ struct ValidateOptions {
 
 // What the terminal shows; all optional.
 struct ValidateObserver {
-  std::function<void(int index, int total, const std::string& stage)> stage_started;
+  // budget_left: an upper bound, in seconds, on the timing still ahead (comparisons stop at their budgets); the
+  // checks and the profile add a few seconds each on top.
+  std::function<void(int index, int total, const std::string& stage, double budget_left)> stage_started;
   std::function<void(const std::string& stage, const std::string& status, const std::string& summary, double seconds)>
       stage_finished;
   std::function<void(const std::string& digest)> plan_frozen;
