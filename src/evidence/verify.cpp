@@ -2,7 +2,7 @@
 
 #include "evidence/bundle_reader.h"
 #include "evidence/bundle_writer.h"
-#include "pipeline/decision.h"
+#include "evidence/decision.h"
 #include "stats/alpha_spending_rule.h"
 #include "stats/descriptive.h"
 #include "stats/effect.h"

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "build/builder.h"
-#include "pipeline/worker_session.h"
+#include "session/worker_session.h"
 #include "task/task.h"
 
 #include <nlohmann/json.hpp>

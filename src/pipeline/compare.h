@@ -6,7 +6,7 @@
 #pragma once
 
 #include "build/builder.h"
-#include "pipeline/worker_session.h"
+#include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "task/task.h"

@@ -1,7 +1,7 @@
 #include "util/units.h"
 #include "profile/profile.h"
 
-#include "pipeline/case_data.h"
+#include "session/case_data.h"
 #include "profile/callgrind_output.h"
 #include "stats/descriptive.h"
 #include "task/data.h"

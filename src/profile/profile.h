@@ -15,7 +15,7 @@
 #pragma once
 
 #include "build/builder.h"
-#include "pipeline/worker_session.h"
+#include "session/worker_session.h"
 #include "profile/bandwidth.h"
 #include "profile/valgrind.h"
 #include "task/task.h"

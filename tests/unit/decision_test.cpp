@@ -1,4 +1,4 @@
-#include "pipeline/decision.h"
+#include "evidence/decision.h"
 
 #include <gtest/gtest.h>
 

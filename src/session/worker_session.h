@@ -7,7 +7,7 @@
 #pragma once
 
 #include "build/builder.h"
-#include "pipeline/case_data.h"
+#include "session/case_data.h"
 #include "task/data.h"
 #include "task/task.h"
 #include "worker/worker_process.h"

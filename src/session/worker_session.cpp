@@ -1,4 +1,4 @@
-#include "pipeline/worker_session.h"
+#include "session/worker_session.h"
 
 #include "build/elf_inspect.h"
 #include "oracle/tolerance.h"

@@ -1,4 +1,4 @@
-#include "pipeline/case_data.h"
+#include "session/case_data.h"
 
 #include "oracle/oracle.h"
 #include "task/data.h"
