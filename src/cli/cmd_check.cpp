@@ -1,5 +1,5 @@
 // kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--json]
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"

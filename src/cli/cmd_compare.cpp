@@ -1,5 +1,5 @@
 // kwb compare TASK_DIR [--baseline SRC] --candidate SRC | --aa  [gates, budgets] [--output-dir D] [--json]
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"

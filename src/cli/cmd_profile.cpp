@@ -2,7 +2,7 @@
 // Checks the implementation first and refuses to profile one that fails (no metric for rejected code), then
 // reports per workload what it does: instructions, cache misses, passes, allocations, bytes and bandwidth.
 #include "util/units.h"
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"

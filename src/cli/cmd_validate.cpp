@@ -2,7 +2,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
-#include "evidence/bundle_reader.h"
+#include "record/bundle_reader.h"
 #include "pipeline/validate.h"
 #include "task/task.h"
 #include "util/error.h"

@@ -1,6 +1,6 @@
 // kwb verify BUNDLE: re-derive everything from the raw evidence; exit 0 only for an intact, consistent bundle.
 #include "cli/commands.h"
-#include "evidence/verify.h"
+#include "record/verify.h"
 #include "util/error.h"
 
 #include <nlohmann/json.hpp>

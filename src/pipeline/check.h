@@ -6,7 +6,7 @@
 // (docs/threat-model.md).
 #pragma once
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "session/worker_session.h"
 #include "task/task.h"
 

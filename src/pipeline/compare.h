@@ -5,7 +5,7 @@
 // every choice.
 #pragma once
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"

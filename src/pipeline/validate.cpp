@@ -1,8 +1,8 @@
 #include "pipeline/validate.h"
 
-#include "build/builder.h"
-#include "evidence/bundle_writer.h"
-#include "evidence/environment.h"
+#include "builder/builder.h"
+#include "record/bundle_writer.h"
+#include "record/environment.h"
 #include "pipeline/check.h"
 #include "profile/profile.h"
 #include "report/report.h"

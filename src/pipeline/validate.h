@@ -4,7 +4,7 @@
 #pragma once
 
 #include "pipeline/compare.h"
-#include "evidence/decision.h"
+#include "record/decision.h"
 
 #include <nlohmann/json.hpp>
 

@@ -14,7 +14,7 @@
 // still validated like a checked call; a call that fails validation is a failure of the profile, not a number.
 #pragma once
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "session/worker_session.h"
 #include "profile/bandwidth.h"
 #include "profile/valgrind.h"

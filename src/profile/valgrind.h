@@ -2,7 +2,7 @@
 // artifact for machines whose -march=native code valgrind cannot execute (docs/profile.md, "AVX-512").
 #pragma once
 
-#include "build/builder.h"
+#include "builder/builder.h"
 
 #include <filesystem>
 #include <string>

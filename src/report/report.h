@@ -2,7 +2,7 @@
 // (self-contained, inline SVG plots) to look at. Rendering reads only the bundle.
 #pragma once
 
-#include "evidence/bundle_reader.h"
+#include "record/bundle_reader.h"
 
 #include <filesystem>
 #include <string>

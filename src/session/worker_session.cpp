@@ -1,6 +1,6 @@
 #include "session/worker_session.h"
 
-#include "build/elf_inspect.h"
+#include "builder/elf_inspect.h"
 #include "oracle/tolerance.h"
 #include "util/error.h"
 #include "util/paths.h"

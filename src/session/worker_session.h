@@ -6,7 +6,7 @@
 // checked one. docs/threat-model.md lists what each defends against.
 #pragma once
 
-#include "build/builder.h"
+#include "builder/builder.h"
 #include "session/case_data.h"
 #include "task/data.h"
 #include "task/task.h"

@@ -1,7 +1,7 @@
 // End-to-end `kwb validate` / `verify` / `report`: one real decode-only run shared by the suite, then copies of
 // its bundle tampered with in every way verify must catch.
 #include "cli_helpers.h"
-#include "evidence/bundle_writer.h"
+#include "record/bundle_writer.h"
 #include "pipeline/validate.h"
 #include "util/fs.h"
 #include "util/sha256.h"

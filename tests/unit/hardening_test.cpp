@@ -1,6 +1,6 @@
 // The parent-side pieces of the adversarial defenses that need no process: the ELF export rule, held-out case
 // derivation, twins, and the ill-conditioned data distribution (docs/threat-model.md).
-#include "build/elf_inspect.h"
+#include "builder/elf_inspect.h"
 #include "session/case_data.h"
 #include "pipeline/check.h"
 #include "task/data.h"

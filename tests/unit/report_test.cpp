@@ -1,7 +1,7 @@
 // Golden tests of the reports: a fixed bundle (tests/golden/bundle_decode, from a real decode-only run) renders to
 // exactly tests/golden/report_decode.md. Set KWB_UPDATE_GOLDEN=1 to rewrite the golden file after an intended
 // change, and review the diff.
-#include "evidence/bundle_reader.h"
+#include "record/bundle_reader.h"
 #include "report/report.h"
 #include "util/fs.h"
 

@@ -1,4 +1,4 @@
-#include "build/elf_inspect.h"
+#include "builder/elf_inspect.h"
 
 #include <elf.h>
 #include <fmt/format.h>

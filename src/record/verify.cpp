@@ -1,8 +1,8 @@
-#include "evidence/verify.h"
+#include "record/verify.h"
 
-#include "evidence/bundle_reader.h"
-#include "evidence/bundle_writer.h"
-#include "evidence/decision.h"
+#include "record/bundle_reader.h"
+#include "record/bundle_writer.h"
+#include "record/decision.h"
 #include "stats/alpha_spending_rule.h"
 #include "stats/descriptive.h"
 #include "stats/effect.h"

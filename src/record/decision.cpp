@@ -1,4 +1,4 @@
-#include "evidence/decision.h"
+#include "record/decision.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "evidence/bundle_reader.h"
+#include "record/bundle_reader.h"
 
 #include "util/fs.h"
 

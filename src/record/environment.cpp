@@ -1,4 +1,4 @@
-#include "evidence/environment.h"
+#include "record/environment.h"
 
 #include "util/sha256.h"
 

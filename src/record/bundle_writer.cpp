@@ -1,4 +1,4 @@
-#include "evidence/bundle_writer.h"
+#include "record/bundle_writer.h"
 
 #include "util/error.h"
 #include "util/fs.h"

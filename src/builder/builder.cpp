@@ -1,4 +1,4 @@
-#include "build/builder.h"
+#include "builder/builder.h"
 
 #include "util/error.h"
 #include "util/fs.h"
