@@ -52,7 +52,7 @@ typedef struct kwb_context {
   uint32_t abi_version;     /* KWB_ABI_VERSION of the harness */
   kwb_backend backend;
   void* device_context;     /* cl_context on opencl, NULL on cpu and cuda (the current CUDA context is set) */
-  void* device;             /* cl_device_id on opencl, NULL otherwise */
+  void* device;             /* cl_device_id on opencl; on cuda a pointer to the int device ordinal; NULL on cpu */
   void* stream;             /* cl_command_queue / cudaStream_t the runs will use; NULL on cpu */
   int32_t max_threads;      /* threads the task permits the candidate to use (1 = stay single-threaded) */
   const char* task_name;

@@ -13,7 +13,8 @@ struct BuildIdentity {
   std::string source_sha256;
   std::string command;            // the command line with <source>, <artifact>, <kwb-include> placeholders
   std::string compiler;           // as invoked (c++, cc, or $KWB_CXX / $KWB_CC)
-  std::string compiler_version;   // first line of `compiler --version`
+  std::string compiler_version;   // the version line of `compiler --version` (nvcc: its "release" line)
+  std::string backend;            // cpu, opencl or cuda: decides the toolchain flags and link libraries
   std::string abi_header_sha256;  // kwb/kernel.h the source was compiled against
   int layout_variant = 0;         // 0: plain build; n > 0: A' copies with n-dependent code padding
   std::string key;                // SHA-256 over everything above: the cache key
@@ -34,6 +35,7 @@ struct Artifact {
 struct BuildRequest {
   std::filesystem::path source;
   int layout_variant = 0;
+  std::string backend = "cpu";  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
 };
 
 // Builds (or reuses from the cache, after re-hashing the cached object) one implementation. A compile error is

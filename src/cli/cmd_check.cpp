@@ -7,6 +7,7 @@
 #include "util/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
@@ -28,6 +29,7 @@ struct CheckArgs {
 
 void print_human(const CheckReport& r, const Artifact& art) {
   std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task, r.implementation);
+  if (!r.device.empty()) std::cout << fmt::format("  backend {}: {}\n", r.backend, r.device);
   std::cout << fmt::format("  source sha256 {}  artifact sha256 {}{}\n", art.identity.source_sha256.substr(0, 16),
                            art.identity.artifact_sha256.empty() ? "-" : art.identity.artifact_sha256.substr(0, 16),
                            art.from_cache ? " (cached build)" : "");
@@ -42,6 +44,13 @@ void print_human(const CheckReport& r, const Artifact& art) {
     }
     std::cout << "\n"
               << format_table({"case", "role", "dims", "calls", "passed", "failed", "max rel err", "result"}, rows);
+    // The device trace of each case's first call: the kernels an implementation launches are part of what it is.
+    for (const CaseReport& c : r.cases) {
+      if (c.kernels.empty()) continue;
+      std::cout << fmt::format("  {} launches {} command(s) per call: {}\n", c.name, c.kernels.size(),
+                               fmt::join(c.kernels, ", "));
+      break;
+    }
   }
   if (!r.failures.empty()) {
     std::cout << "\nfailures:\n";
@@ -68,7 +77,8 @@ Action add_check(CLI::App& root) {
   CLI::App* app = root.add_subcommand("check", "Check an implementation against the task's independent oracle");
   app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
   app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
-  app->add_option("--backend", args->backend, "cpu (opencl and cuda: later)")->capture_default_str();
+  app->add_option("--backend", args->backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
   app->add_flag("--json", args->json, "Print one JSON object instead of the table");
   app->add_option("--timeout-seconds", args->timeout_seconds, "Per-call timeout")->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -87,7 +97,8 @@ Action add_check(CLI::App& root) {
     for (const std::string& c : args->cases) {
       if (task.find_case(c) == nullptr) throw UsageError(fmt::format("--case {}: the task has no such case", c));
     }
-    Artifact art = build_implementation({args->impl, 0});
+    require_backend(args->backend);
+    Artifact art = build_implementation({args->impl, 0, args->backend});
     CheckOptions opt;
     opt.backend = args->backend;
     opt.timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));

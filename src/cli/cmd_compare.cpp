@@ -17,6 +17,7 @@ namespace {
 
 struct CompareArgs {
   std::string task_dir, baseline, candidate, backend = "cpu", gate = "ci", output_dir;
+  bool cold = false;
   bool aa = false, json = false;
   double min_improvement = 0.0, max_aa_difference = 1.0, max_minutes = 1.0, timeout_seconds = 60;
   size_t repetitions = 10, max_blocks = 100000;
@@ -75,7 +76,8 @@ Action add_compare(CLI::App& root) {
   app->add_option("--baseline", a->baseline, "Baseline source (default: the task's baseline for the backend)");
   app->add_option("--candidate", a->candidate, "Candidate source");
   app->add_flag("--aa", a->aa, "A/A: the baseline against a separately built copy of itself (A')");
-  app->add_option("--backend", a->backend, "cpu")->capture_default_str();
+  app->add_option("--backend", a->backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
   app->add_option("--gate", a->gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
       ->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
   app->add_option("--min-improvement-pct", a->min_improvement, "Improvement the candidate must show")
@@ -98,6 +100,7 @@ Action add_compare(CLI::App& root) {
   app->add_option("--workload", a->workloads, "Only this timing case (repeatable)");
   app->add_option("--output-dir", a->output_dir, "Write samples.csv (every sample) and compare.json here");
   app->add_flag("--json", a->json, "Print the JSON summary");
+  app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
   return [a]() {
     Task task = load_task(a->task_dir);
     if (!task.backends.contains(a->backend)) {
@@ -107,8 +110,9 @@ Action add_compare(CLI::App& root) {
     if (a->aa && !a->candidate.empty()) throw UsageError("--aa compares the baseline with itself: drop --candidate");
     const std::string baseline = a->baseline.empty() ? task.backends.at(a->backend).baseline.string() : a->baseline;
 
-    Artifact base = build_implementation({baseline, 0});
-    Artifact other = a->aa ? build_implementation({baseline, 1}) : build_implementation({a->candidate, 0});
+    require_backend(a->backend);
+    Artifact base = build_implementation({baseline, 0, a->backend});
+    Artifact other = a->aa ? build_implementation({baseline, 1, a->backend}) : build_implementation({a->candidate, 0, a->backend});
     for (const Artifact* art : {&base, &other}) {
       if (!art->ok) {
         std::cerr << art->log;
@@ -124,6 +128,7 @@ Action add_compare(CLI::App& root) {
                 a->max_aa_difference, 0.05};
     req.budget = {a->repetitions, a->max_blocks, a->max_minutes * 60.0};
     req.timing.backend = a->backend;
+    req.timing.cold = a->cold;
     req.timing.timeout = std::chrono::milliseconds(static_cast<int64_t>(a->timeout_seconds * 1000));
     req.timing.warmups = a->warmups;
     req.timing.samples = a->samples;

@@ -64,7 +64,7 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
   std::cout << fmt::format("kwb profile: task {}, implementation {}\n", r.task, r.implementation);
   std::cout << fmt::format("  artifact sha256 {}; check PASS ({} assertions)\n",
                            r.identity.artifact_sha256.substr(0, 16), check.passed);
-  std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
+  if (r.backend == "cpu") std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
                            r.valgrind.found ? "callgrind (" + r.valgrind.version + "), collected inside kwb_run only"
                                             : "unavailable: " + r.valgrind.reason);
   for (const WorkloadProfile& w : r.workloads) {
@@ -91,16 +91,38 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
                     h.available ? grouped_count(h.instructions_per_call) : "n/a",
                     bytes_text(static_cast<double>(rl.min_bytes)), rl.measured ? time_text(rl.median_ns) : "n/a",
                     rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
-                    rl.measured ? fmt::format("{:.2f}", rl.fraction) : "n/a"});
+                    rl.measured && rl.peak_gb_per_s > 0 ? fmt::format("{:.2f}", rl.fraction) : "n/a"});
   }
   std::cout << "\n"
             << format_table({"workload", "dims", "instr/call", "D1 miss/call", "LL miss/call", "allocs/call",
                              "alloc bytes/call", "hw instr/call", "min bytes", "median", "GB/s", "of probe"},
                             rows);
 
-  std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
-               "own code)\n";
+  if (r.backend != "cpu") {
+    std::cout << "\ndevice commands per call (the worker's trace; device time per launch, median):\n";
+    for (const WorkloadProfile& w : r.workloads) {
+      const DeviceProfile& d = w.device;
+      if (!d.available) {
+        std::cout << fmt::format("  {}: unavailable: {}\n", w.name, d.unavailable_reason);
+        continue;
+      }
+      std::cout << fmt::format("  {}: {:g} command(s) per call, {} on the device per call\n", w.name,
+                               d.commands_per_call,
+                               d.median_call_device_ns > 0 ? time_text(d.median_call_device_ns) : "n/a");
+      for (const DeviceKernelStat& k : d.kernels) {
+        std::cout << fmt::format("    {:<24} x{:<4g} {:>10}{}\n", k.name, k.launches_per_call,
+                                 k.median_device_ns > 0 ? time_text(k.median_device_ns) : "n/a",
+                                 k.on_call_stream ? "" : "  (other queue/stream)");
+      }
+    }
+    if (!r.workloads.empty()) std::cout << "  trace: " << r.workloads.front().device.mechanism << "\n";
+  }
+  if (r.backend == "cpu") {
+    std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
+                 "own code)\n";
+  }
   for (const WorkloadProfile& w : r.workloads) {
+    if (r.backend != "cpu") break;
     const InstructionProfile& ip = w.instructions;
     if (!ip.available) {
       std::cout << fmt::format("  {}: unavailable: {}\n", w.name, ip.unavailable_reason);
@@ -159,7 +181,8 @@ Action add_profile(CLI::App& root) {
                  "bytes moved and achieved bandwidth (descriptive; checks it first)");
   app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
   app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
-  app->add_option("--backend", args->backend, "cpu")->capture_default_str();
+  app->add_option("--backend", args->backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
   app->add_option("--workload", args->workloads, "Only this case (repeatable; default: every timing case)");
   app->add_flag("--json", args->json, "Print one JSON object (schema kwb.profile) instead of the tables");
   app->add_option("--timeout-seconds", args->timeout_seconds, "Per call (x50 under valgrind)")
@@ -178,7 +201,8 @@ Action add_profile(CLI::App& root) {
     for (const std::string& w : args->workloads) {
       if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
     }
-    Artifact art = build_implementation({args->impl, 0});
+    require_backend(args->backend);
+    Artifact art = build_implementation({args->impl, 0, args->backend});
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));
 
     // No metric is ever reported for rejected code: the full check first.

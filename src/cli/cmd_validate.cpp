@@ -17,6 +17,7 @@ namespace {
 
 struct ValidateArgs {
   std::string task_dir, candidate, baseline, output_dir, backend = "cpu", gate = "ci";
+  bool cold = false;
   double min_improvement = 0.0, max_aa_difference = 5.0, max_minutes = 1.0, timeout_seconds = 60;
   size_t repetitions = 5;
   int warmups = 2, samples = 0;
@@ -71,7 +72,8 @@ Action add_validate(CLI::App& root) {
   app->add_option("--candidate", a->candidate, "Candidate source")->required();
   app->add_option("--baseline", a->baseline, "Baseline source (default: the task's baseline for the backend)");
   app->add_option("--output-dir", a->output_dir, "Evidence bundle folder (must not exist yet)")->required();
-  app->add_option("--backend", a->backend, "cpu")->capture_default_str();
+  app->add_option("--backend", a->backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
   app->add_option("--gate", a->gate, "ci or point")->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
   app->add_option("--min-improvement-pct", a->min_improvement, "Improvement the candidate must show on every workload")
       ->capture_default_str();
@@ -89,6 +91,7 @@ Action add_validate(CLI::App& root) {
   app->add_option("--seed", a->seed, "Seed for everything random (default: drawn and recorded in the plan)");
   app->add_option("--workload", a->workloads, "Only this timing case (repeatable)");
   app->add_flag("--json", a->json, "Print decision.json");
+  app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
   return [a]() {
     // Bad input is reported before a bundle folder is created.
     Task task = load_task(a->task_dir);
@@ -104,6 +107,7 @@ Action add_validate(CLI::App& root) {
       if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
     }
     ValidateOptions o;
+    o.device = require_backend(a->backend);
     o.task_dir = a->task_dir;
     o.candidate = a->candidate;
     o.baseline = a->baseline;
@@ -113,6 +117,7 @@ Action add_validate(CLI::App& root) {
               a->max_aa_difference, 0.05};
     o.budget = {a->repetitions, 100000, a->max_minutes * 60.0};
     o.timing.backend = a->backend;
+    o.timing.cold = a->cold;
     o.timing.timeout = std::chrono::milliseconds(static_cast<int64_t>(a->timeout_seconds * 1000));
     o.timing.warmups = a->warmups;
     o.timing.samples = a->samples;

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 namespace kwb::cli {
 
@@ -15,6 +16,11 @@ Action add_validate(CLI::App& root);
 Action add_verify(CLI::App& root);
 Action add_report(CLI::App& root);
 Action add_profile(CLI::App& root);
+
+// Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
+// device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the
+// device's description ("" for cpu).
+std::string require_backend(const std::string& backend);
 
 // The command line as given, for provenance (plan.json records it).
 inline std::vector<std::string> g_argv;

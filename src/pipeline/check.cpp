@@ -98,6 +98,9 @@ void add_call(CaseReport& cr, CheckReport& report, CallResult& res) {
   cr.passed += res.passed;
   cr.failed += res.failures.size();
   cr.max_rel_error = std::max(cr.max_rel_error, res.max_rel_error);
+  if (res.kernels && cr.kernels.empty()) {
+    for (const DeviceCommand& k : *res.kernels) cr.kernels.push_back(k.name);
+  }
   for (Failure& f : res.failures) report.failures.push_back(std::move(f));
 }
 
@@ -183,6 +186,8 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
   so.backend = options.backend;
   so.timeout = options.timeout;
   so.poison_seed = mix_seed(options.nonce, 0xC4EC);
+  so.trace = options.backend != "cpu";  // the kernel trace is cheap next to validation, and says what ran
+  report.backend = options.backend;
   WorkerSession session(task, artifact, so);
   bool load_failed = false;
   // Twins' perturbations, held-out shapes without a nonce and the rehearsal must not be predictable.
@@ -228,6 +233,7 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
     } else {
       if (!session.alive()) {
         LoadOutcome lo = session.start();
+        if (!lo.device.empty()) report.device = lo.device;
         if (!lo.ok) {
           load_failed = true;
           ++cr.failed;
@@ -291,6 +297,7 @@ nlohmann::json to_json(const CheckReport& r) {
     cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"calls", c.calls_run},
                      {"passed", c.passed}, {"failed", c.failed}, {"max_rel_error", c.max_rel_error},
                      {"seconds", c.seconds}});
+    if (!c.kernels.empty()) cases.back()["kernels"] = c.kernels;
   }
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : r.failures) {
@@ -300,6 +307,8 @@ nlohmann::json to_json(const CheckReport& r) {
   return {{"schema", k_check_schema},
           {"schema_version", k_check_schema_version},
           {"task", r.task},
+          {"backend", r.backend},
+          {"device", r.device},
           {"implementation", {{"path", r.implementation}, {"identity", to_json(r.identity)}, {"built", r.built}}},
           {"cases", cases},
           {"assertions", {{"passed", r.passed}, {"failed", r.failed}}},
@@ -311,6 +320,8 @@ nlohmann::json to_json(const CheckReport& r) {
 CheckReport check_report_from_json(const nlohmann::json& j) {
   CheckReport r;
   r.task = j.at("task");
+  r.backend = j.value("backend", std::string("cpu"));
+  r.device = j.value("device", std::string());
   r.implementation = j.at("implementation").at("path");
   r.built = j.at("implementation").at("built");
   const auto& id = j.at("implementation").at("identity");
@@ -332,6 +343,7 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     cr.failed = c.at("failed");
     cr.max_rel_error = c.at("max_rel_error");
     cr.seconds = c.at("seconds");
+    if (c.contains("kernels")) cr.kernels = c.at("kernels").get<std::vector<std::string>>();
     r.cases.push_back(cr);
   }
   r.passed = j.at("assertions").at("passed");

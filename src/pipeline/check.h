@@ -61,10 +61,14 @@ struct CaseReport {
   size_t failed = 0;
   double max_rel_error = 0.0;
   double seconds = 0.0;
+  // Device backends: what the case's first call launched, in order, as the worker's trace saw it.
+  std::vector<std::string> kernels;
 };
 
 struct CheckReport {
   std::string task;
+  std::string backend = "cpu";
+  std::string device;  // the backend's description of its device; empty for cpu
   std::string implementation;
   BuildIdentity identity;
   bool built = false;

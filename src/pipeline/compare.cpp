@@ -218,6 +218,7 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
   SessionOptions so;
   so.backend = m_options.backend;
   so.timeout = m_options.timeout;
+  so.cold = m_options.cold;
   so.poison_seed = mix_seed(m_options.nonce, ++m_visits);
   WorkerSession session(m_task, *m_arms.at(arm), so);
   LoadOutcome lo = session.start();
@@ -240,6 +241,7 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
     s.warmup = i < warmups;
     s.input_set = static_cast<int>(set);
     s.ns = r.ns;
+    s.device_ns = r.device_ns;
     s.output_valid = r.valid();
     v.samples.push_back(s);
     if (!r.valid()) {
@@ -361,14 +363,14 @@ nlohmann::json to_json(const CompareReport& r) {
 }
 
 std::string_view samples_csv_header() {
-  return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid\n";
+  return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns\n";
 }
 
 std::string samples_csv(const std::vector<Sample>& samples) {
   std::string out(samples_csv_header());
   for (const Sample& s : samples) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm, s.order_position, s.pid,
-                       s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns, s.output_valid ? 1 : 0);
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm, s.order_position, s.pid,
+                       s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns, s.output_valid ? 1 : 0, s.device_ns);
   }
   return out;
 }

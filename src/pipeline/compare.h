@@ -39,6 +39,7 @@ struct Sample {
   int input_set = 0;
   int64_t ns = 0;
   bool output_valid = false;
+  int64_t device_ns = -1;    // device backends: the device's events around the call; -1 for cpu (no device clock)
 };
 
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.
@@ -135,6 +136,7 @@ struct TimingOptions {
   int warmups = 2;
   int samples = 0;       // 0: chosen per workload from a pilot (docs/timing.md)
   uint64_t nonce = 1;    // timed data differs from the check's published data
+  bool cold = false;     // flush caches before every timed call, outside the timer (docs/timing.md)
 };
 
 class WorkerArmRunner final : public ArmRunner {

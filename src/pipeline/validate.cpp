@@ -157,11 +157,11 @@ private:
     m_final_nonce = mix_seed(m_seed, 0xF1);
     if (m_final_nonce == 0) m_final_nonce = 1;
 
-    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0}), "", ""});
-    m_impls.push_back({"baseline_copy", "baseline'", "", build_implementation({baseline, 1}), "", ""});
-    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0}), "", ""});
+    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0, m_opt.backend}), "", ""});
+    m_impls.push_back({"baseline_copy", "baseline'", "", build_implementation({baseline, 1, m_opt.backend}), "", ""});
+    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0, m_opt.backend}), "", ""});
     for (const ControlSpec& c : bi.controls) {
-      m_impls.push_back({"control", c.name, c.expect, build_implementation({c.source, 0}), "", ""});
+      m_impls.push_back({"control", c.name, c.expect, build_implementation({c.source, 0, m_opt.backend}), "", ""});
     }
 
     nlohmann::json impls = nlohmann::json::array();
@@ -207,6 +207,8 @@ private:
           {"tolerance", {{"rtol", m_task.tolerance.rtol}, {"atol", m_task.tolerance.atol}}},
           {"cases", cases}}},
         {"backend", m_opt.backend},
+        {"device", m_opt.device},
+        {"cold", m_opt.timing.cold},
         {"implementations", impls},
         {"gates",
          {{"kind", m_opt.gate.kind == stats::GateKind::ci ? "ci" : "point"},
@@ -302,9 +304,13 @@ private:
     m_bundle.write_json("profile/" + role + ".json", to_json(r));
     std::vector<std::string> parts;
     for (const auto& w : r.workloads) {
-      parts.push_back(w.instructions.available
-                          ? fmt::format("{} {:.0f} instr/call", w.name, w.instructions.instructions_per_call)
-                          : fmt::format("{} (instructions unavailable)", w.name));
+      if (w.device.available) {
+        parts.push_back(fmt::format("{} {:g} device command(s)/call", w.name, w.device.commands_per_call));
+      } else {
+        parts.push_back(w.instructions.available
+                            ? fmt::format("{} {:.0f} instr/call", w.name, w.instructions.instructions_per_call)
+                            : fmt::format("{} (instructions unavailable)", w.name));
+      }
     }
     return fmt::format("{}: {}", role, fmt::join(parts, ", "));
   }
@@ -494,6 +500,7 @@ private:
                          {"machine", m_environment.value("cpu_model", "unknown")},
                          {"host", m_environment.value("hostname", "unknown")},
                          {"backend", m_opt.backend},
+                         {"device", m_opt.device},
                          {"dtypes", dtypes},
                          {"workloads", workloads}}},
                        {"inputs", to_json(m_inputs)},

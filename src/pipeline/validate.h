@@ -29,6 +29,7 @@ struct ValidateOptions {
   std::filesystem::path baseline;  // empty: the task's baseline for the backend
   std::filesystem::path output_dir;
   std::string backend = "cpu";
+  std::string device;  // the backend's description of its device (empty for cpu), for the plan and the report
   GateConfig gate;                 // mode is set per stage
   Budget budget;
   TimingOptions timing;

@@ -364,9 +364,6 @@ void timing_pass(const Task& task, const Artifact& art, const InputSet& set, con
 
 ProfileReport run_profile(const Task& task, const Artifact& artifact, const ProfileOptions& o) {
   if (!artifact.ok) throw DataError(fmt::format("{}: does not build; nothing to profile", artifact.source.string()));
-  if (o.backend != "cpu") {
-    throw Error(ExitCode::unavailable, fmt::format("kwb profile supports the cpu backend only (asked: {})", o.backend));
-  }
   std::vector<const Case*> workloads;
   if (o.workloads.empty()) {
     for (const Case& c : task.cases) {
@@ -405,6 +402,31 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
     wp.roofline.min_bytes = min_bytes_moved(task, *c);
     say(o, fmt::format("{}: generating inputs and the oracle's outputs", c->name));
     const InputSet set = make_input_set(task, *c, 0, o.nonce);
+
+    if (o.backend != "cpu") {
+      // Device backends: the kernel trace replaces callgrind and the host-side probes, which would describe the
+      // runtime's host code, not the kernels (docs/profile.md).
+      const std::string host_only = fmt::format("not measured for the {} backend: the host-side tools would count "
+                                                "the device runtime, not the kernels (see the device trace)",
+                                                o.backend);
+      wp.instructions.unavailable_reason = host_only;
+      wp.allocations.unavailable_reason = host_only;
+      wp.hardware.unavailable_reason = host_only;
+      say(o, fmt::format("{}: device kernel trace ({} warm-ups + {} traced calls in kwb-worker)", c->name, 2, 5));
+      device_pass(task, artifact, set, o, wp);
+      if (wp.failures.empty()) {
+        say(o, fmt::format("{}: short timing run ({} warm-ups + {} calls in kwb-worker)", c->name, o.timing_warmups,
+                           o.timing_calls));
+        // Fraction of the host memory probe only where the device is this CPU (OpenCL on PoCL's CPU device is;
+        // a GPU's memory is not what the probe measures).
+        timing_pass(task, artifact, set, o, o.backend == "opencl" ? report.bandwidth.peak_gb_per_s : 0.0, wp);
+      } else {
+        wp.roofline.unavailable_reason = "not run: the implementation failed validation while being profiled";
+      }
+      wp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      report.workloads.push_back(std::move(wp));
+      continue;
+    }
 
     say(o, fmt::format("{}: allocations and hardware counters ({} calls in kwb-profile-worker)", c->name,
                        o.native_calls));
@@ -557,7 +579,7 @@ nlohmann::json to_json(const WorkloadProfile& w) {
     roof["median_ns"] = r.median_ns;
     roof["achieved_gb_per_s"] = r.achieved_gb_per_s;
     roof["probe_gb_per_s"] = r.peak_gb_per_s;
-    roof["fraction_of_probe"] = r.fraction;
+    if (r.peak_gb_per_s > 0) roof["fraction_of_probe"] = r.fraction;
   } else {
     roof["measured"] = false;
     roof["reason"] = r.unavailable_reason;
@@ -567,9 +589,11 @@ nlohmann::json to_json(const WorkloadProfile& w) {
     failures.push_back({{"case", f.case_name}, {"call", f.call}, {"assertion", f.assertion}, {"reason", f.reason},
                         {"detail", f.detail}});
   }
-  return {{"name", w.name},         {"dims", w.dims},           {"instructions", instr},
-          {"allocations", alloc},   {"hardware_counters", hw},  {"roofline", roof},
-          {"failures", failures},   {"seconds", w.seconds}};
+  nlohmann::json j = {{"name", w.name},         {"dims", w.dims},           {"instructions", instr},
+                      {"allocations", alloc},   {"hardware_counters", hw},  {"roofline", roof},
+                      {"failures", failures},   {"seconds", w.seconds}};
+  if (!w.device.mechanism.empty()) j["device"] = to_json(w.device);
+  return j;
 }
 
 }  // namespace
@@ -596,6 +620,27 @@ nlohmann::json to_json(const ProfileReport& r) {
 
 namespace {
 
+// Device backends: the commands one call puts on the device, from the worker's trace.
+std::string device_trace_markdown(const ProfileReport& r) {
+  std::string md = "\nDevice commands per call (the worker's trace; device time per launch, median):\n\n";
+  for (const WorkloadProfile& w : r.workloads) {
+    const DeviceProfile& d = w.device;
+    if (!d.available) {
+      md += fmt::format("- {}: unavailable: {}\n", w.name, d.unavailable_reason);
+      continue;
+    }
+    std::vector<std::string> parts;
+    for (const DeviceKernelStat& k : d.kernels) {
+      parts.push_back(fmt::format("`{}`{} {}{}", k.name, k.launches_per_call == 1 ? "" : fmt::format(" x{:g}", k.launches_per_call),
+                                  k.median_device_ns > 0 ? time_text(k.median_device_ns) : "n/a",
+                                  k.on_call_stream ? "" : " (other queue/stream)"));
+    }
+    md += fmt::format("- {}: {:g} command(s) per call, {} on the device per call: {}\n", w.name, d.commands_per_call,
+                      d.median_call_device_ns > 0 ? time_text(d.median_call_device_ns) : "n/a", fmt::join(parts, ", "));
+  }
+  if (!r.workloads.empty()) md += fmt::format("\nTrace: {}.\n", r.workloads.front().device.mechanism);
+  return md;
+}
 
 }  // namespace
 
@@ -628,7 +673,11 @@ std::string profile_markdown(const ProfileReport& r) {
                       ip.available ? std::to_string(ip.implementation_functions) : "n/a",
                       bytes_text(static_cast<double>(rl.min_bytes)), rl.measured ? time_text(rl.median_ns) : "n/a",
                       rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
-                      rl.measured ? fmt::format("{:.2f}", rl.fraction) : "n/a");
+                      rl.measured && rl.peak_gb_per_s > 0 ? fmt::format("{:.2f}", rl.fraction) : "n/a");
+  }
+  if (r.backend != "cpu") {
+    md += device_trace_markdown(r);
+    return md;
   }
   md += "\nFunctions that ran inside kwb_run (share of its instructions; * = the implementation's own code):\n\n";
   for (const WorkloadProfile& w : r.workloads) {

@@ -127,6 +127,27 @@ struct RooflineProfile {
   double fraction = 0;       // achieved / peak; above 1: served from caches
 };
 
+// Device backends: what one call launches on the device, from the worker's kernel trace (docs/backends.md).
+struct DeviceKernelStat {
+  std::string name;
+  double launches_per_call = 0;
+  double median_device_ns = 0;  // per launch, over every traced launch of this name (0: no timestamps)
+  bool on_call_stream = true;
+};
+
+struct DeviceProfile {
+  bool available = false;
+  std::string unavailable_reason;
+  std::string mechanism;  // how the trace was taken
+  int warmups = 0;
+  int calls = 0;
+  std::vector<size_t> commands;         // per traced call
+  double commands_per_call = 0;
+  std::vector<DeviceKernelStat> kernels;  // in launch order of the first call, then any others
+  double median_call_device_ns = 0;       // the call's start-to-end events
+  double median_host_ns = 0;              // the host clock around the call (traced: slower than a timed call)
+};
+
 struct WorkloadProfile {
   std::string name;
   std::string dims;
@@ -134,6 +155,7 @@ struct WorkloadProfile {
   AllocationProfile allocations;
   HardwareCounterProfile hardware;
   RooflineProfile roofline;
+  DeviceProfile device;           // device backends only
   std::vector<Failure> failures;  // calls that failed validation or died while being profiled
   double seconds = 0;
 };
@@ -151,6 +173,12 @@ struct ProfileReport {
 
 // Throws UsageError for a workload name the task does not have, DataError for an artifact that did not build.
 ProfileReport run_profile(const Task& task, const Artifact& artifact, const ProfileOptions& options);
+
+// The device pass of one workload (profile/device_profile.cpp): warm-ups, then traced calls in kwb-worker, every
+// one validated; fills wp.device and adds failures to wp. (The roofline comes from the untraced timing pass.)
+void device_pass(const Task& task, const Artifact& artifact, const InputSet& set, const ProfileOptions& o,
+                 WorkloadProfile& wp);
+nlohmann::json to_json(const DeviceProfile& d);
 
 nlohmann::json to_json(const ProfileReport& r);
 

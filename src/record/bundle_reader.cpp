@@ -71,7 +71,9 @@ BundleData read_bundle(const fs::path& dir) {
       SampleRow r;
       r.line = n;
       int warm = 0, valid = 0;
-      if (f.size() != 11 || !parse_int(f[2], r.block) || !parse_int(f[4], r.order_position) ||
+      // device_ns (the 12th field) came with the device backends; bundles without it stay readable.
+      if ((f.size() != 11 && f.size() != 12) || (f.size() == 12 && !parse_int(f[11], r.device_ns)) ||
+          !parse_int(f[2], r.block) || !parse_int(f[4], r.order_position) ||
           !parse_int(f[5], r.pid) || !parse_int(f[6], r.sample_index) || !parse_int(f[7], warm) ||
           !parse_int(f[8], r.input_set) || !parse_int(f[9], r.ns) || !parse_int(f[10], valid)) {
         b.problems.push_back(fmt::format("samples.csv:{}: malformed row '{}'", n, line));

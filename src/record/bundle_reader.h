@@ -25,6 +25,7 @@ struct SampleRow {
   int input_set = 0;
   int64_t ns = 0;
   bool output_valid = false;
+  int64_t device_ns = -1;  // device backends only
   int line = 0;  // in samples.csv, for messages
 };
 

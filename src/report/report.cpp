@@ -2,8 +2,10 @@
 
 #include "report/svg.h"
 #include "util/fs.h"
+#include "util/units.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
 #include <map>
@@ -102,8 +104,10 @@ ReportModel build_model(const BundleData& b) {
   for (const json& d : scope.value("dtypes", json::array())) dtypes += (dtypes.empty() ? "" : ", ") + d.get<std::string>();
   std::string workloads;
   for (const json& w : scope.value("workloads", json::array())) workloads += (workloads.empty() ? "" : ", ") + w.get<std::string>();
-  m.scope_line = fmt::format("machine {} ({}), backend {}, dtype {}, workloads {}", str(scope, "machine"),
-                             str(scope, "host"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes,
+  const std::string device = scope.value("device", std::string());
+  m.scope_line = fmt::format("machine {} ({}), backend {}{}, dtype {}, workloads {}", str(scope, "machine"),
+                             str(scope, "host"), str(scope, "backend"), device.empty() ? "" : " (" + device + ")",
+                             dtypes.empty() ? "-" : dtypes,
                              workloads.empty() ? "none" : workloads);
 
   const json gates = b.plan.value("gates", json::object());
@@ -163,7 +167,7 @@ ReportModel build_model(const BundleData& b) {
   }
 
   m.profile.header = {"implementation", "workload", "instructions/call", "D1 misses/call", "allocations/call",
-                      "GB/s (of probe)", "functions (share of instructions)"};
+                      "GB/s (of probe)", "functions (share of instructions) or device kernels (time per launch)"};
   for (const auto& [stem, p] : b.profiles) {
     for (const json& w : p.value("workloads", json::array())) {
       const json ins = w.value("instructions", json::object());
@@ -181,11 +185,22 @@ ReportModel build_model(const BundleData& b) {
                    ? fmt::format(fmt::runtime(f), j[k].get<double>())
                    : std::string("unavailable");
       };
+      // Device backends: the kernel trace takes the place of callgrind's functions.
+      const json dev = w.value("device", json::object());
+      if (dev.value("available", false)) {
+        std::vector<std::string> kernels;
+        for (const json& k : dev.value("kernels", json::array())) {
+          kernels.push_back(fmt::format("{} {}", k.value("name", "?"), time_text(k.value("median_device_ns", 0.0))));
+        }
+        top = fmt::format("{:g} device command(s)/call: {}", dev.value("commands_per_call", 0.0), fmt::join(kernels, ", "));
+      }
       m.profile.rows.push_back(
           {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"), num(ins, "d1_misses_per_call", "{:.0f}"),
            num(alloc, "count_per_call", "{:.1f}"),
            roof.value("measured", false)
-               ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
+               ? (roof.contains("fraction_of_probe")
+                      ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
+                      : fmt::format("{:.2f}", roof.value("achieved_gb_per_s", 0.0)))
                : "unavailable",
            top.empty() ? "-" : top});
     }

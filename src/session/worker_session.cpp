@@ -55,7 +55,20 @@ LoadOutcome WorkerSession::start() {
   m_worker = std::make_unique<WorkerProcess>(
       m_options.worker_executable.empty() ? worker_executable() : m_options.worker_executable, m_options.timeout,
       m_options.wrapper);
-  return m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits());
+  DeviceOptions device;
+  device.trace = m_options.trace;
+  device.cold = m_options.cold;
+  if (device_backend()) {
+    // Compiled kernels are cached per implementation identity: workers of one artifact share them (PoCL compiles
+    // each kernel for each launch configuration once), workers of different artifacts never do.
+    const std::filesystem::path dir = cache_dir() / "device-kernels" / m_options.backend / m_artifact.identity.key;
+    std::filesystem::create_directories(dir);
+    device.runtime_cache_dir = dir.string();
+  }
+  LoadOutcome out =
+      m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits(), device);
+  if (out.reason == "backend_unavailable") throw Error(ExitCode::unavailable, out.detail);
+  return out;
 }
 
 bool WorkerSession::shutdown() { return m_worker ? m_worker->shutdown() : true; }
@@ -200,7 +213,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   // What the outputs hold the moment the answer arrives, and the worker's CPU clock: compared after validation to
   // catch work that goes on after kwb_run returned. Single-threaded tasks cannot have any (the sandbox allows no
   // threads and no timers), so timing mode skips the output fingerprints there.
-  const bool watch_outputs = hardened() && (check_mode || m_task.threads > 1);
+  const bool watch_outputs = hardened() && !device_backend() && (check_mode || m_task.threads > 1);
   std::vector<uint64_t> at_return;
   if (watch_outputs) {
     for (const auto& b : m_outputs.buffers) at_return.push_back(fingerprint(std::as_const(*b).data()));
@@ -210,6 +223,8 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   res.completed = true;
   res.ns = out.ns;
   res.profile = out.profile;
+  res.device_ns = out.device_ns;
+  res.kernels = out.kernels;
   ++res.passed;  // completed
 
   auto check = [&](bool ok, std::string assertion, std::string reason, std::string detail) {
@@ -226,6 +241,29 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     CallResult inputs = verify_inputs(set, call_index);
     res.passed += inputs.passed;
     res.failures.insert(res.failures.end(), inputs.failures.begin(), inputs.failures.end());
+  }
+  if (out.device) {
+    // The host inputs are sealed; their device copies are not, so the worker compares them after every call.
+    for (size_t i = 0; i < m_task.signature.inputs.size(); ++i) {
+      const std::string& name = m_task.signature.inputs[i].name;
+      const auto& modified = out.inputs_modified_on_device;
+      check(std::find(modified.begin(), modified.end(), name) == modified.end(), "input_unchanged:" + name,
+            "input_modified", fmt::format("input '{}' changed on the device during the call", name));
+    }
+    // The device counterpart of the canaries: guard bytes around every device tensor, checked by the worker.
+    for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
+      for (const TensorSpec& spec : *list) {
+        const auto& over = out.written_outside_on_device;
+        check(std::find(over.begin(), over.end(), spec.name) == over.end(), "no_write_outside_on_device:" + spec.name,
+              "out_of_bounds_write",
+              fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it",
+                          spec.name));
+      }
+    }
+    // All of a call's device work goes on the queue/stream kwb hands it (docs/candidate-abi.md): work elsewhere
+    // is what escapes a stream-synchronized timer in other harnesses. kwb's synchronization covers it anyway; the
+    // implementation is rejected for trying.
+    check(out.off_stream_commands == 0, "on_call_stream", "work_off_queue", out.off_stream_detail);
   }
   for (size_t i = 0; i < n_out; ++i) {
     const TensorSpec& spec = m_task.signature.outputs[i];
@@ -298,8 +336,11 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     for (Failure& f : res.failures) f.detail += "; the call ran on " + set.twin_detail + ", behind the same addresses";
   }
   if (hardened()) {
-    const std::string lie = implausible_timing(out, set);
+    const std::string lie = out.device ? implausible_device_timing(out) : implausible_timing(out, set);
     check(lie.empty(), "timing_plausible", "timing_implausible", lie);
+    // On a device backend too, the worker has nothing to do between its answer and the next request: a CPU
+    // device's runtime threads (PoCL's) still running then are running a kernel that escaped the call's
+    // synchronization (on a queue kwb never saw).
     const std::string busy = work_after_return(at_return, cpu_at_return, wall_at_return, !res.failures.empty());
     check(busy.empty(), "settled_at_return", "work_after_return", busy);
   }
@@ -329,6 +370,24 @@ std::string WorkerSession::implausible_timing(const RunOutcome& out, const Input
     return fmt::format("the worker spent {} ns of CPU on a request whose kwb_run it reported as {} ns ({} thread(s) "
                        "allowed, {} ns for handling the request): the reported time is too short",
                        out.cpu_ns, out.ns, threads, k_request_cpu_slack_ns);
+  }
+  return "";
+}
+
+// A device runtime's threads work for the call and the worker copies buffers to and from the device around it, so
+// the CPU-time cross-checks of implausible_timing mean nothing here. What must hold: the host window that timed the
+// call contains the device's events for it.
+std::string WorkerSession::implausible_device_timing(const RunOutcome& out) const {
+  if (out.ns <= 0) return fmt::format("the worker reported {} ns for kwb_run", out.ns);
+  if (out.ns > out.parent_ns) {
+    return fmt::format("the worker reported {} ns for kwb_run, but its answer came {} ns after the request was sent",
+                       out.ns, out.parent_ns);
+  }
+  // Device and host clocks tick separately; 1% + 20 us covers their disagreement over one call.
+  if (out.device_ns > 0 && static_cast<double>(out.device_ns) > static_cast<double>(out.ns) * 1.01 + 20'000.0) {
+    return fmt::format("the device's events span {} ns, but the host clock around the same call says {} ns: the "
+                       "host time is too short",
+                       out.device_ns, out.ns);
   }
   return "";
 }

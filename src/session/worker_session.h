@@ -38,6 +38,8 @@ struct CallResult {
   double max_rel_error = 0.0;
   bool valid() const { return completed && failures.empty(); }
   std::optional<RunProfile> profile;  // only from kwb-profile-worker
+  int64_t device_ns = -1;              // device backends: the device's own time for the call (-1: none)
+  std::optional<std::vector<DeviceCommand>> kernels;  // device backends with tracing: what the call launched
 };
 
 // check: every assertion on every call, including replay detection (which keeps a copy of the last output).
@@ -51,6 +53,8 @@ struct SessionOptions {
   uint64_t poison_seed = 0;  // poison and canaries derive from it; fresh per call
   std::filesystem::path worker_executable;  // empty: kwb-worker (util/paths.h); the profiler uses kwb-profile-worker
   std::vector<std::string> wrapper;         // command the worker runs under (valgrind), empty for none
+  bool trace = false;  // device backends: per-call kernel trace (check, profile); never for timed calls
+  bool cold = false;   // flush caches before every call, outside the timer
 };
 
 class WorkerSession {
@@ -113,6 +117,9 @@ private:
   // The cross-checks need the plain kwb-worker: under valgrind (the profile worker) clocks and CPU time mean
   // something else.
   bool hardened() const { return m_options.worker_executable.empty() && m_options.wrapper.empty(); }
+  // Tensors live in device memory; the runtime's own threads work for the call (docs/backends.md).
+  bool device_backend() const { return m_options.backend != "cpu"; }
+  std::string implausible_device_timing(const RunOutcome& out) const;
   WorkerLimits limits() const;
   int next_id() { return ++m_last_id; }
 

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,13 +47,15 @@ constexpr rlim_t k_open_files = 64;
 
 void apply_limits(const SandboxPolicy& p) {
   lower_limit(RLIMIT_CORE, 0, 0);
-  if (p.address_space_bytes > 0) lower_limit(RLIMIT_AS, p.address_space_bytes, p.address_space_bytes);
+  if (p.address_space_bytes > 0 && !p.runtime.unlimited_address_space) {
+    lower_limit(RLIMIT_AS, p.address_space_bytes, p.address_space_bytes);
+  }
   if (p.cpu_seconds > 0) lower_limit(RLIMIT_CPU, p.cpu_seconds, p.cpu_seconds + 5);
   lower_limit(RLIMIT_FSIZE, k_output_file_bytes, k_output_file_bytes);
   lower_limit(RLIMIT_NOFILE, k_open_files, k_open_files);
   // RLIMIT_NPROC counts every process of the user (threads included), so it can only be a backstop where the task
   // allows no threads at all; seccomp is what forbids fork. Root ignores it.
-  if (p.threads <= 1) lower_limit(RLIMIT_NPROC, 0, 0);
+  if (p.threads <= 1 && !p.runtime.threads && !p.runtime.spawn) lower_limit(RLIMIT_NPROC, 0, 0);
 }
 
 // ---- capabilities ---------------------------------------------------------------------------------------------
@@ -121,7 +124,9 @@ struct LandlockRulesetAttr {
   uint64_t scoped;              // ABI 6
 };
 constexpr uint64_t k_fs_execute = 1ull << 0;
+constexpr uint64_t k_fs_write_file = 1ull << 1;
 constexpr uint64_t k_fs_read_file = 1ull << 2;
+constexpr uint64_t k_fs_read_dir = 1ull << 3;
 constexpr uint64_t k_fs_abi1 = (1ull << 13) - 1;  // EXECUTE .. MAKE_SYM
 constexpr uint64_t k_fs_refer = 1ull << 13;       // ABI 2
 constexpr uint64_t k_fs_truncate = 1ull << 14;    // ABI 3
@@ -131,10 +136,31 @@ constexpr uint64_t k_net_connect_tcp = 1ull << 1;
 constexpr uint64_t k_scope_abstract_unix_socket = 1ull << 0;
 constexpr uint64_t k_scope_signal = 1ull << 1;
 
-// Only the artifact may be opened (read, mapped executable); everything else on every filesystem, /proc included,
-// is EACCES. From ABI 4 no TCP, from ABI 6 no signals to and no abstract sockets of processes outside the worker.
+// The rights a rule may grant on something that is not a directory.
+constexpr uint64_t k_fs_file_rights = k_fs_execute | k_fs_write_file | k_fs_read_file | k_fs_truncate | k_fs_ioctl_dev;
+
+// Grants `access` (within what the ruleset handles) beneath `path`. A path that does not exist is skipped: a
+// runtime's list names the places it may use on any machine.
+std::string add_path_rule(int ruleset, const std::string& path, uint64_t access, uint64_t handled) {
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? "" : errno_text(("open(" + path + ", O_PATH)").c_str(), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && !S_ISDIR(st.st_mode)) access &= k_fs_file_rights;
+  landlock_path_beneath_attr rule{};
+  rule.allowed_access = access & handled;
+  rule.parent_fd = fd;
+  const long added = ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+  const int err = errno;
+  ::close(fd);
+  return added == 0 ? "" : errno_text(("landlock_add_rule(" + path + ")").c_str(), err);
+}
+
+// Only the artifact may be opened (read, mapped executable), plus what the device runtime needs (read, execute,
+// write beneath its own directories, device nodes); everything else on every filesystem, /proc included, is
+// EACCES. From ABI 4 no TCP, from ABI 6 no signals to and no abstract sockets of processes outside the worker.
 // Returns "" when applied or when the kernel has no Landlock (the seccomp filters still hold; see threat-model.md).
-std::string apply_landlock(const std::string& artifact, std::vector<std::string>& features) {
+std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeeds& runtime,
+                           std::vector<std::string>& features) {
   const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
   if (abi < 1) {
     features.push_back("landlock:unavailable");
@@ -170,6 +196,24 @@ std::string apply_landlock(const std::string& artifact, std::vector<std::string>
   if (added != 0) {
     ::close(rs);
     return errno_text("landlock_add_rule", add_err);
+  }
+  const uint64_t handled = attr.handled_access_fs;
+  std::string e;
+  for (const std::string& p : runtime.read_paths) {
+    if (e.empty()) e = add_path_rule(rs, p, k_fs_read_file | k_fs_read_dir, handled);
+  }
+  for (const std::string& p : runtime.exec_paths) {
+    if (e.empty()) e = add_path_rule(rs, p, k_fs_execute | k_fs_read_file | k_fs_read_dir, handled);
+  }
+  for (const std::string& p : runtime.write_paths) {
+    if (e.empty()) e = add_path_rule(rs, p, handled, handled);
+  }
+  for (const std::string& p : runtime.device_paths) {
+    if (e.empty()) e = add_path_rule(rs, p, k_fs_read_file | k_fs_write_file | k_fs_ioctl_dev | k_fs_read_dir, handled);
+  }
+  if (!e.empty()) {
+    ::close(rs);
+    return e;
   }
   const long restricted = ::syscall(SYS_landlock_restrict_self, rs, 0);
   const int restrict_err = errno;
@@ -260,20 +304,43 @@ const std::initializer_list<const char*> k_always_denied = {
     "move_pages", "tkill", "uselib", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
     "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "memfd_secret"};
 
-void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self) {
-  f.add_all(k_deny, k_always_denied);
+// What a runtime that starts helper programs needs (PoCL: posix_spawn of the linker, a vfork-style clone).
+const std::initializer_list<const char*> k_spawn_calls = {"execve", "execveat", "vfork"};
+// What a runtime with a private cache directory needs to manage its files there. Landlock confines them to that
+// directory; without Landlock (an old kernel) these stay denied and the runtime cannot cache.
+const std::initializer_list<const char*> k_cache_calls = {"creat", "mkdir", "mkdirat", "unlink", "unlinkat", "rename",
+                                                          "renameat", "renameat2", "utime", "utimes", "utimensat",
+                                                          "futimesat", "truncate", "fchmod"};
+
+bool threads_allowed(const SandboxPolicy& p) { return p.threads > 1 || p.runtime.threads; }
+bool may_write_files(const SandboxPolicy& p, bool landlock) { return landlock && !p.runtime.write_paths.empty(); }
+
+bool is_in(const char* name, std::initializer_list<const char*> list) {
+  return std::any_of(list.begin(), list.end(), [&](const char* n) { return std::strcmp(n, name) == 0; });
+}
+
+void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool landlock) {
+  for (const char* name : k_always_denied) {
+    if (p.runtime.spawn && is_in(name, k_spawn_calls)) continue;
+    if (may_write_files(p, landlock) && is_in(name, k_cache_calls)) continue;
+    f.add(k_deny, name);
+  }
   // glibc's pthread_create tries clone3 first; its flags live in memory seccomp cannot read, so clone3 says ENOSYS
   // and glibc falls back to clone, whose flags are a register.
   f.add(SCMP_ACT_ERRNO(ENOSYS), "clone3");
   f.add(SCMP_ACT_ERRNO(ENOSYS), "openat2");  // same reason: its flags are in a struct
-  if (p.threads > 1) {
-    f.add(k_deny, "clone", {SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0)});
+  // A new thread, or (where the runtime starts helpers) a vfork-style child that can only exec; never a fork.
+  const scmp_datum_t allowed_clone = (threads_allowed(p) ? CLONE_THREAD : 0) | (p.runtime.spawn ? CLONE_VFORK : 0);
+  if (threads_allowed(p) || p.runtime.spawn) {
+    f.add(k_deny, "clone", {SCMP_A0(SCMP_CMP_MASKED_EQ, allowed_clone, 0)});
   } else {
     f.add(k_deny, "clone");
   }
-  for (scmp_datum_t flag : k_write_open_flags) {
-    f.add(k_deny, "openat", {SCMP_A2(SCMP_CMP_MASKED_EQ, flag, flag)});
-    f.add(k_deny, "open", {SCMP_A1(SCMP_CMP_MASKED_EQ, flag, flag)});
+  if (!may_write_files(p, landlock)) {
+    for (scmp_datum_t flag : k_write_open_flags) {
+      f.add(k_deny, "openat", {SCMP_A2(SCMP_CMP_MASKED_EQ, flag, flag)});
+      f.add(k_deny, "open", {SCMP_A1(SCMP_CMP_MASKED_EQ, flag, flag)});
+    }
   }
   const auto me = static_cast<scmp_datum_t>(self);
   f.add(k_deny, "kill", {SCMP_A0(SCMP_CMP_NE, me)});
@@ -311,7 +378,7 @@ void add_run_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self) {
   f.add(allow, "tgkill", {SCMP_A0(SCMP_CMP_EQ, me)});
   f.add(allow, "prlimit64", {SCMP_A2(SCMP_CMP_EQ, 0)});
   f.add(SCMP_ACT_ERRNO(ENOSYS), "clone3");
-  if (p.threads > 1) {
+  if (threads_allowed(p)) {
     f.add(allow, "clone", {SCMP_A0(SCMP_CMP_MASKED_EQ, CLONE_THREAD, CLONE_THREAD)});
     // Thread stacks get their guard pages with mprotect; never PROT_EXEC, and the worker's own code and RELRO are
     // sealed, so this cannot patch the harness.
@@ -346,7 +413,8 @@ Sandbox::Sandbox(const SandboxPolicy& policy) : m_policy(policy), m_filters(std:
   const pid_t self = ::getpid();
   {
     FilterBuilder load(SCMP_ACT_ALLOW);
-    add_load_rules(load, policy, self);
+    const bool landlock = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION) >= 1;
+    add_load_rules(load, policy, self, landlock);
     m_filters->load = load.release(m_filters->error);
   }
   if (m_filters->error.empty()) {
@@ -372,13 +440,19 @@ std::string Sandbox::enter_load_phase(const std::string& artifact) {
   ::dl_iterate_phdr(seal_object, &seals);
   m_features.push_back(seals.sealed > 0 ? "mseal:" + std::to_string(seals.sealed)
                                         : "mseal:unavailable(" + std::string(std::strerror(seals.last_error)) + ")");
-  if (std::string e = apply_landlock(artifact, m_features); !e.empty()) return e;
+  if (std::string e = apply_landlock(artifact, m_policy.runtime, m_features); !e.empty()) return e;
   if (const int rc = ::seccomp_load(m_filters->load); rc != 0) return errno_text("seccomp_load(load filter)", -rc);
   m_features.push_back("seccomp:load");
   return "";
 }
 
 std::string Sandbox::enter_run_phase() {
+  if (!m_policy.runtime.strict_run_filter) {
+    // The device runtime compiles, links and loads code inside kwb_run (backend/backend.h): the load phase's
+    // deny-list and Landlock stay in force instead of the allow-list.
+    m_features.push_back("seccomp:run=load(device runtime)");
+    return "";
+  }
   if (m_filters->run == nullptr) return m_filters->error.empty() ? "no run filter" : m_filters->error;
   if (const int rc = ::seccomp_load(m_filters->run); rc != 0) return errno_text("seccomp_load(run filter)", -rc);
   m_features.push_back("seccomp:run");

@@ -15,7 +15,14 @@
 // A denied system call raises SIGSYS (SECCOMP_RET_TRAP); the worker's handler reports the call number to the parent
 // and the worker dies of SIGSYS, which the parent reports as `sandbox_violation`. Nothing here is available to
 // kwb-profile-worker, which runs under valgrind and only gets harden_process().
+//
+// A device backend adds what its runtime needs after the implementation is loaded (backend/backend.h,
+// RuntimeSandboxNeeds): its threads, the paths it reads, a private cache directory it writes, helper programs it
+// starts (PoCL runs the linker), device nodes. A runtime that compiles inside kwb_run keeps the load phase's
+// deny-list for the run phase instead of the allow-list; Landlock still confines every file access to those paths.
 #pragma once
+
+#include "backend/backend.h"
 
 #include <cstdint>
 #include <memory>
@@ -29,6 +36,7 @@ struct SandboxPolicy {
   int threads = 1;                   // > 1: clone(CLONE_THREAD) and mprotect without PROT_EXEC are allowed
   uint64_t address_space_bytes = 0;  // RLIMIT_AS; 0 leaves it as inherited
   uint64_t cpu_seconds = 0;          // RLIMIT_CPU soft limit (the hard one is 5 s later); 0 leaves it
+  RuntimeSandboxNeeds runtime;       // the device runtime's own needs; the default is the cpu backend's (none)
 };
 
 // Process-wide settings that cost nothing and break nothing, valgrind included: no new privileges, not dumpable

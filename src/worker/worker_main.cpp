@@ -3,6 +3,7 @@
 // parent validates every output and owns every verdict. Protocol: docs/worker-protocol.md.
 #include "backend/backend.h"
 #include "kwb/kernel.h"
+#include "util/error.h"
 #include "util/fd.h"
 #include "worker/buffer_layout.h"
 #include "worker/channel.h"
@@ -125,6 +126,7 @@ struct Mapping {
   size_t reservation_size = 0;
   unsigned char* data = nullptr;
   size_t nbytes = 0;
+  void* device = nullptr;  // the backend's mirror (a cl_mem, a device pointer); null for host-memory backends
   ~Mapping() {
     if (reservation != nullptr) ::munmap(reservation, reservation_size);
   }
@@ -213,7 +215,9 @@ public:
       const std::string type = in.message.value("type", "");
       nlohmann::json reply;
       try {
-        if (type == "load") {
+        if (type == "probe") {
+          reply = probe(in.message);
+        } else if (type == "load") {
           reply = load(in.message);
         } else if (type == "map") {
           reply = map(in.message, in.fds);
@@ -230,6 +234,13 @@ public:
         } else {
           reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", "unknown message type " + type}};
         }
+      } catch (const Error& e) {
+        // A backend that cannot start here (no driver, no device) is not the implementation's fault: the parent
+        // stops with exit 69 and this message.
+        const char* reason = e.code() == ExitCode::unavailable ? "backend_unavailable"
+                             : e.code() == ExitCode::usage     ? "backend_usage"  // KWB_OPENCL_DEVICE=99, say
+                                                               : "protocol";
+        reply = {{"type", "error"}, {"reason", reason}, {"detail", e.what()}};
       } catch (const std::exception& e) {
         reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", e.what()}};
       }
@@ -242,8 +253,25 @@ private:
     return {{"type", "error"}, {"reason", reason}, {"detail", detail}};
   }
 
+  static BackendOptions backend_options(const nlohmann::json& m) {
+    BackendOptions o;
+    o.trace = m.value("trace", false);
+    o.cold = m.value("cold", false);
+    o.runtime_cache_dir = m.value("runtime_cache_dir", std::string());
+    return o;
+  }
+
+  // Opens the backend and says what it found, loading nothing: the parent asks this once before a verb starts,
+  // so a missing driver or device is reported as such (exit 69) rather than as a failing implementation.
+  nlohmann::json probe(const nlohmann::json& m) {
+    auto backend = make_backend(m.at("backend").get<std::string>(), backend_options(m));
+    return {{"type", "probed"}, {"backend", backend->name()}, {"description", backend->description()}};
+  }
+
   nlohmann::json load(const nlohmann::json& m) {
-    m_backend = make_backend(m.at("backend").get<std::string>());
+    // The device runtime starts before the sandbox goes up: opening a driver reads files and starts threads that
+    // no implementation may do on its own.
+    m_backend = make_backend(m.at("backend").get<std::string>(), backend_options(m));
     const std::string path = m.at("artifact").get<std::string>();
     m_task = m.at("task").get<std::string>();
 #ifndef KWB_PROFILE_WORKER
@@ -253,6 +281,7 @@ private:
     policy.threads = m.at("threads").get<int>();
     policy.address_space_bytes = m.value("address_space_bytes", uint64_t{0});
     policy.cpu_seconds = m.value("cpu_seconds", uint64_t{0});
+    policy.runtime = m_backend->sandbox_needs();
     m_sandbox = std::make_unique<Sandbox>(policy);
     if (std::string e = m_sandbox->enter_load_phase(path); !e.empty()) {
       return error("load_failed", "the worker could not enter its sandbox (" + e + "); nothing was loaded");
@@ -286,9 +315,10 @@ private:
     if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
       return error("load_failed", "the worker could not enter its run sandbox (" + e + ")");
     }
-    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()}};
+    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()},
+            {"device", m_backend->description()}};
 #else
-    return {{"type", "loaded"}, {"pid", ::getpid()}};
+    return {{"type", "loaded"}, {"pid", ::getpid()}, {"device", m_backend->description()}};
 #endif
   }
 
@@ -334,6 +364,7 @@ private:
       if (at == MAP_FAILED) throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
       mp->data = mp->reservation + k_page + b.at("data_offset").get<size_t>();
       mp->nbytes = b.at("nbytes").get<size_t>();
+      if (!m_backend->host_memory()) mp->device = m_backend->create_buffer(id, mp->nbytes);
       mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);
     }
@@ -341,11 +372,14 @@ private:
   }
 
   nlohmann::json unmap(const nlohmann::json& m) {
-    for (const auto& id : m.at("ids")) m_buffers.erase(id.get<int>());
+    for (const auto& id : m.at("ids")) {
+      if (m_buffers.erase(id.get<int>()) > 0 && !m_backend->host_memory()) m_backend->release_buffer(id.get<int>());
+    }
     return {{"type", "unmapped"}};
   }
 
   struct TensorArgs {
+    std::vector<int> buffers;
     std::vector<DLTensor> tensors;
     std::vector<std::vector<int64_t>> shapes;
     std::vector<std::string> names;
@@ -357,12 +391,14 @@ private:
     out.shapes.resize(list.size());
     for (size_t i = 0; i < list.size(); ++i) {
       const auto& t = list[i];
-      Mapping& mp = *m_buffers.at(t.at("buffer").get<int>());
+      const int id = t.at("buffer").get<int>();
+      Mapping& mp = *m_buffers.at(id);
+      out.buffers.push_back(id);
       out.shapes[i] = t.at("shape").get<std::vector<int64_t>>();
       out.names.push_back(t.at("name").get<std::string>());
       const std::string dtype = t.at("dtype").get<std::string>();
       DLTensor& d = out.tensors[i];
-      d.data = mp.data;
+      d.data = m_backend->host_memory() ? static_cast<void*>(mp.data) : mp.device;
       d.device = m_backend->device();
       d.ndim = static_cast<int32_t>(out.shapes[i].size());
       d.dtype = DLDataType{kDLFloat, static_cast<uint8_t>(dtype == "f32" ? 32 : 64), 1};
@@ -385,7 +421,18 @@ private:
     return true;
   }
 
+  // A device runtime's error around the call (a kernel that faulted, a queue the implementation broke) is the
+  // implementation's failure, reported as such; the parent then ends this worker (a CUDA context is unusable after a
+  // fault).
   nlohmann::json run(const nlohmann::json& m) {
+    try {
+      return run_call(m);
+    } catch (const Error& e) {
+      return error("device_fault", e.what());
+    }
+  }
+
+  nlohmann::json run_call(const nlohmann::json& m) {
     if (m_run == nullptr) return error("protocol", "run before load");
     TensorArgs in, out;
     build_tensors(m.at("inputs"), in);
@@ -410,28 +457,79 @@ private:
     call.scalars = scalars.data();
     call.stream = m_backend->stream();
 
+    // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, and the
+    // outputs back after it: the parent validates exactly what the device computed. None of it is timed.
+    const bool device = !m_backend->host_memory();
+    if (device) {
+      for (const TensorArgs* list : {&in, &out}) {
+        for (int id : list->buffers) upload(id);
+      }
+    }
+    m_backend->prepare_call();
+
     // CLOCK_MONOTONIC through the vDSO (no system call, ~20 ns); docs/timing.md says why this clock.
     timespec t0{}, t1{};
     ++m_calls;
     ::clock_gettime(CLOCK_MONOTONIC, &t0);
+    m_backend->begin_call();
 #ifdef KWB_PROFILE_WORKER
     const int rc = profiled_run(call, m.at("call").get<uint64_t>());
 #else
     const int rc = m_run(&call);
 #endif
-    m_backend->synchronize();
+    m_backend->finish_call();
     ::clock_gettime(CLOCK_MONOTONIC, &t1);
+    nlohmann::json modified = nlohmann::json::array();
+    nlohmann::json overrun = nlohmann::json::array();
+    if (device) {
+      for (int id : out.buffers) {
+        Mapping& mp = *m_buffers.at(id);
+        m_backend->download(id, mp.data, mp.nbytes);
+      }
+      for (size_t i = 0; i < in.buffers.size(); ++i) {
+        Mapping& mp = *m_buffers.at(in.buffers[i]);
+        if (!m_backend->matches(in.buffers[i], mp.data, mp.nbytes)) modified.push_back(in.names[i]);
+      }
+      for (const TensorArgs* list : {&in, &out}) {
+        for (size_t i = 0; i < list->buffers.size(); ++i) {
+          if (!m_backend->guards_intact(list->buffers[i])) overrun.push_back(list->names[i]);
+        }
+      }
+    }
+    // After the outputs are read back: work the implementation enqueued after the timer stopped either came
+    // before that read (and is reported here) or after it (and the outputs the parent validates lack it).
+    const CallDeviceInfo info = m_backend->collect_call();
 
     const int64_t ns = (t1.tv_sec - t0.tv_sec) * 1'000'000'000LL + (t1.tv_nsec - t0.tv_nsec);
     bool intact = true;
     for (size_t i = 0; i < in.tensors.size(); ++i) intact = intact && same(in.tensors[i], in_copy[i], in.shapes[i]);
     for (size_t i = 0; i < out.tensors.size(); ++i) intact = intact && same(out.tensors[i], out_copy[i], out.shapes[i]);
+    nlohmann::json reply = {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns},
+                            {"descriptors_intact", intact}};
+    if (device) {
+      reply["device_ns"] = info.device_ns;
+      reply["inputs_modified_on_device"] = modified;
+      reply["written_outside_on_device"] = overrun;
+      reply["off_stream_commands"] = info.off_stream_commands;
+      reply["off_stream_detail"] = info.off_stream_detail;
+      if (info.traced) {
+        nlohmann::json kernels = nlohmann::json::array();
+        for (const KernelRecord& k : info.kernels) {
+          kernels.push_back({{"name", k.name}, {"on_call_stream", k.on_call_stream}, {"device_ns", k.device_ns}});
+        }
+        reply["kernels"] = kernels;
+      }
+    }
 #ifdef KWB_PROFILE_WORKER
-    return {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns}, {"descriptors_intact", intact},
-            {"profile", m_last_profile}};
-#else
-    return {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns}, {"descriptors_intact", intact}};
+    reply["profile"] = m_last_profile;
 #endif
+    return reply;
+  }
+
+  // The parent's bytes of buffer `id` onto the device.
+  void upload(int id) {
+    Mapping& mp = *m_buffers.at(id);
+    m_backend->upload(id, mp.data, mp.nbytes);
   }
 
 #ifdef KWB_PROFILE_WORKER

@@ -27,7 +27,9 @@ namespace kwb {
 std::vector<std::string> worker_environment() {
   // A fixed, minimal environment: allocator tunables (MALLOC_*), LD_PRELOAD or locale settings of whoever runs kwb
   // must not change how an implementation behaves or what it costs. Device runtimes keep their own variables.
-  static const char* const k_prefixes[] = {"POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH="};
+  // The backends' device selection (KWB_OPENCL_PLATFORM, KWB_OPENCL_DEVICE, KWB_CUDA_DEVICE) too.
+  static const char* const k_prefixes[] = {"POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH=", "KWB_OPENCL_",
+                                           "KWB_CUDA_DEVICE="};
   std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);
@@ -225,12 +227,31 @@ std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& messa
   }
 }
 
+std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend) {
+  WorkerProcess w(worker_exe, std::chrono::seconds(60));
+  auto reply = w.request({{"type", "probe"}, {"backend", backend}});
+  if (!reply) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("backend '{}': the worker died while opening it: {}", backend, w.m_death->detail));
+  }
+  if (reply->value("type", "") != "probed") {
+    const std::string detail = reply->value("detail", std::string("no detail"));
+    if (reply->value("reason", "") == "backend_unavailable") throw Error(ExitCode::unavailable, detail);
+    if (reply->value("reason", "") == "backend_usage") throw UsageError(detail);
+    throw Error(ExitCode::unavailable, fmt::format("backend '{}' could not be opened: {}", backend, detail));
+  }
+  (void)w.shutdown();
+  return reply->value("description", std::string());
+}
+
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
-                                const std::string& task, const WorkerLimits& limits) {
+                                const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
   auto reply = request({{"type", "load"}, {"artifact", artifact.string()}, {"backend", backend},
                         {"threads", threads}, {"task", task},
-                        {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds}});
+                        {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds},
+                        {"trace", device.trace}, {"cold", device.cold},
+                        {"runtime_cache_dir", device.runtime_cache_dir}});
   if (!reply) {
     out.reason = m_death->reason;
     out.detail = "while loading: " + m_death->detail;
@@ -242,6 +263,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
     return out;
   }
   out.ok = true;
+  out.device = reply->value("device", std::string());
   if (auto s = reply->find("sandbox"); s != reply->end() && s->is_array()) {
     for (const auto& f : *s) out.sandbox.push_back(f.get<std::string>());
   }
@@ -304,8 +326,13 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
   }
   if (reply->value("type", "") != "ran" || reply->value("call", uint64_t{0}) != call) {
     WorkerDeath d;
-    d.reason = "protocol";
-    d.detail = "unexpected answer to a run request: " + reply->dump().substr(0, 200);
+    if (reply->value("type", "") == "error" && reply->value("reason", "") == "device_fault") {
+      d.reason = "device_fault";
+      d.detail = "the device runtime failed during the call: " + reply->value("detail", std::string());
+    } else {
+      d.reason = "protocol";
+      d.detail = "unexpected answer to a run request: " + reply->dump().substr(0, 200);
+    }
     ::kill(-m_pid, SIGKILL);
     ::kill(m_pid, SIGKILL);
     int st;
@@ -319,6 +346,25 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
   out.rc = reply->value("rc", -1);
   out.ns = reply->value("ns", int64_t{-1});
   out.descriptors_intact = reply->value("descriptors_intact", false);
+  if (reply->contains("device_ns")) {
+    out.device = true;
+    out.device_ns = reply->value("device_ns", int64_t{-1});
+    out.off_stream_commands = reply->value("off_stream_commands", uint64_t{0});
+    out.off_stream_detail = reply->value("off_stream_detail", std::string());
+    if (auto m = reply->find("inputs_modified_on_device"); m != reply->end() && m->is_array()) {
+      for (const auto& n : *m) out.inputs_modified_on_device.push_back(n.get<std::string>());
+    }
+    if (auto m = reply->find("written_outside_on_device"); m != reply->end() && m->is_array()) {
+      for (const auto& n : *m) out.written_outside_on_device.push_back(n.get<std::string>());
+    }
+    if (auto k = reply->find("kernels"); k != reply->end() && k->is_array()) {
+      out.kernels.emplace();
+      for (const auto& c : *k) {
+        out.kernels->push_back({c.value("name", std::string()), c.value("on_call_stream", true),
+                                c.value("device_ns", int64_t{-1})});
+      }
+    }
+  }
   if (auto p = reply->find("profile"); p != reply->end() && p->is_object()) {
     RunProfile rp;
     rp.alloc_count = p->value("alloc_count", uint64_t{0});

@@ -32,6 +32,14 @@ struct LoadOutcome {
   std::string reason;  // load_failed, missing_symbol, abi_mismatch, setup_failed, forbidden_symbol, or a death reason
   std::string detail;
   std::vector<std::string> sandbox;  // what the worker reports in force (worker/sandbox.h), for the record
+  std::string device;                // the backend's description of its device (backend/backend.h)
+};
+
+// How the worker's backend is set up for one worker (backend/backend.h, BackendOptions).
+struct DeviceOptions {
+  bool trace = false;              // per-call kernel trace (check, profile); never for timed calls
+  bool cold = false;               // flush device caches before each call, outside the timer
+  std::string runtime_cache_dir;   // where the device runtime may keep compiled kernels; empty: nowhere
 };
 
 // The resource limits a worker confines itself to before loading (worker/sandbox.h). 0: not limited.
@@ -66,6 +74,13 @@ struct RunProfile {
   bool callgrind_requests = false;  // the worker was built with valgrind's client requests
 };
 
+// One command a call started on the device, as the worker's trace saw it.
+struct DeviceCommand {
+  std::string name;
+  bool on_call_stream = true;
+  int64_t device_ns = -1;
+};
+
 struct RunOutcome {
   bool answered = false;  // false: see death
   int rc = 0;
@@ -78,7 +93,20 @@ struct RunOutcome {
   bool descriptors_intact = true;
   std::optional<WorkerDeath> death;
   std::optional<RunProfile> profile;  // present only in answers of kwb-profile-worker
+  // Device backends only (absent for cpu): the device's own time between the call's start and end events (-1:
+  // none), inputs whose device copy differs after the call, commands put on other queues/streams, the trace.
+  bool device = false;
+  int64_t device_ns = -1;
+  std::vector<std::string> inputs_modified_on_device;
+  std::vector<std::string> written_outside_on_device;  // tensors whose device guard bytes changed
+  uint64_t off_stream_commands = 0;
+  std::string off_stream_detail;
+  std::optional<std::vector<DeviceCommand>> kernels;  // only when traced
 };
+
+// Starts a worker that opens `backend` and loads nothing: the device's description, or Error(unavailable) with
+// the worker's explanation (no driver, no device, a kwb built without the backend).
+std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
@@ -99,7 +127,7 @@ public:
   const std::optional<WorkerDeath>& death() const { return m_death; }
 
   LoadOutcome load(const std::filesystem::path& artifact, const std::string& backend, int threads,
-                   const std::string& task, const WorkerLimits& limits = {});
+                   const std::string& task, const WorkerLimits& limits = {}, const DeviceOptions& device = {});
   // Maps buffers into the worker. Returns false when the worker died (see death()).
   bool map(int id, const SharedBuffer& buffer);
   // Puts `buffer` (same layout) behind the addresses where buffer `id` is mapped, pages populated. False when the
@@ -127,6 +155,7 @@ private:
     uint64_t region_begin, region_end, data_begin, data_end;
   };
 
+  friend std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
   std::optional<nlohmann::json> request(const nlohmann::json& message, std::span<const int> fds = {});
   bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
   void record_death(Channel::Status status, const std::string& malformed_detail = "");

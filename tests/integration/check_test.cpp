@@ -165,11 +165,15 @@ TEST(check_test, missing_implementation_source_is_bad_input) {
   EXPECT_NE(r.errors.find("does_not_exist.cpp"), std::string::npos) << r.errors;
 }
 
-TEST(check_test, unavailable_backend_exits_69) {
-  // The task has no opencl section yet, so this is a data error naming the missing section; a task with one would
-  // reach the backend. Either way, never a crash.
-  KwbRun r = check(k_rmsnorm / "cpu" / "fused.cpp", {"--backend", "opencl"});
-  EXPECT_TRUE(r.exit_code == 65 || r.exit_code == 69) << r.output;
+TEST(check_test, unavailable_backend_exits_69_before_anything_is_built) {
+  // No CUDA device is visible (CUDA_VISIBLE_DEVICES reaches the worker), whether or not this machine has a GPU:
+  // the verb stops with 69 and says why, and never crashes or reports a check.
+  ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  KwbRun r = check(k_rmsnorm / "cuda" / "fused.cu", {"--backend", "cuda"});
+  ::unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(r.exit_code, 69) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("CUDA"), std::string::npos) << r.errors;
+  EXPECT_TRUE(r.output.empty()) << r.output;
 }
 
 }  // namespace

@@ -165,7 +165,7 @@ TEST_F(ValidateBundle, verify_catches_a_deleted_sample_row_even_with_a_forged_ma
 TEST_F(ValidateBundle, verify_catches_a_changed_sample_value_through_the_manifest) {
   fs::path d = copy("value");
   std::string csv = read_file(d / "samples.csv");
-  const size_t pos = csv.find(",1\n", csv.size() / 2);  // some row's output_valid; edit the ns before it
+  const size_t pos = csv.find(",1,-1\n", csv.size() / 2);  // some row's output_valid; edit the ns before it
   const size_t start = csv.rfind(',', pos - 1) + 1;
   csv.replace(start, pos - start, "1");
   write_file_atomic(d / "samples.csv", csv);
@@ -176,7 +176,7 @@ TEST_F(ValidateBundle, verify_catches_a_changed_sample_value_through_the_manifes
 // statistic, say one sample out of a hundred with the median unchanged, changes no conclusion either.)
 TEST_F(ValidateBundle, verify_catches_changed_samples_even_with_a_forged_manifest) {
   fs::path d = copy("values");
-  std::regex row("(ab,decode,0,B,[0-9]+,[0-9]+,[0-9]+,0,[0-9]+,)([0-9]+)(,1)");
+  std::regex row("(ab,decode,0,B,[0-9]+,[0-9]+,[0-9]+,0,[0-9]+,)([0-9]+)(,1,-?[0-9]+)");
   int n = 0;
   std::string out;
   std::istringstream in(read_file(d / "samples.csv"));

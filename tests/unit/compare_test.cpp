@@ -208,7 +208,7 @@ TEST(compare_test, samples_csv_has_a_row_per_sample) {
   std::vector<Sample> samples = {{"decode", 0, "A", 1, 42, 0, true, 0, 1234, true},
                                  {"decode", 0, "B", 0, 43, 3, false, 1, 999, false}};
   std::string csv = samples_csv(samples);
-  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1\ndecode,0,B,0,43,3,0,1,999,0\n");
+  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1,-1\ndecode,0,B,0,43,3,0,1,999,0,-1\n");
 }
 
 TEST(compare_test, overall_verdict_precedence) {

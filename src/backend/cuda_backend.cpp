@@ -1,0 +1,844 @@
+// cuda: one device (KWB_CUDA_DEVICE, an ordinal, default 0), its primary context and one non-blocking stream, all
+// created before the implementation is loaded. Tensors are device buffers (cudaMalloc) mirroring the parent's host
+// buffers: uploaded before every call and read back after it, outside the timer. A call's time is the host clock
+// from before a start event on the call's stream to after cudaDeviceSynchronize, so work the implementation put on
+// any other stream of the device is finished inside it; the events also give the device's own time for the call.
+// In trace mode CUPTI's activity API lists every kernel, copy and fill the call ran, and on which stream.
+// docs/backends.md.
+//
+// Neither the CUDA runtime nor CUPTI is linked: both are opened with dlopen when a worker asks for this backend
+// (CUPTI only when tracing), so kwb-worker starts on machines without CUDA and says "unavailable" there. Every call
+// goes through a table of function pointers typed from the toolkit's own prototypes and through one checked macro.
+#include "backend/backend.h"
+
+#include "util/error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <memory>
+#include <string>
+
+#ifdef KWB_HAVE_CUDA
+// Third-party headers: their warnings are not this file's, and the GPU machine's compiler may differ from the one
+// this was checked with.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#pragma GCC diagnostic ignored "-Wconversion"
+#pragma GCC diagnostic ignored "-Wshadow"
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+#pragma GCC diagnostic pop
+
+// The activity records read below (CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and the
+// runtime's exported names are those of CUDA 13. An older toolkit builds the backend as unavailable instead.
+#if CUDART_VERSION >= 13000 && CUPTI_API_VERSION >= 130000
+#define KWB_CUDA_BACKEND 1
+#endif
+#endif
+
+#ifdef KWB_CUDA_BACKEND
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <random>
+#include <mutex>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+// The per-thread default stream renames runtime functions (cudaMemcpyAsync -> cudaMemcpyAsync_ptsz); the symbols
+// resolved below by their plain names would then not match the prototypes.
+#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#error "cuda_backend.cpp resolves the legacy-stream entry points: build it without CUDA_API_PER_THREAD_DEFAULT_STREAM"
+#endif
+
+// CMake passes the directories of the toolkit kwb was built against; without them only the dynamic loader's search
+// path is tried.
+#ifndef KWB_CUDA_LIBRARY_DIR
+#define KWB_CUDA_LIBRARY_DIR ""
+#endif
+#ifndef KWB_CUPTI_LIBRARY_DIR
+#define KWB_CUPTI_LIBRARY_DIR ""
+#endif
+#endif
+
+namespace kwb {
+
+#ifdef KWB_CUDA_BACKEND
+
+namespace {
+
+// "13.0" from 13000, the encoding of cudaRuntimeGetVersion and cudaDriverGetVersion.
+std::string cuda_version_text(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
+
+const std::string k_cuda_version = cuda_version_text(CUDART_VERSION);
+
+// ---- loading the libraries --------------------------------------------------------------------------------------
+
+// The soname of this major version: an implementation built by kwb's nvcc (-cudart=shared) needs exactly this file.
+std::string soname(const char* stem) { return fmt::format("{}.so.{}", stem, CUDART_VERSION / 1000); }
+
+// dlopen's handle for `name`, first in `dir` (the toolkit kwb was built against), then wherever the dynamic loader
+// finds it (LD_LIBRARY_PATH, ld.so.cache). The implementation's own DT_NEEDED entry for the same soname is then
+// matched to this copy, so kwb and the implementation share one runtime: one context, one set of streams.
+// RTLD_GLOBAL: objects loaded later resolve the library's symbols to this copy as well.
+void* open_library(const std::string& dir, const std::string& name, std::string& tried) {
+  for (const std::string& path : {dir.empty() ? std::string() : dir + "/" + name, name}) {
+    if (path.empty()) continue;
+    if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
+    const char* why = ::dlerror();
+    tried += fmt::format("{}dlopen({}): {}", tried.empty() ? "" : "; ", path, why != nullptr ? why : "failed");
+  }
+  return nullptr;
+}
+
+// The directory the loader actually took the library from (for the sandbox's read list).
+std::string origin_of(void* handle) {
+  char dir[PATH_MAX] = {};
+  return ::dlinfo(handle, RTLD_DI_ORIGIN, dir) == 0 ? std::string(dir) : std::string();
+}
+
+template <typename Fn>
+void resolve(void* handle, const char* symbol, const std::string& library, Fn& out) {
+  out = reinterpret_cast<Fn>(::dlsym(handle, symbol));
+  if (out == nullptr) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("{} has no {}: it is older than the CUDA {} this kwb was built with (install that "
+                            "toolkit's runtime, or rebuild kwb against the installed one)",
+                            library, symbol, k_cuda_version));
+  }
+}
+
+#define KWB_CUDART_FUNCTIONS(X)                                                                                  \
+  X(cudaGetErrorName) X(cudaGetErrorString) X(cudaGetDeviceCount) X(cudaRuntimeGetVersion)                       \
+  X(cudaDriverGetVersion) X(cudaGetDeviceProperties) X(cudaDeviceGetAttribute) X(cudaSetDevice)                  \
+  X(cudaDeviceSynchronize) X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaStreamSynchronize)            \
+  X(cudaEventCreate) X(cudaEventDestroy) X(cudaEventRecord) X(cudaEventElapsedTime) X(cudaMalloc) X(cudaFree)    \
+  X(cudaMemcpyAsync) X(cudaMemsetAsync)
+
+#define KWB_CUPTI_FUNCTIONS(X)                                                                                   \
+  X(cuptiGetResultString) X(cuptiGetVersion) X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable)           \
+  X(cuptiActivityDisable) X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                                 \
+  X(cuptiActivityGetNumDroppedRecords) X(cuptiGetStreamIdEx) X(cuptiGetDeviceId)
+
+#define KWB_DECLARE_FUNCTION(fn) decltype(&::fn) fn = nullptr;
+#define KWB_RESOLVE_FUNCTION(fn) resolve(handle, #fn, library, api.fn);
+
+// The runtime entry points kwb uses, resolved once per process; the library is never closed (its exit handlers
+// and the implementation's would run against an unmapped object).
+struct CudaRuntime {
+  std::string directory;
+  KWB_CUDART_FUNCTIONS(KWB_DECLARE_FUNCTION)
+};
+
+CudaRuntime load_cuda_runtime() {
+  const std::string library = soname("libcudart");
+  std::string tried;
+  void* handle = open_library(KWB_CUDA_LIBRARY_DIR, library, tried);
+  if (handle == nullptr) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("the CUDA {} runtime ({}) cannot be loaded: {} (install the CUDA toolkit or its runtime "
+                            "library, or add the directory that holds {} to LD_LIBRARY_PATH)",
+                            k_cuda_version, library, tried, library));
+  }
+  CudaRuntime api;
+  api.directory = origin_of(handle);
+  KWB_CUDART_FUNCTIONS(KWB_RESOLVE_FUNCTION)
+  return api;
+}
+
+// A function-local static: loaded on first use, and a failed load (which throws) is tried again next time.
+const CudaRuntime& cuda_runtime() {
+  static const CudaRuntime api = load_cuda_runtime();
+  return api;
+}
+
+struct Cupti {
+  std::string directory;
+  KWB_CUPTI_FUNCTIONS(KWB_DECLARE_FUNCTION)
+};
+
+Cupti load_cupti() {
+  const std::string library = soname("libcupti");
+  std::string tried;
+  void* handle = open_library(KWB_CUPTI_LIBRARY_DIR, library, tried);
+  if (handle == nullptr) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("kernel tracing needs CUPTI ({}), which cannot be loaded: {} (install the toolkit's CUPTI "
+                            "component, or add its directory, e.g. <cuda>/extras/CUPTI/lib64, to LD_LIBRARY_PATH)",
+                            library, tried));
+  }
+  Cupti api;
+  api.directory = origin_of(handle);
+  KWB_CUPTI_FUNCTIONS(KWB_RESOLVE_FUNCTION)
+  // The record layouts read below are this header's; another CUPTI release may hand out other record versions.
+  uint32_t version = 0;
+  if (api.cuptiGetVersion(&version) != CUPTI_SUCCESS || version / 100 != CUPTI_API_VERSION / 100) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("{} is CUPTI API version {}, but kwb was built against {} and reads that version's "
+                            "activity records (load the CUPTI of the toolkit kwb was built with)",
+                            api.directory + "/" + library, version, CUPTI_API_VERSION));
+  }
+  return api;
+}
+
+const Cupti& cupti_library() {
+  static const Cupti api = load_cupti();
+  return api;
+}
+
+#undef KWB_DECLARE_FUNCTION
+#undef KWB_RESOLVE_FUNCTION
+
+// ---- checked calls ------------------------------------------------------------------------------------------------
+
+[[noreturn]] void throw_cuda_error(const CudaRuntime& api, cudaError_t rc, const char* call, const char* file,
+                                   int line) {
+  throw InternalError(fmt::format("{} failed: {} ({}) ({}:{})", call, api.cudaGetErrorName(rc),
+                                  api.cudaGetErrorString(rc), file, line));
+}
+
+[[noreturn]] void throw_cupti_error(const Cupti& api, CUptiResult rc, const char* call, const char* file, int line) {
+  const char* text = nullptr;
+  if (api.cuptiGetResultString(rc, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown CUPTI error";
+  throw InternalError(fmt::format("{} failed: {} ({}) ({}:{})", call, static_cast<int>(rc), text, file, line));
+}
+
+// Every runtime call of the backend: `KWB_CUDA(m_cuda.cudaMalloc(&p, n))`. Inside CudaBackend, whose m_cuda is the
+// runtime table (its cudaGetErrorString names the failure).
+#define KWB_CUDA(call)                                                                 \
+  do {                                                                                 \
+    const cudaError_t kwb_cuda_rc_ = (call);                                           \
+    if (kwb_cuda_rc_ != cudaSuccess) {                                                 \
+      throw_cuda_error(m_cuda, kwb_cuda_rc_, #call, __FILE__, __LINE__);              \
+    }                                                                                  \
+  } while (0)
+
+// The same for CUPTI, whose table is the process-wide cupti_library().
+#define KWB_CUPTI(call)                                                                \
+  do {                                                                                 \
+    const CUptiResult kwb_cupti_rc_ = (call);                                          \
+    if (kwb_cupti_rc_ != CUPTI_SUCCESS) {                                              \
+      throw_cupti_error(cupti_library(), kwb_cupti_rc_, #call, __FILE__, __LINE__);   \
+    }                                                                                  \
+  } while (0)
+
+// ---- resources ----------------------------------------------------------------------------------------------------
+
+// Owns one runtime object (device memory, an event, a stream) and releases it with the runtime's own function.
+// Copy deleted: two owners would free it twice. Release errors are ignored (destructors never throw; a context
+// that a faulting kernel broke refuses every call, and the process is about to end).
+template <typename Handle>
+class Owned {
+public:
+  using Release = cudaError_t (*)(Handle);
+  Owned() = default;
+  Owned(Handle handle, Release release) : m_handle(handle), m_release(release) {}
+  Owned(Owned&& other) noexcept
+      : m_handle(std::exchange(other.m_handle, Handle{})), m_release(other.m_release) {}
+  Owned& operator=(Owned&& other) noexcept {
+    if (this != &other) {
+      reset();
+      m_handle = std::exchange(other.m_handle, Handle{});
+      m_release = other.m_release;
+    }
+    return *this;
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
+  ~Owned() { reset(); }
+
+  Handle get() const { return m_handle; }
+
+private:
+  void reset() noexcept {
+    if (m_handle != Handle{}) (void)m_release(m_handle);
+    m_handle = Handle{};
+  }
+
+  Handle m_handle{};
+  Release m_release = nullptr;
+};
+
+// ---- CUPTI activity buffers ---------------------------------------------------------------------------------------
+
+// One command CUPTI saw, copied out of its buffer so the buffer can go back to CUPTI at once.
+struct TracedCommand {
+  std::string name;  // mangled kernel name, or "memcpy" / "memset"
+  bool kernel = false;
+  uint32_t device = 0;
+  uint32_t stream = 0;
+  uint64_t start = 0;
+  uint64_t end = 0;
+};
+
+// CUPTI hands its record buffers to plain C callbacks that take no user pointer, so what they fill lives here, for
+// the whole process (CUPTI may still hold a buffer after a backend is gone). The callbacks run on the thread that
+// flushes and on CUPTI's own thread, hence the mutex; it is never held across a CUPTI call, because a flush calls
+// back into on_buffer_completed on the flushing thread.
+//
+// The buffers are allocated once, up front, and recycled: CUPTI asks for a fresh one at the first record after each
+// flush, i.e. inside the next kwb_run, where an allocation of kwb's own would be counted against the implementation
+// by the profile worker's allocation counter.
+struct TraceSink {
+  static constexpr size_t k_buffer_bytes = size_t{1} << 20;  // ~5000 kernel records
+  // CUPTI may hold more than one buffer at a time; running out loses records, and the call's trace then says
+  // that it is incomplete.
+  static constexpr size_t k_buffers = 16;
+
+  std::mutex mutex;
+  std::vector<std::unique_ptr<uint64_t[]>> storage;  // uint64_t: CUPTI wants 8-byte aligned buffers
+  std::vector<uint8_t*> free_buffers;
+  std::vector<TracedCommand> commands;
+  uint64_t lost = 0;  // records CUPTI dropped or this file could not read, since the last discard
+  bool registered = false;  // the callbacks, once per process
+};
+
+TraceSink& trace_sink() {
+  static TraceSink sink;
+  return sink;
+}
+
+void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  TraceSink& s = trace_sink();
+  std::lock_guard lock(s.mutex);
+  *max_records = 0;  // as many as fit
+  if (s.free_buffers.empty()) {
+    // Declined: CUPTI drops records until a buffer comes back, and the call's list is then incomplete.
+    *buffer = nullptr;
+    *size = 0;
+    ++s.lost;
+    return;
+  }
+  *buffer = s.free_buffers.back();
+  *size = TraceSink::k_buffer_bytes;
+  s.free_buffers.pop_back();
+}
+
+void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
+  const Cupti& api = cupti_library();
+  TraceSink& s = trace_sink();
+  std::vector<TracedCommand> parsed;
+  uint64_t lost = 0;
+  try {
+    CUpti_Activity* record = nullptr;
+    for (;;) {
+      const CUptiResult rc = api.cuptiActivityGetNextRecord(buffer, valid, &record);
+      if (rc == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // the end of the valid bytes
+      if (rc != CUPTI_SUCCESS) {
+        ++lost;
+        break;
+      }
+      TracedCommand c;
+      switch (record->kind) {
+        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+          c = {k->name != nullptr ? k->name : "?", true, k->deviceId, k->streamId, k->start, k->end};
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMCPY: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+          c = {"memcpy", false, m->deviceId, m->streamId, m->start, m->end};
+          break;
+        }
+        case CUPTI_ACTIVITY_KIND_MEMSET: {
+          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+          c = {"memset", false, m->deviceId, m->streamId, m->start, m->end};
+          break;
+        }
+        default:
+          continue;  // not a kind enabled here
+      }
+      parsed.push_back(std::move(c));
+    }
+  } catch (const std::bad_alloc&) {
+    ++lost;  // an exception must not unwind through CUPTI's C frames
+  }
+  size_t dropped = 0;
+  if (api.cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS) ++lost;
+  std::lock_guard lock(s.mutex);
+  s.free_buffers.push_back(buffer);
+  s.lost += lost + dropped;
+  try {
+    s.commands.insert(s.commands.end(), std::make_move_iterator(parsed.begin()), std::make_move_iterator(parsed.end()));
+  } catch (const std::bad_alloc&) {
+    s.lost += parsed.size();
+  }
+}
+
+// The record kinds of a call: kernels on any stream (CONCURRENT_KERNEL does not serialize them, unlike KERNEL),
+// copies and fills.
+constexpr CUpti_ActivityKind k_traced_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                                 CUPTI_ACTIVITY_KIND_MEMSET};
+
+// "_Z13rmsnorm_fusedPKfS0_Pflfb" -> "rmsnorm_fused": demangled and without the parameter list, so that the names
+// in the evidence read like the source. A template kernel's demangled name starts with its return type, always
+// void for a kernel, which goes too ("void scale<4>(float*)" -> "scale<4>"). Names that are not mangled C++
+// (extern "C" kernels) stay as they are.
+std::string kernel_name(const std::string& mangled) {
+  int status = 0;
+  const std::unique_ptr<char, decltype(&std::free)> demangled(
+      abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
+  if (status != 0 || demangled == nullptr) return mangled;
+  std::string name = demangled.get();
+  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
+  if (!name.empty() && name.back() == ')') {
+    int depth = 0;
+    for (size_t i = name.size(); i-- > 0;) {
+      if (name[i] == ')') {
+        ++depth;
+      } else if (name[i] == '(' && --depth == 0) {
+        name.erase(i);
+        break;
+      }
+    }
+  }
+  return name;
+}
+
+// "580.95.05" from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..."):
+// the kernel driver's own version, which cudaDriverGetVersion (the CUDA version it supports) does not give.
+std::string kernel_driver_version() {
+  std::ifstream in("/proc/driver/nvidia/version");
+  std::string line;
+  if (!std::getline(in, line)) return "";
+  std::istringstream words(line);
+  for (std::string w; words >> w;) {
+    if (w.find('.') != std::string::npos && w.find_first_not_of("0123456789.") == std::string::npos) return w;
+  }
+  return "";
+}
+
+// Why cudaGetDeviceCount found nothing, and what to do about it.
+std::string no_device_hint(cudaError_t rc) {
+  switch (rc) {
+    case cudaErrorNoDevice:
+      return "no NVIDIA GPU is visible to this process: check nvidia-smi, and CUDA_VISIBLE_DEVICES if it is set";
+    case cudaErrorInsufficientDriver:
+      return fmt::format("no driver or no GPU on this machine: the NVIDIA driver (libcuda.so.1) is missing or is "
+                         "older than CUDA {} needs (install or update it; nvidia-smi shows the installed driver)",
+                         k_cuda_version);
+    default:
+      return "check that the NVIDIA driver is loaded (nvidia-smi) and that /dev/nvidia* can be opened";
+  }
+}
+
+// The ordinal in KWB_CUDA_DEVICE (default 0), checked against the devices this process can see.
+int device_ordinal(int devices) {
+  const char* v = std::getenv("KWB_CUDA_DEVICE");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || errno != 0 || n < 0 || n > INT_MAX) {
+    throw UsageError(fmt::format("KWB_CUDA_DEVICE='{}': expected a device ordinal such as 0", v));
+  }
+  if (n >= devices) {
+    throw Error(ExitCode::unavailable,
+                fmt::format("KWB_CUDA_DEVICE={}, but this process sees {} CUDA device(s), 0 to {} (nvidia-smi lists "
+                            "them; CUDA_VISIBLE_DEVICES renumbers them)",
+                            n, devices, devices - 1));
+  }
+  return static_cast<int>(n);
+}
+
+// ---- the backend --------------------------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+public:
+  explicit CudaBackend(const BackendOptions& options) : m_cuda(init_runtime()), m_options(options) {
+    int devices = 0;
+    const cudaError_t counted = m_cuda.cudaGetDeviceCount(&devices);
+    if (counted != cudaSuccess || devices == 0) {
+      throw Error(ExitCode::unavailable,
+                  counted != cudaSuccess
+                      ? fmt::format("no CUDA device: cudaGetDeviceCount returned {} ({}); {}",
+                                    m_cuda.cudaGetErrorName(counted), m_cuda.cudaGetErrorString(counted),
+                                    no_device_hint(counted))
+                      : "no CUDA device: cudaGetDeviceCount found 0 devices; " + no_device_hint(cudaErrorNoDevice));
+    }
+    m_ordinal = device_ordinal(devices);
+
+    // Before the context exists, so that CUPTI sees it being created and every launch in it.
+    if (m_options.trace) start_tracing();
+
+    // Creates the device's primary context (CUDA 12 and later): the context the implementation's runtime calls
+    // use too, since they go through this same library.
+    if (const cudaError_t rc = m_cuda.cudaSetDevice(m_ordinal); rc != cudaSuccess) {
+      throw Error(ExitCode::unavailable,
+                  fmt::format("CUDA device {} cannot be used: cudaSetDevice returned {} ({}) (nvidia-smi shows "
+                              "whether it is in an exclusive compute mode, busy or faulty)",
+                              m_ordinal, m_cuda.cudaGetErrorName(rc), m_cuda.cudaGetErrorString(rc)));
+    }
+    m_description = describe();
+
+    // Non-blocking: the call's stream does not wait for, nor make wait, the legacy default stream, which an
+    // implementation might use on its own (it then shows as off-stream work in the trace).
+    cudaStream_t stream = nullptr;
+    KWB_CUDA(m_cuda.cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    m_stream = Owned<cudaStream_t>(stream, m_cuda.cudaStreamDestroy);
+    // Default flags: timing enabled (cudaEventDisableTiming would make cudaEventElapsedTime fail).
+    for (Owned<cudaEvent_t>* event : {&m_start, &m_stop}) {
+      cudaEvent_t e = nullptr;
+      KWB_CUDA(m_cuda.cudaEventCreate(&e));
+      *event = Owned<cudaEvent_t>(e, m_cuda.cudaEventDestroy);
+    }
+    if (m_options.trace) {
+      const Cupti& cupti = cupti_library();
+      KWB_CUPTI(cupti.cuptiGetStreamIdEx(nullptr, m_stream.get(), 0, &m_trace_stream));
+      KWB_CUPTI(cupti.cuptiGetDeviceId(nullptr, &m_trace_device));
+    }
+    if (m_options.cold) {
+      // Twice the L2, as nvbench's l2flush does: writing it evicts every line the previous call left there.
+      int l2 = 0;
+      KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
+      m_flush_bytes = 2 * static_cast<size_t>(std::max(l2, 1));
+      void* p = nullptr;
+      KWB_CUDA(m_cuda.cudaMalloc(&p, m_flush_bytes));
+      m_flush = Owned<void*>(p, m_cuda.cudaFree);
+    }
+  }
+
+  ~CudaBackend() override {
+    // The worker ends with _exit after teardown; this matters only for a backend closed early (a probe). Tracing
+    // stops with it, and the buffers CUPTI still holds come back to the pool.
+    if (m_options.trace) {
+      const Cupti& cupti = cupti_library();
+      for (CUpti_ActivityKind kind : k_traced_kinds) (void)cupti.cuptiActivityDisable(kind);
+      (void)cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    }
+  }
+  CudaBackend(const CudaBackend&) = delete;  // owns the stream, the events and the device buffers
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  const char* name() const override { return "cuda"; }
+  kwb_backend kind() const override { return KWB_BACKEND_CUDA; }
+  DLDevice device() const override { return DLDevice{kDLCUDA, m_ordinal}; }
+  std::string description() const override { return m_description; }
+  void* stream() const override { return m_stream.get(); }
+  void fill_context(kwb_context& ctx) const override {
+    ctx.backend = KWB_BACKEND_CUDA;
+    ctx.device_context = nullptr;  // the primary context is current on the calling thread
+    ctx.device = const_cast<int*>(&m_ordinal);  // read-only for the implementation; the ABI's field is void*
+    ctx.stream = m_stream.get();
+  }
+
+  RuntimeSandboxNeeds sandbox_needs() const override {
+    RuntimeSandboxNeeds n;
+    // The run phase's allow-list was never exercised against the CUDA driver (ioctls on /dev/nvidia*, mmap of
+    // device memory and doorbells, the driver's and CUPTI's threads); the load phase's deny-list stays in force.
+    n.strict_run_filter = false;
+    n.threads = true;
+    n.spawn = false;
+    // The driver reserves a unified address space of tens to hundreds of GiB when it starts, before the sandbox:
+    // an RLIMIT_AS sized for the task would leave no room for any later mapping.
+    n.unlimited_address_space = true;
+    n.device_paths = {"/dev"};  // /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm, /dev/nvidia-caps/...
+    n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc"};
+    for (const std::string& dir : {std::string(KWB_CUDA_LIBRARY_DIR), std::string(KWB_CUPTI_LIBRARY_DIR),
+                                   m_cuda.directory,
+                                   m_options.trace ? cupti_library().directory : std::string()}) {
+      if (!dir.empty() && std::find(n.read_paths.begin(), n.read_paths.end(), dir) == n.read_paths.end()) {
+        n.read_paths.push_back(dir);
+      }
+    }
+    // Nothing to write: the JIT cache is off (init_runtime) and the fatbinaries kwb builds carry sm_90 SASS.
+    return n;
+  }
+
+  bool host_memory() const override { return false; }
+
+  // Each tensor sits between two guard regions of a random pattern inside one allocation (a zero-byte tensor still
+  // gets an address); guards_intact reads them back after every call. 4 KiB keeps the tensor 256-byte aligned,
+  // as cudaMalloc's own pointers are.
+  void* create_buffer(int id, size_t nbytes) override {
+    m_buffers.erase(id);
+    if (m_guard.empty()) {
+      m_guard.resize(4096);
+      std::random_device rd;
+      for (unsigned char& c : m_guard) c = static_cast<unsigned char>(rd());
+    }
+    void* p = nullptr;
+    KWB_CUDA(m_cuda.cudaMalloc(&p, std::max<size_t>(nbytes, 1) + 2 * m_guard.size()));
+    DeviceBuffer b{Owned<void*>(p, m_cuda.cudaFree), nbytes};
+    write_guards(b);
+    void* tensor = b.tensor(m_guard.size());
+    m_buffers.emplace(id, std::move(b));
+    return tensor;
+  }
+
+  void release_buffer(int id) override { m_buffers.erase(id); }
+
+  bool guards_intact(int id) override {
+    const DeviceBuffer& b = device_buffer(id);
+    const size_t g = m_guard.size();
+    m_scratch.resize(2 * g);
+    auto* base = static_cast<unsigned char*>(b.whole.get());
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(m_scratch.data(), base, g, cudaMemcpyDeviceToHost, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(m_scratch.data() + g, base + g + std::max<size_t>(b.nbytes, 1), g,
+                                    cudaMemcpyDeviceToHost, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+    const bool intact = std::memcmp(m_scratch.data(), m_guard.data(), g) == 0 &&
+                        std::memcmp(m_scratch.data() + g, m_guard.data(), g) == 0;
+    if (!intact) write_guards(b);
+    return intact;
+  }
+
+  // Copies on the call's stream, finished before returning. Not cudaMemcpy: from pageable memory it may return
+  // before the DMA has landed, and it is ordered on the legacy stream, which the non-blocking call stream ignores.
+  void upload(int id, const void* host, size_t nbytes) override {
+    if (nbytes == 0) return;
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(buffer(id), host, nbytes, cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+  }
+
+  void download(int id, void* host, size_t nbytes) override {
+    if (nbytes == 0) return;
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(host, buffer(id), nbytes, cudaMemcpyDeviceToHost, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+  }
+
+  bool matches(int id, const void* host, size_t nbytes) override {
+    m_scratch.resize(nbytes);
+    download(id, m_scratch.data(), nbytes);
+    return nbytes == 0 || std::memcmp(m_scratch.data(), host, nbytes) == 0;
+  }
+
+  void prepare_call() override {
+    if (m_options.cold) {
+      ++m_flush_value;
+      KWB_CUDA(m_cuda.cudaMemsetAsync(m_flush.get(), m_flush_value, m_flush_bytes, m_stream.get()));
+    }
+    // Nothing of kwb's (uploads, the flush) and nothing left from before (kwb_setup's work) runs when the timer
+    // starts.
+    KWB_CUDA(m_cuda.cudaDeviceSynchronize());
+    if (m_options.trace) discard_trace();
+  }
+
+  void begin_call() override { KWB_CUDA(m_cuda.cudaEventRecord(m_start.get(), m_stream.get())); }
+
+  void finish_call() override {
+    KWB_CUDA(m_cuda.cudaEventRecord(m_stop.get(), m_stream.get()));
+    // Device-wide, not the stream: kernels the implementation put on streams of its own finish inside the timer
+    // too. A fault of the implementation's kernels (an illegal address, say) surfaces here.
+    KWB_CUDA(m_cuda.cudaDeviceSynchronize());
+    // The call's records are taken now, before kwb reads the outputs back (its own copies would join them
+    // otherwise); tracing is never on in timed calls, so this costs no timed sample anything.
+    if (m_options.trace) {
+      m_call_commands.clear();
+      take_trace(m_call_commands, m_call_lost);
+    }
+  }
+
+  CallDeviceInfo collect_call() override {
+    CallDeviceInfo info;
+    // The call's stream only: work on other streams is inside the host time but may fall outside these events.
+    float ms = 0.0f;
+    KWB_CUDA(m_cuda.cudaEventElapsedTime(&ms, m_start.get(), m_stop.get()));
+    info.device_ns = std::llround(static_cast<double>(ms) * 1e6);
+    // Without tracing nothing sees which streams the call used: off-stream work is still finished inside the timer
+    // (finish_call synchronizes the device), it just cannot be reported. traced = false says the list is absent.
+    if (!m_options.trace) return info;
+
+    std::vector<TracedCommand> commands;
+    commands.swap(m_call_commands);
+    const uint64_t lost = std::exchange(m_call_lost, 0);
+    info.traced = lost == 0;  // a dropped record makes the list incomplete, and it must not pass for complete
+
+    struct OffStream {
+      uint32_t device = 0;
+      uint32_t stream = 0;
+      uint64_t count = 0;
+      bool kernels_only = true;
+      std::vector<std::string> names;
+    };
+    std::vector<OffStream> off;
+    for (const TracedCommand& c : commands) {
+      KernelRecord k;
+      k.name = c.kernel ? kernel_name(c.name) : c.name;
+      // Stream IDs are unique within a context only: work on another device is off-stream whatever its ID.
+      k.on_call_stream = c.device == m_trace_device && c.stream == m_trace_stream;
+      // start = end = 0: CUPTI could not time this command.
+      if ((c.start != 0 || c.end != 0) && c.end >= c.start) k.device_ns = static_cast<int64_t>(c.end - c.start);
+      if (!k.on_call_stream) {
+        auto it = std::find_if(off.begin(), off.end(),
+                               [&](const OffStream& o) { return o.device == c.device && o.stream == c.stream; });
+        if (it == off.end()) {
+          it = off.emplace(off.end());
+          it->device = c.device;
+          it->stream = c.stream;
+        }
+        ++it->count;
+        it->kernels_only = it->kernels_only && c.kernel;
+        if (std::find(it->names.begin(), it->names.end(), k.name) == it->names.end()) it->names.push_back(k.name);
+        ++info.off_stream_commands;
+      }
+      info.kernels.push_back(std::move(k));
+    }
+    // "2 kernels on stream 13, not the call's stream 7: rmsnorm_fused"
+    std::vector<std::string> parts;
+    for (const OffStream& o : off) {
+      const std::string where = o.device == m_trace_device ? fmt::format("stream {}", o.stream)
+                                                           : fmt::format("stream {} of device {}", o.stream, o.device);
+      parts.push_back(fmt::format("{} {}{} on {}, not the call's stream {}: {}", o.count,
+                                  o.kernels_only ? "kernel" : "command", o.count == 1 ? "" : "s", where,
+                                  m_trace_stream, fmt::join(o.names, ", ")));
+    }
+    info.off_stream_detail = fmt::format("{}", fmt::join(parts, "; "));
+    return info;
+  }
+
+private:
+  // Runs before the first CUDA call of the process (the driver reads its environment once, at initialization).
+  static const CudaRuntime& init_runtime() {
+    // The JIT cache would be written under $HOME, which the sandbox does not grant. kwb builds every
+    // implementation with SASS for the GPU (sm_90 on H100/H200), so nothing is JIT-compiled there; a newer GPU
+    // would compile the embedded PTX in every process instead of caching it, which is slower but correct.
+    ::setenv("CUDA_CACHE_DISABLE", "1", 1);
+    return cuda_runtime();
+  }
+
+  // Registers the buffer callbacks and enables the record kinds for the backend's lifetime. Records are never
+  // switched on and off around a call: instead prepare_call discards everything recorded before it (kwb's uploads,
+  // the cache flush, kwb_setup's work) and collect_call takes everything recorded since, so the window is exactly
+  // the call, and kwb's downloads after it fall into the next discard. A correlation-ID filter would miss work the
+  // implementation starts from a thread of its own.
+  void start_tracing() {
+    try {
+      const Cupti& cupti = cupti_library();
+      TraceSink& s = trace_sink();
+      {
+        std::lock_guard lock(s.mutex);
+        while (s.storage.size() < TraceSink::k_buffers) {
+          constexpr size_t words = TraceSink::k_buffer_bytes / sizeof(uint64_t);
+          s.storage.push_back(std::make_unique_for_overwrite<uint64_t[]>(words));
+          s.free_buffers.push_back(reinterpret_cast<uint8_t*>(s.storage.back().get()));
+        }
+      }
+      if (!s.registered) {
+        KWB_CUPTI(cupti.cuptiActivityRegisterCallbacks(on_buffer_requested, on_buffer_completed));
+        s.registered = true;
+      }
+      for (CUpti_ActivityKind kind : k_traced_kinds) KWB_CUPTI(cupti.cuptiActivityEnable(kind));
+    } catch (const InternalError& e) {
+      throw Error(ExitCode::unavailable,
+                  fmt::format("kernel tracing (CUPTI) cannot start: {} (is a profiler such as nsys or ncu attached "
+                              "to kwb? CUPTI serves one client per process)",
+                              e.what()));
+    }
+  }
+
+  // Forced flushes, here and in take_trace: a default flush (flag 0) keeps back every buffer that holds a record
+  // CUPTI has not completed, and a kernel of the call would then silently be missing from its list; after the
+  // device synchronization every command is finished, and a record CUPTI could not time shows as device_ns = -1.
+  void discard_trace() {
+    KWB_CUPTI(cupti_library().cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    TraceSink& s = trace_sink();
+    std::lock_guard lock(s.mutex);
+    s.commands.clear();
+    s.lost = 0;
+  }
+
+  void take_trace(std::vector<TracedCommand>& commands, uint64_t& lost) {
+    KWB_CUPTI(cupti_library().cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+    TraceSink& s = trace_sink();
+    std::lock_guard lock(s.mutex);
+    commands.swap(s.commands);
+    lost = std::exchange(s.lost, 0);
+  }
+
+  // "CUDA 13.0 / NVIDIA H200 (sm_90, 132 SMs, 60 MiB L2) / driver 580.95.05 (CUDA 13.0)"
+  std::string describe() const {
+    int runtime = 0, driver = 0, major = 0, minor = 0, sms = 0, l2 = 0;
+    KWB_CUDA(m_cuda.cudaRuntimeGetVersion(&runtime));
+    KWB_CUDA(m_cuda.cudaDriverGetVersion(&driver));
+    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, m_ordinal));
+    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, m_ordinal));
+    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, m_ordinal));
+    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
+    cudaDeviceProp props{};
+    KWB_CUDA(m_cuda.cudaGetDeviceProperties(&props, m_ordinal));
+    const std::string module = kernel_driver_version();
+    return fmt::format("CUDA {} / {} (sm_{}{}, {} SMs, {:g} MiB L2) / driver {}", cuda_version_text(runtime),
+                       props.name, major, minor, sms, l2 / 1048576.0,
+                       module.empty() ? "CUDA " + cuda_version_text(driver)
+                                      : fmt::format("{} (CUDA {})", module, cuda_version_text(driver)));
+  }
+
+  struct DeviceBuffer {
+    Owned<void*> whole;  // guard + tensor + guard
+    size_t nbytes = 0;
+    void* tensor(size_t guard) const { return static_cast<unsigned char*>(whole.get()) + guard; }
+  };
+
+  const DeviceBuffer& device_buffer(int id) const {
+    auto it = m_buffers.find(id);
+    if (it == m_buffers.end()) throw InternalError(fmt::format("cuda: no device buffer {}", id));
+    return it->second;
+  }
+
+  void* buffer(int id) const { return device_buffer(id).tensor(m_guard.size()); }
+
+  void write_guards(const DeviceBuffer& b) {
+    const size_t g = m_guard.size();
+    auto* base = static_cast<unsigned char*>(b.whole.get());
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(base, m_guard.data(), g, cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaMemcpyAsync(base + g + std::max<size_t>(b.nbytes, 1), m_guard.data(), g,
+                                    cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+  }
+
+  const CudaRuntime& m_cuda;
+  BackendOptions m_options;
+  int m_ordinal = 0;
+  std::string m_description;
+  // Declared before the buffers, so destroyed after them.
+  Owned<cudaStream_t> m_stream;
+  Owned<cudaEvent_t> m_start;
+  Owned<cudaEvent_t> m_stop;
+  Owned<void*> m_flush;
+  size_t m_flush_bytes = 0;
+  int m_flush_value = 0;
+  std::map<int, DeviceBuffer> m_buffers;
+  std::vector<unsigned char> m_guard;
+  std::vector<unsigned char> m_scratch;
+  std::vector<TracedCommand> m_call_commands;  // the last call's records, taken in finish_call
+  uint64_t m_call_lost = 0;
+  uint32_t m_trace_stream = 0;  // CUPTI's ID of m_stream, as the records name streams
+  uint32_t m_trace_device = 0;  // CUPTI's ID of the device
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+#else
+
+std::unique_ptr<Backend> make_cuda_backend(const BackendOptions&) {
+#ifdef KWB_HAVE_CUDA
+  throw Error(ExitCode::unavailable,
+              fmt::format("this kwb was built against CUDA {}.{}, and its cuda backend needs CUDA 13 or later "
+                          "(install a CUDA 13 toolkit and rebuild kwb)",
+                          CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10));
+#else
+  throw Error(ExitCode::unavailable,
+              "this kwb was built without the CUDA toolkit (install it, e.g. under /usr/local/cuda with nvcc on PATH, "
+              "and rebuild: cmake --preset dev --fresh && cmake --build --preset dev)");
+#endif
+}
+
+#endif
+
+}  // namespace kwb
