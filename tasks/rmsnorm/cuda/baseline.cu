@@ -1,0 +1,201 @@
+// RMSNorm, baseline cuda implementation: the textbook composition of six element-wise and reduction kernels, the
+// way an eager framework runs `x.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt() * x * weight` on a GPU.
+//
+//   1. rms_square    t = x * x                    (rows*cols scratch buffer)
+//   2. rms_row_mean  m = mean(t, last axis)       (rows scratch buffer; one block per row, tree in shared memory)
+//   3. rms_add_eps   m += eps                     (in place)
+//   4. rms_rsqrt     m = 1 / sqrt(m)              (in place)
+//   5. rms_scale     y = x * m, m broadcast       (into the output)
+//   6. rms_weight    y *= weight                  (in place, in the output)
+//
+// Deliberately unfused: six launches on the call's stream, each a full sweep over its operand, so a profiler sees
+// six kernels and the rows*cols temporary t written and read back, y written and read back, and x read twice. The
+// scratch buffers are allocated on the first call that needs them and kept (grown, never shrunk) for later calls,
+// as a framework's caching allocator would: cudaMalloc and cudaFree synchronize the device and would cost more than
+// the kernels. It is the "before" that the fused reference is measured against.
+#include <kwb/kernel.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+KWB_CANDIDATE_ABI
+
+namespace {
+
+// Threads per block of every kernel. The reduction's tree halves it at each step, so it is a power of two.
+constexpr int k_threads = 256;
+
+}  // namespace
+
+// Element-wise kernels take the element count n: the grid is rounded up to whole blocks, so the last block has
+// threads past the end. Kernels are at global scope with external linkage, so that profilers and kwb's trace name
+// them plainly.
+__global__ void rms_square(const float* __restrict__ x, float* __restrict__ t, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) t[i] = x[i] * x[i];
+}
+
+__global__ void rms_row_mean(const float* __restrict__ t, float* __restrict__ m, int64_t cols) {
+  __shared__ float partial[k_threads];
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * cols;
+  float sum = 0.0f;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) sum += t[base + c];
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned active = blockDim.x / 2; active > 0; active /= 2) {
+    if (threadIdx.x < active) partial[threadIdx.x] += partial[threadIdx.x + active];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) m[blockIdx.x] = partial[0] / static_cast<float>(cols);
+}
+
+__global__ void rms_add_eps(float* m, float eps, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) m[r] += eps;
+}
+
+__global__ void rms_rsqrt(float* m, int64_t rows) {
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) m[r] = 1.0f / sqrtf(m[r]);
+}
+
+__global__ void rms_scale(const float* __restrict__ x, const float* __restrict__ m, float* __restrict__ y,
+                          int64_t cols, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i] * m[i / cols];
+}
+
+__global__ void rms_weight(float* __restrict__ y, const float* __restrict__ weight, int64_t cols, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] *= weight[i % cols];
+}
+
+namespace {
+
+// Device memory that grows to the largest size a call has asked for and is kept for later calls.
+struct Scratch {
+  float* data = nullptr;
+  size_t floats = 0;
+
+  // false when the device has no memory left for it.
+  bool reserve(size_t n) {
+    if (n <= floats) return true;
+    cudaFree(data);  // waits for the kernels of earlier calls that may still read it
+    data = nullptr;
+    floats = 0;
+    if (cudaMalloc(&data, n * sizeof(float)) != cudaSuccess) {
+      data = nullptr;
+      return false;
+    }
+    floats = n;
+    return true;
+  }
+
+  void release() {
+    cudaFree(data);
+    data = nullptr;
+    floats = 0;
+  }
+};
+
+Scratch g_squares;  // t: x * x, rows*cols floats
+Scratch g_rows;     // m: per row the mean of squares, then + eps, then its inverse square root
+
+// The call's tensors, found by name and checked against the task signature: x [rows, cols] and weight [cols] in,
+// y [rows, cols] out, all f32, compact row-major, CUDA device memory. Anything else is refused rather than guessed
+// at.
+struct Rmsnorm {
+  const float* x;
+  const float* weight;
+  float* y;
+  int64_t rows;
+  int64_t cols;
+  float eps;
+};
+
+bool is_compact_cuda_f32(const DLTensor& t, int32_t ndim) {
+  if (t.device.device_type != kDLCUDA || t.ndim != ndim) return false;
+  if (t.dtype.code != kDLFloat || t.dtype.bits != 32 || t.dtype.lanes != 1) return false;
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (t.shape[d] < 0) return false;
+  }
+  if (t.strides == nullptr) return true;  // DLPack: NULL strides mean compact row-major
+  int64_t expected = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;  // a size-1 axis may have any stride
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+const DLTensor* find(const DLTensor* tensors, const char* const* names, int32_t count, std::string_view name) {
+  for (int32_t i = 0; i < count; ++i) {
+    if (names[i] != nullptr && name == names[i]) return &tensors[i];
+  }
+  return nullptr;
+}
+
+template <typename T>
+T* elements(const DLTensor& t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.data) + t.byte_offset);
+}
+
+std::optional<Rmsnorm> unpack(const kwb_call& call) {
+  const DLTensor* x = find(call.inputs, call.input_names, call.num_inputs, "x");
+  const DLTensor* weight = find(call.inputs, call.input_names, call.num_inputs, "weight");
+  const DLTensor* y = find(call.outputs, call.output_names, call.num_outputs, "y");
+  if (x == nullptr || weight == nullptr || y == nullptr) return std::nullopt;
+  if (!is_compact_cuda_f32(*x, 2) || !is_compact_cuda_f32(*weight, 1) || !is_compact_cuda_f32(*y, 2)) {
+    return std::nullopt;
+  }
+  if (weight->shape[0] != x->shape[1] || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1]) {
+    return std::nullopt;
+  }
+  // One block per row in rms_row_mean, one thread per element elsewhere: both grids must fit in 2^31 - 1 blocks.
+  if (x->shape[0] > INT32_MAX || x->shape[0] * x->shape[1] / k_threads >= INT32_MAX) return std::nullopt;
+  return Rmsnorm{elements<const float>(*x), elements<const float>(*weight), elements<float>(*y), x->shape[0],
+                 x->shape[1], static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
+}
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + k_threads - 1) / k_threads); }
+
+}  // namespace
+
+// Returns 1 when the backend is not CUDA.
+extern "C" KWB_EXPORT int kwb_setup(const kwb_context* ctx) { return ctx->backend == KWB_BACKEND_CUDA ? 0 : 1; }
+
+// Returns 1 when the call does not match the task signature, 2 when a scratch buffer cannot be allocated, 3 when a
+// launch fails.
+extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
+  const std::optional<Rmsnorm> p = unpack(*call);
+  if (!p) return 1;
+  if (p->rows == 0 || p->cols == 0) return 0;  // nothing to write, and CUDA refuses an empty grid
+  const int64_t n = p->rows * p->cols;
+  if (!g_squares.reserve(static_cast<size_t>(n)) || !g_rows.reserve(static_cast<size_t>(p->rows))) return 2;
+  const auto stream = static_cast<cudaStream_t>(call->stream);
+  float* t = g_squares.data;
+  float* m = g_rows.data;
+
+  // No synchronization: kwb waits for the device inside the timed region.
+  rms_square<<<blocks_for(n), k_threads, 0, stream>>>(p->x, t, n);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  rms_row_mean<<<static_cast<unsigned>(p->rows), k_threads, 0, stream>>>(t, m, p->cols);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  rms_add_eps<<<blocks_for(p->rows), k_threads, 0, stream>>>(m, p->eps, p->rows);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  rms_rsqrt<<<blocks_for(p->rows), k_threads, 0, stream>>>(m, p->rows);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  rms_scale<<<blocks_for(n), k_threads, 0, stream>>>(p->x, m, p->y, p->cols, n);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  rms_weight<<<blocks_for(n), k_threads, 0, stream>>>(p->y, p->weight, p->cols, n);
+  if (cudaGetLastError() != cudaSuccess) return 3;
+  return 0;
+}
+
+extern "C" KWB_EXPORT void kwb_teardown(void) {
+  g_squares.release();
+  g_rows.release();
+}

@@ -1,0 +1,109 @@
+// Error control for the rmsnorm task. Must be rejected by the check with: numeric_mismatch.
+//
+// Defect: a fused cuda kernel that takes the mean of squares over axis 0 (down each column, across the rows)
+// instead of the last axis (along each row): one thread per column sums that column's squares, then scales the
+// column by its own inverse RMS. Every non-zero case fails; with one row (`decode`) y degenerates to
+// x / sqrt(x^2 + eps) * w, i.e. about +-weight.
+#include <kwb/kernel.h>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+KWB_CANDIDATE_ABI
+
+namespace {
+
+// Threads per block, one column each.
+constexpr int k_max_threads = 256;
+
+}  // namespace
+
+// One thread per column; neighbouring threads read neighbouring columns, so every row access is coalesced.
+// Kernels are at global scope with external linkage, so that profilers and kwb's trace name them plainly.
+__global__ void __launch_bounds__(k_max_threads)
+    rmsnorm_fused(const float* __restrict__ x, const float* __restrict__ weight, float* __restrict__ y, int64_t rows,
+                  int64_t cols, float eps) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float sum = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) sum += x[r * cols + c] * x[r * cols + c];
+  const float inv_rms = rsqrtf(sum / static_cast<float>(rows) + eps);  // the defect: a column's mean, not a row's
+  for (int64_t r = 0; r < rows; ++r) y[r * cols + c] = x[r * cols + c] * inv_rms * weight[c];
+}
+
+namespace {
+
+// The call's tensors, found by name and checked against the task signature: x [rows, cols] and weight [cols] in,
+// y [rows, cols] out, all f32, compact row-major, CUDA device memory. Anything else is refused rather than guessed
+// at.
+struct Rmsnorm {
+  const float* x;
+  const float* weight;
+  float* y;
+  int64_t rows;
+  int64_t cols;
+  float eps;
+};
+
+bool is_compact_cuda_f32(const DLTensor& t, int32_t ndim) {
+  if (t.device.device_type != kDLCUDA || t.ndim != ndim) return false;
+  if (t.dtype.code != kDLFloat || t.dtype.bits != 32 || t.dtype.lanes != 1) return false;
+  for (int32_t d = 0; d < ndim; ++d) {
+    if (t.shape[d] < 0) return false;
+  }
+  if (t.strides == nullptr) return true;  // DLPack: NULL strides mean compact row-major
+  int64_t expected = 1;
+  for (int32_t d = ndim - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;  // a size-1 axis may have any stride
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+const DLTensor* find(const DLTensor* tensors, const char* const* names, int32_t count, std::string_view name) {
+  for (int32_t i = 0; i < count; ++i) {
+    if (names[i] != nullptr && name == names[i]) return &tensors[i];
+  }
+  return nullptr;
+}
+
+template <typename T>
+T* elements(const DLTensor& t) {
+  return reinterpret_cast<T*>(static_cast<char*>(t.data) + t.byte_offset);
+}
+
+std::optional<Rmsnorm> unpack(const kwb_call& call) {
+  const DLTensor* x = find(call.inputs, call.input_names, call.num_inputs, "x");
+  const DLTensor* weight = find(call.inputs, call.input_names, call.num_inputs, "weight");
+  const DLTensor* y = find(call.outputs, call.output_names, call.num_outputs, "y");
+  if (x == nullptr || weight == nullptr || y == nullptr) return std::nullopt;
+  if (!is_compact_cuda_f32(*x, 2) || !is_compact_cuda_f32(*weight, 1) || !is_compact_cuda_f32(*y, 2)) {
+    return std::nullopt;
+  }
+  if (weight->shape[0] != x->shape[1] || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1]) {
+    return std::nullopt;
+  }
+  if (x->shape[1] / k_max_threads >= INT32_MAX) return std::nullopt;  // the grid's x extent is at most 2^31 - 1
+  return Rmsnorm{elements<const float>(*x), elements<const float>(*weight), elements<float>(*y), x->shape[0],
+                 x->shape[1], static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
+}
+
+}  // namespace
+
+// Returns 1 when the backend is not CUDA.
+extern "C" KWB_EXPORT int kwb_setup(const kwb_context* ctx) { return ctx->backend == KWB_BACKEND_CUDA ? 0 : 1; }
+
+// Returns 1 when the call does not match the task signature, 3 when the launch fails.
+extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
+  const std::optional<Rmsnorm> p = unpack(*call);
+  if (!p) return 1;
+  if (p->rows == 0 || p->cols == 0) return 0;  // nothing to write, and CUDA refuses an empty grid
+  const auto blocks = static_cast<unsigned>((p->cols + k_max_threads - 1) / k_max_threads);
+  // No synchronization: kwb waits for the device inside the timed region.
+  rmsnorm_fused<<<blocks, k_max_threads, 0, static_cast<cudaStream_t>(call->stream)>>>(p->x, p->weight, p->y,
+                                                                                        p->rows, p->cols, p->eps);
+  return cudaGetLastError() == cudaSuccess ? 0 : 3;
+}

@@ -1,0 +1,190 @@
+// The OpenCL backend end to end on whatever OpenCL device the machine has (PoCL's CPU device in CI): RMSNorm's
+// six-kernel baseline and fused reference pass, every control is rejected for its named reason, work put on a
+// private queue is caught, the kernel trace tells six launches from one, and compare runs. docs/backends.md.
+#include "cli_helpers.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <unistd.h>
+
+namespace kwb::test {
+namespace {
+
+const std::filesystem::path k_opencl = k_rmsnorm / "opencl";
+
+std::vector<std::string> check_args(const std::filesystem::path& impl, std::vector<std::string> extra = {}) {
+  std::vector<std::string> a = {"check", k_rmsnorm.string(), "--backend", "opencl", "--impl", impl.string(), "--json"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::set<std::string> reasons_of(const nlohmann::json& check) {
+  std::set<std::string> out;
+  for (const auto& f : check["failures"]) out.insert(f["reason"].get<std::string>());
+  return out;
+}
+
+// The kernels the first case's first call launched, from the check's trace.
+std::vector<std::string> first_trace(const nlohmann::json& check) {
+  for (const auto& c : check["cases"]) {
+    if (c.contains("kernels")) return c["kernels"].get<std::vector<std::string>>();
+  }
+  return {};
+}
+
+TEST(opencl_test, baseline_passes_and_its_trace_shows_six_kernels_on_the_call_queue) {
+  KwbRun r = run_kwb(check_args(k_opencl / "baseline.cpp"));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json["verdict"], "PASS");
+  EXPECT_EQ(r.json["backend"], "opencl");
+  EXPECT_FALSE(r.json["device"].get<std::string>().empty());
+  EXPECT_EQ(r.json["failures"].size(), 0u);
+  const std::vector<std::string> expected = {"rms_square", "rms_row_mean", "rms_add_eps",
+                                             "rms_rsqrt",  "rms_scale",    "rms_weight"};
+  EXPECT_EQ(first_trace(r.json), expected);
+  // Every case ran (none skipped) and every case carries its trace.
+  for (const auto& c : r.json["cases"]) {
+    EXPECT_GT(c["calls"].get<int>(), 0) << c["name"];
+    EXPECT_EQ(c["kernels"].size(), 6u) << c["name"];
+  }
+}
+
+TEST(opencl_test, fused_passes_with_one_kernel) {
+  KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp"));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json["verdict"], "PASS");
+  EXPECT_EQ(first_trace(r.json), std::vector<std::string>{"rmsnorm_fused"});
+}
+
+// Each control is the fused kernel with one bug; three small cases are enough to expose every one of them.
+TEST(opencl_test, every_control_is_rejected_for_its_named_reason) {
+  const std::vector<std::pair<std::string, std::string>> controls = {
+      {"no_eps", "numeric_mismatch"},   {"no_weight", "numeric_mismatch"},   {"wrong_axis", "numeric_mismatch"},
+      {"zeros", "numeric_mismatch"},    {"mutate_input", "input_modified"}, {"stale_output_replay", "stale_output"}};
+  for (const auto& [name, reason] : controls) {
+    KwbRun r = run_kwb(check_args(k_opencl / "controls" / (name + ".cpp"),
+                                  {"--case", "zeros", "--case", "tiny_magnitude", "--case", "odd_row_length"}));
+    ASSERT_FALSE(r.json.is_discarded()) << name << ": " << r.output << r.errors;
+    EXPECT_EQ(r.exit_code, 1) << name;
+    EXPECT_EQ(r.json["verdict"], "FAIL") << name;
+    EXPECT_TRUE(reasons_of(r.json).contains(reason)) << name << " expected " << reason << ": " << r.output;
+  }
+}
+
+// The classic cheat: the kernel goes on a queue of the implementation's own, so that a harness which synchronizes
+// only the queue it handed out stops its timer before the work is done. kwb finishes every queue inside the timer
+// (the outputs are therefore complete and correct) and rejects the implementation for trying, whether or not it
+// waited for its queue itself.
+TEST(opencl_test, work_on_a_private_queue_is_caught_and_still_finished_inside_the_timer) {
+  for (const char* name : {"other_queue.cpp", "other_queue_finished.cpp"}) {
+    KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / name,
+                                  {"--case", "odd_row_length", "--case", "prefill"}));
+    ASSERT_FALSE(r.json.is_discarded()) << name << ": " << r.output << r.errors;
+    EXPECT_EQ(r.exit_code, 1) << name;
+    EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"work_off_queue"}) << name << ": " << r.output;
+    for (const auto& f : r.json["failures"]) {
+      EXPECT_NE(f["detail"].get<std::string>().find("rmsnorm_fused"), std::string::npos) << f.dump();
+    }
+  }
+}
+
+// A write just past y in device memory: the guard regions around every device tensor catch it.
+TEST(opencl_test, a_write_past_a_device_tensor_is_caught_by_its_guards) {
+  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "out_of_bounds.cpp",
+                                {"--case", "zeros", "--case", "prefill"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"out_of_bounds_write"}) << r.output;
+  for (const auto& f : r.json["failures"]) EXPECT_EQ(f["assertion"], "no_write_outside_on_device:y") << f.dump();
+}
+
+// PoCL's threads start with the context, before the sandbox: the implementation itself is held to the task's
+// thread limit (one), and a thread it starts to enqueue work after kwb_run returns is a sandbox violation.
+TEST(opencl_test, the_task_thread_limit_holds_for_opencl_implementations) {
+  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "late_enqueue.cpp",
+                                {"--case", "zeros"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"sandbox_violation"}) << r.output;
+}
+
+TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
+  for (const auto& [file, kernels] : {std::pair<std::string, size_t>{"baseline.cpp", 6}, {"fused.cpp", 1}}) {
+    KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--backend", "opencl", "--impl", (k_opencl / file).string(),
+                        "--workload", "prefill", "--json"});
+    ASSERT_FALSE(r.json.is_discarded()) << file << ": " << r.output << r.errors;
+    EXPECT_EQ(r.exit_code, 0) << file << ": " << r.errors;
+    ASSERT_EQ(r.json["workloads"].size(), 1u);
+    const auto& dev = r.json["workloads"][0]["device"];
+    ASSERT_TRUE(dev["available"].get<bool>()) << dev.dump();
+    EXPECT_EQ(dev["commands_per_call"].get<double>(), static_cast<double>(kernels)) << file;
+    ASSERT_EQ(dev["kernels"].size(), kernels) << file;
+    for (const auto& k : dev["kernels"]) {
+      EXPECT_EQ(k["launches_per_call"].get<double>(), 1.0) << k.dump();
+      EXPECT_GT(k["median_device_ns"].get<double>(), 0.0) << k.dump();  // profiling events gave device times
+      EXPECT_TRUE(k["on_call_stream"].get<bool>()) << k.dump();
+    }
+    EXPECT_GT(dev["median_call_device_ns"].get<double>(), 0.0);
+    EXPECT_TRUE(r.json["workloads"][0]["roofline"]["measured"].get<bool>());
+    // Host-side tools are not pretended: they would count the runtime, not the kernels.
+    EXPECT_FALSE(r.json["workloads"][0]["instructions"]["available"].get<bool>());
+  }
+}
+
+TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
+  const auto dir = std::filesystem::temp_directory_path() / ("kwb-opencl-compare-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--candidate",
+                      (k_opencl / "fused.cpp").string(), "--workload", "prefill", "--max-minutes", "0.3",
+                      "--output-dir", dir.string(), "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  ASSERT_EQ(r.json["workloads"].size(), 1u) << r.output;
+  const auto& w = r.json["workloads"][0];
+  EXPECT_GE(w["blocks"].get<int>(), 10);
+  // Six launches against one on a CPU device: the fused kernel is faster by a wide margin.
+  EXPECT_GT(w["ci_low_pct"].get<double>(), 0.0) << w.dump();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream csv(read_file(dir / "samples.csv"));
+  std::string line;
+  std::getline(csv, line);
+  ASSERT_TRUE(line.ends_with(",device_ns"));
+  size_t rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    const int64_t device_ns = std::stoll(line.substr(line.rfind(',') + 1));
+    const std::string before = line.substr(0, line.rfind(','));
+    const std::string ns_field = before.substr(0, before.rfind(','));
+    const int64_t ns = std::stoll(ns_field.substr(ns_field.rfind(',') + 1));
+    EXPECT_GT(device_ns, 0) << line;
+    EXPECT_LE(device_ns, ns + ns / 100 + 20000) << line;  // the host window contains the device's events
+  }
+  EXPECT_GT(rows, 100u);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(opencl_test, no_platform_is_exit_69_with_the_reason_and_no_build) {
+  ::setenv("OCL_ICD_VENDORS", "/nonexistent-kwb-vendors", 1);
+  KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp"));
+  ::unsetenv("OCL_ICD_VENDORS");
+  EXPECT_EQ(r.exit_code, 69) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("no OpenCL platform"), std::string::npos) << r.errors;
+  EXPECT_TRUE(r.output.empty()) << r.output;
+}
+
+TEST(opencl_test, an_out_of_range_device_index_is_a_usage_error) {
+  ::setenv("KWB_OPENCL_DEVICE", "7", 1);
+  KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp"));
+  ::unsetenv("KWB_OPENCL_DEVICE");
+  EXPECT_EQ(r.exit_code, 64) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("KWB_OPENCL_DEVICE=7"), std::string::npos) << r.errors;
+}
+
+}  // namespace
+}  // namespace kwb::test

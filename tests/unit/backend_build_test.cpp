@@ -1,0 +1,91 @@
+// The builder per backend. Every CUDA source kwb ships (the RMSNorm baseline, reference and controls, the
+// other-stream cheat) builds with the recorded nvcc command on any machine with the CUDA toolkit, GPU or not, so a
+// broken .cu is caught in CI rather than on the first lent GPU (running them needs one: tests/gpu/run.sh).
+#include "builder/builder.h"
+#include "util/error.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <unistd.h>
+
+namespace kwb {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path k_source = KWB_SOURCE_DIR;
+
+std::vector<fs::path> cuda_sources() {
+  std::vector<fs::path> out;
+  for (const fs::path& dir : {k_source / "tasks" / "rmsnorm" / "cuda", k_source / "tests" / "adversarial" / "cuda"}) {
+    for (const auto& e : fs::recursive_directory_iterator(dir)) {
+      if (e.path().extension() == ".cu") out.push_back(e.path());
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class BackendBuild : public ::testing::Test {
+protected:
+  void SetUp() override {
+    m_cache = fs::temp_directory_path() / ("kwb-backend-build-test-" + std::to_string(::getpid()));
+    ::setenv("KWB_CACHE_DIR", m_cache.c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("KWB_CACHE_DIR");
+    std::error_code ec;
+    fs::remove_all(m_cache, ec);
+  }
+  fs::path m_cache;
+};
+
+TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_command) {
+  const std::vector<fs::path> sources = cuda_sources();
+  ASSERT_EQ(sources.size(), 9u);  // baseline, fused, six controls, other_stream
+  for (const fs::path& src : sources) {
+    Artifact art;
+    try {
+      art = build_implementation({src, 0, "cuda"});
+    } catch (const Error& e) {
+      if (e.code() == ExitCode::unavailable) GTEST_SKIP() << "no CUDA toolkit on this machine: " << e.what();
+      throw;
+    }
+    ASSERT_TRUE(art.ok) << src << ":\n" << art.log;
+    const BuildIdentity& id = art.identity;
+    EXPECT_EQ(id.backend, "cuda");
+    EXPECT_NE(id.compiler_version.find("release"), std::string::npos) << id.compiler_version;
+    EXPECT_NE(id.command.find("-cudart=shared"), std::string::npos) << id.command;  // one runtime with the worker
+    EXPECT_NE(id.command.find("-gencode=arch=compute_"), std::string::npos) << id.command;
+    EXPECT_TRUE(fs::exists(art.path)) << art.path;
+    EXPECT_EQ(id.artifact_sha256.size(), 64u);
+  }
+}
+
+TEST_F(BackendBuild, a_cu_file_needs_the_cuda_backend_and_cuda_needs_a_cu_file) {
+  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cuda" / "fused.cu", 0, "cpu"}), DataError);
+  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp", 0, "cuda"}), DataError);
+  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp", 0, "metal"}), UsageError);
+}
+
+// The backend is part of the identity: the same source built for cpu and for opencl (which links the ICD loader)
+// are two implementations with two cache entries.
+TEST_F(BackendBuild, opencl_host_code_links_the_icd_loader_and_has_its_own_identity) {
+  const fs::path src = k_source / "tasks" / "rmsnorm" / "opencl" / "fused.cpp";
+  Artifact ocl = build_implementation({src, 0, "opencl"});
+  ASSERT_TRUE(ocl.ok) << ocl.log;
+  EXPECT_NE(ocl.identity.command.find("-lOpenCL"), std::string::npos) << ocl.identity.command;
+  EXPECT_NE(ocl.identity.command.find("-DCL_TARGET_OPENCL_VERSION=300"), std::string::npos);
+  EXPECT_EQ(ocl.identity.backend, "opencl");
+  const fs::path cpu_src = k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp";
+  Artifact a = build_implementation({cpu_src, 0, "cpu"});
+  Artifact b = build_implementation({cpu_src, 0, "opencl"});
+  ASSERT_TRUE(a.ok && b.ok);
+  EXPECT_NE(a.identity.key, b.identity.key);
+}
+
+}  // namespace
+}  // namespace kwb
