@@ -444,10 +444,10 @@ int device_ordinal(int devices) {
     throw UsageError(fmt::format("KWB_CUDA_DEVICE='{}': expected a device ordinal such as 0", v));
   }
   if (n >= devices) {
-    throw Error(ExitCode::unavailable,
-                fmt::format("KWB_CUDA_DEVICE={}, but this process sees {} CUDA device(s), 0 to {} (nvidia-smi lists "
-                            "them; CUDA_VISIBLE_DEVICES renumbers them)",
-                            n, devices, devices - 1));
+    // A selection the machine cannot satisfy is the user's to fix (64), as on opencl; "no device at all" is 69.
+    throw UsageError(fmt::format("KWB_CUDA_DEVICE={}, but this process sees {} CUDA device(s), 0 to {} (nvidia-smi "
+                                 "lists them; CUDA_VISIBLE_DEVICES renumbers them)",
+                                 n, devices, devices - 1));
   }
   return static_cast<int>(n);
 }

@@ -11,6 +11,7 @@
 #include "util/fs.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "worker/worker_process.h"
 
 #include <fmt/format.h>
 
@@ -209,6 +210,9 @@ private:
         {"backend", m_opt.backend},
         {"device", m_opt.device},
         {"cold", m_opt.timing.cold},
+        // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
+        // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
+        {"worker_environment", worker_environment()},
         {"implementations", impls},
         {"gates",
          {{"kind", m_opt.gate.kind == stats::GateKind::ci ? "ci" : "point"},
