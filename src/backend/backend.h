@@ -96,6 +96,10 @@ public:
   // are restored before returning.
   virtual bool guards_intact(int) { return true; }
 
+  // Cold mode on a host-memory backend: the parent asks for the flush in a request of its own before each call
+  // ("flush"), so that its CPU time is not charged to the call's request (docs/threat-model.md, the CPU-time
+  // cross-check). Device backends flush in prepare_call instead, after their uploads (which warm the caches).
+  virtual void flush_caches() {}
   virtual void prepare_call() = 0;
   virtual void begin_call() = 0;
   // Inside the timed region after kwb_run returns: a call is finished only when all work it started is.

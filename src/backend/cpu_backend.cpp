@@ -13,7 +13,7 @@ namespace {
 
 class CpuBackend final : public Backend {
 public:
-  explicit CpuBackend(const BackendOptions& options) : m_options(options) {}
+  explicit CpuBackend(const BackendOptions&) {}
 
   const char* name() const override { return "cpu"; }
   kwb_backend kind() const override { return KWB_BACKEND_CPU; }
@@ -35,9 +35,8 @@ public:
   bool matches(int, const void*, size_t) override { return true; }
 
   // Cold mode: write a buffer of twice the last-level cache size (read from sysconf, 64 MiB when unknown) so the
-  // call's data is evicted before it starts. Outside the timer.
-  void prepare_call() override {
-    if (!m_options.cold) return;
+  // call's data is evicted before it starts. A request of its own, before the call's (backend.h).
+  void flush_caches() override {
     if (m_flush.empty()) {
       long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
       if (llc <= 0) llc = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -47,12 +46,12 @@ public:
     std::memset(m_flush.data(), m_flush_value, m_flush.size());
     __asm__ volatile("" : : "r"(m_flush.data()) : "memory");  // the stores must happen
   }
+  void prepare_call() override {}
   void begin_call() override {}
   void finish_call() override {}
   CallDeviceInfo collect_call() override { return {}; }
 
 private:
-  BackendOptions m_options;
   std::vector<unsigned char> m_flush;
   unsigned char m_flush_value = 0;
 };

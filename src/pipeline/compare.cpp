@@ -355,6 +355,8 @@ nlohmann::json to_json(const CompareReport& r) {
             {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
             {"timed_samples_used", samples}}},
           {"seed", r.seed},
+          {"backend", r.timing.backend},
+          {"cold", r.timing.cold},
           {"arms", arms},
           {"refused", r.refused},
           {"checks", r.checks},

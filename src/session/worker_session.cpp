@@ -208,6 +208,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   const std::vector<double> scalars = resolve_scalars(m_task.signature, *set.case_);
   for (size_t i = 0; i < scalars.size(); ++i) req.scalars.emplace_back(m_task.signature.scalars[i].name, scalars[i]);
 
+  if (m_options.cold && !device_backend() && !m_worker->flush()) return died();
   RunOutcome out = m_worker->run(req);
   if (!out.answered) return died();
   // What the outputs hold the moment the answer arrives, and the worker's CPU clock: compared after validation to

@@ -223,6 +223,9 @@ public:
           reply = map(in.message, in.fds);
         } else if (type == "unmap") {
           reply = unmap(in.message);
+        } else if (type == "flush") {
+          m_backend->flush_caches();
+          reply = {{"type", "flushed"}};
         } else if (type == "run") {
           reply = run(in.message);
         } else if (type == "exit") {

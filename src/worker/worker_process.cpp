@@ -300,6 +300,15 @@ bool WorkerProcess::unmap(const std::vector<int>& ids) {
   return reply.has_value();
 }
 
+bool WorkerProcess::flush() {
+  auto reply = request({{"type", "flush"}});
+  if (!reply) return false;
+  if (reply->value("type", "") != "flushed") {
+    throw InternalError("worker could not flush its caches: " + reply->value("detail", std::string("?")));
+  }
+  return true;
+}
+
 RunOutcome WorkerProcess::run(const RunRequest& req) {
   auto tensors = [](const std::vector<TensorArg>& list) {
     nlohmann::json arr = nlohmann::json::array();

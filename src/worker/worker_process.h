@@ -134,6 +134,9 @@ public:
   // worker died.
   bool replace(int id, const SharedBuffer& buffer);
   bool unmap(const std::vector<int>& ids);
+  // Cold mode on a host-memory backend: evict the caches before the next run request (backend.h). False when the
+  // worker died.
+  bool flush();
   RunOutcome run(const RunRequest& request);
 
   // The worker's CPU time so far (every thread, living or gone), read through its CPU clock; -1 if unreadable.

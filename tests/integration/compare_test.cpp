@@ -87,6 +87,20 @@ TEST(compare_cli_test, aa_runs_the_baseline_against_its_separately_built_copy) {
   EXPECT_LT(std::abs(w["improvement_pct"].get<double>()), 5.0);
 }
 
+// Cold mode on cpu: the parent has the worker evict its caches in a request of its own before every call. Every
+// call stays valid (the flush's CPU time is not charged to the call: no timing_implausible), the result is recorded
+// as cold, and reading 2 MiB from memory instead of cache leaves fused (one pass) still far ahead of the baseline.
+TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+                      "--workload", "prefill", "--max-minutes", "0.1", "--samples", "4", "--cold", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json["cold"], true);
+  EXPECT_TRUE(r.json["refused"].empty());
+  ASSERT_EQ(r.json["workloads"].size(), 1u);
+  EXPECT_EQ(r.json["workloads"][0]["verdict"], "PASS") << r.output;
+}
+
 TEST(compare_cli_test, aa_with_a_candidate_is_a_usage_error) {
   KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 64);

@@ -169,6 +169,20 @@ TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
   std::filesystem::remove_all(dir);
 }
 
+// Cold mode: a fill of twice the device's cache before every call, outside the timer. It must leave every call
+// valid, and be recorded.
+TEST(opencl_test, cold_mode_compares_and_is_recorded) {
+  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--candidate",
+                      (k_opencl / "fused.cpp").string(), "--workload", "decode", "--max-minutes", "0.1", "--samples",
+                      "4", "--cold", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["cold"], true);
+  EXPECT_EQ(r.json["backend"], "opencl");
+  EXPECT_TRUE(r.json["refused"].empty()) << r.output;
+  ASSERT_EQ(r.json["workloads"].size(), 1u) << r.output;
+  EXPECT_GE(r.json["workloads"][0]["blocks"].get<int>(), 10);
+}
+
 TEST(opencl_test, no_platform_is_exit_69_with_the_reason_and_no_build) {
   ::setenv("OCL_ICD_VENDORS", "/nonexistent-kwb-vendors", 1);
   KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp"));
