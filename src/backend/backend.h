@@ -68,6 +68,9 @@ struct RuntimeSandboxNeeds {
   std::vector<std::string> device_paths;     // device nodes the runtime opens and ioctl()s
   // The runtime reserves address space far beyond the task's memory (CUDA's unified address space): no RLIMIT_AS.
   bool unlimited_address_space = false;
+  // RLIMIT_NOFILE for a runtime that keeps many descriptors (the CUDA driver: device nodes per context and
+  // allocation class); 0 keeps the worker's default of 64.
+  uint64_t open_files = 0;
 };
 
 class Backend {

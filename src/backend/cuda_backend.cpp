@@ -543,6 +543,9 @@ public:
     // The driver reserves a unified address space of tens to hundreds of GiB when it starts, before the sandbox:
     // an RLIMIT_AS sized for the task would leave no room for any later mapping.
     n.unlimited_address_space = true;
+    // The driver holds descriptors of /dev/nvidia* (and may open more as allocations grow); 64 is too tight a guess
+    // for a driver nobody here has watched.
+    n.open_files = 1024;
     n.device_paths = {"/dev"};  // /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm, /dev/nvidia-caps/...
     n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc"};
     for (const std::string& dir : {std::string(KWB_CUDA_LIBRARY_DIR), std::string(KWB_CUPTI_LIBRARY_DIR),

@@ -52,7 +52,8 @@ void apply_limits(const SandboxPolicy& p) {
   }
   if (p.cpu_seconds > 0) lower_limit(RLIMIT_CPU, p.cpu_seconds, p.cpu_seconds + 5);
   lower_limit(RLIMIT_FSIZE, k_output_file_bytes, k_output_file_bytes);
-  lower_limit(RLIMIT_NOFILE, k_open_files, k_open_files);
+  const rlim_t open_files = p.runtime.open_files > 0 ? static_cast<rlim_t>(p.runtime.open_files) : k_open_files;
+  lower_limit(RLIMIT_NOFILE, open_files, open_files);
   // RLIMIT_NPROC counts every process of the user (threads included), so it can only be a backstop where the task
   // allows no threads at all; seccomp is what forbids fork. Root ignores it.
   if (p.threads <= 1 && !p.runtime.threads && !p.runtime.spawn) lower_limit(RLIMIT_NPROC, 0, 0);
