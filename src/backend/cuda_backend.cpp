@@ -708,6 +708,9 @@ private:
     // implementation with SASS for the GPU (sm_90 on H100/H200), so nothing is JIT-compiled there; a newer GPU
     // would compile the embedded PTX in every process instead of caching it, which is slower but correct.
     ::setenv("CUDA_CACHE_DISABLE", "1", 1);
+    // Modules load when the implementation's fatbinary registers (inside dlopen, untimed), not lazily at a kernel's
+    // first launch inside kwb_run, where the loading's own copies would land in the first call's trace and time.
+    ::setenv("CUDA_MODULE_LOADING", "EAGER", 1);
     return cuda_runtime();
   }
 

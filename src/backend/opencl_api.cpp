@@ -1,6 +1,9 @@
 #include "backend/opencl_api.h"
 
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <mutex>
 
@@ -58,12 +61,38 @@ Loaded load() {
   return l;
 }
 
+// The table the worker's synchronization and timing go through lives on a page of its own, read-only and sealed
+// once filled (before any implementation is loaded): an implementation in the same process cannot swap clFinish or
+// the profiling query for functions of its own by overwriting it. Its address is a link-time constant, so no
+// writable pointer leads to it either.
+struct alignas(4096) SealedApi {
+  Api api;
+};
+SealedApi g_sealed;
+
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+
+void seal_table() {
+  ::mprotect(&g_sealed, sizeof g_sealed, PROT_READ);
+  // Linux 6.10+; elsewhere the page stays read-only but could be made writable again (docs/threat-model.md).
+  (void)::syscall(SYS_mseal, &g_sealed, sizeof g_sealed, 0);
+}
+
 }  // namespace
 
 const Api* api(std::string* why) {
-  static const Loaded loaded = load();
+  static const Loaded loaded = [] {
+    Loaded l = load();
+    if (l.ok) {
+      g_sealed.api = l.api;
+      seal_table();
+    }
+    return l;
+  }();
   if (!loaded.ok && why != nullptr) *why = loaded.why;
-  return loaded.ok ? &loaded.api : nullptr;
+  return loaded.ok ? &g_sealed.api : nullptr;
 }
 
 std::string error_name(cl_int code) {

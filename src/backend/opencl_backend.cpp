@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace kwb {
@@ -61,9 +62,8 @@ public:
     // another implementation's workers), and the sandbox lets the runtime write there and nowhere else.
     if (!options.runtime_cache_dir.empty()) ::setenv("POCL_CACHE_DIR", options.runtime_cache_dir.c_str(), 1);
     std::string why;
-    m_api = opencl::api(&why);
-    if (m_api == nullptr) throw Error(ExitCode::unavailable, "opencl backend unavailable: " + why);
-    const Api& a = *m_api;
+    if (opencl::api(&why) == nullptr) throw Error(ExitCode::unavailable, "opencl backend unavailable: " + why);
+    const Api& a = cl();
 
     cl_uint platforms = 0;
     cl_int rc = a.GetPlatformIDs(0, nullptr, &platforms);
@@ -108,7 +108,7 @@ public:
 
   ~OpenClBackend() override {
     // The worker exits with _exit after teardown; releasing here matters only for a backend destroyed early.
-    const Api& a = *m_api;
+    const Api& a = cl();
     for (auto& [id, b] : m_buffers) {
       a.ReleaseMemObject(b.view);
       a.ReleaseMemObject(b.whole);
@@ -141,8 +141,10 @@ public:
     // linker is a vfork-style clone, not a thread). So the task's thread limit holds for the implementation.
     n.threads = false;
     n.spawn = true;
-    n.read_paths = {"/usr", "/lib", "/lib64", "/etc", "/proc", "/sys"};
-    n.exec_paths = {"/usr/bin", "/usr/lib", "/lib", "/lib64", "/usr/libexec"};
+    // The linker and the dynamic loader it runs under (rules follow symlinks to the files); nothing else can be
+    // executed. PoCL read /proc and /sys when the context was created, before the sandbox; later it needs neither.
+    n.read_paths = {"/usr", "/lib", "/lib64", "/etc"};
+    n.exec_paths = {"/usr/bin/ld", "/lib64/ld-linux-x86-64.so.2"};
     if (!m_options.runtime_cache_dir.empty()) n.write_paths = {m_options.runtime_cache_dir};
     n.device_paths = {"/dev/null"};
     return n;
@@ -159,14 +161,14 @@ public:
     cl_int rc = CL_SUCCESS;
     DeviceBuffer b;
     b.nbytes = nbytes;
-    b.whole = m_api->CreateBuffer(m_context, CL_MEM_READ_WRITE, size + 2 * m_guard.size(), nullptr, &rc);
+    b.whole = cl().CreateBuffer(m_context, CL_MEM_READ_WRITE, size + 2 * m_guard.size(), nullptr, &rc);
     if (b.whole == nullptr) {
       throw InternalError(fmt::format("clCreateBuffer({} bytes) failed: {}", nbytes, error_name(rc)));
     }
     const cl_buffer_region region{m_guard.size(), size};
-    b.view = m_api->CreateSubBuffer(b.whole, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &rc);
+    b.view = cl().CreateSubBuffer(b.whole, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &rc);
     if (b.view == nullptr) {
-      m_api->ReleaseMemObject(b.whole);
+      cl().ReleaseMemObject(b.whole);
       throw InternalError(fmt::format("clCreateSubBuffer({} bytes) failed: {}", nbytes, error_name(rc)));
     }
     m_buffers[id] = b;
@@ -176,28 +178,28 @@ public:
 
   void release_buffer(int id) override {
     if (auto it = m_buffers.find(id); it != m_buffers.end()) {
-      m_api->ReleaseMemObject(it->second.view);
-      m_api->ReleaseMemObject(it->second.whole);
+      cl().ReleaseMemObject(it->second.view);
+      cl().ReleaseMemObject(it->second.whole);
       m_buffers.erase(it);
     }
   }
 
   void upload(int id, const void* host, size_t nbytes) override {
     if (nbytes == 0) return;
-    KWB_CL(m_api->EnqueueWriteBuffer(m_queue, buffer(id).view, CL_TRUE, 0, nbytes, host, 0, nullptr, nullptr));
+    KWB_CL(cl().EnqueueWriteBuffer(m_queue, buffer(id).view, CL_TRUE, 0, nbytes, host, 0, nullptr, nullptr));
   }
 
   void download(int id, void* host, size_t nbytes) override {
     if (nbytes == 0) return;
-    KWB_CL(m_api->EnqueueReadBuffer(m_queue, buffer(id).view, CL_TRUE, 0, nbytes, host, 0, nullptr, nullptr));
+    KWB_CL(cl().EnqueueReadBuffer(m_queue, buffer(id).view, CL_TRUE, 0, nbytes, host, 0, nullptr, nullptr));
   }
 
   bool guards_intact(int id) override {
     const DeviceBuffer& b = buffer(id);
     const size_t g = m_guard.size();
     m_scratch.resize(2 * g);
-    KWB_CL(m_api->EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_scratch.data(), 0, nullptr, nullptr));
-    KWB_CL(m_api->EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g,
+    KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_scratch.data(), 0, nullptr, nullptr));
+    KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g,
                                     m_scratch.data() + g, 0, nullptr, nullptr));
     const bool intact = std::memcmp(m_scratch.data(), m_guard.data(), g) == 0 &&
                         std::memcmp(m_scratch.data() + g, m_guard.data(), g) == 0;
@@ -213,74 +215,76 @@ public:
 
   void prepare_call() override {
     if (m_options.cold) flush_caches();
-    KWB_CL(m_api->Finish(m_queue));  // uploads done: nothing of kwb's is still queued when the timer starts
+    KWB_CL(cl().Finish(m_queue));  // uploads done: nothing of kwb's is still queued when the timer starts
     auto& s = opencl::intercept_state();
-    std::lock_guard lock(s.mutex);
-    s.commands.clear();
-    s.off_queue = 0;
-    s.armed = true;
     s.calls_started = true;
+    s.armed = true;
   }
 
-  void begin_call() override { KWB_CL(m_api->EnqueueMarkerWithWaitList(m_queue, 0, nullptr, &m_begin)); }
+  void begin_call() override { KWB_CL(cl().EnqueueMarkerWithWaitList(m_queue, 0, nullptr, &m_begin)); }
 
   void finish_call() override {
-    KWB_CL(m_api->EnqueueMarkerWithWaitList(m_queue, 0, nullptr, &m_end));
-    KWB_CL(m_api->Finish(m_queue));
-    // OpenCL has no device-wide synchronization: finish every queue the implementation created as well.
+    // kwb_run has returned: from here on, anything the implementation enqueues is work between calls.
     auto& s = opencl::intercept_state();
+    s.armed = false;
+    KWB_CL(cl().EnqueueMarkerWithWaitList(m_queue, 0, nullptr, &m_end));
+    KWB_CL(cl().Finish(m_queue));
+    // OpenCL has no device-wide synchronization: finish every queue the implementation created as well.
     std::vector<cl_command_queue> created;
     {
       std::lock_guard lock(s.mutex);
       created = s.created;
     }
-    for (cl_command_queue q : created) KWB_CL(m_api->Finish(q));
-    std::lock_guard lock(s.mutex);
-    s.armed = false;
+    for (cl_command_queue q : created) KWB_CL(cl().Finish(q));
   }
 
   CallDeviceInfo collect_call() override {
     CallDeviceInfo info;
     cl_ulong begin = 0, end = 0;
-    if (m_api->GetEventProfilingInfo(m_begin, CL_PROFILING_COMMAND_START, sizeof begin, &begin, nullptr) == CL_SUCCESS &&
-        m_api->GetEventProfilingInfo(m_end, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) == CL_SUCCESS &&
+    if (cl().GetEventProfilingInfo(m_begin, CL_PROFILING_COMMAND_START, sizeof begin, &begin, nullptr) == CL_SUCCESS &&
+        cl().GetEventProfilingInfo(m_end, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) == CL_SUCCESS &&
         end >= begin) {
       info.device_ns = static_cast<int64_t>(end - begin);
     }
     release(m_begin);
     release(m_end);
     auto& s = opencl::intercept_state();
-    std::lock_guard lock(s.mutex);
+    std::vector<opencl::Command> commands;
+    uint64_t off_queue = 0, between_calls = 0;
+    {
+      std::lock_guard lock(s.mutex);
+      commands.swap(s.commands);
+      off_queue = std::exchange(s.off_queue, 0);
+      between_calls = std::exchange(s.between_calls, 0);
+    }
     info.traced = m_options.trace;
-    info.off_stream_commands = s.off_queue + s.between_calls;
+    info.off_stream_commands = off_queue + between_calls;
     std::vector<std::string> off_names;
-    for (opencl::Command& c : s.commands) {
+    for (opencl::Command& c : commands) {
       KernelRecord k;
       k.name = c.name;
       k.on_call_stream = c.queue == m_queue;
       if (c.event != nullptr) {
         cl_ulong t0 = 0, t1 = 0;
-        if (m_api->GetEventProfilingInfo(c.event, CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) == CL_SUCCESS &&
-            m_api->GetEventProfilingInfo(c.event, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) == CL_SUCCESS &&
+        if (cl().GetEventProfilingInfo(c.event, CL_PROFILING_COMMAND_START, sizeof t0, &t0, nullptr) == CL_SUCCESS &&
+            cl().GetEventProfilingInfo(c.event, CL_PROFILING_COMMAND_END, sizeof t1, &t1, nullptr) == CL_SUCCESS &&
             t1 >= t0) {
           k.device_ns = static_cast<int64_t>(t1 - t0);
         }
-        m_api->ReleaseEvent(c.event);
+        cl().ReleaseEvent(c.event);
       }
       if (!k.on_call_stream) off_names.push_back(k.name);
       info.kernels.push_back(std::move(k));
     }
-    s.commands.clear();
     std::vector<std::string> problems;
     if (!off_names.empty()) {
       problems.push_back(fmt::format("{} command(s) enqueued on a queue other than the call's: {}", off_names.size(),
                                      fmt::join(off_names, ", ")));
     }
-    if (s.between_calls > 0) {
-      problems.push_back(fmt::format("{} command(s) enqueued while no call was running (after the previous "
-                                     "kwb_run had returned)",
-                                     s.between_calls));
-      s.between_calls = 0;
+    if (between_calls > 0) {
+      problems.push_back(fmt::format("{} command(s) enqueued while no call was running (after a kwb_run had "
+                                     "returned)",
+                                     between_calls));
     }
     info.off_stream_detail = fmt::format("{}", fmt::join(problems, "; "));
     if (!m_options.trace) {
@@ -291,6 +295,9 @@ public:
   }
 
 private:
+  // Always through the sealed table's fixed address (opencl_api.cpp), never a pointer kept in this object.
+  static const Api& cl() { return *opencl::api(); }
+
   struct DeviceBuffer {
     cl_mem whole = nullptr;  // guard + tensor + guard
     cl_mem view = nullptr;   // the tensor: what the implementation gets
@@ -307,7 +314,7 @@ private:
   // in bits), so that the tensor's sub-buffer starts on an address the device accepts.
   void make_guard_pattern() {
     cl_uint align_bits = 0;
-    (void)m_api->GetDeviceInfo(m_device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, nullptr);
+    (void)cl().GetDeviceInfo(m_device, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, nullptr);
     m_guard.resize(std::max<size_t>(4096, align_bits / 8));
     std::random_device rd;
     for (unsigned char& c : m_guard) c = static_cast<unsigned char>(rd());
@@ -315,13 +322,13 @@ private:
 
   void write_guards(const DeviceBuffer& b) {
     const size_t g = m_guard.size();
-    KWB_CL(m_api->EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_guard.data(), 0, nullptr, nullptr));
-    KWB_CL(m_api->EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g, m_guard.data(), 0,
+    KWB_CL(cl().EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_guard.data(), 0, nullptr, nullptr));
+    KWB_CL(cl().EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g, m_guard.data(), 0,
                                      nullptr, nullptr));
   }
 
   void release(cl_event& ev) {
-    if (ev != nullptr) m_api->ReleaseEvent(ev);
+    if (ev != nullptr) cl().ReleaseEvent(ev);
     ev = nullptr;
   }
 
@@ -329,18 +336,17 @@ private:
   void flush_caches() {
     if (m_flush == nullptr) {
       cl_ulong cache = 0;
-      (void)m_api->GetDeviceInfo(m_device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, nullptr);
+      (void)cl().GetDeviceInfo(m_device, CL_DEVICE_GLOBAL_MEM_CACHE_SIZE, sizeof cache, &cache, nullptr);
       m_flush_bytes = cache > 0 ? 2 * static_cast<size_t>(cache) : size_t{64} << 20;
       cl_int rc = CL_SUCCESS;
-      m_flush = m_api->CreateBuffer(m_context, CL_MEM_READ_WRITE, m_flush_bytes, nullptr, &rc);
+      m_flush = cl().CreateBuffer(m_context, CL_MEM_READ_WRITE, m_flush_bytes, nullptr, &rc);
       if (m_flush == nullptr) throw InternalError("clCreateBuffer(cache flush buffer) failed: " + error_name(rc));
     }
     ++m_flush_value;
-    KWB_CL(m_api->EnqueueFillBuffer(m_queue, m_flush, &m_flush_value, sizeof m_flush_value, 0, m_flush_bytes, 0,
+    KWB_CL(cl().EnqueueFillBuffer(m_queue, m_flush, &m_flush_value, sizeof m_flush_value, 0, m_flush_bytes, 0,
                                     nullptr, nullptr));
   }
 
-  const Api* m_api = nullptr;
   BackendOptions m_options;
   cl_device_id m_device = nullptr;
   cl_context m_context = nullptr;

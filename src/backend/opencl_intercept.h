@@ -19,6 +19,7 @@
 
 #include "backend/opencl_api.h"
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,11 +36,16 @@ struct Command {
 struct InterceptState {
   std::mutex mutex;
   cl_command_queue call_queue = nullptr;   // the queue kwb hands to the implementation
-  bool armed = false;                      // between prepare_call and finish_call of a run
-  bool calls_started = false;              // the first call has begun: kwb_setup is over
+  // Between prepare_call and the moment kwb_run returns (finish_call disarms first thing, so an enqueue from a
+  // thread while kwb waits for the device already counts as between calls). Atomic: the implementation's threads
+  // read them.
+  std::atomic<bool> armed{false};
+  std::atomic<bool> calls_started{false};  // the first call has begun: kwb_setup is over
   bool trace = false;
   std::vector<cl_command_queue> created;   // queues the implementation made (retained)
-  std::vector<Command> commands;           // this call's commands: all when tracing, the off-queue ones otherwise
+  // Recorded since the last collect_call, which takes them (so a late record is reported with the next call, never
+  // lost): all commands when tracing, the off-queue ones otherwise.
+  std::vector<Command> commands;
   uint64_t off_queue = 0;
   // Commands the implementation enqueued while no call was running (after kwb_run returned: a thread it left
   // behind, say). Reported with the next call.

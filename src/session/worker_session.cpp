@@ -384,6 +384,12 @@ std::string WorkerSession::implausible_device_timing(const RunOutcome& out) cons
     return fmt::format("the worker reported {} ns for kwb_run, but its answer came {} ns after the request was sent",
                        out.ns, out.parent_ns);
   }
+  // Both device backends always time the call with device events (profiling markers, CUDA events): a call without
+  // that time is one whose synchronization or events were tampered with.
+  if (out.device_ns < 0) {
+    return "the device gave no time of its own for the call (its start and end events were not recorded or could "
+           "not be read)";
+  }
   // Device and host clocks tick separately; 1% + 20 us covers their disagreement over one call.
   if (out.device_ns > 0 && static_cast<double>(out.device_ns) > static_cast<double>(out.ns) * 1.01 + 20'000.0) {
     return fmt::format("the device's events span {} ns, but the host clock around the same call says {} ns: the "

@@ -207,7 +207,9 @@ std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeed
     if (e.empty()) e = add_path_rule(rs, p, k_fs_execute | k_fs_read_file | k_fs_read_dir, handled);
   }
   for (const std::string& p : runtime.write_paths) {
-    if (e.empty()) e = add_path_rule(rs, p, handled, handled);
+    // Everything but executing: what the runtime writes there it maps (dlopen), which Landlock does not govern,
+    // and nothing written there may be started as a program.
+    if (e.empty()) e = add_path_rule(rs, p, handled & ~k_fs_execute, handled);
   }
   for (const std::string& p : runtime.device_paths) {
     if (e.empty()) e = add_path_rule(rs, p, k_fs_read_file | k_fs_write_file | k_fs_ioctl_dev | k_fs_read_dir, handled);
@@ -303,7 +305,9 @@ const std::initializer_list<const char*> k_always_denied = {
     "timer_create", "timerfd_create", "syslog", "vhangup", "sethostname", "setdomainname", "fsopen", "fsmount",
     "fsconfig", "fspick", "move_mount", "open_tree", "mount_setattr", "lookup_dcookie", "migrate_pages",
     "move_pages", "tkill", "uselib", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
-    "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "memfd_secret"};
+    "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "memfd_secret",
+    // A new session or process group would take a helper program out of the group the parent kills.
+    "setsid", "setpgid"};
 
 // What a runtime that starts helper programs needs (PoCL: posix_spawn of the linker, a vfork-style clone).
 const std::initializer_list<const char*> k_spawn_calls = {"execve", "execveat", "vfork"};
@@ -330,18 +334,29 @@ void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool l
   // and glibc falls back to clone, whose flags are a register.
   f.add(SCMP_ACT_ERRNO(ENOSYS), "clone3");
   f.add(SCMP_ACT_ERRNO(ENOSYS), "openat2");  // same reason: its flags are in a struct
-  // A new thread, or (where the runtime starts helpers) a vfork-style child that can only exec; never a fork.
-  const scmp_datum_t allowed_clone = (threads_allowed(p) ? CLONE_THREAD : 0) | (p.runtime.spawn ? CLONE_VFORK : 0);
+  // A new thread (CLONE_THREAD), or, where the runtime starts helpers, a vfork-style child (CLONE_VM | CLONE_VFORK,
+  // no CLONE_THREAD: it shares the worker's memory and suspends it until it execs or exits); never a fork. Each
+  // combination of the three flags that is not allowed gets a deny rule of its own (one comparison per rule).
   if (threads_allowed(p) || p.runtime.spawn) {
-    f.add(k_deny, "clone", {SCMP_A0(SCMP_CMP_MASKED_EQ, allowed_clone, 0)});
+    constexpr scmp_datum_t mask = CLONE_THREAD | CLONE_VM | CLONE_VFORK;
+    for (scmp_datum_t combo = 0; combo <= mask; ++combo) {
+      if ((combo & ~mask) != 0) continue;
+      const bool thread = (combo & CLONE_THREAD) != 0;
+      const bool vfork_child = !thread && (combo & (CLONE_VM | CLONE_VFORK)) == (CLONE_VM | CLONE_VFORK);
+      if ((thread && threads_allowed(p)) || (vfork_child && p.runtime.spawn)) continue;
+      f.add(k_deny, "clone", {SCMP_A0(SCMP_CMP_MASKED_EQ, mask, combo)});
+    }
   } else {
     f.add(k_deny, "clone");
   }
-  if (!may_write_files(p, landlock)) {
-    for (scmp_datum_t flag : k_write_open_flags) {
-      f.add(k_deny, "openat", {SCMP_A2(SCMP_CMP_MASKED_EQ, flag, flag)});
-      f.add(k_deny, "open", {SCMP_A1(SCMP_CMP_MASKED_EQ, flag, flag)});
-    }
+  // Opening for writing: denied, except where Landlock confines it to the runtime's own directory or device nodes.
+  // Even then nothing is created, truncated or made a temporary file outside the cache directory's own calls.
+  const bool writes_confined = may_write_files(p, landlock) || (landlock && !p.runtime.device_paths.empty());
+  for (scmp_datum_t flag : k_write_open_flags) {
+    const bool plain_write = flag == O_WRONLY || flag == O_RDWR || flag == O_APPEND;
+    if (writes_confined && (plain_write || may_write_files(p, landlock))) continue;
+    f.add(k_deny, "openat", {SCMP_A2(SCMP_CMP_MASKED_EQ, flag, flag)});
+    f.add(k_deny, "open", {SCMP_A1(SCMP_CMP_MASKED_EQ, flag, flag)});
   }
   const auto me = static_cast<scmp_datum_t>(self);
   f.add(k_deny, "kill", {SCMP_A0(SCMP_CMP_NE, me)});

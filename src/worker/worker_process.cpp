@@ -412,6 +412,9 @@ bool WorkerProcess::shutdown() {
     int status;
     pid_t r = ::waitpid(m_pid, &status, WNOHANG);
     if (r == m_pid) {
+      // A polite exit still ends whatever the worker started in its process group (a helper a device runtime may
+      // spawn, or one the implementation did): nothing of one visit outlives it into the next.
+      ::kill(-m_pid, SIGKILL);
       m_pid = -1;
       return complete;
     }
