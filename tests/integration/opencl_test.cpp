@@ -115,6 +115,17 @@ TEST(opencl_test, the_task_thread_limit_holds_for_opencl_implementations) {
   EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"sandbox_violation"}) << r.output;
 }
 
+// Overwriting the worker's table of OpenCL functions (clFinish made a no-op) would stop the timer before the kernel
+// ran; the table is read-only and sealed before the implementation loads, so the write kills the worker.
+TEST(opencl_test, a_candidate_cannot_patch_the_workers_opencl_table) {
+  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "patch_sync_table.cpp",
+                                {"--case", "zeros"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(reasons_of(r.json).contains("crashed")) << r.output;
+  EXPECT_EQ(r.json["assertions"]["passed"].get<int>(), 0) << r.output;
+}
+
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
   for (const auto& [file, kernels] : {std::pair<std::string, size_t>{"baseline.cpp", 6}, {"fused.cpp", 1}}) {
     KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--backend", "opencl", "--impl", (k_opencl / file).string(),
