@@ -40,6 +40,9 @@
 #ifdef KWB_CUDA_BACKEND
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -50,8 +53,9 @@
 #include <cstring>
 #include <fstream>
 #include <map>
-#include <random>
 #include <mutex>
+#include <new>
+#include <random>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -157,10 +161,29 @@ CudaRuntime load_cuda_runtime() {
   return api;
 }
 
-// A function-local static: loaded on first use, and a failed load (which throws) is tried again next time.
+// The table the worker's synchronization and events go through lives on pages of its own, read-only and sealed
+// once filled (before any implementation is loaded), and is reached by its fixed address: an implementation in the
+// same process cannot swap cudaDeviceSynchronize or cudaEventElapsedTime for functions of its own by overwriting it
+// (an exploit a review demonstrated against the OpenCL table). Loaded on first use; a failed load (which throws
+// before anything is constructed) is tried again next time.
+struct alignas(4096) SealedRuntime {
+  alignas(CudaRuntime) unsigned char bytes[sizeof(CudaRuntime)];
+};
+SealedRuntime g_sealed_runtime;
+
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+
 const CudaRuntime& cuda_runtime() {
-  static const CudaRuntime api = load_cuda_runtime();
-  return api;
+  static const bool loaded = [] {
+    new (g_sealed_runtime.bytes) CudaRuntime(load_cuda_runtime());
+    ::mprotect(&g_sealed_runtime, sizeof g_sealed_runtime, PROT_READ);
+    (void)::syscall(SYS_mseal, &g_sealed_runtime, sizeof g_sealed_runtime, 0);  // Linux 6.10+
+    return true;
+  }();
+  (void)loaded;
+  return *std::launder(reinterpret_cast<const CudaRuntime*>(g_sealed_runtime.bytes));
 }
 
 struct Cupti {
@@ -214,13 +237,13 @@ const Cupti& cupti_library() {
   throw InternalError(fmt::format("{} failed: {} ({}) ({}:{})", call, static_cast<int>(rc), text, file, line));
 }
 
-// Every runtime call of the backend: `KWB_CUDA(m_cuda.cudaMalloc(&p, n))`. Inside CudaBackend, whose m_cuda is the
-// runtime table (its cudaGetErrorString names the failure).
+// Every runtime call of the backend: `KWB_CUDA(cuda().cudaMalloc(&p, n))`. Inside CudaBackend, whose cuda() is the
+// sealed runtime table (its cudaGetErrorString names the failure).
 #define KWB_CUDA(call)                                                                 \
   do {                                                                                 \
     const cudaError_t kwb_cuda_rc_ = (call);                                           \
     if (kwb_cuda_rc_ != cudaSuccess) {                                                 \
-      throw_cuda_error(m_cuda, kwb_cuda_rc_, #call, __FILE__, __LINE__);              \
+      throw_cuda_error(cuda(), kwb_cuda_rc_, #call, __FILE__, __LINE__);              \
     }                                                                                  \
   } while (0)
 
@@ -456,14 +479,15 @@ int device_ordinal(int devices) {
 
 class CudaBackend final : public Backend {
 public:
-  explicit CudaBackend(const BackendOptions& options) : m_cuda(init_runtime()), m_options(options) {
+  explicit CudaBackend(const BackendOptions& options) : m_options(options) {
+    init_runtime();
     int devices = 0;
-    const cudaError_t counted = m_cuda.cudaGetDeviceCount(&devices);
+    const cudaError_t counted = cuda().cudaGetDeviceCount(&devices);
     if (counted != cudaSuccess || devices == 0) {
       throw Error(ExitCode::unavailable,
                   counted != cudaSuccess
                       ? fmt::format("no CUDA device: cudaGetDeviceCount returned {} ({}); {}",
-                                    m_cuda.cudaGetErrorName(counted), m_cuda.cudaGetErrorString(counted),
+                                    cuda().cudaGetErrorName(counted), cuda().cudaGetErrorString(counted),
                                     no_device_hint(counted))
                       : "no CUDA device: cudaGetDeviceCount found 0 devices; " + no_device_hint(cudaErrorNoDevice));
     }
@@ -474,24 +498,24 @@ public:
 
     // Creates the device's primary context (CUDA 12 and later): the context the implementation's runtime calls
     // use too, since they go through this same library.
-    if (const cudaError_t rc = m_cuda.cudaSetDevice(m_ordinal); rc != cudaSuccess) {
+    if (const cudaError_t rc = cuda().cudaSetDevice(m_ordinal); rc != cudaSuccess) {
       throw Error(ExitCode::unavailable,
                   fmt::format("CUDA device {} cannot be used: cudaSetDevice returned {} ({}) (nvidia-smi shows "
                               "whether it is in an exclusive compute mode, busy or faulty)",
-                              m_ordinal, m_cuda.cudaGetErrorName(rc), m_cuda.cudaGetErrorString(rc)));
+                              m_ordinal, cuda().cudaGetErrorName(rc), cuda().cudaGetErrorString(rc)));
     }
     m_description = describe();
 
     // Non-blocking: the call's stream does not wait for, nor make wait, the legacy default stream, which an
     // implementation might use on its own (it then shows as off-stream work in the trace).
     cudaStream_t stream = nullptr;
-    KWB_CUDA(m_cuda.cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    m_stream = Owned<cudaStream_t>(stream, m_cuda.cudaStreamDestroy);
+    KWB_CUDA(cuda().cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    m_stream = Owned<cudaStream_t>(stream, cuda().cudaStreamDestroy);
     // Default flags: timing enabled (cudaEventDisableTiming would make cudaEventElapsedTime fail).
     for (Owned<cudaEvent_t>* event : {&m_start, &m_stop}) {
       cudaEvent_t e = nullptr;
-      KWB_CUDA(m_cuda.cudaEventCreate(&e));
-      *event = Owned<cudaEvent_t>(e, m_cuda.cudaEventDestroy);
+      KWB_CUDA(cuda().cudaEventCreate(&e));
+      *event = Owned<cudaEvent_t>(e, cuda().cudaEventDestroy);
     }
     if (m_options.trace) {
       const Cupti& cupti = cupti_library();
@@ -501,11 +525,11 @@ public:
     if (m_options.cold) {
       // Twice the L2, as nvbench's l2flush does: writing it evicts every line the previous call left there.
       int l2 = 0;
-      KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
+      KWB_CUDA(cuda().cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
       m_flush_bytes = 2 * static_cast<size_t>(std::max(l2, 1));
       void* p = nullptr;
-      KWB_CUDA(m_cuda.cudaMalloc(&p, m_flush_bytes));
-      m_flush = Owned<void*>(p, m_cuda.cudaFree);
+      KWB_CUDA(cuda().cudaMalloc(&p, m_flush_bytes));
+      m_flush = Owned<void*>(p, cuda().cudaFree);
     }
   }
 
@@ -549,7 +573,7 @@ public:
     n.device_paths = {"/dev"};  // /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm, /dev/nvidia-caps/...
     n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc"};
     for (const std::string& dir : {std::string(KWB_CUDA_LIBRARY_DIR), std::string(KWB_CUPTI_LIBRARY_DIR),
-                                   m_cuda.directory,
+                                   cuda().directory,
                                    m_options.trace ? cupti_library().directory : std::string()}) {
       if (!dir.empty() && std::find(n.read_paths.begin(), n.read_paths.end(), dir) == n.read_paths.end()) {
         n.read_paths.push_back(dir);
@@ -572,8 +596,8 @@ public:
       for (unsigned char& c : m_guard) c = static_cast<unsigned char>(rd());
     }
     void* p = nullptr;
-    KWB_CUDA(m_cuda.cudaMalloc(&p, std::max<size_t>(nbytes, 1) + 2 * m_guard.size()));
-    DeviceBuffer b{Owned<void*>(p, m_cuda.cudaFree), nbytes};
+    KWB_CUDA(cuda().cudaMalloc(&p, std::max<size_t>(nbytes, 1) + 2 * m_guard.size()));
+    DeviceBuffer b{Owned<void*>(p, cuda().cudaFree), nbytes};
     write_guards(b);
     void* tensor = b.tensor(m_guard.size());
     m_buffers.emplace(id, std::move(b));
@@ -587,10 +611,10 @@ public:
     const size_t g = m_guard.size();
     m_scratch.resize(2 * g);
     auto* base = static_cast<unsigned char*>(b.whole.get());
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(m_scratch.data(), base, g, cudaMemcpyDeviceToHost, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(m_scratch.data() + g, base + g + std::max<size_t>(b.nbytes, 1), g,
+    KWB_CUDA(cuda().cudaMemcpyAsync(m_scratch.data(), base, g, cudaMemcpyDeviceToHost, m_stream.get()));
+    KWB_CUDA(cuda().cudaMemcpyAsync(m_scratch.data() + g, base + g + std::max<size_t>(b.nbytes, 1), g,
                                     cudaMemcpyDeviceToHost, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+    KWB_CUDA(cuda().cudaStreamSynchronize(m_stream.get()));
     const bool intact = std::memcmp(m_scratch.data(), m_guard.data(), g) == 0 &&
                         std::memcmp(m_scratch.data() + g, m_guard.data(), g) == 0;
     if (!intact) write_guards(b);
@@ -601,14 +625,14 @@ public:
   // before the DMA has landed, and it is ordered on the legacy stream, which the non-blocking call stream ignores.
   void upload(int id, const void* host, size_t nbytes) override {
     if (nbytes == 0) return;
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(buffer(id), host, nbytes, cudaMemcpyHostToDevice, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+    KWB_CUDA(cuda().cudaMemcpyAsync(buffer(id), host, nbytes, cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(cuda().cudaStreamSynchronize(m_stream.get()));
   }
 
   void download(int id, void* host, size_t nbytes) override {
     if (nbytes == 0) return;
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(host, buffer(id), nbytes, cudaMemcpyDeviceToHost, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+    KWB_CUDA(cuda().cudaMemcpyAsync(host, buffer(id), nbytes, cudaMemcpyDeviceToHost, m_stream.get()));
+    KWB_CUDA(cuda().cudaStreamSynchronize(m_stream.get()));
   }
 
   bool matches(int id, const void* host, size_t nbytes) override {
@@ -620,21 +644,21 @@ public:
   void prepare_call() override {
     if (m_options.cold) {
       ++m_flush_value;
-      KWB_CUDA(m_cuda.cudaMemsetAsync(m_flush.get(), m_flush_value, m_flush_bytes, m_stream.get()));
+      KWB_CUDA(cuda().cudaMemsetAsync(m_flush.get(), m_flush_value, m_flush_bytes, m_stream.get()));
     }
     // Nothing of kwb's (uploads, the flush) and nothing left from before (kwb_setup's work) runs when the timer
     // starts.
-    KWB_CUDA(m_cuda.cudaDeviceSynchronize());
+    KWB_CUDA(cuda().cudaDeviceSynchronize());
     if (m_options.trace) discard_trace();
   }
 
-  void begin_call() override { KWB_CUDA(m_cuda.cudaEventRecord(m_start.get(), m_stream.get())); }
+  void begin_call() override { KWB_CUDA(cuda().cudaEventRecord(m_start.get(), m_stream.get())); }
 
   void finish_call() override {
-    KWB_CUDA(m_cuda.cudaEventRecord(m_stop.get(), m_stream.get()));
+    KWB_CUDA(cuda().cudaEventRecord(m_stop.get(), m_stream.get()));
     // Device-wide, not the stream: kernels the implementation put on streams of its own finish inside the timer
     // too. A fault of the implementation's kernels (an illegal address, say) surfaces here.
-    KWB_CUDA(m_cuda.cudaDeviceSynchronize());
+    KWB_CUDA(cuda().cudaDeviceSynchronize());
     // The call's records are taken now, before kwb reads the outputs back (its own copies would join them
     // otherwise); tracing is never on in timed calls, so this costs no timed sample anything.
     if (m_options.trace) {
@@ -647,7 +671,7 @@ public:
     CallDeviceInfo info;
     // The call's stream only: work on other streams is inside the host time but may fall outside these events.
     float ms = 0.0f;
-    KWB_CUDA(m_cuda.cudaEventElapsedTime(&ms, m_start.get(), m_stop.get()));
+    KWB_CUDA(cuda().cudaEventElapsedTime(&ms, m_start.get(), m_stop.get()));
     info.device_ns = std::llround(static_cast<double>(ms) * 1e6);
     // Without tracing nothing sees which streams the call used: off-stream work is still finished inside the timer
     // (finish_call synchronizes the device), it just cannot be reported. traced = false says the list is absent.
@@ -703,6 +727,9 @@ public:
 
 private:
   // Runs before the first CUDA call of the process (the driver reads its environment once, at initialization).
+  // Always the sealed table at its fixed address, never a reference kept in this (writable) object.
+  static const CudaRuntime& cuda() { return cuda_runtime(); }
+
   static const CudaRuntime& init_runtime() {
     // The JIT cache would be written under $HOME, which the sandbox does not grant. kwb builds every
     // implementation with SASS for the GPU (sm_90 on H100/H200), so nothing is JIT-compiled there; a newer GPU
@@ -766,14 +793,14 @@ private:
   // "CUDA 13.0 / NVIDIA H200 (sm_90, 132 SMs, 60 MiB L2) / driver 580.95.05 (CUDA 13.0)"
   std::string describe() const {
     int runtime = 0, driver = 0, major = 0, minor = 0, sms = 0, l2 = 0;
-    KWB_CUDA(m_cuda.cudaRuntimeGetVersion(&runtime));
-    KWB_CUDA(m_cuda.cudaDriverGetVersion(&driver));
-    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, m_ordinal));
-    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, m_ordinal));
-    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, m_ordinal));
-    KWB_CUDA(m_cuda.cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
+    KWB_CUDA(cuda().cudaRuntimeGetVersion(&runtime));
+    KWB_CUDA(cuda().cudaDriverGetVersion(&driver));
+    KWB_CUDA(cuda().cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, m_ordinal));
+    KWB_CUDA(cuda().cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, m_ordinal));
+    KWB_CUDA(cuda().cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, m_ordinal));
+    KWB_CUDA(cuda().cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, m_ordinal));
     cudaDeviceProp props{};
-    KWB_CUDA(m_cuda.cudaGetDeviceProperties(&props, m_ordinal));
+    KWB_CUDA(cuda().cudaGetDeviceProperties(&props, m_ordinal));
     const std::string module = kernel_driver_version();
     return fmt::format("CUDA {} / {} (sm_{}{}, {} SMs, {:g} MiB L2) / driver {}", cuda_version_text(runtime),
                        props.name, major, minor, sms, l2 / 1048576.0,
@@ -798,13 +825,12 @@ private:
   void write_guards(const DeviceBuffer& b) {
     const size_t g = m_guard.size();
     auto* base = static_cast<unsigned char*>(b.whole.get());
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(base, m_guard.data(), g, cudaMemcpyHostToDevice, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaMemcpyAsync(base + g + std::max<size_t>(b.nbytes, 1), m_guard.data(), g,
+    KWB_CUDA(cuda().cudaMemcpyAsync(base, m_guard.data(), g, cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(cuda().cudaMemcpyAsync(base + g + std::max<size_t>(b.nbytes, 1), m_guard.data(), g,
                                     cudaMemcpyHostToDevice, m_stream.get()));
-    KWB_CUDA(m_cuda.cudaStreamSynchronize(m_stream.get()));
+    KWB_CUDA(cuda().cudaStreamSynchronize(m_stream.get()));
   }
 
-  const CudaRuntime& m_cuda;
   BackendOptions m_options;
   int m_ordinal = 0;
   std::string m_description;
