@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -570,8 +571,15 @@ public:
     // The driver holds descriptors of /dev/nvidia* (and may open more as allocations grow); 64 is too tight a guess
     // for a driver nobody here has watched.
     n.open_files = 1024;
-    n.device_paths = {"/dev"};  // /dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm, /dev/nvidia-caps/...
-    n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc"};
+    // The driver's own nodes only (/dev/nvidiactl, /dev/nvidia<N>, /dev/nvidia-uvm[-tools], /dev/nvidia-modeset,
+    // /dev/nvidia-caps/...), listed now, before the sandbox: granting all of /dev would let an implementation write
+    // /dev/kmsg, or files in /dev/shm that outlive the worker.
+    n.device_paths = {"/dev/null"};
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {
+      if (entry.path().filename().string().starts_with("nvidia")) n.device_paths.push_back(entry.path().string());
+    }
+    n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc", "/dev/zero", "/dev/urandom"};
     for (const std::string& dir : {std::string(KWB_CUDA_LIBRARY_DIR), std::string(KWB_CUPTI_LIBRARY_DIR),
                                    cuda().directory,
                                    m_options.trace ? cupti_library().directory : std::string()}) {
@@ -721,15 +729,31 @@ public:
                                   o.kernels_only ? "kernel" : "command", o.count == 1 ? "" : "s", where,
                                   m_trace_stream, fmt::join(o.names, ", ")));
     }
+    // Anything recorded since finish_call took the call's records, other than kwb's own copies on the call's stream
+    // (the read-back of outputs and guards, a guard rewrite), was started after kwb_run returned: a kernel or fill
+    // from a thread the implementation left behind, say. (A late copy on the call's stream looks like kwb's own.)
+    std::vector<TracedCommand> after;
+    uint64_t lost_after = 0;
+    take_trace(after, lost_after);
+    std::vector<std::string> late;
+    for (const TracedCommand& c : after) {
+      const bool kwb_copy = !c.kernel && c.name == "memcpy" && c.device == m_trace_device && c.stream == m_trace_stream;
+      if (!kwb_copy) late.push_back(c.kernel ? kernel_name(c.name) : c.name);
+    }
+    if (!late.empty()) {
+      info.off_stream_commands += late.size();
+      parts.push_back(fmt::format("{} command(s) started after kwb_run had returned: {}", late.size(),
+                                  fmt::join(late, ", ")));
+    }
     info.off_stream_detail = fmt::format("{}", fmt::join(parts, "; "));
     return info;
   }
 
 private:
-  // Runs before the first CUDA call of the process (the driver reads its environment once, at initialization).
   // Always the sealed table at its fixed address, never a reference kept in this (writable) object.
   static const CudaRuntime& cuda() { return cuda_runtime(); }
 
+  // Runs before the first CUDA call of the process (the driver reads its environment once, at initialization).
   static const CudaRuntime& init_runtime() {
     // The JIT cache would be written under $HOME, which the sandbox does not grant. kwb builds every
     // implementation with SASS for the GPU (sm_90 on H100/H200), so nothing is JIT-compiled there; a newer GPU

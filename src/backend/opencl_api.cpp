@@ -38,7 +38,8 @@ Loaded load() {
   }
   Api& a = l.api;
   std::string& w = l.why;
-  bool ok = resolve(h, "clGetPlatformIDs", a.GetPlatformIDs, w) & resolve(h, "clGetPlatformInfo", a.GetPlatformInfo, w) &
+  bool ok = resolve(h, "clGetPlatformIDs", a.GetPlatformIDs, w) &
+            resolve(h, "clGetPlatformInfo", a.GetPlatformInfo, w) &
             resolve(h, "clGetDeviceIDs", a.GetDeviceIDs, w) & resolve(h, "clGetDeviceInfo", a.GetDeviceInfo, w) &
             resolve(h, "clCreateContext", a.CreateContext, w) & resolve(h, "clReleaseContext", a.ReleaseContext, w) &
             resolve(h, "clCreateCommandQueue", a.CreateCommandQueue, w) &

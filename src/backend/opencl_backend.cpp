@@ -86,12 +86,15 @@ public:
       throw Error(ExitCode::unavailable, fmt::format("opencl backend unavailable: platform {} has no device", pi));
     }
     const unsigned di = env_index("KWB_OPENCL_DEVICE");
-    if (di >= devices) throw UsageError(fmt::format("KWB_OPENCL_DEVICE={}: the platform has {} device(s)", di, devices));
+    if (di >= devices) {
+      throw UsageError(fmt::format("KWB_OPENCL_DEVICE={}: the platform has {} device(s)", di, devices));
+    }
     std::vector<cl_device_id> dev_ids(devices);
     KWB_CL(a.GetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, devices, dev_ids.data(), nullptr));
     m_device = dev_ids[di];
     m_description = fmt::format("{} / {} / {} / driver {}", platform_string(a, platform, CL_PLATFORM_NAME),
-                                device_string(a, m_device, CL_DEVICE_NAME), device_string(a, m_device, CL_DEVICE_VERSION),
+                                device_string(a, m_device, CL_DEVICE_NAME),
+                                device_string(a, m_device, CL_DEVICE_VERSION),
                                 device_string(a, m_device, CL_DRIVER_VERSION));
 
     m_context = a.CreateContext(nullptr, 1, &m_device, nullptr, nullptr, &rc);
@@ -100,7 +103,9 @@ public:
     // check, profile and timed calls see the same queue.
     const cl_queue_properties props[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
     m_queue = a.CreateCommandQueueWithProperties(m_context, m_device, props, &rc);
-    if (m_queue == nullptr) throw Error(ExitCode::unavailable, "clCreateCommandQueueWithProperties failed: " + error_name(rc));
+    if (m_queue == nullptr) {
+      throw Error(ExitCode::unavailable, "clCreateCommandQueueWithProperties failed: " + error_name(rc));
+    }
     auto& s = opencl::intercept_state();
     s.call_queue = m_queue;
     s.trace = options.trace;

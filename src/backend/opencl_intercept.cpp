@@ -146,7 +146,8 @@ CL_API_ENTRY cl_int CL_API_CALL clEnqueueWriteBuffer(cl_command_queue queue, cl_
                                                      size_t offset, size_t size, const void* ptr, cl_uint num_events,
                                                      const cl_event* wait_list, cl_event* event) {
   auto r = begin_record(queue, event);
-  const cl_int rc = real().EnqueueWriteBuffer(queue, buffer, blocking, offset, size, ptr, num_events, wait_list, r.slot);
+  const cl_int rc =
+      real().EnqueueWriteBuffer(queue, buffer, blocking, offset, size, ptr, num_events, wait_list, r.slot);
   if (r.active) end_record(r, rc, queue, "write");
   return rc;
 }
