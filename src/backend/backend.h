@@ -6,11 +6,11 @@
 //
 //   upload(inputs), upload(outputs: the parent's fresh poison)   untimed
 //   prepare_call()                                               untimed: cold-cache flush, trace armed
-//   t0 = host clock
+//   ready ... go                                                 the parent takes t0 (worker/protocol.h)
 //   begin_call()                                                 start event on the call's stream/queue
 //   kwb_run(...)
 //   finish_call()                                                end event; device-wide synchronization
-//   t1 = host clock
+//   done                                                         the parent takes t1
 //   download(outputs); matches(inputs); guards_intact(all)       untimed: the parent validates what came back
 //   collect_call()                                               untimed: event time, kernel trace, and work
 //                                                                enqueued after the timer stopped
@@ -99,10 +99,10 @@ public:
   // are restored before returning.
   virtual bool guards_intact(int) { return true; }
 
-  // Cold mode on a host-memory backend: the parent asks for the flush in a request of its own before each call
-  // ("flush"), so that its CPU time is not charged to the call's request (docs/threat-model.md, the CPU-time
-  // cross-check). Device backends flush in prepare_call instead, after their uploads (which warm the caches).
-  virtual void flush_caches() {}
+  // Cold mode: on the cpu backend the parent itself evicts the tensors and the last-level cache before each call
+  // (session/cold_flush.h), where the candidate cannot switch it off. Device backends flush their device's caches
+  // in prepare_call, after their uploads (which warm the caches): in the worker, so trusted only as far as the
+  // worker is (docs/threat-model.md).
   virtual void prepare_call() = 0;
   virtual void begin_call() = 0;
   // Inside the timed region after kwb_run returns: a call is finished only when all work it started is.

@@ -2,11 +2,6 @@
 // kwb_run returns, and the host clock is the only clock.
 #include "backend/backend.h"
 
-#include <unistd.h>
-
-#include <cstring>
-#include <vector>
-
 namespace kwb {
 
 namespace {
@@ -34,26 +29,10 @@ public:
   void download(int, void*, size_t) override {}
   bool matches(int, const void*, size_t) override { return true; }
 
-  // Cold mode: write a buffer of twice the last-level cache size (read from sysconf, 64 MiB when unknown) so the
-  // call's data is evicted before it starts. A request of its own, before the call's (backend.h).
-  void flush_caches() override {
-    if (m_flush.empty()) {
-      long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-      if (llc <= 0) llc = ::sysconf(_SC_LEVEL2_CACHE_SIZE);
-      m_flush.resize(llc > 0 ? 2 * static_cast<size_t>(llc) : size_t{64} << 20);
-    }
-    ++m_flush_value;
-    std::memset(m_flush.data(), m_flush_value, m_flush.size());
-    __asm__ volatile("" : : "r"(m_flush.data()) : "memory");  // the stores must happen
-  }
   void prepare_call() override {}
   void begin_call() override {}
   void finish_call() override {}
   CallDeviceInfo collect_call() override { return {}; }
-
-private:
-  std::vector<unsigned char> m_flush;
-  unsigned char m_flush_value = 0;
 };
 
 }  // namespace

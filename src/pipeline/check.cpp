@@ -158,7 +158,6 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
       completed = res.completed;
       add_call(cr, report, res);
     }
-    for (auto& set : pool) session.detach(*set);
     if (completed && !session.alive()) record_late_death(session, cr, report);
     for (size_t i = 0; completed && i < pool.size(); ++i) {
       CallResult res = session.verify_inputs(*pool[i], calls);
@@ -245,20 +244,18 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
       std::unique_ptr<InputSet> previous;
       bool last_completed = false;
       for (int k = 0; !load_failed && k < calls; ++k) {
-        // Odd calls run on a twin of the previous call's inputs; every set after the first is mapped behind the
-        // addresses of the one before.
+        // Odd calls run on a twin of the previous call's inputs; every set goes into the same input slots, behind
+        // the addresses of the one before (session/worker_session.h).
         auto set = std::make_unique<InputSet>(
             k % 2 == 1 && previous ? make_twin(task, *previous, secret.next())
                                    : make_input_set(task, c, static_cast<uint64_t>(k), is_held_out ? held_out_nonce
                                                                                                    : options.nonce));
-        if (previous) (void)session.attach_in_place(*set, *previous);  // a death shows in the call
         CallResult res = session.call(*set, k, CallMode::check);
         add_call(cr, report, res);
         previous = std::move(set);
         last_completed = res.completed;
         if (!res.completed) break;  // the worker is gone; the next case gets a fresh one
       }
-      if (previous) session.detach(*previous);
       if (last_completed && !session.alive()) record_late_death(session, cr, report);
     }
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -183,29 +183,44 @@ WorkerArmRunner::~WorkerArmRunner() = default;
 std::vector<Sample> WorkerArmRunner::prepare(const Case& workload) {
   m_case = &workload;
   m_pool.clear();
-  // Enough input sets that consecutive calls never see the same data, few enough to stay well inside memory.
+  // No input content repeats within a worker's lifetime: each call of a visit (warm-ups included) runs on a set of
+  // its own, in a fresh order per visit, so no memo of any kind (by pointer, by content, by mapping state) can hit
+  // inside a worker. The pool is bounded in memory (k_pool_bytes): where a workload's sets are large, visits get
+  // fewer calls instead (docs/timing.md).
   size_t bytes_per_set = 0;
   for (const TensorSpec& s : m_task.signature.inputs) {
     bytes_per_set += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
   }
   for (const TensorSpec& s : m_task.signature.outputs) bytes_per_set += resolve_shape(s, workload).elements() * 8;
-  const size_t pool = std::clamp<size_t>((size_t{1} << 30) / std::max<size_t>(bytes_per_set, 1), 2, 4);
-  for (size_t i = 0; i < pool; ++i) {
-    m_pool.push_back(std::make_unique<InputSet>(make_input_set(m_task, workload, 1000 + i, m_options.nonce)));
+  const size_t max_sets = std::max<size_t>(k_pool_bytes / std::max<size_t>(bytes_per_set, 1), k_min_pool_sets);
+  m_warmups = std::max(1, m_options.warmups);
+  auto grow_pool = [&](size_t sets) {
+    while (m_pool.size() < sets) {
+      m_pool.push_back(
+          std::make_unique<InputSet>(make_input_set(m_task, workload, 1000 + m_pool.size(), m_options.nonce)));
+    }
+  };
+  auto fit = [&](int samples) {
+    const auto room = static_cast<int>(max_sets) - m_warmups;
+    return std::max(k_min_samples_per_visit, std::min(samples, room));
+  };
+  m_samples = m_options.samples > 0 ? fit(m_options.samples) : 0;
+  if (m_samples > 0) {
+    grow_pool(static_cast<size_t>(m_warmups + m_samples));
+    return {};
   }
-  // Every input set and the output pages are touched by a warm-up before any timed call.
-  m_warmups = std::max(m_options.warmups, static_cast<int>(pool));
-  m_samples = m_options.samples;
-  if (m_samples > 0) return {};
   // Pilot: a few calls of the reference arm size the visits so each lasts ~50 ms of kernel time, between 5 and
   // 100 calls (enough calls for a stable median, few enough for many blocks in the budget).
-  ArmVisit pilot = run_visit(0, -1, 0, static_cast<int>(pool), 3);
+  constexpr int k_pilot_calls = 3;
+  grow_pool(static_cast<size_t>(m_warmups + k_pilot_calls));
+  ArmVisit pilot = run_visit(0, -1, 0, m_warmups, k_pilot_calls);
   if (!pilot.valid) {
-    m_samples = 5;
-    return pilot.samples;
+    m_samples = fit(5);
+  } else {
+    const double t = visit_statistic(pilot) * 1e-9;
+    m_samples = fit(static_cast<int>(std::clamp(std::round(0.05 / std::max(t, 1e-9)), 5.0, 100.0)));
   }
-  const double t = visit_statistic(pilot) * 1e-9;
-  m_samples = static_cast<int>(std::clamp(std::round(0.05 / std::max(t, 1e-9)), 5.0, 100.0));
+  grow_pool(static_cast<size_t>(m_warmups + m_samples));
   return pilot.samples;
 }
 
@@ -228,8 +243,16 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
     return v;
   }
   v.pid = session.pid();
+  // This visit's order of the pool: every call on a set of its own.
+  std::vector<size_t> order(m_pool.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  Rng shuffle(mix_seed(m_options.nonce, m_visits * 0x9E37 + 0x0DE5));
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[shuffle.next() % i]);
+  if (order.size() < static_cast<size_t>(warmups + samples)) {
+    throw InternalError("compare: the input pool is smaller than a visit");
+  }
   for (int i = 0; i < warmups + samples; ++i) {
-    const size_t set = static_cast<size_t>(i) % m_pool.size();
+    const size_t set = order[static_cast<size_t>(i)];
     CallResult r = session.call(*m_pool[set], i, CallMode::timing);
     Sample s;
     s.workload = m_case->name;

@@ -141,6 +141,11 @@ struct TimingOptions {
 
 class WorkerArmRunner final : public ArmRunner {
 public:
+  // The input pool of one workload holds at most this many bytes (inputs plus expected outputs); a visit needs one
+  // set per call.
+  static constexpr size_t k_pool_bytes = size_t{4} << 30;
+  static constexpr size_t k_min_pool_sets = 6;
+  static constexpr int k_min_samples_per_visit = 3;
   WorkerArmRunner(const Task& task, std::vector<const Artifact*> arms, std::vector<std::string> labels,
                   TimingOptions options);
   ~WorkerArmRunner() override;

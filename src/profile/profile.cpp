@@ -6,8 +6,10 @@
 #include "stats/descriptive.h"
 #include "task/data.h"
 #include "util/error.h"
+#include "util/worker_user.h"
 #include "util/fs.h"
 #include "util/paths.h"
+#include "util/sha256.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -45,6 +47,10 @@ public:
     if (::mkdtemp(pattern.data()) == nullptr) throw InternalError("cannot create a temporary folder for callgrind");
     m_path = pattern;
     m_remove = true;
+    // The profile worker may run as nobody (util/worker_user.h): it must pass through to its own subfolder.
+    if (unprivileged_worker_user()) {
+      fs::permissions(m_path, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+    }
   }
   ~WorkDir() {
     std::error_code ec;
@@ -176,9 +182,22 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
                                  const ProfileOptions& o, const ValgrindInstall& valgrind, const fs::path& dir) {
   CallgrindRun out;
   fs::create_directories(dir);
+  // valgrind writes the per-call dumps from inside the profile worker, which runs as nobody when kwb is root
+  // (util/worker_user.h): the folder must be that user's.
   for (const auto& entry : fs::directory_iterator(dir)) {  // a kept folder from an earlier run
     const std::string name = entry.path().filename().string();
     if (name.starts_with("callgrind.out") || name == valgrind_log(dir).filename()) fs::remove(entry.path());
+  }
+  if (const std::optional<WorkerUser> user = unprivileged_worker_user()) {
+    // valgrind opens its output file when it starts (still as root) and again at the end (as nobody): the file
+    // exists beforehand, owned by that user.
+    const fs::path final_dump = dir / "callgrind.out";
+    write_file_atomic(final_dump, "");
+    for (const fs::path& p : {dir, final_dump}) {
+      if (::chown(p.c_str(), user->uid, user->gid) != 0) {
+        throw_system_error(("chown(" + p.string() + ")").c_str(), __FILE__, __LINE__, errno);
+      }
+    }
   }
   SessionOptions so = session_options(o, 0xCA11);
   so.timeout = o.timeout * 50;  // callgrind with cache simulation runs ~20-100x slower than native code
@@ -229,11 +248,15 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
   return out;
 }
 
+// The same file, or a copy of it: when kwb runs as root the profile worker loads a readable copy of the artifact
+// (worker_process.h, readable_copy).
 bool same_file(const std::string& a, const fs::path& b) {
   std::error_code ec1, ec2;
   const fs::path ca = fs::weakly_canonical(a, ec1);
   const fs::path cb = fs::weakly_canonical(b, ec2);
-  return !ec1 && !ec2 && ca == cb;
+  if (ec1 || ec2) return false;
+  if (ca == cb) return true;
+  return fs::is_regular_file(ca, ec1) && fs::is_regular_file(cb, ec2) && sha256_file(ca) == sha256_file(cb);
 }
 
 void summarize_callgrind(const CallgrindRun& run, const Artifact& profiled, int warmups, int calls,

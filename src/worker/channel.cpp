@@ -89,9 +89,10 @@ Channel::Received Channel::receive(std::optional<std::chrono::steady_clock::time
     return r;
   }
   r.message = nlohmann::json::parse(m_buffer.data(), m_buffer.data() + n, nullptr, false);
-  if (r.message.is_discarded() || !r.message.is_object() || !r.message.contains("type")) {
+  if (r.message.is_discarded() || !r.message.is_object() || !r.message.contains("type") ||
+      !r.message["type"].is_string()) {
     r.status = Status::malformed;
-    r.error = "not a JSON object with a type";
+    r.error = "not a JSON object with a string type";
     return r;
   }
   r.status = Status::message;

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <link.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/landlock.h>
+#include <linux/seccomp.h>
+#include <linux/sockios.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
@@ -324,6 +327,16 @@ bool is_in(const char* name, std::initializer_list<const char*> list) {
   return std::any_of(list.begin(), list.end(), [&](const char* n) { return std::strcmp(n, name) == 0; });
 }
 
+// Calls that make the kernel raise a signal in the worker when a descriptor becomes ready (SIGIO and friends): a
+// handler would then run implementation code whenever the parent sends a request, outside every timed window.
+// Denied in both phases (the run filter's allow-list has no fcntl or ioctl at all; device backends keep the load
+// filter in the run phase).
+void add_signal_routing_rules(FilterBuilder& f, uint32_t action) {
+  for (scmp_datum_t cmd : {F_SETOWN, F_SETSIG, F_SETOWN_EX}) f.add(action, "fcntl", {SCMP_A1(SCMP_CMP_EQ, cmd)});
+  f.add(action, "fcntl", {SCMP_A1(SCMP_CMP_EQ, F_SETFL), SCMP_A2(SCMP_CMP_MASKED_EQ, O_ASYNC, O_ASYNC)});
+  for (scmp_datum_t req : {FIOASYNC, FIOSETOWN, SIOCSPGRP}) f.add(action, "ioctl", {SCMP_A1(SCMP_CMP_EQ, req)});
+}
+
 void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool landlock) {
   for (const char* name : k_always_denied) {
     if (p.runtime.spawn && is_in(name, k_spawn_calls)) continue;
@@ -371,6 +384,7 @@ void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool l
   // Typing into a terminal kwb's user owns (without Landlock, a constructor could open the controlling tty).
   f.add(k_deny, "ioctl", {SCMP_A1(SCMP_CMP_EQ, TIOCSTI)});
   f.add(k_deny, "ioctl", {SCMP_A1(SCMP_CMP_EQ, TIOCLINUX)});
+  add_signal_routing_rules(f, k_deny);
   f.add(k_deny, "prlimit64", {SCMP_A2(SCMP_CMP_NE, 0)});            // reading a limit is fine, setting one is not
   f.add(k_deny, "sched_setaffinity", {SCMP_A0(SCMP_CMP_NE, 0)});   // only the calling thread
 }
@@ -409,6 +423,28 @@ void harden_process() {
   (void)::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   (void)::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   lower_limit(RLIMIT_CORE, 0, 0);
+}
+
+std::string enter_profile_sandbox(int program_fd, std::vector<std::string>& features) {
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno_text("prctl(PR_SET_NO_NEW_PRIVS)", errno);
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return errno_text("prctl(PR_SET_DUMPABLE)", errno);
+  features = {"no_new_privs", "not_dumpable"};
+  if (drop_capabilities()) features.push_back("no_capabilities");
+  // The program comes from the parent (worker/profile_filter.h): libseccomp misbehaves under valgrind, which does
+  // not know seccomp(2); prctl(PR_SET_SECCOMP) it passes through.
+  std::vector<sock_filter> program;
+  const off_t size = ::lseek(program_fd, 0, SEEK_END);
+  if (size > 0 && size % static_cast<off_t>(sizeof(sock_filter)) == 0 && size < (1 << 20)) {
+    program.resize(static_cast<size_t>(size) / sizeof(sock_filter));
+    if (::pread(program_fd, program.data(), static_cast<size_t>(size), 0) != size) program.clear();
+  }
+  if (program.empty()) return "the parent sent no usable profile filter";
+  sock_fprog prog{static_cast<unsigned short>(program.size()), program.data()};
+  if (::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) {
+    return errno_text("prctl(PR_SET_SECCOMP, profile filter)", errno);
+  }
+  features.push_back("seccomp:profile");
+  return "";
 }
 
 struct Sandbox::Filters {

@@ -13,8 +13,8 @@
 //                  allows them (clone with CLONE_THREAD; mprotect without PROT_EXEC for their stacks).
 //
 // A denied system call raises SIGSYS (SECCOMP_RET_TRAP); the worker's handler reports the call number to the parent
-// and the worker dies of SIGSYS, which the parent reports as `sandbox_violation`. Nothing here is available to
-// kwb-profile-worker, which runs under valgrind and only gets harden_process().
+// and the worker dies of SIGSYS, which the parent reports as `sandbox_violation`. kwb-profile-worker, which runs
+// under valgrind, gets enter_profile_sandbox() instead.
 //
 // A device backend adds what its runtime needs after the implementation is loaded (backend/backend.h,
 // RuntimeSandboxNeeds): its threads, the paths it reads, a private cache directory it writes, helper programs it
@@ -42,6 +42,15 @@ struct SandboxPolicy {
 // Process-wide settings that cost nothing and break nothing, valgrind included: no new privileges, not dumpable
 // (no ptrace attach, no /proc/<pid>/mem for same-user processes, no core file).
 void harden_process();
+
+// kwb-profile-worker's sandbox, entered before dlopen: valgrind runs in the same process, so the timing worker's
+// filters (an allow-list, SIGSYS on denial, Landlock) would break it. Instead: no new privileges, not dumpable,
+// capabilities dropped (the worker already runs as nobody when kwb is root, util/worker_user.h) and a deny-list
+// answering EPERM: no processes (fork, non-thread clone, exec), no sessions or process groups, no ptrace or
+// process_vm_*, no sockets, no signals to other processes, no signal routing, no namespaces, mounts, modules,
+// credential changes or SysV IPC (the program: worker/profile_filter.h, built by the parent and passed as a memfd).
+// Returns what failed, or "" (`features` lists what is in force).
+std::string enter_profile_sandbox(int program_fd, std::vector<std::string>& features);
 
 class Sandbox {
 public:

@@ -22,7 +22,7 @@ SharedBuffer::SharedBuffer(const std::string& name, size_t nbytes) : m_layout(Bu
 
 SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
     : m_layout(other.m_layout), m_fd(std::move(other.m_fd)), m_map(std::exchange(other.m_map, nullptr)),
-      m_sealed(other.m_sealed) {}
+      m_sealed(other.m_sealed), m_sealed_for_others(other.m_sealed_for_others) {}
 
 SharedBuffer::~SharedBuffer() {
   if (m_map != nullptr) ::munmap(m_map, m_layout.total);
@@ -49,6 +49,12 @@ void SharedBuffer::seal() {
   if (p == MAP_FAILED) throw_system_error("mmap(sealed buffer)", __FILE__, __LINE__, errno);
   m_map = static_cast<unsigned char*>(p);
   m_sealed = true;
+}
+
+void SharedBuffer::seal_for_others() {
+  if (m_sealed || m_sealed_for_others) return;
+  KWB_POSIX_CALL(::fcntl(m_fd.get(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL));
+  m_sealed_for_others = true;
 }
 
 namespace {

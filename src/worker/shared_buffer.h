@@ -1,5 +1,6 @@
 // Parent side of a tensor buffer: a memfd laid out per BufferLayout, mapped here read-write (outputs) or sealed
-// read-only (inputs). Sealing (F_SEAL_WRITE) means no process, the worker included, can map an input writable.
+// read-only (inputs). Sealing (F_SEAL_WRITE) means no process, the worker included, can map an input writable;
+// sealing for others (F_SEAL_FUTURE_WRITE) keeps the parent's own writable view (input slots).
 #pragma once
 
 #include "util/fd.h"
@@ -31,6 +32,12 @@ public:
   // Makes the buffer immutable for everyone: unmaps the writable view, adds write/grow/shrink seals, maps it
   // again read-only.
   void seal();
+  // Makes the buffer read-only for every other process, keeping this process's writable view (F_SEAL_FUTURE_WRITE):
+  // an input slot the parent refills before each call and the worker can only map read-only, and never mprotect
+  // writable.
+  void seal_for_others();
+  // True when no other process may write the buffer (seal() or seal_for_others()).
+  bool read_only_for_others() const { return m_sealed || m_sealed_for_others; }
 
   // Canaries: bytes around the data, derived from `seed`. Returns the offset (from the memfd start) of the first
   // changed canary byte, if any.
@@ -48,6 +55,7 @@ private:
   UniqueFd m_fd;
   unsigned char* m_map = nullptr;
   bool m_sealed = false;
+  bool m_sealed_for_others = false;
 };
 
 }  // namespace kwb

@@ -1,23 +1,32 @@
-// kwb-worker: the only process that ever loads an implementation. It maps the buffers the parent hands it, calls
-// the candidate, times the call and answers with raw facts (return code, nanoseconds). It decides nothing: the
-// parent validates every output and owns every verdict. Protocol: docs/worker-protocol.md.
+// kwb-worker: the only process that ever loads an implementation. It maps the buffers the parent hands it and calls
+// the candidate when the parent says go on the control page. It takes no time and decides nothing: the parent
+// takes both timestamps of every call, validates every output and owns every verdict. Protocol:
+// docs/worker-protocol.md, worker/protocol.h.
 #include "backend/backend.h"
 #include "kwb/kernel.h"
 #include "util/error.h"
 #include "util/fd.h"
 #include "worker/buffer_layout.h"
+#include "util/worker_user.h"
 #include "worker/channel.h"
+#include "worker/protocol.h"
 #include "worker/sandbox.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <new>
 #include <string>
@@ -53,7 +62,7 @@ extern "C" void kwb_alloc_counter_stop(uint64_t* allocations, uint64_t* bytes, u
 namespace kwb {
 namespace {
 
-constexpr int k_channel_fd = 3;
+constexpr int k_channel_fd = protocol::k_channel_fd;
 
 // ---- faults ---------------------------------------------------------------------------------------------------
 // On SIGSEGV/SIGBUS/SIGILL/SIGFPE the handler reports the faulting address (so the parent can tell a write into
@@ -206,7 +215,12 @@ private:
 
 class Worker {
 public:
-  Worker() : m_channel(UniqueFd(k_channel_fd)) {}
+  Worker() : m_channel(UniqueFd(k_channel_fd)) {
+    void* page = ::mmap(nullptr, protocol::k_control_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, protocol::k_control_fd, 0);
+    if (page == MAP_FAILED) throw std::runtime_error("the control page (fd 4) cannot be mapped");
+    m_control = static_cast<protocol::ControlBlock*>(page);
+    ::close(protocol::k_control_fd);
+  }
 
   int serve() {
     for (;;) {
@@ -218,14 +232,11 @@ public:
         if (type == "probe") {
           reply = probe(in.message);
         } else if (type == "load") {
-          reply = load(in.message);
+          reply = load(in.message, in.fds);
         } else if (type == "map") {
           reply = map(in.message, in.fds);
         } else if (type == "unmap") {
           reply = unmap(in.message);
-        } else if (type == "flush") {
-          m_backend->flush_caches();
-          reply = {{"type", "flushed"}};
         } else if (type == "run") {
           reply = run(in.message);
         } else if (type == "exit") {
@@ -271,13 +282,34 @@ private:
     return {{"type", "probed"}, {"backend", backend->name()}, {"description", backend->description()}};
   }
 
-  nlohmann::json load(const nlohmann::json& m) {
+  nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
+    if (m_backend) return error("protocol", "load: an implementation is already loaded");
+    // The artifact arrives as a descriptor the parent opened (a worker started by root runs as nobody and cannot
+    // reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
+#ifdef KWB_PROFILE_WORKER
+    if (fds.size() != 2) return error("protocol", "load: expected the artifact's and the filter's descriptors");
+#else
+    if (fds.size() != 1) return error("protocol", "load: expected the artifact's descriptor");
+#endif
+    m_artifact_fd = std::move(fds[0]);
+#ifdef KWB_PROFILE_WORKER
+    // By name: valgrind reads the object's symbols from the file it was mapped from (the parent made the name
+    // readable for this worker's user, worker_process.h readable_copy).
+    const std::string path = m.at("artifact").get<std::string>();
+#else
+    const std::string path = "/proc/self/fd/" + std::to_string(m_artifact_fd.get());
+#endif
     // The device runtime starts before the sandbox goes up: opening a driver reads files and starts threads that
     // no implementation may do on its own.
     m_backend = make_backend(m.at("backend").get<std::string>(), backend_options(m));
-    const std::string path = m.at("artifact").get<std::string>();
     m_task = m.at("task").get<std::string>();
-#ifndef KWB_PROFILE_WORKER
+#ifdef KWB_PROFILE_WORKER
+    // Under valgrind: a deny-list of its own (worker/sandbox.h, enter_profile_sandbox) before the implementation's
+    // constructors run.
+    if (std::string e = enter_profile_sandbox(fds[1].get(), m_profile_features); !e.empty()) {
+      return error("load_failed", "the profile worker could not enter its sandbox (" + e + "); nothing was loaded");
+    }
+#else
     // The sandbox goes up before dlopen, because the implementation's constructors (and IFUNC resolvers) run
     // inside dlopen; the stricter run filter follows kwb_setup (worker/sandbox.h).
     SandboxPolicy policy;
@@ -321,7 +353,8 @@ private:
     return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()},
             {"device", m_backend->description()}};
 #else
-    return {{"type", "loaded"}, {"pid", ::getpid()}, {"device", m_backend->description()}};
+    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_profile_features},
+            {"device", m_backend->description()}};
 #endif
   }
 
@@ -389,29 +422,6 @@ private:
     std::vector<const char*> name_ptrs;
   };
 
-  void build_tensors(const nlohmann::json& list, TensorArgs& out) {
-    out.tensors.resize(list.size());
-    out.shapes.resize(list.size());
-    for (size_t i = 0; i < list.size(); ++i) {
-      const auto& t = list[i];
-      const int id = t.at("buffer").get<int>();
-      Mapping& mp = *m_buffers.at(id);
-      out.buffers.push_back(id);
-      out.shapes[i] = t.at("shape").get<std::vector<int64_t>>();
-      out.names.push_back(t.at("name").get<std::string>());
-      const std::string dtype = t.at("dtype").get<std::string>();
-      DLTensor& d = out.tensors[i];
-      d.data = m_backend->host_memory() ? static_cast<void*>(mp.data) : mp.device;
-      d.device = m_backend->device();
-      d.ndim = static_cast<int32_t>(out.shapes[i].size());
-      d.dtype = DLDataType{kDLFloat, static_cast<uint8_t>(dtype == "f32" ? 32 : 64), 1};
-      d.shape = out.shapes[i].data();
-      d.strides = nullptr;  // compact row-major
-      d.byte_offset = 0;
-    }
-    for (const std::string& n : out.names) out.name_ptrs.push_back(n.c_str());
-  }
-
   static bool same(const DLTensor& a, const DLTensor& b, const std::vector<int64_t>& shape) {
     if (a.data != b.data || a.ndim != b.ndim || a.dtype.code != b.dtype.code || a.dtype.bits != b.dtype.bits ||
         a.dtype.lanes != b.dtype.lanes || a.strides != b.strides || a.byte_offset != b.byte_offset ||
@@ -435,16 +445,41 @@ private:
     }
   }
 
+  void build_tensors(const std::vector<protocol::TensorArg>& list, TensorArgs& out) {
+    out.tensors.resize(list.size());
+    out.shapes.resize(list.size());
+    for (size_t i = 0; i < list.size(); ++i) {
+      const protocol::TensorArg& t = list[i];
+      auto found = m_buffers.find(t.buffer);
+      if (found == m_buffers.end()) throw std::runtime_error("run: unknown buffer " + std::to_string(t.buffer));
+      Mapping& mp = *found->second;
+      out.buffers.push_back(t.buffer);
+      out.shapes[i] = t.shape;
+      out.names.push_back(t.name);
+      DLTensor& d = out.tensors[i];
+      d.data = m_backend->host_memory() ? static_cast<void*>(mp.data) : mp.device;
+      d.device = m_backend->device();
+      d.ndim = static_cast<int32_t>(out.shapes[i].size());
+      d.dtype = DLDataType{kDLFloat, static_cast<uint8_t>(t.dtype == "f32" ? 32 : 64), 1};
+      d.shape = out.shapes[i].data();
+      d.strides = nullptr;  // compact row-major
+      d.byte_offset = 0;
+    }
+    for (const std::string& n : out.names) out.name_ptrs.push_back(n.c_str());
+  }
+
+  // One call, driven by the parent through the control page (worker/protocol.h): the worker takes no time. It
+  // arms, sleeps until the parent has written the call's inputs and woken it, says ready, spins until go, runs,
+  // says done and sleeps until the parent has captured the outputs; only then does it do its untimed device work
+  // and answer on the socket.
   nlohmann::json run_call(const nlohmann::json& m) {
     if (m_run == nullptr) return error("protocol", "run before load");
+    const protocol::RunMessage msg = protocol::run_message_from_json(m);
     TensorArgs in, out;
-    build_tensors(m.at("inputs"), in);
-    build_tensors(m.at("outputs"), out);
-    std::vector<std::string> scalar_names;
+    build_tensors(msg.inputs, in);
+    build_tensors(msg.outputs, out);
     std::vector<kwb_scalar> scalars;
-    for (const auto& s : m.at("scalars")) scalar_names.push_back(s.at(0).get<std::string>());
-    size_t si = 0;
-    for (const auto& s : m.at("scalars")) scalars.push_back({scalar_names[si++].c_str(), s.at(1).get<double>()});
+    for (const auto& [name, value] : msg.scalars) scalars.push_back({name.c_str(), value});
     const std::vector<DLTensor> in_copy = in.tensors;
     const std::vector<DLTensor> out_copy = out.tensors;
 
@@ -460,28 +495,50 @@ private:
     call.scalars = scalars.data();
     call.stream = m_backend->stream();
 
+    const bool device = !m_backend->host_memory();
+    const uint64_t seq = msg.call;
+    std::atomic<uint32_t>& state = m_control->state;
+    const uint32_t armed = protocol::state_word(seq, protocol::Phase::armed);
+    const uint32_t go = protocol::state_word(seq, protocol::Phase::go);
+    const uint32_t done = protocol::state_word(seq, protocol::Phase::done);
+    state.store(armed, std::memory_order_release);
+    protocol::futex_wake(state);  // a parent that sleeps while it waits for armed
+    while (state.load(std::memory_order_acquire) == armed) protocol::futex_wait(state, armed);
+    if (state.load(std::memory_order_acquire) != protocol::state_word(seq, protocol::Phase::wake)) {
+      return error("protocol", "run: the control page is not in the wake phase of this call");
+    }
     // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, and the
     // outputs back after it: the parent validates exactly what the device computed. None of it is timed.
-    const bool device = !m_backend->host_memory();
+    // Between wake and ready the cpu worker runs nothing but this function: no virtual call, nothing the
+    // implementation could have redirected in an earlier call (the parent counts this window's CPU).
     if (device) {
       for (const TensorArgs* list : {&in, &out}) {
         for (int id : list->buffers) upload(id);
       }
+      m_backend->prepare_call();
     }
-    m_backend->prepare_call();
-
-    // CLOCK_MONOTONIC through the vDSO (no system call, ~20 ns); docs/timing.md says why this clock.
-    timespec t0{}, t1{};
     ++m_calls;
-    ::clock_gettime(CLOCK_MONOTONIC, &t0);
+    state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
+    while (state.load(std::memory_order_acquire) != go) protocol::cpu_relax();
     m_backend->begin_call();
 #ifdef KWB_PROFILE_WORKER
-    const int rc = profiled_run(call, m.at("call").get<uint64_t>());
+    const int rc = profiled_run(call, seq);
 #else
     const int rc = m_run(&call);
 #endif
     m_backend->finish_call();
-    ::clock_gettime(CLOCK_MONOTONIC, &t1);
+    m_control->rc.store(rc, std::memory_order_relaxed);
+    // Only go may become done: a control page that left go during the call was written by something in this
+    // process other than the worker (the parent has then already taken the call as done, and its CPU watch has seen
+    // what ran afterwards). Say so instead of overwriting the parent's next phase.
+    uint32_t expected_go = go;
+    if (!state.compare_exchange_strong(expected_go, done, std::memory_order_acq_rel)) {
+      return error("protocol", "the control page left the go phase while kwb_run ran (it read " +
+                                   std::to_string(expected_go) + "): something in the worker wrote it");
+    }
+    protocol::futex_wake(state);  // a parent that sleeps through a long call
+    while (state.load(std::memory_order_acquire) == done) protocol::futex_wait(state, done);
+
     nlohmann::json modified = nlohmann::json::array();
     nlohmann::json overrun = nlohmann::json::array();
     if (device) {
@@ -499,16 +556,14 @@ private:
         }
       }
     }
-    // After the outputs are read back: work the implementation enqueued after the timer stopped either came
-    // before that read (and is reported here) or after it (and the outputs the parent validates lack it).
+    // After the outputs are read back: work the implementation enqueued after the call either came before that
+    // read (and is reported here) or after it (and the outputs the parent validates lack it).
     const CallDeviceInfo info = m_backend->collect_call();
 
-    const int64_t ns = (t1.tv_sec - t0.tv_sec) * 1'000'000'000LL + (t1.tv_nsec - t0.tv_nsec);
     bool intact = true;
     for (size_t i = 0; i < in.tensors.size(); ++i) intact = intact && same(in.tensors[i], in_copy[i], in.shapes[i]);
     for (size_t i = 0; i < out.tensors.size(); ++i) intact = intact && same(out.tensors[i], out_copy[i], out.shapes[i]);
-    nlohmann::json reply = {{"type", "ran"}, {"call", m.at("call")}, {"rc", rc}, {"ns", ns},
-                            {"descriptors_intact", intact}};
+    nlohmann::json reply = {{"type", protocol::k_ran}, {"call", seq}, {"descriptors_intact", intact}};
     if (device) {
       reply["device_ns"] = info.device_ns;
       reply["inputs_modified_on_device"] = modified;
@@ -569,6 +624,8 @@ private:
   }
 
   Channel m_channel;
+  protocol::ControlBlock* m_control = nullptr;  // shared with the parent; never unmapped
+  UniqueFd m_artifact_fd;
   std::unique_ptr<Backend> m_backend;
   std::string m_task;
   void* m_handle = nullptr;  // never dlclose'd: an implementation's destructors would run at an arbitrary point
@@ -580,6 +637,7 @@ private:
   std::unique_ptr<Sandbox> m_sandbox;
 #endif
 #ifdef KWB_PROFILE_WORKER
+  std::vector<std::string> m_profile_features;
   std::unique_ptr<HardwareCounters> m_counters;
   nlohmann::json m_last_profile;
 #endif
@@ -588,13 +646,47 @@ private:
 }  // namespace
 }  // namespace kwb
 
+namespace kwb {
+namespace {
+
+// A worker started by root becomes nobody before it reads a request: no capabilities, no access to what only root
+// may read, and nothing that can trace or signal kwb (docs/threat-model.md). Returns what failed, or "".
+std::string drop_privileges() {
+  if (::geteuid() != 0 && ::getuid() != 0) return "";
+  const std::optional<WorkerUser> user = worker_user_from_environment();
+  if (::setgroups(0, nullptr) != 0) return std::string("setgroups: ") + std::strerror(errno);
+  if (::setresgid(user->gid, user->gid, user->gid) != 0) return std::string("setresgid: ") + std::strerror(errno);
+  if (::setresuid(user->uid, user->uid, user->uid) != 0) return std::string("setresuid: ") + std::strerror(errno);
+  if (::getuid() == 0 || ::geteuid() == 0 || ::setresuid(0, 0, 0) == 0) return "root could be regained";
+  return "";
+}
+
+// The worker dies with its parent: PR_SET_PDEATHSIG (set after the credential change, which clears it), then a check
+// that the parent named in the environment is still the parent (it may have died before the signal was armed).
+std::string tie_to_parent() {
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) return std::string("PR_SET_PDEATHSIG: ") + std::strerror(errno);
+  const char* expected = std::getenv("KWB_PARENT_PID");
+  if (expected != nullptr && std::to_string(::getppid()) != expected) return "the parent is already gone";
+  return "";
+}
+
+}  // namespace
+}  // namespace kwb
+
 int main() {
-#ifndef KWB_PROFILE_WORKER
-  // Only fds 0-3 are the worker's (docs/worker-protocol.md); anything else inherited by accident (a parent's log or
+  // Only fds 0-4 are the worker's (docs/worker-protocol.md); anything else inherited by accident (a parent's log or
   // bundle file opened without O_CLOEXEC) must not reach the implementation. Not under valgrind, which keeps its own
   // descriptors high in the same table.
-  ::close_range(4, ~0U, 0);
+#ifndef KWB_PROFILE_WORKER
+  ::close_range(kwb::protocol::k_first_unused_fd, ~0U, 0);
 #endif
+  for (std::string (*step)() : {kwb::drop_privileges, kwb::tie_to_parent}) {
+    if (std::string e = step(); !e.empty()) {
+      const std::string msg = "kwb-worker: " + e + "\n";
+      (void)!::write(2, msg.data(), msg.size());
+      ::_exit(71);
+    }
+  }
   kwb::harden_process();
   kwb::install_fault_handlers();
   try {

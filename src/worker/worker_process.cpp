@@ -1,13 +1,23 @@
 #include "worker/worker_process.h"
 
 #include "util/error.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+#include "util/worker_user.h"
+#include "worker/profile_filter.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/futex.h>
+#include <linux/perf_event.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,7 +40,11 @@ std::vector<std::string> worker_environment() {
   // The backends' device selection (KWB_OPENCL_PLATFORM, KWB_OPENCL_DEVICE, KWB_CUDA_DEVICE) too.
   static const char* const k_prefixes[] = {"POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH=", "KWB_OPENCL_",
                                            "KWB_CUDA_DEVICE="};
-  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C"};
+  std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C",
+                                  "KWB_PARENT_PID=" + std::to_string(::getpid())};
+  if (const std::optional<WorkerUser> user = unprivileged_worker_user()) {
+    env.push_back(fmt::format("KWB_WORKER_USER={}:{}", user->uid, user->gid));
+  }
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);
     for (const char* p : k_prefixes) {
@@ -42,19 +56,26 @@ std::vector<std::string> worker_environment() {
 
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
-    : m_timeout(timeout) {
+    : m_timeout(timeout), m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
   UniqueFd parent_end(sv[0]);
   UniqueFd child_end(sv[1]);
   m_output = UniqueFd(KWB_POSIX_CALL(::memfd_create("kwb-worker-output", MFD_CLOEXEC)));
+  // The control page (worker/protocol.h): one page both processes map, and which nothing else can reach.
+  m_control_fd = UniqueFd(KWB_POSIX_CALL(::memfd_create("kwb-control", MFD_CLOEXEC)));
+  KWB_POSIX_CALL(::ftruncate(m_control_fd.get(), protocol::k_control_bytes));
+  void* page = ::mmap(nullptr, protocol::k_control_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m_control_fd.get(), 0);
+  if (page == MAP_FAILED) throw_system_error("mmap(control page)", __FILE__, __LINE__, errno);
+  m_control = new (page) protocol::ControlBlock();
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, m_output.get(), 1);
   posix_spawn_file_actions_adddup2(&actions, m_output.get(), 2);
-  posix_spawn_file_actions_adddup2(&actions, child_end.get(), 3);
+  posix_spawn_file_actions_adddup2(&actions, child_end.get(), protocol::k_channel_fd);
+  posix_spawn_file_actions_adddup2(&actions, m_control_fd.get(), protocol::k_control_fd);
   // A new process group: a kill reaches whatever the implementation may have started.
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
@@ -79,9 +100,54 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   }
   m_channel = Channel(std::move(parent_end));
   m_has_cpu_clock = ::clock_getcpuclockid(m_pid, &m_cpu_clock) == 0;
+  place_on_cpus();
+  // The exact CPU clock: a software task-clock counter on the worker, opened before it can start a thread (it is
+  // still reading its first request), inherited by every thread it starts.
+  perf_event_attr a{};
+  a.type = PERF_TYPE_SOFTWARE;
+  a.size = sizeof a;
+  a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.inherit = 1;
+  const long fd = ::syscall(SYS_perf_event_open, &a, m_pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd >= 0) {
+    m_task_clock = UniqueFd(static_cast<int>(fd));
+    m_cpu_clock_note = "perf task-clock";
+  } else {
+    m_cpu_clock_note = fmt::format("process CPU clock (perf_event_open: {})", std::strerror(errno));
+  }
+}
+
+// The parent spins while a call runs (worker/protocol.h), so the two must never share a CPU: the scheduler places a
+// woken process on its waker's CPU, where it would wait behind the spinning parent. With two CPUs or more, the
+// parent takes the last CPU it may use and the worker (and every thread it starts) the others. With one CPU there
+// is nothing to split, and the parent yields while it waits (await_state).
+void WorkerProcess::place_on_cpus() {
+  // The CPUs kwb was started with, read once: after the first placement the parent's own mask is one CPU.
+  static const cpu_set_t allowed = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
+    return set;
+  }();
+  if (CPU_COUNT(&allowed) < 2) return;
+  int parent_cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &allowed)) parent_cpu = c;
+  }
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  CPU_SET(parent_cpu, &mine);
+  cpu_set_t theirs = allowed;
+  CPU_CLR(parent_cpu, &theirs);
+  if (::sched_setaffinity(0, sizeof mine, &mine) == 0) (void)::sched_setaffinity(m_pid, sizeof theirs, &theirs);
 }
 
 int64_t WorkerProcess::cpu_time_ns() const {
+  if (m_task_clock.valid()) {
+    uint64_t v = 0;
+    if (::read(m_task_clock.get(), &v, sizeof v) == static_cast<ssize_t>(sizeof v)) return static_cast<int64_t>(v);
+    return -1;
+  }
   timespec t{};
   if (!m_has_cpu_clock || m_pid <= 0 || ::clock_gettime(m_cpu_clock, &t) != 0) return -1;
   return static_cast<int64_t>(t.tv_sec) * 1'000'000'000 + t.tv_nsec;
@@ -112,6 +178,25 @@ WorkerProcess::~WorkerProcess() {
     while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
     }
   }
+  if (m_control != nullptr) ::munmap(m_control, protocol::k_control_bytes);
+}
+
+void WorkerProcess::fail_protocol(const std::string& detail) {
+  if (m_pid > 0) {
+    ::kill(-m_pid, SIGKILL);
+    ::kill(m_pid, SIGKILL);
+    int st;
+    while (::waitpid(m_pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    ::kill(-m_pid, SIGKILL);
+  }
+  m_pid = -1;
+  WorkerDeath d;
+  d.reason = "protocol";
+  d.detail = detail + "; worker killed";
+  const std::string tail = output_tail(600);
+  if (!tail.empty()) d.detail += "; its last output: " + tail;
+  m_death = d;
 }
 
 std::string WorkerProcess::output_tail(size_t max_bytes) const {
@@ -171,8 +256,8 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
       if (d.signal == SIGSYS) {
         // The seccomp filter (worker/sandbox.h) denied a system call; the worker's handler names it.
         d.reason = "sandbox_violation";
-        if (m_fault && m_fault->contains("syscall")) {
-          const int nr = m_fault->value("syscall", -1);
+        if (m_fault && protocol::unsigned_field(*m_fault, "syscall")) {
+          const int nr = static_cast<int>(*protocol::unsigned_field(*m_fault, "syscall"));
           char* name = ::seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
           d.detail = fmt::format("the sandbox denied system call {} ({}); the worker was killed (SIGSYS)",
                                  name != nullptr ? name : "?", nr);
@@ -184,11 +269,11 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
         d.reason = "resource_limit";
         d.detail += d.signal == SIGXCPU ? ": the worker's CPU-time limit (RLIMIT_CPU) was reached"
                                         : ": the worker's output file-size limit (RLIMIT_FSIZE) was reached";
-      } else if (m_fault && m_fault->value("resource", "") == "memory") {
+      } else if (m_fault && protocol::text_field(*m_fault, "resource") == "memory") {
         d.reason = "resource_limit";
         d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
       } else if (m_fault) {
-        d.fault_address = m_fault->value("address", uint64_t{0});
+        d.fault_address = protocol::unsigned_field(*m_fault, "address").value_or(0);
         if (d.signal == SIGSEGV || d.signal == SIGBUS) d.reason = classify_fault(*d.fault_address);
         d.detail += fmt::format(" at address {:#x}", *d.fault_address);
       }
@@ -212,7 +297,10 @@ std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& messa
     record_death(Channel::Status::closed);
     return std::nullopt;
   }
-  const auto deadline = std::chrono::steady_clock::now() + m_timeout;
+  return request_reply(std::chrono::steady_clock::now() + m_timeout);
+}
+
+std::optional<nlohmann::json> WorkerProcess::request_reply(std::chrono::steady_clock::time_point deadline) {
   for (;;) {
     Channel::Received r = m_channel.receive(deadline);
     if (r.status != Channel::Status::message) {
@@ -227,17 +315,81 @@ std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& messa
   }
 }
 
+namespace {
+
+// /var/tmp/kwb-worker-cache/<parts...> with every folder up to the last part created root-owned and writable only by
+// root (checked with lstat, so a planted symlink or someone else's folder is refused, never followed). The last part
+// is returned, not created.
+std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) {
+  std::filesystem::path at = "/var/tmp/kwb-worker-cache";
+  for (const std::string& part : parts) {
+    (void)::mkdir(at.c_str(), 0711);
+    struct stat st {};
+    if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
+      throw InternalError(fmt::format("{} is not a directory owned by root and writable only by it; remove it",
+                                      at.string()));
+    }
+    at /= part;
+  }
+  return at;
+}
+
+}  // namespace
+
+std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key) {
+  namespace fs = std::filesystem;
+  const std::optional<WorkerUser> user = unprivileged_worker_user();
+  if (!user) {
+    const fs::path dir = cache_dir() / "device-kernels" / backend / key;
+    fs::create_directories(dir);
+    return dir;
+  }
+  // Root: the worker runs as nobody and cannot reach kwb's cache under root's home. Its directory lives under
+  // /var/tmp, below a root-owned folder that nobody can write (checked, never followed if it is a symlink), and
+  // only the last component belongs to the worker's user.
+  const fs::path at = root_owned_path({backend, key});
+  (void)::mkdir(at.c_str(), 0700);
+  struct stat st {};
+  if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw InternalError(fmt::format("{} is not a directory; remove it", at.string()));
+  }
+  if (::chown(at.c_str(), user->uid, user->gid) != 0) {
+    throw_system_error(("chown(" + at.string() + ")").c_str(), __FILE__, __LINE__, errno);
+  }
+  return at;
+}
+
+std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
+  namespace fs = std::filesystem;
+  const std::string digest = sha256_file(artifact);
+  const fs::path at = root_owned_path({"objects", digest});
+  (void)::mkdir(at.c_str(), 0755);
+  const fs::path copy = at / "impl.so";
+  if (!fs::exists(copy) || sha256_file(copy) != digest) {
+    const fs::path tmp = at / fmt::format("impl.so.tmp.{}", ::getpid());
+    fs::copy_file(artifact, tmp, fs::copy_options::overwrite_existing);
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                             fs::perms::others_read);
+    fs::rename(tmp, copy);
+  }
+  return copy;
+}
+
 std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend) {
   WorkerProcess w(worker_exe, std::chrono::seconds(60));
-  auto reply = w.request({{"type", "probe"}, {"backend", backend}});
+  // A device runtime may need a writable directory to start at all (PoCL's kernel cache).
+  const std::string dir = backend == "cpu" ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
+  auto reply = w.request({{"type", "probe"}, {"backend", backend}, {"runtime_cache_dir", dir}});
   if (!reply) {
     throw Error(ExitCode::unavailable,
                 fmt::format("backend '{}': the worker died while opening it: {}", backend, w.m_death->detail));
   }
   if (reply->value("type", "") != "probed") {
-    const std::string detail = reply->value("detail", std::string("no detail"));
-    if (reply->value("reason", "") == "backend_unavailable") throw Error(ExitCode::unavailable, detail);
-    if (reply->value("reason", "") == "backend_usage") throw UsageError(detail);
+    std::string detail = protocol::text_field(*reply, "detail");
+    if (detail.empty()) detail = "no detail";
+    const std::string reason = protocol::text_field(*reply, "reason");
+    if (reason == "backend_unavailable") throw Error(ExitCode::unavailable, detail);
+    if (reason == "backend_usage") throw UsageError(detail);
     throw Error(ExitCode::unavailable, fmt::format("backend '{}' could not be opened: {}", backend, detail));
   }
   (void)w.shutdown();
@@ -247,25 +399,55 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
                                 const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
-  auto reply = request({{"type", "load"}, {"artifact", artifact.string()}, {"backend", backend},
+  // The artifact travels as a descriptor: the worker may run as nobody, who cannot reach kwb's cache.
+  const int artifact_fd = ::open(artifact.c_str(), O_RDONLY | O_CLOEXEC);
+  if (artifact_fd < 0) {
+    throw InternalError(fmt::format("cannot open the built artifact {}: {}", artifact.string(), std::strerror(errno)));
+  }
+  UniqueFd artifact_owner(artifact_fd);
+  std::vector<int> fds = {artifact_fd};
+  UniqueFd filter;
+  std::filesystem::path load_path = artifact;
+  if (m_profile_worker) {
+    filter = profile_filter_program(m_pid);  // the profile worker's sandbox (worker/profile_filter.h)
+    fds.push_back(filter.get());
+    // valgrind reads the object's symbols by its file name, as the worker's user: when that is nobody, the object
+    // is copied where nobody may read (and not write) it, at a path fixed by its content.
+    if (unprivileged_worker_user()) load_path = readable_copy(artifact);
+  }
+  auto reply = request({{"type", protocol::k_load}, {"artifact", load_path.string()}, {"backend", backend},
                         {"threads", threads}, {"task", task},
                         {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds},
                         {"trace", device.trace}, {"cold", device.cold},
-                        {"runtime_cache_dir", device.runtime_cache_dir}});
+                        {"runtime_cache_dir", device.runtime_cache_dir}},
+                       fds);
   if (!reply) {
     out.reason = m_death->reason;
     out.detail = "while loading: " + m_death->detail;
     return out;
   }
-  if (reply->value("type", "") != "loaded") {
-    out.reason = reply->value("reason", "load_failed");
-    out.detail = reply->value("detail", "");
+  if (reply->value("type", "") != protocol::k_loaded) {
+    // Reasons the worker may give for a load it refused; anything else is a forged or garbled answer.
+    static const char* const k_load_reasons[] = {"load_failed", "missing_symbol", "abi_mismatch", "setup_failed",
+                                                 "backend_unavailable", "backend_usage", "protocol"};
+    const auto reason = reply->find("reason");
+    const auto detail = reply->find("detail");
+    out.reason = "protocol";
+    if (reply->value("type", "") == protocol::k_error && reason != reply->end() && reason->is_string()) {
+      for (const char* r : k_load_reasons) {
+        if (*reason == r) out.reason = r;
+      }
+    }
+    out.detail = detail != reply->end() && detail->is_string() ? detail->get<std::string>()
+                                                                : "unexpected answer to load: " + reply->dump().substr(0, 200);
     return out;
   }
   out.ok = true;
   out.device = reply->value("device", std::string());
   if (auto s = reply->find("sandbox"); s != reply->end() && s->is_array()) {
-    for (const auto& f : *s) out.sandbox.push_back(f.get<std::string>());
+    for (const auto& f : *s) {
+      if (f.is_string()) out.sandbox.push_back(f.get<std::string>());
+    }
   }
   return out;
 }
@@ -277,19 +459,26 @@ bool WorkerProcess::replace(int id, const SharedBuffer& buffer) { return map_buf
 bool WorkerProcess::map_buffer(int id, const SharedBuffer& buffer, bool replace) {
   const BufferLayout& l = buffer.layout();
   nlohmann::json b = {{"id", id}, {"total", l.total}, {"data_offset", l.data_offset}, {"nbytes", l.nbytes},
-                      {"writable", !buffer.sealed()}, {"replace", replace}};
+                      {"writable", !buffer.read_only_for_others()}, {"replace", replace}};
   const int fd = buffer.fd();
-  auto reply = request({{"type", "map"}, {"buffers", nlohmann::json::array({b})}}, std::span(&fd, 1));
+  auto reply = request({{"type", protocol::k_map}, {"buffers", nlohmann::json::array({b})}}, std::span(&fd, 1));
   if (!reply) return false;
-  if (reply->value("type", "") != "mapped") {
-    throw InternalError("worker could not map a buffer: " + reply->value("detail", std::string("?")));
-  }
-  for (const auto& m : (*reply)["buffers"]) {
-    const int mapped_id = m["id"].get<int>();
-    std::erase_if(m_regions, [&](const Region& r) { return r.id == mapped_id; });
-    m_regions.push_back({mapped_id, !buffer.sealed(), m["region_begin"].get<uint64_t>(),
-                         m["region_end"].get<uint64_t>(), m["data_begin"].get<uint64_t>(),
-                         m["data_end"].get<uint64_t>()});
+  // The answer comes from a process the candidate controls: anything but a well-formed `mapped` for this buffer is
+  // the candidate's protocol violation, never kwb's internal error.
+  try {
+    if (reply->value("type", "") != protocol::k_mapped) throw std::runtime_error("not a mapped answer");
+    const auto& list = reply->at("buffers");
+    if (!list.is_array() || list.size() != 1) throw std::runtime_error("not one buffer");
+    const auto& m = list.at(0);
+    if (m.at("id").get<int>() != id) throw std::runtime_error("another buffer's id");
+    Region r{id, !buffer.read_only_for_others(), m.at("region_begin").get<uint64_t>(), m.at("region_end").get<uint64_t>(),
+             m.at("data_begin").get<uint64_t>(), m.at("data_end").get<uint64_t>()};
+    std::erase_if(m_regions, [&](const Region& x) { return x.id == id; });
+    m_regions.push_back(r);
+  } catch (const std::exception& e) {
+    fail_protocol(fmt::format("the worker's answer to mapping buffer {} is not a valid `mapped` message ({}): {}", id,
+                              e.what(), reply->dump().substr(0, 200)));
+    return false;
   }
   return true;
 }
@@ -300,61 +489,152 @@ bool WorkerProcess::unmap(const std::vector<int>& ids) {
   return reply.has_value();
 }
 
-bool WorkerProcess::flush() {
-  auto reply = request({{"type", "flush"}});
-  if (!reply) return false;
-  if (reply->value("type", "") != "flushed") {
-    throw InternalError("worker could not flush its caches: " + reply->value("detail", std::string("?")));
+bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_point deadline, bool spin,
+                                int64_t* stalled_ns) {
+  std::atomic<uint32_t>& state = m_control->state;
+  const auto spin_started = std::chrono::steady_clock::now();
+  timespec last{};
+  if (stalled_ns != nullptr) ::clock_gettime(CLOCK_MONOTONIC, &last);
+  for (uint64_t i = 0;; ++i) {
+    const uint32_t now_state = state.load(std::memory_order_acquire);
+    if (now_state == word) return true;
+    if (stalled_ns != nullptr) {
+      // Gaps in this loop are times this process was not running (preempted on a busy machine); the worker may have
+      // said ready in one and spun, unseen, since.
+      timespec t{};
+      ::clock_gettime(CLOCK_MONOTONIC, &t);
+      const int64_t gap = (t.tv_sec - last.tv_sec) * 1'000'000'000LL + (t.tv_nsec - last.tv_nsec);
+      if (gap > k_stall_ns) *stalled_ns += gap;
+      last = t;
+    }
+    if (spin) {
+      protocol::cpu_relax();
+      if ((i & 1023) != 1023) continue;
+    } else {
+      // Sleep until the worker changes the word (it wakes the futex on armed and done), at most 1 ms at a time.
+      timespec ts{0, 1'000'000};
+      ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&state), FUTEX_WAIT, now_state, &ts, nullptr, 0);
+    }
+    // Every ~1024 spins (a few microseconds) or every wake-up: is the worker still there, on time, and silent?
+    const auto now = std::chrono::steady_clock::now();
+    if (now > deadline) {
+      record_death(Channel::Status::timeout);
+      return false;
+    }
+    pollfd p{m_channel.fd(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) {
+      Channel::Received r = m_channel.receive(now + std::chrono::milliseconds(100));
+      if (r.status != Channel::Status::message) {
+        record_death(r.status, r.error);
+        return false;
+      }
+      if (r.message.value("type", "") == protocol::k_fault) {
+        m_fault = r.message;  // its death follows
+        continue;
+      }
+      if (r.message.value("type", "") == protocol::k_error &&
+          protocol::text_field(r.message, "reason") == "device_fault") {
+        WorkerDeath d;
+        fail_protocol("");
+        d.reason = "device_fault";
+        d.detail = "the device runtime failed during the call: " + protocol::text_field(r.message, "detail");
+        m_death = d;
+        return false;
+      }
+      fail_protocol("the worker sent a message in the middle of a call, which only the control page may carry: " +
+                    r.message.dump().substr(0, 200));
+      return false;
+    }
+    // A long call on a machine with few cores: let the implementation's own threads have this core now and then.
+    if (spin && now - spin_started > std::chrono::microseconds(50)) ::sched_yield();
   }
-  return true;
 }
 
-RunOutcome WorkerProcess::run(const RunRequest& req) {
-  auto tensors = [](const std::vector<TensorArg>& list) {
-    nlohmann::json arr = nlohmann::json::array();
-    for (const TensorArg& t : list) {
-      arr.push_back({{"name", t.name}, {"buffer", t.buffer}, {"dtype", t.dtype}, {"shape", t.shape}});
-    }
-    return arr;
-  };
-  nlohmann::json scalars = nlohmann::json::array();
-  for (const auto& [name, value] : req.scalars) scalars.push_back({name, value});
+RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   const uint64_t call = ++m_calls;
   RunOutcome out;
-  const nlohmann::json message = {{"type", "run"}, {"call", call}, {"inputs", tensors(req.inputs)},
-                                  {"outputs", tensors(req.outputs)}, {"scalars", scalars}};
-  const int64_t cpu_before = cpu_time_ns();
-  const auto sent = std::chrono::steady_clock::now();
-  auto reply = request(message);
-  out.parent_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - sent).count();
-  const int64_t cpu_after = cpu_time_ns();
-  if (cpu_before >= 0 && cpu_after >= 0) out.cpu_ns = cpu_after - cpu_before;
-  if (!reply) {
+  if (!alive()) {
     out.death = m_death;
     return out;
   }
-  if (reply->value("type", "") != "ran" || reply->value("call", uint64_t{0}) != call) {
-    WorkerDeath d;
-    if (reply->value("type", "") == "error" && reply->value("reason", "") == "device_fault") {
-      d.reason = "device_fault";
-      d.detail = "the device runtime failed during the call: " + reply->value("detail", std::string());
-    } else {
-      d.reason = "protocol";
-      d.detail = "unexpected answer to a run request: " + reply->dump().substr(0, 200);
-    }
-    ::kill(-m_pid, SIGKILL);
-    ::kill(m_pid, SIGKILL);
-    int st;
-    ::waitpid(m_pid, &st, 0);
-    m_pid = -1;
-    m_death = d;
-    out.death = d;
+  protocol::RunMessage message;
+  message.call = call;
+  message.inputs = req.inputs;
+  message.outputs = req.outputs;
+  message.scalars = req.scalars;
+  auto fail = [&]() {
+    out.death = m_death;
     return out;
+  };
+  if (!m_channel.send(protocol::to_json(message))) {
+    record_death(Channel::Status::closed);
+    return fail();
   }
+  const auto deadline = std::chrono::steady_clock::now() + m_timeout;
+  using protocol::Phase;
+  using protocol::state_word;
+  std::atomic<uint32_t>& state = m_control->state;
+  // The worker parses the request and arms; it answers on the socket instead only when it refuses the request.
+  if (!await_state(state_word(call, Phase::armed), deadline, false)) return fail();
+  if (hooks.before_wake) hooks.before_wake();
+  const int64_t cpu_a = cpu_time_ns();
+  state.store(state_word(call, Phase::wake), std::memory_order_release);
+  protocol::futex_wake(state);
+  int64_t stalled_ns = 0;
+  if (!await_state(state_word(call, Phase::ready), deadline, true, &stalled_ns)) return fail();
+  timespec seen_ready{}, t0{}, t1{};
+  ::clock_gettime(CLOCK_MONOTONIC, &seen_ready);
+  const int64_t cpu_b = cpu_time_ns();
+  // CLOCK_MONOTONIC through the vDSO (docs/timing.md), read here, in the parent, where no candidate code runs.
+  ::clock_gettime(CLOCK_MONOTONIC, &t0);
+  state.store(state_word(call, Phase::go), std::memory_order_release);
+  if (!await_state(state_word(call, Phase::done), deadline, true)) return fail();
+  ::clock_gettime(CLOCK_MONOTONIC, &t1);
+  const int64_t cpu_1 = cpu_time_ns();
+  out.rc = m_control->rc.load(std::memory_order_relaxed);
+  if (hooks.at_done) hooks.at_done();
+  const int64_t cpu_2 = cpu_time_ns();
+  state.store(state_word(call, Phase::collect), std::memory_order_release);
+  protocol::futex_wake(state);
+  auto span = [](const timespec& a, const timespec& b) {
+    return (b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec);
+  };
+  out.ns = span(t0, t1);
+  out.reaction_ns = span(seen_ready, t0) + stalled_ns;
+  out.cpu_windows_exact = cpu_clock_exact();
+  if (cpu_a >= 0 && cpu_b >= 0) out.pre_cpu_ns = cpu_b - cpu_a;
+  if (cpu_b >= 0 && cpu_1 >= 0) out.inside_cpu_ns = cpu_1 - cpu_b;
+  if (cpu_1 >= 0 && cpu_2 >= 0) out.post_cpu_ns = cpu_2 - cpu_1;
+
+  auto reply = request_reply(deadline);
+  if (!reply) return fail();
+  if (reply->value("type", "") != protocol::k_ran || protocol::unsigned_field(*reply, "call") != call) {
+    if (reply->value("type", "") == protocol::k_error && protocol::text_field(*reply, "reason") == "device_fault") {
+      fail_protocol("");
+      WorkerDeath d;
+      d.reason = "device_fault";
+      d.detail = "the device runtime failed during the call: " + protocol::text_field(*reply, "detail");
+      m_death = d;
+    } else {
+      fail_protocol("unexpected answer to a run request: " + reply->dump().substr(0, 200));
+    }
+    return fail();
+  }
+  const int64_t cpu_answer = cpu_time_ns();  // the worker sleeps in recvmsg now
+  if (cpu_a >= 0 && cpu_answer >= 0) out.cycle_cpu_ns = cpu_answer - cpu_a;
+  try {
+    parse_ran(*reply, out);
+  } catch (const std::exception& e) {
+    fail_protocol(fmt::format("malformed answer to a run request ({}): {}", e.what(), reply->dump().substr(0, 200)));
+    return fail();
+  }
+  return out;
+}
+
+void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out) {
+  const nlohmann::json* reply = &reply_json;
   out.answered = true;
-  out.rc = reply->value("rc", -1);
-  out.ns = reply->value("ns", int64_t{-1});
-  out.descriptors_intact = reply->value("descriptors_intact", false);
+  out.descriptors_intact = reply->at("descriptors_intact").get<bool>();
   if (reply->contains("device_ns")) {
     out.device = true;
     out.device_ns = reply->value("device_ns", int64_t{-1});
@@ -390,16 +670,17 @@ RunOutcome WorkerProcess::run(const RunRequest& req) {
     }
     out.profile = rp;
   }
-  return out;
 }
 
 bool WorkerProcess::shutdown() {
   if (!alive()) return false;
   // The goodbye is awaited like any answer; a worker that is already gone (it exited right after its last answer,
   // which it may have forged) fails here with the usual classification of its death.
-  auto reply = request({{"type", "exit"}});
+  auto reply = request({{"type", protocol::k_exit}});
   if (!reply) return false;
-  bool complete = reply->value("type", "") == "bye" && reply->value("calls", uint64_t{0}) == m_calls;
+  const auto calls = reply->find("calls");
+  bool complete = reply->value("type", "") == protocol::k_bye && calls != reply->end() &&
+                  calls->is_number_unsigned() && calls->get<uint64_t>() == m_calls;
   if (!complete) {
     WorkerDeath d;
     d.reason = "protocol";

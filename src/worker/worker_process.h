@@ -4,12 +4,14 @@
 #pragma once
 
 #include "worker/channel.h"
+#include "worker/protocol.h"
 #include "worker/shared_buffer.h"
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,17 +50,23 @@ struct WorkerLimits {
   uint64_t cpu_seconds = 0;
 };
 
-struct TensorArg {
-  std::string name;
-  int buffer = -1;
-  std::string dtype;
-  std::vector<int64_t> shape;
-};
+using TensorArg = protocol::TensorArg;
 
 struct RunRequest {
   std::vector<TensorArg> inputs;
   std::vector<TensorArg> outputs;
   std::vector<std::pair<std::string, double>> scalars;
+};
+
+// What the caller does at the two moments of a call when the worker is asleep (worker/protocol.h). Either may be
+// empty.
+struct RunHooks {
+  // The worker is armed and asleep: write the call's inputs and poison, evict caches. The worker's CPU clock is read
+  // after this returns, and any CPU it uses from then until it says ready is work outside the timer.
+  std::function<void()> before_wake;
+  // The worker said done and is going to sleep: capture (fingerprint) the outputs. The worker's CPU clock is read
+  // before and after, and it must not move.
+  std::function<void()> at_done;
 };
 
 // What only kwb-profile-worker reports about one kwb_run (docs/profile.md): the heap allocations made during the
@@ -84,12 +92,21 @@ struct DeviceCommand {
 struct RunOutcome {
   bool answered = false;  // false: see death
   int rc = 0;
+  // The call's time, taken by the parent: from go to done (worker/protocol.h).
   int64_t ns = 0;
-  // The parent's own measurements around the request, to cross-check `ns` (which the worker reports): wall time
-  // from just before sending the request to just after the answer, and the worker's CPU time over the same span
-  // (all its threads; read from outside through its CPU clock). cpu_ns < 0 when the clock could not be read.
-  int64_t parent_ns = 0;
-  int64_t cpu_ns = -1;
+  // The worker's CPU time (all its threads, read from outside through its CPU clock) in the three windows of the
+  // call: from the inputs' arrival to ready (pre), from go to done (inside), while the parent captured the outputs
+  // (post). -1 when the clock could not be read.
+  int64_t pre_cpu_ns = -1;
+  int64_t inside_cpu_ns = -1;
+  int64_t post_cpu_ns = -1;
+  // The parent's own reaction time from seeing ready to go, plus the times it was not running while it waited for
+  // ready (a busy machine): the worker legitimately spins that long before go.
+  int64_t reaction_ns = 0;
+  // CPU from the inputs' arrival to the worker's answer (both ends read while it sleeps, so exact even with the
+  // coarse clock), and whether the per-window figures above are exact (worker_cpu_clock_exact()).
+  int64_t cycle_cpu_ns = -1;
+  bool cpu_windows_exact = false;
   bool descriptors_intact = true;
   std::optional<WorkerDeath> death;
   std::optional<RunProfile> profile;  // present only in answers of kwb-profile-worker
@@ -107,6 +124,14 @@ struct RunOutcome {
 // Starts a worker that opens `backend` and loads nothing: the device's description, or Error(unavailable) with
 // the worker's explanation (no driver, no device, a kwb built without the backend).
 std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
+
+// The directory a worker's device runtime may write (PoCL's kernel cache), private to one implementation identity
+// `key`; created here, and owned by the worker's user when kwb runs as root (util/worker_user.h).
+std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key);
+
+// A copy of `artifact` that the worker's user can read but not write, under a root-owned folder of /var/tmp at a
+// path fixed by the object's digest: for the profile worker run by root (valgrind reads symbols by file name).
+std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
@@ -134,13 +159,17 @@ public:
   // worker died.
   bool replace(int id, const SharedBuffer& buffer);
   bool unmap(const std::vector<int>& ids);
-  // Cold mode on a host-memory backend: evict the caches before the next run request (backend.h). False when the
-  // worker died.
-  bool flush();
-  RunOutcome run(const RunRequest& request);
+  // One call, timed by this process through the control page (worker/protocol.h).
+  RunOutcome run(const RunRequest& request, const RunHooks& hooks = {});
 
-  // The worker's CPU time so far (every thread, living or gone), read through its CPU clock; -1 if unreadable.
+  // The worker's CPU time so far (every thread, living or gone); -1 if unreadable. Read through a perf task-clock
+  // counter that follows every thread of the worker, which the kernel brings up to date on each read even while the
+  // worker runs on another CPU; where perf_event_open is refused, through the process CPU clock, which the kernel
+  // updates only when a thread sleeps or at a tick (exact only while every thread sleeps).
   int64_t cpu_time_ns() const;
+  bool cpu_clock_exact() const { return m_task_clock.valid(); }
+  // Which clock, and why the exact one is missing, for the evidence.
+  const std::string& cpu_clock_note() const { return m_cpu_clock_note; }
   // Threads the worker has right now (/proc/PID/stat); -1 if unreadable.
   int thread_count() const;
 
@@ -160,11 +189,23 @@ private:
 
   friend std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
   std::optional<nlohmann::json> request(const nlohmann::json& message, std::span<const int> fds = {});
+  // Waits until the control page holds `word`: false (and death() set) when the worker died, timed out, or sent a
+  // message instead. `spin` keeps this thread busy (the short windows); otherwise it sleeps on the futex.
+  std::optional<nlohmann::json> request_reply(std::chrono::steady_clock::time_point deadline);
+  void parse_ran(const nlohmann::json& reply, RunOutcome& out);
+  bool await_state(uint32_t word, std::chrono::steady_clock::time_point deadline, bool spin,
+                   int64_t* stalled_ns = nullptr);
+  // A pause longer than this between two looks at the control page means this process was not running.
+  static constexpr int64_t k_stall_ns = 5'000;
+  // Ends the worker for a candidate-caused protocol violation (a forged, malformed or out-of-order message).
+  void fail_protocol(const std::string& detail);
+  void place_on_cpus();
   bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
   std::string classify_fault(uint64_t address) const;
 
   std::chrono::milliseconds m_timeout;
+  bool m_profile_worker = false;  // kwb-profile-worker: its load carries its seccomp program
   pid_t m_pid = -1;
   Channel m_channel;
   UniqueFd m_output;  // memfd holding the worker's stdout+stderr
@@ -172,6 +213,10 @@ private:
   std::optional<WorkerDeath> m_death;
   std::optional<nlohmann::json> m_fault;
   uint64_t m_calls = 0;
+  protocol::ControlBlock* m_control = nullptr;  // the control page, shared with the worker
+  UniqueFd m_control_fd;
+  UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
+  std::string m_cpu_clock_note;
   clockid_t m_cpu_clock = -1;
   bool m_has_cpu_clock = false;
 };

@@ -1,10 +1,10 @@
 // Adversarial candidate. Class: result-channel forgery (pygpubench fd_overwrite, pipe_interpose).
 // Cheat: computes the output honestly, then writes its own "ran" answer, claiming 1 ns, on the worker's inherited
 // socket (fd 3) and leaves with _exit(0) before the worker can send the real one.
-// Defense: the parent decides everything from raw facts it can check: a reported time below what the memory
-// traffic allows (or above the parent's own round trip, or far below the worker's CPU time) is rejected, and a
-// worker that is gone after answering is a failure of the run, whatever its exit status.
-// Expected reason: timing_implausible (kwb check), followed by exited.
+// Defense: the worker reports no time at all (the parent takes both timestamps, worker/protocol.h), and a message
+// on the socket while a call is running, which only the control page may carry, is the candidate's protocol
+// failure; a worker that is gone after answering is a failure of the run, whatever its exit status.
+// Expected reason: protocol.
 #include <kwb/kernel.h>
 
 #include <sys/socket.h>

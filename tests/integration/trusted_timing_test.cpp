@@ -1,0 +1,154 @@
+// The attacks on what a verdict depends on inside the worker (issue: truth outside the candidate's reach), each run
+// through the stage where it acts: compare for the timing attacks, check for the protocol and sandbox ones,
+// validate for the profile worker. docs/threat-model.md maps each to its defense.
+#include "cli_helpers.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
+
+std::set<std::string> reasons(const nlohmann::json& failures) {
+  std::set<std::string> out;
+  for (const auto& f : failures) out.insert(f.at("reason").get<std::string>());
+  return out;
+}
+
+// Every failure of a compare report: those of its workloads, and those behind a refusal (the pre-timing check).
+std::set<std::string> compare_reasons(const nlohmann::json& j) {
+  std::set<std::string> out;
+  for (const auto& w : j["workloads"]) {
+    for (const std::string& r : reasons(w["failures"])) out.insert(r);
+  }
+  for (const auto& r : j["refused"]) out.insert(r.get<std::string>());
+  return out;
+}
+
+bool mentions_any(const std::set<std::string>& got, const std::vector<std::string>& wanted) {
+  for (const std::string& g : got) {
+    for (const std::string& w : wanted) {
+      if (g.find(w) != std::string::npos) return true;
+    }
+  }
+  return false;
+}
+
+KwbRun compare(const fs::path& candidate, const std::string& workload, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"compare", k_rmsnorm.string(), "--candidate", candidate.string(), "--workload",
+                                   workload, "--max-minutes", "0.2", "--json"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_kwb(args);
+}
+
+KwbRun check(const fs::path& impl, std::vector<std::string> extra = {}) {
+  std::vector<std::string> args = {"check", k_rmsnorm.string(), "--impl", impl.string(), "--json",
+                                   "--timeout-seconds", "10", "--case", "zeros", "--case", "decode", "--case",
+                                   "prefill"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_kwb(args);
+}
+
+TEST(trusted_timing_test, saying_done_early_from_inside_the_worker_gets_no_metric) {
+  KwbRun r = compare(k_adversarial / "early_done.cpp", "prefill");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.exit_code, 70) << r.errors;
+  EXPECT_TRUE(r.json["verdict"] == "REFUSED" || r.json["verdict"] == "INVALID") << r.output;
+  for (const auto& w : r.json["workloads"]) EXPECT_TRUE(w["improvement_pct"].is_null()) << w.dump();
+  EXPECT_TRUE(mentions_any(compare_reasons(r.json), {"protocol", "work_outside_timer", "work_after_return"}))
+      << r.output;
+}
+
+TEST(trusted_timing_test, rewriting_clock_samples_in_the_worker_gains_nothing) {
+  // Three full passes of honest work: as slow as the baseline or slower, whatever it writes on the stack.
+  KwbRun r = compare(k_adversarial / "clock_rewrite.cpp", "decode", {"--min-improvement-pct", "10"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.exit_code, 70) << r.errors;
+  EXPECT_NE(r.json["verdict"], "PASS") << r.output;
+  for (const auto& w : r.json["workloads"]) {
+    if (!w["improvement_pct"].is_null()) {
+      EXPECT_LT(w["ci_low_pct"].get<double>(), 10.0) << w.dump();
+    }
+  }
+}
+
+TEST(trusted_timing_test, a_memo_keyed_on_mapping_state_replays_and_is_refused_timing) {
+  KwbRun c = check(k_adversarial / "mapping_memo.cpp");
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_EQ(c.exit_code, 1);
+  EXPECT_TRUE(reasons(c.json["failures"]).contains("stale_output")) << c.json["failures"].dump();
+  KwbRun r = compare(k_adversarial / "mapping_memo.cpp", "prefill");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["verdict"], "REFUSED") << r.output;
+}
+
+TEST(trusted_timing_test, forged_protocol_messages_are_the_candidates_failure_never_kwbs) {
+  KwbRun r = check(k_adversarial / "forged_reply.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  EXPECT_TRUE(reasons(r.json["failures"]).contains("protocol")) << r.json["failures"].dump();
+}
+
+TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
+  KwbRun r = check(k_adversarial / "signal_routing.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  bool named = false;
+  for (const auto& f : r.json["failures"]) {
+    named = named || (f["reason"] == "sandbox_violation" &&
+                      f["detail"].get<std::string>().find("fcntl") != std::string::npos);
+  }
+  EXPECT_TRUE(named) << r.json["failures"].dump();
+}
+
+TEST(trusted_timing_test, cold_mode_is_the_parents_flush_and_times_both_arms) {
+  KwbRun r = compare(k_rmsnorm / "cpu" / "fused.cpp", "prefill", {"--cold"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["cold"], true);
+  ASSERT_EQ(r.json["workloads"].size(), 1u) << r.output;
+  EXPECT_TRUE(r.json["workloads"][0]["failures"].empty()) << r.json["workloads"][0]["failures"].dump();
+  EXPECT_FALSE(r.json["workloads"][0]["improvement_pct"].is_null());
+}
+
+TEST(trusted_timing_test, the_profile_worker_cannot_start_a_daemon_that_outlives_it) {
+  const fs::path marker = "/tmp/kwb-profile-escape";
+  std::error_code ec;
+  fs::remove(marker, ec);
+  const fs::path out = fs::temp_directory_path() / ("kwb-profile-escape-" + std::to_string(::getpid()));
+  fs::remove_all(out, ec);
+  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate", (k_adversarial / "profile_escape.cpp").string(),
+                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.exit_code, 70) << r.errors;
+  EXPECT_FALSE(fs::exists(marker)) << read_file(marker);
+  fs::remove_all(out, ec);
+}
+
+TEST(trusted_timing_test, no_worker_runs_as_root) {
+  if (::geteuid() != 0) GTEST_SKIP() << "kwb runs as an unprivileged user here: its workers cannot be root anyway";
+  const fs::path probe = k_adversarial / "uid_probe.cpp";
+  KwbRun c = check(probe);
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_EQ(c.exit_code, 0) << c.json["failures"].dump();
+  KwbRun r = compare(probe, "decode");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.json["verdict"], "REFUSED") << r.output;
+  for (const auto& w : r.json["workloads"]) EXPECT_TRUE(w["failures"].empty()) << w["failures"].dump();
+  KwbRun p = run_kwb({"profile", k_rmsnorm.string(), "--impl", probe.string(), "--workload", "decode", "--json"});
+  ASSERT_FALSE(p.json.is_discarded()) << p.output << p.errors;
+  EXPECT_EQ(p.exit_code, 0) << p.output << p.errors;
+}
+
+}  // namespace
+}  // namespace kwb::test
