@@ -1,5 +1,7 @@
 #include "builder/builder.h"
 
+#include "builder/build_sandbox.h"
+#include "builder/depfile.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -9,18 +11,41 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdlib>
+#include <optional>
 
 namespace kwb {
 
 namespace fs = std::filesystem;
 
 nlohmann::json to_json(const BuildIdentity& id) {
+  nlohmann::json deps = nlohmann::json::array();
+  for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
   return {{"source_sha256", id.source_sha256},     {"command", id.command},
           {"compiler", id.compiler},               {"compiler_version", id.compiler_version},
           {"abi_header_sha256", id.abi_header_sha256}, {"layout_variant", id.layout_variant},
-          {"backend", id.backend},
+          {"backend", id.backend},                 {"dependencies", deps},
           {"key", id.key},                         {"artifact_sha256", id.artifact_sha256}};
+}
+
+BuildIdentity build_identity_from_json(const nlohmann::json& j) {
+  BuildIdentity id;
+  id.source_sha256 = j.value("source_sha256", "");
+  id.command = j.value("command", "");
+  id.compiler = j.value("compiler", "");
+  id.compiler_version = j.value("compiler_version", "");
+  id.backend = j.value("backend", "");
+  id.abi_header_sha256 = j.value("abi_header_sha256", "");
+  id.layout_variant = j.value("layout_variant", 0);
+  if (auto it = j.find("dependencies"); it != j.end() && it->is_array()) {
+    for (const auto& d : *it) id.dependencies.emplace_back(d.value("path", ""), d.value("sha256", ""));
+  }
+  id.key = j.value("key", "");
+  id.artifact_sha256 = j.value("artifact_sha256", "");
+  return id;
 }
 
 namespace {
@@ -125,6 +150,95 @@ std::string layout_pad_source(int variant) {
       variant, 64 * variant + 8 * (variant % 7) + 24);
 }
 
+
+constexpr const char* k_include_tag = "<kwb-include>";
+
+// What the sandbox lets the compiler read besides the toolchain: said after every failed build that may have
+// tried to read something else.
+std::string sandbox_note(const fs::path& folder, const fs::path& include_dir) {
+  return fmt::format(
+      "kwb: builds run in a sandbox that can read only the toolchain, the system headers, kwb's include folder ({}) "
+      "and the candidate's own folder ({}); a file outside them cannot be #included or .incbin'ed",
+      include_dir.string(), folder.string());
+}
+
+// The file a recorded dependency names, or nullopt when the name is not one the builder writes.
+std::optional<fs::path> dependency_file(const std::string& name, const fs::path& folder, const fs::path& include_dir) {
+  const std::string tag = std::string(k_include_tag) + "/";
+  fs::path p = name.starts_with(tag) ? include_dir / name.substr(tag.size()) : folder / name;
+  p = p.lexically_normal();
+  if (name.empty() || fs::path(name).is_absolute() || !(path_is_within(p, folder) || path_is_within(p, include_dir))) {
+    return std::nullopt;
+  }
+  return p;
+}
+
+// The hash of a dependency if it still resolves (after symlinks) inside the candidate's folder or kwb's include
+// folder; nullopt when it is missing or leads elsewhere.
+std::optional<std::string> hash_dependency(const fs::path& file, const fs::path& folder, const fs::path& include_dir) {
+  std::error_code ec;
+  const fs::path real = fs::canonical(file, ec);
+  if (ec || !fs::is_regular_file(real, ec)) return std::nullopt;
+  if (!path_is_within(real, folder) && !path_is_within(real, include_dir)) return std::nullopt;
+  return sha256_file(real);
+}
+
+std::string full_key(const std::string& pre_key, const std::vector<std::pair<std::string, std::string>>& deps) {
+  Sha256 key;
+  key.update(pre_key);
+  key.update(std::string_view("\0", 1));
+  for (const auto& [path, sha] : deps) {
+    key.update(path);
+    key.update(std::string_view("\0", 1));
+    key.update(sha);
+    key.update(std::string_view("\0", 1));
+  }
+  return key.hex_digest();
+}
+
+// The dependency list a manifest records, if every file in it still hashes to what was recorded.
+std::optional<std::vector<std::pair<std::string, std::string>>> current_dependencies(const fs::path& manifest,
+                                                                                    const fs::path& folder,
+                                                                                    const fs::path& include_dir) {
+  std::error_code ec;
+  if (!fs::is_regular_file(manifest, ec)) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(read_file(manifest), nullptr, false);
+  if (j.is_discarded() || !j.contains("dependencies") || !j["dependencies"].is_array()) return std::nullopt;
+  std::vector<std::pair<std::string, std::string>> deps;
+  for (const auto& d : j["dependencies"]) {
+    if (!d.is_object() || !d.contains("path") || !d.contains("sha256")) return std::nullopt;
+    const std::string name = d["path"].is_string() ? d["path"].get<std::string>() : "";
+    const std::string sha = d["sha256"].is_string() ? d["sha256"].get<std::string>() : "";
+    const std::optional<fs::path> file = dependency_file(name, folder, include_dir);
+    if (!file) return std::nullopt;
+    const std::optional<std::string> now = hash_dependency(*file, folder, include_dir);
+    if (!now || *now != sha) return std::nullopt;
+    deps.emplace_back(name, sha);
+  }
+  return deps;
+}
+
+// A fresh private folder for one compile, removed when the build is over.
+class PrivateDir {
+public:
+  explicit PrivateDir(const fs::path& parent) {
+    fs::create_directories(parent);
+    std::string templ = (parent / "build.XXXXXX").string();
+    if (::mkdtemp(templ.data()) == nullptr) throw_system_error("mkdtemp", __FILE__, __LINE__, errno);
+    m_path = templ;
+  }
+  PrivateDir(const PrivateDir&) = delete;
+  PrivateDir& operator=(const PrivateDir&) = delete;
+  ~PrivateDir() {
+    std::error_code ec;
+    fs::remove_all(m_path, ec);
+  }
+  const fs::path& path() const { return m_path; }
+
+private:
+  fs::path m_path;
+};
+
 }  // namespace
 
 Artifact build_implementation(const BuildRequest& request) {
@@ -136,9 +250,16 @@ Artifact build_implementation(const BuildRequest& request) {
   if (request.backend != "cpu" && request.backend != "opencl" && request.backend != "cuda") {
     throw UsageError(fmt::format("unknown backend '{}' (expected cpu, opencl or cuda)", request.backend));
   }
+  // The compiler may read the source's whole folder: a source directly in / would expose everything.
+  const fs::path folder = art.source.parent_path();
+  if (folder == folder.root_path()) {
+    throw DataError(fmt::format("{}: an implementation directly in / cannot be built (the compiler may read its "
+                                "whole folder): move it into a folder of its own",
+                                art.source.string()));
+  }
   const Toolchain tc = toolchain_for(art.source, request.backend);
   const fs::path cuda_lib = tc.nvcc ? cuda_library_dir(tc.compiler) : fs::path();
-  const fs::path include_dir = abi_include_dir();
+  const fs::path include_dir = fs::weakly_canonical(abi_include_dir());
 
   BuildIdentity& id = art.identity;
   id.source_sha256 = sha256_file(art.source);
@@ -152,6 +273,7 @@ Artifact build_implementation(const BuildRequest& request) {
   id.backend = request.backend;
   id.abi_header_sha256 = sha256_file(include_dir / "kwb" / "kernel.h");
   id.layout_variant = request.layout_variant;
+  // The dependency-output flags (-MD -MF, -Wa,--MD) change nothing in the object and are not recorded.
   std::string cmd = tc.compiler;
   for (const std::string& f : tc.flags) cmd += " " + f;
   cmd += " -I<kwb-include>";
@@ -161,57 +283,135 @@ Artifact build_implementation(const BuildRequest& request) {
   for (const std::string& f : tc.link_flags) cmd += " " + f;
   cmd += " -o <artifact>";
   id.command = cmd;
-  Sha256 key;
+  Sha256 pre;
   for (const std::string& part : {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256, id.backend,
                                   std::to_string(id.layout_variant), layout_pad_source(id.layout_variant)}) {
-    key.update(part);
-    key.update(std::string_view("\0", 1));
+    pre.update(part);
+    pre.update(std::string_view("\0", 1));
   }
-  id.key = key.hex_digest();
+  const std::string pre_key = pre.hex_digest();
+  const fs::path artifacts = cache_dir() / "artifacts";
+  const fs::path manifest = artifacts / pre_key / "manifest.json";
 
-  const fs::path dir = cache_dir() / "artifacts" / id.key;
-  const fs::path so = dir / "impl.so";
-  const fs::path meta = dir / "identity.json";
-  art.path = so;
-  if (fs::exists(so) && fs::exists(meta)) {
-    // A cached object is reused only if it still hashes to what was recorded when it was built.
-    nlohmann::json recorded = nlohmann::json::parse(read_file(meta), nullptr, false);
-    if (!recorded.is_discarded() && recorded.value("artifact_sha256", "") == sha256_file(so)) {
-      id.artifact_sha256 = recorded["artifact_sha256"];
-      art.ok = true;
-      art.from_cache = true;
-      return art;
+  // A cached object is reused only if every file the last build read still hashes the same, and the object still
+  // hashes to what was recorded when it was built.
+  if (auto deps = current_dependencies(manifest, folder, include_dir)) {
+    id.dependencies = *deps;
+    id.key = full_key(pre_key, id.dependencies);
+    const fs::path so = artifacts / id.key / "impl.so";
+    const fs::path meta = artifacts / id.key / "identity.json";
+    art.path = so;
+    if (fs::exists(so) && fs::exists(meta)) {
+      nlohmann::json recorded = nlohmann::json::parse(read_file(meta), nullptr, false);
+      if (!recorded.is_discarded() && recorded.value("artifact_sha256", "") == sha256_file(so)) {
+        id.artifact_sha256 = recorded["artifact_sha256"];
+        art.ok = true;
+        art.from_cache = true;
+        return art;
+      }
     }
+    id.dependencies.clear();
+    id.key.clear();
   }
 
-  fs::create_directories(dir);
-  const std::string tmp_so = (dir / fmt::format("impl.so.tmp.{}", ::getpid())).string();
+  require_build_sandbox();
+  PrivateDir work(artifacts / pre_key);
+  const fs::path out_so = work.path() / "impl.so";
+  const fs::path depfile = work.path() / "deps.d";
+  const fs::path as_depfile = work.path() / "as.d";
   std::vector<std::string> argv = {tc.compiler};
   argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
   argv.push_back("-I" + include_dir.string());
   if (tc.nvcc && !cuda_lib.empty()) argv.push_back("-Xlinker=-rpath," + cuda_lib.string());
   if (request.layout_variant > 0) {
-    const fs::path pad = dir / "layout_pad.c";
+    const fs::path pad = work.path() / "layout_pad.c";
     write_file_atomic(pad, layout_pad_source(request.layout_variant));
     // C++ drivers would compile a .c file as C++; the padding is valid in both (nvcc hands a .c to the host
-    // compiler).
+    // compiler). It comes first: each compile rewrites the depfiles, and the candidate's must be the last.
     argv.push_back(pad.string());
   }
   argv.push_back(art.source.string());
   argv.insert(argv.end(), tc.link_flags.begin(), tc.link_flags.end());
+  argv.insert(argv.end(), {"-MD", "-MF", depfile.string()});
+  // GNU as names the files .incbin and .include read; clang's integrated assembler has no such output, and nvcc
+  // runs the assembler again for its device-link stub, which would overwrite the candidate's list.
+  const bool gnu_as = !tc.nvcc && id.compiler_version.find("clang") == std::string::npos;
+  if (gnu_as) argv.push_back("-Wa,--MD," + as_depfile.string());
   argv.push_back("-o");
-  argv.push_back(tmp_so);
-  CommandResult r = run_command(argv, std::chrono::minutes(5));
+  argv.push_back(out_so.string());
+
+  BuildSandboxSpec spec;
+  spec.read_only = {folder, include_dir};
+  if (!cuda_lib.empty()) spec.read_only.push_back(cuda_lib);
+  spec.writable = work.path();
+  spec.workdir = folder;
+  CommandResult r = run_in_build_sandbox(argv, spec);
   art.log = r.output;
   if (r.timed_out || r.exit_code != 0) {
-    std::error_code ec;
-    fs::remove(tmp_so, ec);
     if (r.timed_out) art.log += "\n(compiler killed after 5 minutes)";
+    // bwrap passes a killed compiler's signal on as 128 + signal; the gcc driver reports its own children's.
+    const int sig = r.signal != 0 ? r.signal : (r.exit_code > 128 ? r.exit_code - 128 : 0);
+    if (sig == SIGXCPU || sig == SIGKILL || sig == SIGXFSZ || sig == SIGSEGV ||
+        art.log.find("out of memory") != std::string::npos || art.log.find("memory exhausted") != std::string::npos ||
+        art.log.find("CPU time limit") != std::string::npos || art.log.find("Killed signal") != std::string::npos ||
+        art.log.find("File size limit") != std::string::npos) {
+      art.log += "\n(kwb: builds are limited to 300 s of CPU, 4 GiB of address space and 1 GiB per file, per process)";
+    }
+    if (art.log.find("No such file") != std::string::npos || art.log.find("file not found") != std::string::npos ||
+        art.log.find("can't open") != std::string::npos || art.log.find("cannot open") != std::string::npos) {
+      art.log += "\n" + sandbox_note(folder, include_dir) + "\n";
+    }
     return art;
   }
-  fs::rename(tmp_so, so);
+
+  // Every file the compile read outside the toolchain roots: hashed into the identity.
+  std::vector<std::string> read;
+  for (const fs::path& d : {depfile, as_depfile}) {
+    std::error_code ec;
+    if (!fs::is_regular_file(d, ec)) {
+      if (d == depfile) throw InternalError(fmt::format("{}: the compiler wrote no depfile", art.source.string()));
+      continue;
+    }
+    for (std::string& dep : parse_depfile(read_file(d))) read.push_back(std::move(dep));
+  }
+  for (const std::string& dep : read) {
+    fs::path p = fs::path(dep).is_absolute() ? fs::path(dep) : folder / dep;
+    p = p.lexically_normal();
+    if (path_is_within(p, work.path())) continue;  // kwb's own padding and the compiler's temporaries
+    std::string name;
+    if (path_is_within(p, folder)) {
+      name = p.lexically_relative(folder).string();
+    } else if (path_is_within(p, include_dir)) {
+      name = std::string(k_include_tag) + "/" + p.lexically_relative(include_dir).string();
+    } else {
+      continue;  // the toolchain and system headers: compiler_version stands for them
+    }
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;  // a name the assembler records for .file, not a file it read
+    if (fs::equivalent(p, art.source, ec)) continue;  // source_sha256
+    const std::optional<std::string> sha = hash_dependency(p, folder, include_dir);
+    if (!sha) {
+      art.log += fmt::format("\n{}: {} leads outside the candidate's folder\n{}\n", art.source.string(), p.string(),
+                             sandbox_note(folder, include_dir));
+      return art;
+    }
+    if (std::none_of(id.dependencies.begin(), id.dependencies.end(), [&](const auto& e) { return e.first == name; })) {
+      id.dependencies.emplace_back(name, *sha);
+    }
+  }
+  std::sort(id.dependencies.begin(), id.dependencies.end());
+  id.key = full_key(pre_key, id.dependencies);
+
+  const fs::path dir = artifacts / id.key;
+  const fs::path so = dir / "impl.so";
+  fs::create_directories(dir);
+  art.path = so;
+  fs::rename(out_so, so);
   id.artifact_sha256 = sha256_file(so);
-  write_file_atomic(meta, to_json(id).dump(2) + "\n");
+  write_file_atomic(dir / "identity.json", to_json(id).dump(2) + "\n");
+  nlohmann::json deps = nlohmann::json::array();
+  for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
+  write_file_atomic(manifest, nlohmann::json{{"key", id.key}, {"dependencies", deps}}.dump(2) + "\n");
   art.ok = true;
   return art;
 }

@@ -6,6 +6,8 @@
 
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace kwb {
 
@@ -17,11 +19,17 @@ struct BuildIdentity {
   std::string backend;            // cpu, opencl or cuda: decides the toolchain flags and link libraries
   std::string abi_header_sha256;  // kwb/kernel.h the source was compiled against
   int layout_variant = 0;         // 0: plain build; n > 0: A' copies with n-dependent code padding
+  // Every file the compile read besides the source and the system/toolchain headers (those are covered by
+  // compiler_version): (path, sha256), sorted by path. Paths are relative to the source's folder, or
+  // "<kwb-include>/..." for kwb's ABI headers. From the compiler's depfile (and GNU as's, for .incbin).
+  std::vector<std::pair<std::string, std::string>> dependencies;
   std::string key;                // SHA-256 over everything above: the cache key
   std::string artifact_sha256;    // SHA-256 of the built shared object
 };
 
 nlohmann::json to_json(const BuildIdentity& id);
+// The inverse of to_json; fields a record written before they existed lacks are left empty.
+BuildIdentity build_identity_from_json(const nlohmann::json& j);
 
 struct Artifact {
   std::filesystem::path source;  // absolute
@@ -38,9 +46,15 @@ struct BuildRequest {
   std::string backend = "cpu";  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
 };
 
-// Builds (or reuses from the cache, after re-hashing the cached object) one implementation. A compile error is
-// returned as ok == false with the compiler's output; an unreadable source or unsupported extension throws
-// DataError.
+// Builds (or reuses from the cache, after re-hashing the cached object) one implementation. The compiler runs in
+// the build sandbox (build_sandbox.h): it reads only the toolchain, system headers, kwb's include folder and the
+// source's own folder. A compile error, or a read outside those, is returned as ok == false with the compiler's
+// output and a kwb line saying why; an unreadable source or unsupported extension throws DataError; a machine where
+// the sandbox cannot run throws Error(unavailable).
+//
+// Cache: the key of an identity covers its dependencies, which are known only after a build. As in ccache's direct
+// mode, a manifest under the pre-key (everything but the dependencies) records the last build's dependency list; a
+// lookup re-hashes every recorded file, and any change or missing file is a miss and a rebuild.
 Artifact build_implementation(const BuildRequest& request);
 
 }  // namespace kwb

@@ -1,0 +1,60 @@
+// The compiler's sandbox (docs/threat-model.md, "Build"): a candidate's source is untrusted input to the compiler,
+// and `#include "/etc/shadow"` or `.incbin` would otherwise embed any file the invoking user can read. Every compile
+// of candidate code runs under bubblewrap with:
+//   - read-only: the toolchain roots (/usr and the merged-usr links /bin /lib /lib64 /sbin, or binds where they are
+//     real folders), the few /etc files the drivers need (alternatives, ld.so.cache), the compiler's own prefix
+//     when it lives elsewhere (a CUDA toolkit outside /usr), kwb's ABI include folder, the candidate's folder;
+//   - writable: one fresh private output folder (the object, the depfiles, the compiler's temporary files);
+//   - every namespace unshared (no network, its own PID namespace killed with it), no capabilities, a new session;
+//   - rlimits (address space, CPU, file size) and a wall-clock limit after which the whole sandbox is killed.
+// Paths keep their absolute names inside, so compiler messages and depfiles name real paths.
+// There is no unsandboxed fallback: where bubblewrap is missing or cannot create namespaces, builds fail with
+// exit 69 (unavailable) and a message that says what to install or enable.
+#pragma once
+
+#include "util/subprocess.h"
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+struct BuildSandboxLimits {
+  std::uint64_t address_space_bytes = 4ull << 30;  // RLIMIT_AS per process (nvcc's cicc and ptxas fit in 4 GiB)
+  std::uint64_t cpu_seconds = 300;                   // RLIMIT_CPU per process
+  std::uint64_t file_size_bytes = 1ull << 30;        // RLIMIT_FSIZE: no object or temporary larger than 1 GiB
+  std::chrono::milliseconds wall{std::chrono::minutes(5)};
+  std::size_t max_output_bytes = 1 << 20;            // compiler output kept (the rest is drained and dropped)
+};
+
+struct BuildSandboxSpec {
+  std::vector<std::filesystem::path> read_only;  // bound read-only at the same path (besides the toolchain roots)
+  std::filesystem::path writable;                // the private output folder, bound read-write; also $TMPDIR's parent
+  std::filesystem::path workdir;                 // the compiler's working directory (the candidate's folder)
+};
+
+// The folders and files every compile may read: toolchain roots and the /etc entries the drivers need. A root that
+// is a symlink (merged /usr) is recreated as the same symlink inside.
+std::vector<std::filesystem::path> build_sandbox_system_roots();
+
+// The prefix of a compiler outside the system roots that must be bound too: for /opt/cuda-x/bin/nvcc (after
+// resolving PATH and symlinks) this is /opt/cuda-x. Empty when the compiler already lies under a system root.
+std::filesystem::path compiler_prefix_to_bind(const std::string& compiler);
+
+// Throws Error(unavailable) unless bubblewrap is installed and can create the namespaces the build needs. Probed
+// once per process.
+void require_build_sandbox();
+
+// Runs argv inside the sandbox. argv[0] is looked up on the caller's PATH. The result's output is the compiler's
+// merged stdout/stderr; timed_out when the wall-clock limit killed it. Throws Error(unavailable) when the sandbox
+// itself cannot be set up.
+CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const BuildSandboxSpec& spec,
+                                   const BuildSandboxLimits& limits = {});
+
+// True when `path` (absolute, lexically normal) equals `root` or lies below it.
+bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);
+
+}  // namespace kwb

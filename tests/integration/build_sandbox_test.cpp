@@ -1,0 +1,249 @@
+// The build sandbox and the identity's dependencies (issue 11, class 6): the compiler reads only the toolchain,
+// system headers, kwb's include folder and the candidate's folder, and every other file it read is hashed into the
+// identity and the cache key, so editing a header in the candidate's folder is a new implementation and a rebuild.
+#include "builder/builder.h"
+#include "cli_helpers.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/sha256.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
+const fs::path k_with_header = k_source_dir / "tests" / "candidates" / "with_header";
+const std::string k_note = "kwb: builds run in a sandbox that can read only the toolchain";
+
+// A fresh folder under /tmp, and a private artifact cache in it for this process (the CLI tests inherit it).
+class BuildSandboxTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    m_root = fs::temp_directory_path() / fmt::format("kwb-build-sandbox-{}-{}", ::getpid(), info->name());
+    fs::remove_all(m_root);
+    fs::create_directories(m_root / "cache");
+    ::setenv("KWB_CACHE_DIR", (m_root / "cache").c_str(), 1);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(m_root, ec);
+  }
+  fs::path m_root;
+};
+
+void write(const fs::path& p, const std::string& text) {
+  fs::create_directories(p.parent_path());
+  std::ofstream(p, std::ios::trunc) << text;
+}
+
+// A copy of tests/candidates/with_header in a folder of its own.
+fs::path copy_with_header(const fs::path& to) {
+  fs::create_directories(to);
+  fs::copy(k_with_header, to, fs::copy_options::recursive);
+  return to / "kernel.cpp";
+}
+
+const std::string* dependency_hash(const BuildIdentity& id, const std::string& path) {
+  for (const auto& [p, sha] : id.dependencies) {
+    if (p == path) return &sha;
+  }
+  return nullptr;
+}
+
+TEST_F(BuildSandboxTest, include_of_a_file_outside_the_folder_fails_with_the_sandbox_named) {
+  Artifact a = build_implementation({k_adversarial / "build_include_outside.cpp"});
+  EXPECT_FALSE(a.ok);
+  EXPECT_NE(a.log.find("/etc/passwd: No such file"), std::string::npos) << a.log;
+  EXPECT_NE(a.log.find(k_note), std::string::npos) << a.log;
+  EXPECT_EQ(a.log.find("root:"), std::string::npos) << a.log;
+}
+
+TEST_F(BuildSandboxTest, incbin_of_a_file_outside_the_folder_fails_with_the_sandbox_named) {
+  Artifact a = build_implementation({k_adversarial / "build_incbin_outside.cpp"});
+  EXPECT_FALSE(a.ok);
+  EXPECT_NE(a.log.find("/etc/passwd"), std::string::npos) << a.log;
+  EXPECT_NE(a.log.find(k_note), std::string::npos) << a.log;
+  EXPECT_EQ(a.log.find("root:"), std::string::npos) << a.log;
+}
+
+TEST_F(BuildSandboxTest, parent_folder_and_symlinked_files_outside_the_folder_cannot_be_read) {
+  write(m_root / "outer" / "secret.h", "#define SECRET 42\n");
+  const fs::path folder = m_root / "outer" / "cand";
+  write(folder / "up.cpp", "#include \"../secret.h\"\nint f() { return SECRET; }\n");
+  Artifact up = build_implementation({folder / "up.cpp"});
+  EXPECT_FALSE(up.ok);
+  EXPECT_NE(up.log.find("secret.h: No such file"), std::string::npos) << up.log;
+  EXPECT_NE(up.log.find(k_note), std::string::npos) << up.log;
+
+  fs::create_symlink(m_root / "outer" / "secret.h", folder / "link.h");
+  write(folder / "link.cpp", "#include \"link.h\"\nint f() { return SECRET; }\n");
+  Artifact link = build_implementation({folder / "link.cpp"});
+  EXPECT_FALSE(link.ok);
+  EXPECT_NE(link.log.find(k_note), std::string::npos) << link.log;
+}
+
+TEST_F(BuildSandboxTest, a_header_in_the_folder_is_hashed_into_the_identity_and_the_cache_key) {
+  const fs::path source = copy_with_header(m_root / "cand");
+  const fs::path header = source.parent_path() / "local.h";
+
+  Artifact first = build_implementation({source});
+  ASSERT_TRUE(first.ok) << first.log;
+  EXPECT_FALSE(first.from_cache);
+  const std::string* local = dependency_hash(first.identity, "local.h");
+  ASSERT_NE(local, nullptr) << to_json(first.identity).dump(2);
+  EXPECT_EQ(*local, sha256_file(header));
+  ASSERT_NE(dependency_hash(first.identity, "<kwb-include>/kwb/kernel.h"), nullptr);
+  EXPECT_EQ(*dependency_hash(first.identity, "<kwb-include>/kwb/kernel.h"), first.identity.abi_header_sha256);
+  EXPECT_EQ(dependency_hash(first.identity, "kernel.cpp"), nullptr);  // the source is source_sha256
+  for (const auto& [p, sha] : first.identity.dependencies) EXPECT_FALSE(p.starts_with("/")) << p;  // no system files
+  const nlohmann::json listed = to_json(first.identity)["dependencies"];
+  EXPECT_TRUE(std::any_of(listed.begin(), listed.end(), [](const auto& d) { return d["path"] == "local.h"; }));
+
+  Artifact again = build_implementation({source});
+  ASSERT_TRUE(again.ok) << again.log;
+  EXPECT_TRUE(again.from_cache);
+  EXPECT_EQ(again.identity.key, first.identity.key);
+  EXPECT_EQ(again.identity.dependencies, first.identity.dependencies);
+
+  const std::string original = read_file(header);
+  write(header, "#pragma once\n#define KWB_WITH_HEADER_OUTPUT_SCALE 2.0f\n");
+  Artifact edited = build_implementation({source});
+  ASSERT_TRUE(edited.ok) << edited.log;
+  EXPECT_FALSE(edited.from_cache);
+  EXPECT_NE(edited.identity.key, first.identity.key);
+  EXPECT_EQ(*dependency_hash(edited.identity, "local.h"), sha256_file(header));
+  EXPECT_NE(edited.identity.artifact_sha256, first.identity.artifact_sha256);
+  EXPECT_EQ(edited.identity.source_sha256, first.identity.source_sha256);
+
+  write(header, original);
+  Artifact restored = build_implementation({source});
+  ASSERT_TRUE(restored.ok) << restored.log;
+  EXPECT_TRUE(restored.from_cache);
+  EXPECT_EQ(restored.identity.key, first.identity.key);
+  EXPECT_EQ(restored.identity.artifact_sha256, first.identity.artifact_sha256);
+
+  fs::remove(header);  // a recorded dependency gone: a miss, and the rebuild fails
+  Artifact missing = build_implementation({source});
+  EXPECT_FALSE(missing.ok);
+  EXPECT_FALSE(missing.from_cache);
+}
+
+TEST_F(BuildSandboxTest, a_layout_variant_build_records_the_same_dependencies_under_another_key) {
+  const fs::path source = copy_with_header(m_root / "cand");
+  Artifact plain = build_implementation({source});
+  BuildRequest variant{source};
+  variant.layout_variant = 1;
+  Artifact padded = build_implementation(variant);
+  ASSERT_TRUE(plain.ok) << plain.log;
+  ASSERT_TRUE(padded.ok) << padded.log;
+  EXPECT_EQ(padded.identity.dependencies, plain.identity.dependencies);
+  EXPECT_NE(padded.identity.key, plain.identity.key);
+  EXPECT_NE(padded.identity.artifact_sha256, plain.identity.artifact_sha256);
+}
+
+TEST_F(BuildSandboxTest, an_incbin_of_a_file_in_the_folder_is_a_dependency) {
+  const fs::path folder = m_root / "cand";
+  write(folder / "blob.bin", "first");
+  write(folder / "k.cpp",
+        "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n");
+  Artifact first = build_implementation({folder / "k.cpp"});
+  ASSERT_TRUE(first.ok) << first.log;
+  if (first.identity.compiler_version.find("clang") != std::string::npos) {
+    GTEST_SKIP() << "clang's integrated assembler writes no dependency list";
+  }
+  ASSERT_NE(dependency_hash(first.identity, "blob.bin"), nullptr) << to_json(first.identity).dump(2);
+  write(folder / "blob.bin", "second");
+  Artifact second = build_implementation({folder / "k.cpp"});
+  ASSERT_TRUE(second.ok) << second.log;
+  EXPECT_FALSE(second.from_cache);
+  EXPECT_NE(second.identity.key, first.identity.key);
+}
+
+TEST_F(BuildSandboxTest, the_compiler_sees_a_clean_environment_and_no_network) {
+  // The environment kwb runs with never reaches the compiler: an include path there is not searched, even one the
+  // sandbox could read.
+  const fs::path folder = m_root / "cand";
+  write(folder / "sub" / "injected.h", "#define INJECTED 1\n");
+  write(folder / "env.cpp", "#include <injected.h>\nint f() { return INJECTED; }\n");
+  ::setenv("CPATH", (folder / "sub").c_str(), 1);
+  Artifact a = build_implementation({folder / "env.cpp"});
+  ::unsetenv("CPATH");
+  EXPECT_FALSE(a.ok);
+  EXPECT_NE(a.log.find("injected.h: No such file"), std::string::npos) << a.log;
+  // Only a loopback device exists in the compiler's network namespace.
+  write(folder / "net.cpp", "#include \"/proc/net/dev\"\n");
+  Artifact net = build_implementation({folder / "net.cpp"});
+  EXPECT_FALSE(net.ok);
+  EXPECT_EQ(net.log.find("eth"), std::string::npos) << net.log;
+  EXPECT_EQ(net.log.find("ens"), std::string::npos) << net.log;
+}
+
+TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
+  const fs::path folder = m_root / "cand";
+  write(folder / "scale.h", "#define SCALE 3.0f\n");
+  write(folder / "k.cu",
+        "#include \"scale.h\"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
+        "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n");
+  BuildRequest request{folder / "k.cu"};
+  request.backend = "cuda";
+  Artifact a;
+  try {
+    a = build_implementation(request);
+  } catch (const Error& e) {
+    if (e.code() == ExitCode::unavailable) GTEST_SKIP() << e.what();
+    throw;
+  }
+  ASSERT_TRUE(a.ok) << a.log;
+  const std::string* scale = dependency_hash(a.identity, "scale.h");
+  ASSERT_NE(scale, nullptr) << to_json(a.identity).dump(2);
+  EXPECT_EQ(*scale, sha256_file(folder / "scale.h"));
+}
+
+// Through the CLI: the corpus candidates are build failures (exit 65) whose detail names the sandbox and carries
+// none of the file they tried to read.
+TEST_F(BuildSandboxTest, check_rejects_the_build_time_readers_as_build_failures) {
+  for (const char* name : {"build_include_outside.cpp", "build_incbin_outside.cpp"}) {
+    KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_adversarial / name).string(), "--json"});
+    EXPECT_EQ(r.exit_code, 65) << name << r.output << r.errors;
+    ASSERT_FALSE(r.json.is_discarded()) << r.output;
+    ASSERT_EQ(r.json["failures"].size(), 1u) << r.output;
+    EXPECT_EQ(r.json["failures"][0]["reason"], "build_failed");
+    const std::string detail = r.json["failures"][0]["detail"];
+    EXPECT_NE(detail.find(k_note), std::string::npos) << detail;
+    EXPECT_EQ(detail.find("root:"), std::string::npos) << detail;
+  }
+}
+
+// The stale PASS of the issue: a header edited after a passing check is a new implementation, built and checked
+// again, and the plan (the identity in the report) lists it.
+TEST_F(BuildSandboxTest, check_after_editing_a_folder_header_rebuilds_and_fails) {
+  const fs::path source = copy_with_header(m_root / "cand");
+  const std::vector<std::string> args = {"check", k_rmsnorm.string(), "--impl", source.string(), "--json",
+                                         "--case", "zeros", "--case", "decode"};
+  KwbRun pass = run_kwb(args);
+  ASSERT_EQ(pass.exit_code, 0) << pass.output << pass.errors;
+  const nlohmann::json deps = pass.json["implementation"]["identity"]["dependencies"];
+  EXPECT_TRUE(std::any_of(deps.begin(), deps.end(), [](const auto& d) { return d["path"] == "local.h"; }))
+      << deps.dump(2);
+
+  write(source.parent_path() / "local.h", "#pragma once\n#define KWB_WITH_HEADER_OUTPUT_SCALE 2.0f\n");
+  KwbRun fail = run_kwb(args);
+  EXPECT_EQ(fail.exit_code, 1) << fail.output << fail.errors;
+  EXPECT_EQ(fail.json["verdict"], "FAIL");
+  EXPECT_NE(fail.json["implementation"]["identity"]["key"], pass.json["implementation"]["identity"]["key"]);
+}
+
+}  // namespace
+}  // namespace kwb::test
