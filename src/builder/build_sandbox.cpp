@@ -36,9 +36,8 @@ std::string find_on_path(const std::string& name) {
   std::string_view rest = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
   while (true) {
     const size_t colon = rest.find(':');
-    std::string dir(rest.substr(0, colon));
-    if (dir.empty()) dir = ".";
-    const fs::path candidate = fs::path(dir) / name;
+    const std::string_view dir = rest.substr(0, colon);
+    const fs::path candidate = (dir.empty() ? fs::path(".") : fs::path(dir)) / name;
     if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate)) {
       return fs::absolute(candidate).lexically_normal().string();
     }
@@ -118,6 +117,9 @@ Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLi
     ::setrlimit(RLIMIT_FSIZE, &fsize);
     ::setrlimit(RLIMIT_CORE, &core);
     ::signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execv(args[0], args.data());
     static const char msg[] = "kwb: cannot exec bwrap\n";
     [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);

@@ -196,26 +196,40 @@ std::string full_key(const std::string& pre_key, const std::vector<std::pair<std
   return key.hex_digest();
 }
 
-// The dependency list a manifest records, if every file in it still hashes to what was recorded.
-std::optional<std::vector<std::pair<std::string, std::string>>> current_dependencies(const fs::path& manifest,
+// The manifest of a pre-key: the dependency lists of its last builds, newest first (one per state of the files
+// they read, so switching a header back and forth reuses both objects).
+constexpr size_t k_manifest_entries = 8;
+
+nlohmann::json read_manifest(const fs::path& manifest) {
+  std::error_code ec;
+  if (!fs::is_regular_file(manifest, ec)) return nlohmann::json::array();
+  nlohmann::json j = nlohmann::json::parse(read_file(manifest), nullptr, false);
+  if (j.is_discarded() || !j.contains("entries") || !j["entries"].is_array()) return nlohmann::json::array();
+  return j["entries"];
+}
+
+// The first recorded dependency list whose files all still hash to what was recorded.
+std::optional<std::vector<std::pair<std::string, std::string>>> current_dependencies(const nlohmann::json& entries,
                                                                                     const fs::path& folder,
                                                                                     const fs::path& include_dir) {
-  std::error_code ec;
-  if (!fs::is_regular_file(manifest, ec)) return std::nullopt;
-  const nlohmann::json j = nlohmann::json::parse(read_file(manifest), nullptr, false);
-  if (j.is_discarded() || !j.contains("dependencies") || !j["dependencies"].is_array()) return std::nullopt;
-  std::vector<std::pair<std::string, std::string>> deps;
-  for (const auto& d : j["dependencies"]) {
-    if (!d.is_object() || !d.contains("path") || !d.contains("sha256")) return std::nullopt;
-    const std::string name = d["path"].is_string() ? d["path"].get<std::string>() : "";
-    const std::string sha = d["sha256"].is_string() ? d["sha256"].get<std::string>() : "";
-    const std::optional<fs::path> file = dependency_file(name, folder, include_dir);
-    if (!file) return std::nullopt;
-    const std::optional<std::string> now = hash_dependency(*file, folder, include_dir);
-    if (!now || *now != sha) return std::nullopt;
-    deps.emplace_back(name, sha);
+  for (const auto& entry : entries) {
+    if (!entry.is_object() || !entry.contains("dependencies") || !entry["dependencies"].is_array()) continue;
+    std::vector<std::pair<std::string, std::string>> deps;
+    bool current = true;
+    for (const auto& d : entry["dependencies"]) {
+      const std::string name = d.is_object() && d.contains("path") && d["path"].is_string() ? d["path"].get<std::string>() : "";
+      const std::string sha = d.is_object() && d.contains("sha256") && d["sha256"].is_string() ? d["sha256"].get<std::string>() : "";
+      const std::optional<fs::path> file = dependency_file(name, folder, include_dir);
+      const std::optional<std::string> now = file ? hash_dependency(*file, folder, include_dir) : std::nullopt;
+      if (!now || *now != sha) {
+        current = false;
+        break;
+      }
+      deps.emplace_back(name, sha);
+    }
+    if (current) return deps;
   }
-  return deps;
+  return std::nullopt;
 }
 
 // A fresh private folder for one compile, removed when the build is over.
@@ -295,7 +309,7 @@ Artifact build_implementation(const BuildRequest& request) {
 
   // A cached object is reused only if every file the last build read still hashes the same, and the object still
   // hashes to what was recorded when it was built.
-  if (auto deps = current_dependencies(manifest, folder, include_dir)) {
+  if (auto deps = current_dependencies(read_manifest(manifest), folder, include_dir)) {
     id.dependencies = *deps;
     id.key = full_key(pre_key, id.dependencies);
     const fs::path so = artifacts / id.key / "impl.so";
@@ -359,7 +373,9 @@ Artifact build_implementation(const BuildRequest& request) {
     }
     if (art.log.find("No such file") != std::string::npos || art.log.find("file not found") != std::string::npos ||
         art.log.find("can't open") != std::string::npos || art.log.find("cannot open") != std::string::npos) {
-      art.log += "\n" + sandbox_note(folder, include_dir) + "\n";
+      art.log += '\n';
+      art.log += sandbox_note(folder, include_dir);
+      art.log += '\n';
     }
     return art;
   }
@@ -411,7 +427,13 @@ Artifact build_implementation(const BuildRequest& request) {
   write_file_atomic(dir / "identity.json", to_json(id).dump(2) + "\n");
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
-  write_file_atomic(manifest, nlohmann::json{{"key", id.key}, {"dependencies", deps}}.dump(2) + "\n");
+  // Read, prepend, write: two kwb processes finishing at once may lose one entry, which costs a rebuild later.
+  nlohmann::json entries = nlohmann::json::array({nlohmann::json{{"key", id.key}, {"dependencies", deps}}});
+  for (const auto& e : read_manifest(manifest)) {
+    if (entries.size() >= k_manifest_entries) break;
+    if (e.is_object() && e.value("key", "") != id.key) entries.push_back(e);
+  }
+  write_file_atomic(manifest, nlohmann::json{{"entries", entries}}.dump(2) + "\n");
   art.ok = true;
   return art;
 }

@@ -1,6 +1,7 @@
 // The build sandbox and the identity's dependencies (issue 11, class 6): the compiler reads only the toolchain,
 // system headers, kwb's include folder and the candidate's folder, and every other file it read is hashed into the
 // identity and the cache key, so editing a header in the candidate's folder is a new implementation and a rebuild.
+#include "builder/build_sandbox.h"
 #include "builder/builder.h"
 #include "cli_helpers.h"
 #include "util/error.h"
@@ -15,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 namespace kwb::test {
@@ -87,10 +89,11 @@ TEST_F(BuildSandboxTest, parent_folder_and_symlinked_files_outside_the_folder_ca
   EXPECT_NE(up.log.find("secret.h: No such file"), std::string::npos) << up.log;
   EXPECT_NE(up.log.find(k_note), std::string::npos) << up.log;
 
-  fs::create_symlink(m_root / "outer" / "secret.h", folder / "link.h");
-  write(folder / "link.cpp", "#include \"link.h\"\nint f() { return SECRET; }\n");
+  fs::create_symlink(m_root / "outer" / "secret.h", folder / "secret_link.h");
+  write(folder / "link.cpp", "#include \"secret_link.h\"\nint f() { return SECRET; }\n");
   Artifact link = build_implementation({folder / "link.cpp"});
   EXPECT_FALSE(link.ok);
+  EXPECT_NE(link.log.find("secret_link.h: No such file"), std::string::npos) << link.log;
   EXPECT_NE(link.log.find(k_note), std::string::npos) << link.log;
 }
 
@@ -171,7 +174,7 @@ TEST_F(BuildSandboxTest, an_incbin_of_a_file_in_the_folder_is_a_dependency) {
   EXPECT_NE(second.identity.key, first.identity.key);
 }
 
-TEST_F(BuildSandboxTest, the_compiler_sees_a_clean_environment_and_no_network) {
+TEST_F(BuildSandboxTest, the_compiler_sees_a_clean_environment) {
   // The environment kwb runs with never reaches the compiler: an include path there is not searched, even one the
   // sandbox could read.
   const fs::path folder = m_root / "cand";
@@ -182,12 +185,48 @@ TEST_F(BuildSandboxTest, the_compiler_sees_a_clean_environment_and_no_network) {
   ::unsetenv("CPATH");
   EXPECT_FALSE(a.ok);
   EXPECT_NE(a.log.find("injected.h: No such file"), std::string::npos) << a.log;
-  // Only a loopback device exists in the compiler's network namespace.
-  write(folder / "net.cpp", "#include \"/proc/net/dev\"\n");
-  Artifact net = build_implementation({folder / "net.cpp"});
-  EXPECT_FALSE(net.ok);
-  EXPECT_EQ(net.log.find("eth"), std::string::npos) << net.log;
-  EXPECT_EQ(net.log.find("ens"), std::string::npos) << net.log;
+}
+
+// What any process in the sandbox sees: no network but loopback, no capabilities, no home or /etc/passwd, its own
+// PID namespace, the limits, and a writable private folder only.
+TEST_F(BuildSandboxTest, the_sandbox_has_no_network_no_capabilities_and_limits) {
+  BuildSandboxSpec spec;
+  spec.writable = m_root / "out";
+  spec.read_only = {k_with_header};
+  fs::create_directories(spec.writable);
+  const std::string script =
+      "grep -c : /proc/net/dev; grep CapEff /proc/self/status; ulimit -v; ulimit -t; "
+      "test -e /etc/passwd && echo passwd-visible; test -e /root && echo root-visible; "
+      "touch " + (k_with_header / "x").string() + " 2>/dev/null && echo ro-writable; "
+      "touch " + (spec.writable / "w").string() + " && echo out-writable";
+  CommandResult r = run_in_build_sandbox({"sh", "-c", script}, spec);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::istringstream lines(r.output);
+  std::string interfaces, caps, vmem, cpu;
+  std::getline(lines, interfaces);
+  std::getline(lines, caps);
+  std::getline(lines, vmem);
+  std::getline(lines, cpu);
+  EXPECT_EQ(interfaces, "1") << r.output;  // lo only
+  EXPECT_NE(caps.find("0000000000000000"), std::string::npos) << r.output;
+  EXPECT_EQ(vmem, std::to_string((4ull << 30) / 1024)) << r.output;
+  EXPECT_EQ(cpu, "300") << r.output;
+  EXPECT_EQ(r.output.find("passwd-visible"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("root-visible"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("ro-writable"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("out-writable"), std::string::npos) << r.output;
+}
+
+TEST_F(BuildSandboxTest, the_wall_clock_limit_kills_the_whole_sandbox) {
+  BuildSandboxSpec spec;
+  spec.writable = m_root / "out";
+  fs::create_directories(spec.writable);
+  BuildSandboxLimits limits;
+  limits.wall = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult r = run_in_build_sandbox({"sh", "-c", "sleep 30 & sleep 30"}, spec, limits);
+  EXPECT_TRUE(r.timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
