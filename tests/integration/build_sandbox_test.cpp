@@ -250,6 +250,25 @@ TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
   EXPECT_EQ(*scale, sha256_file(folder / "scale.h"));
 }
 
+// Where bubblewrap cannot create namespaces (an unprivileged user, user namespaces exhausted), kwb refuses to build
+// with exit 69 and says why; it never compiles unsandboxed. Simulated with util-linux unshare: in a user namespace
+// that allows one more, an unprivileged process whose bwrap needs a second.
+TEST_F(BuildSandboxTest, without_namespaces_the_build_is_unavailable_never_unsandboxed) {
+  const std::string inner = fmt::format("{} check {} --impl {} --json", KWB_BINARY, k_rmsnorm.string(),
+                                        (k_with_header / "kernel.cpp").string());
+  const std::string script =
+      "echo 1 > /proc/sys/user/max_user_namespaces || exit 99; unshare -U sh -c 'test $(id -u) != 0 || exit 98; " +
+      inner + "'";
+  CommandResult r = run_command({"unshare", "-Ur", "sh", "-c", script}, std::chrono::seconds(120),
+                                StderrMode::separate);
+  if (r.exit_code == 99 || r.exit_code == 98 || r.errors.starts_with("unshare:")) {
+    GTEST_SKIP() << "cannot simulate a machine without user namespaces here: " << r.errors;
+  }
+  EXPECT_EQ(r.exit_code, 69) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("kwb compiles candidates only inside a bubblewrap sandbox"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("never compiles a candidate without it"), std::string::npos) << r.errors;
+}
+
 // Through the CLI: the corpus candidates are build failures (exit 65) whose detail names the sandbox and carries
 // none of the file they tried to read.
 TEST_F(BuildSandboxTest, check_rejects_the_build_time_readers_as_build_failures) {
