@@ -321,15 +321,7 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
   r.device = j.value("device", std::string());
   r.implementation = j.at("implementation").at("path");
   r.built = j.at("implementation").at("built");
-  const auto& id = j.at("implementation").at("identity");
-  r.identity.source_sha256 = id.at("source_sha256");
-  r.identity.artifact_sha256 = id.at("artifact_sha256");
-  r.identity.command = id.at("command");
-  r.identity.compiler = id.at("compiler");
-  r.identity.compiler_version = id.at("compiler_version");
-  r.identity.abi_header_sha256 = id.at("abi_header_sha256");
-  r.identity.layout_variant = id.at("layout_variant");
-  r.identity.key = id.at("key");
+  r.identity = build_identity_from_json(j.at("implementation").at("identity"));
   for (const auto& c : j.at("cases")) {
     CaseReport cr;
     cr.name = c.at("name");

@@ -1,5 +1,7 @@
 #include "profile/valgrind.h"
 
+#include "builder/build_sandbox.h"
+
 #include "util/fs.h"
 #include "util/paths.h"
 #include "util/sha256.h"
@@ -162,7 +164,13 @@ Artifact derived_build(const Artifact& artifact, const std::vector<std::string>&
       argv.push_back(word);
     }
   }
-  CommandResult r = run_command(argv, std::chrono::minutes(5));
+  // Candidate code is compiled only inside the build sandbox (builder/build_sandbox.h), here as everywhere.
+  BuildSandboxSpec spec;
+  spec.read_only = {artifact.source.parent_path(), abi_include_dir()};
+  if (fs::path prefix = compiler_prefix_to_bind(argv.front()); !prefix.empty()) spec.read_only.push_back(prefix);
+  spec.writable = dir;
+  spec.workdir = artifact.source.parent_path();
+  CommandResult r = run_in_build_sandbox(argv, spec);
   out.log = r.output;
   if (r.timed_out || r.exit_code != 0) {
     std::error_code ec;
