@@ -99,17 +99,20 @@ public:
   // distribution). More is work the timer did not see: `work_outside_timer`.
   // Two bounds each. One call may meet an interrupt, a cold path or, in a VM, time the hypervisor took from the
   // vCPU while the worker ran (the guest charges it to the worker: 1.1 ms once in ~900 honest calls on a loaded
-  // 2-vCPU VM), so the per-call bound only catches gross work. Over a worker's calls the median must stay near what
-  // waking and sleeping cost (checked from the eighth call on): work moved out of the timer on most calls shows
-  // there even where it is smaller than one call's noise, and the visit statistic is a median, so work moved out
-  // on fewer calls cannot move it.
-  static constexpr int64_t k_pre_cpu_bound_ns = 5'000'000;
-  static constexpr int64_t k_post_cpu_bound_ns = 5'000'000;
+  // 2-vCPU VM, 5.5 ms once with the test suite running two timings at a time), so the per-call bound only catches
+  // gross work. What protects the verdict is the median over a worker's calls (checked from the fifth call on, and
+  // every visit has at least 2 warm-ups + 3 samples): it must stay near what waking and sleeping cost. Work moved
+  // out of the timer on most calls shows there even where it is smaller than one call's noise, and the visit
+  // statistic is itself a median, so work moved out on fewer than half the calls cannot move it.
+  // After done the bound per call can stay tight: an honest worker is asleep within microseconds, and stolen time
+  // is only charged to a running task. Before go it spins (running), so stolen time lands there.
+  static constexpr int64_t k_pre_cpu_bound_ns = 100'000'000;
+  static constexpr int64_t k_post_cpu_bound_ns = 500'000;
   // Measured here (2-vCPU VM, per-call windows printed by a debug build): beyond the parent's reaction an honest worker uses 0.6-0.9 us
   // (p50) before go and ~1.5 us after done when alone; with a second kwb timing at once p50 1.6-2 us, p90 11-49 us.
   static constexpr int64_t k_pre_cpu_median_bound_ns = 50'000;
   static constexpr int64_t k_post_cpu_median_bound_ns = 25'000;
-  static constexpr size_t k_median_min_calls = 8;
+  static constexpr size_t k_median_min_calls = 5;
   // Where only the coarse CPU clock is available (no perf_event_open): CPU over the whole call cycle beyond the
   // timed window, for parsing the request and answering it.
   static constexpr int64_t k_cycle_cpu_slack_ns = 2'000'000;

@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/mman.h>
@@ -519,7 +520,12 @@ private:
     }
     ++m_calls;
     state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
-    while (state.load(std::memory_order_acquire) != go) protocol::cpu_relax();
+    // Spin for go (the parent reacts within microseconds); should the parent share this CPU after all, yield now
+    // and then so that it can run.
+    for (uint32_t spins = 1; state.load(std::memory_order_acquire) != go; ++spins) {
+      protocol::cpu_relax();
+      if ((spins & 0xFFFF) == 0) ::sched_yield();
+    }
     m_backend->begin_call();
 #ifdef KWB_PROFILE_WORKER
     const int rc = profiled_run(call, seq);

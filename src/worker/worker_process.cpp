@@ -100,7 +100,6 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   }
   m_channel = Channel(std::move(parent_end));
   m_has_cpu_clock = ::clock_getcpuclockid(m_pid, &m_cpu_clock) == 0;
-  place_on_cpus();
   // The exact CPU clock: a software task-clock counter on the worker, opened before it can start a thread (it is
   // still reading its first request), inherited by every thread it starts.
   perf_event_attr a{};
@@ -117,11 +116,11 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   }
 }
 
-// The parent spins while a call runs (worker/protocol.h), so the two must never share a CPU: the scheduler places a
-// woken process on its waker's CPU, where it would wait behind the spinning parent. With two CPUs or more, the
-// parent takes the last CPU it may use and the worker (and every thread it starts) the others. With one CPU there
-// is nothing to split, and the parent yields while it waits (await_state).
-void WorkerProcess::place_on_cpus() {
+// On the cpu backend the parent spins while a call runs (worker/protocol.h), so the two must never share a CPU: the
+// scheduler places a woken process on its waker's CPU, where it would wait behind the spinning parent. With two
+// CPUs or more, the parent takes the last CPU it may use and the worker (and every thread it starts) the others.
+// With one CPU there is nothing to split, and the parent yields while it waits (await_state).
+void WorkerProcess::place_on_cpus(bool apart) {
   // The CPUs kwb was started with, read once: after the first placement the parent's own mask is one CPU.
   static const cpu_set_t allowed = [] {
     cpu_set_t set;
@@ -130,6 +129,12 @@ void WorkerProcess::place_on_cpus() {
     return set;
   }();
   if (CPU_COUNT(&allowed) < 2) return;
+  if (!apart) {
+    // A device backend: the runtime's threads (PoCL's CPU device) may use every CPU; the parent sleeps while the
+    // call runs (await_state), so it takes none from them.
+    (void)::sched_setaffinity(m_pid, sizeof allowed, &allowed);
+    return;
+  }
   int parent_cpu = -1;
   for (int c = 0; c < CPU_SETSIZE; ++c) {
     if (CPU_ISSET(c, &allowed)) parent_cpu = c;
@@ -407,6 +412,9 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
   UniqueFd artifact_owner(artifact_fd);
   std::vector<int> fds = {artifact_fd};
   UniqueFd filter;
+  // Before the worker starts any thread (its runtime starts them while loading): threads inherit its CPUs.
+  m_spin_for_done = backend == "cpu";
+  place_on_cpus(m_spin_for_done);
   std::filesystem::path load_path = artifact;
   if (m_profile_worker) {
     filter = profile_filter_program(m_pid);  // the profile worker's sandbox (worker/profile_filter.h)
@@ -490,11 +498,17 @@ bool WorkerProcess::unmap(const std::vector<int>& ids) {
 }
 
 bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_point deadline, bool spin,
-                                int64_t* stalled_ns) {
+                                int64_t* stalled_ns, const timespec* since) {
   std::atomic<uint32_t>& state = m_control->state;
   const auto spin_started = std::chrono::steady_clock::now();
   timespec last{};
-  if (stalled_ns != nullptr) ::clock_gettime(CLOCK_MONOTONIC, &last);
+  if (stalled_ns != nullptr) {
+    if (since != nullptr) {
+      last = *since;
+    } else {
+      ::clock_gettime(CLOCK_MONOTONIC, &last);
+    }
+  }
   for (uint64_t i = 0;; ++i) {
     const uint32_t now_state = state.load(std::memory_order_acquire);
     if (now_state == word) return true;
@@ -578,17 +592,21 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   if (!await_state(state_word(call, Phase::armed), deadline, false)) return fail();
   if (hooks.before_wake) hooks.before_wake();
   const int64_t cpu_a = cpu_time_ns();
+  // Stalls of this process count from the wake on: the worker may say ready and spin while this process is not
+  // running, in the futex call below as well as in the wait.
+  timespec woke{};
+  ::clock_gettime(CLOCK_MONOTONIC, &woke);
   state.store(state_word(call, Phase::wake), std::memory_order_release);
   protocol::futex_wake(state);
   int64_t stalled_ns = 0;
-  if (!await_state(state_word(call, Phase::ready), deadline, true, &stalled_ns)) return fail();
+  if (!await_state(state_word(call, Phase::ready), deadline, true, &stalled_ns, &woke)) return fail();
   timespec seen_ready{}, t0{}, t1{};
   ::clock_gettime(CLOCK_MONOTONIC, &seen_ready);
   const int64_t cpu_b = cpu_time_ns();
   // CLOCK_MONOTONIC through the vDSO (docs/timing.md), read here, in the parent, where no candidate code runs.
   ::clock_gettime(CLOCK_MONOTONIC, &t0);
   state.store(state_word(call, Phase::go), std::memory_order_release);
-  if (!await_state(state_word(call, Phase::done), deadline, true)) return fail();
+  if (!await_state(state_word(call, Phase::done), deadline, m_spin_for_done)) return fail();
   ::clock_gettime(CLOCK_MONOTONIC, &t1);
   const int64_t cpu_1 = cpu_time_ns();
   out.rc = m_control->rc.load(std::memory_order_relaxed);

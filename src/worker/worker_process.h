@@ -8,6 +8,7 @@
 #include "worker/shared_buffer.h"
 
 #include <sys/types.h>
+#include <time.h>
 
 #include <chrono>
 #include <filesystem>
@@ -194,18 +195,21 @@ private:
   std::optional<nlohmann::json> request_reply(std::chrono::steady_clock::time_point deadline);
   void parse_ran(const nlohmann::json& reply, RunOutcome& out);
   bool await_state(uint32_t word, std::chrono::steady_clock::time_point deadline, bool spin,
-                   int64_t* stalled_ns = nullptr);
+                   int64_t* stalled_ns = nullptr, const timespec* since = nullptr);
   // A pause longer than this between two looks at the control page means this process was not running.
   static constexpr int64_t k_stall_ns = 5'000;
   // Ends the worker for a candidate-caused protocol violation (a forged, malformed or out-of-order message).
   void fail_protocol(const std::string& detail);
-  void place_on_cpus();
+  void place_on_cpus(bool apart);
   bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
   std::string classify_fault(uint64_t address) const;
 
   std::chrono::milliseconds m_timeout;
   bool m_profile_worker = false;  // kwb-profile-worker: its load carries its seccomp program
+  // cpu backend: the parent spins until done (exact t1); device backends: it sleeps on the futex, leaving every CPU
+  // to the runtime's threads (t1 then includes a futex wake-up, the same for both arms).
+  bool m_spin_for_done = true;
   pid_t m_pid = -1;
   Channel m_channel;
   UniqueFd m_output;  // memfd holding the worker's stdout+stderr
