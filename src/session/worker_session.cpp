@@ -48,6 +48,7 @@ LoadOutcome WorkerSession::start() {
   m_outputs = {};
   m_pre_cpu.clear();
   m_post_cpu.clear();
+  m_calls_watched = 0;
   m_outputs_case.clear();
   m_previous_expected.clear();
   // Before any process exists: an artifact that interposes on the runtime or on clocks is never loaded.
@@ -395,6 +396,7 @@ std::string WorkerSession::outside_timer(const RunOutcome& out) {
                        "only had to go to sleep (bound {:.0f} us): work after the timer stopped",
                        static_cast<double>(out.post_cpu_ns) / 1e3, static_cast<double>(k_post_cpu_bound_ns) / 1e3);
   }
+  if (++m_calls_watched <= k_median_skip_calls) return "";
   m_pre_cpu.push_back(std::max<int64_t>(0, out.pre_cpu_ns - out.reaction_ns));
   m_post_cpu.push_back(out.post_cpu_ns);
   if (m_pre_cpu.size() < k_median_min_calls) return "";
