@@ -124,7 +124,7 @@ public:
   static constexpr int64_t k_cycle_cpu_slack_ns = 2'000'000;
   // CPU the worker may use from its answer to the end of validation, while it waits for the next request blocked
   // in recvmsg: an idle process is charged nothing, so any more is a thread still running.
-  static constexpr int64_t k_idle_cpu_bound_ns = 200'000;
+  static constexpr int64_t k_idle_cpu_bound_ns = 5'000'000;
 
 private:
   struct Outputs {
