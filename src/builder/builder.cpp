@@ -1,4 +1,5 @@
 #include "builder/builder.h"
+#include "util/json_text.h"
 
 #include "builder/build_sandbox.h"
 #include "builder/depfile.h"
@@ -424,7 +425,7 @@ Artifact build_implementation(const BuildRequest& request) {
   art.path = so;
   fs::rename(out_so, so);
   id.artifact_sha256 = sha256_file(so);
-  write_file_atomic(dir / "identity.json", to_json(id).dump(2) + "\n");
+  write_file_atomic(dir / "identity.json", json_text(to_json(id), 2) + "\n");
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
   // Read, prepend, write: two kwb processes finishing at once may lose one entry, which costs a rebuild later.
@@ -433,7 +434,7 @@ Artifact build_implementation(const BuildRequest& request) {
     if (entries.size() >= k_manifest_entries) break;
     if (e.is_object() && e.value("key", "") != id.key) entries.push_back(e);
   }
-  write_file_atomic(manifest, nlohmann::json{{"entries", entries}}.dump(2) + "\n");
+  write_file_atomic(manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
   art.ok = true;
   return art;
 }

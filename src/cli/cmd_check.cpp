@@ -1,5 +1,6 @@
 // kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--json]
 #include "builder/builder.h"
+#include "util/json_text.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"
@@ -108,7 +109,7 @@ Action add_check(CLI::App& root) {
     opt.held_out = args->held_out;
     CheckReport report = run_check(task, art, opt);
     if (args->json) {
-      std::cout << to_json(report).dump(2) << "\n";
+      std::cout << json_text(to_json(report), 2) << "\n";
     } else {
       print_human(report, art);
     }

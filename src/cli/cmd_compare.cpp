@@ -1,5 +1,6 @@
 // kwb compare TASK_DIR [--baseline SRC] --candidate SRC | --aa  [gates, budgets] [--output-dir D] [--json]
 #include "builder/builder.h"
+#include "util/json_text.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
@@ -138,7 +139,7 @@ Action add_compare(CLI::App& root) {
     CompareReport report = run_compare(task, req, make_progress_sink("  "));
     end_progress_line();
     if (a->json) {
-      std::cout << to_json(report).dump(2) << "\n";
+      std::cout << json_text(to_json(report), 2) << "\n";
     } else {
       print_human(report);
     }

@@ -2,6 +2,7 @@
 // Checks the implementation first and refuses to profile one that fails (no metric for rejected code), then
 // reports per workload what it does: instructions, cache misses, passes, allocations, bytes and bandwidth.
 #include "util/units.h"
+#include "util/json_text.h"
 #include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
@@ -213,12 +214,12 @@ Action add_profile(CLI::App& root) {
     CheckReport check = run_check(task, art, co);
     if (auto why = timing_refusal(check)) {
       if (args->json) {
-        std::cout << nlohmann::json{{"schema", k_profile_schema},
-                                    {"schema_version", k_profile_schema_version},
-                                    {"refused", true},
-                                    {"reason", *why},
-                                    {"check", to_json(check)}}
-                         .dump(2)
+        std::cout << json_text({{"schema", k_profile_schema},
+                                {"schema_version", k_profile_schema_version},
+                                {"refused", true},
+                                {"reason", *why},
+                                {"check", to_json(check)}},
+                               2)
                   << "\n";
       } else {
         print_refusal(check, *why);
@@ -238,7 +239,7 @@ Action add_profile(CLI::App& root) {
       nlohmann::json j = to_json(report);
       j["refused"] = false;
       j["check"] = {{"verdict", "PASS"}, {"passed", check.passed}};
-      std::cout << j.dump(2) << "\n";
+      std::cout << json_text(j, 2) << "\n";
     } else {
       print_human(report, check);
     }

@@ -1,5 +1,6 @@
 // kwb validate TASK_DIR --candidate SRC [--baseline SRC] --output-dir DIR [gates, budgets] [--json]
 #include "cli/commands.h"
+#include "util/json_text.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
 #include "record/bundle_reader.h"
@@ -146,9 +147,13 @@ Action add_validate(CLI::App& root) {
     ValidateResult r = run_validate(o, obs);
     end_progress_line();
     if (a->json) {
-      std::cout << r.decision_json.dump(2) << "\n";
+      std::cout << json_text(r.decision_json, 2) << "\n";
     } else {
       print_summary(r);
+    }
+    if (r.input_error_code) {
+      std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the failed freeze)\n", r.input_error, r.bundle.string());
+      return *r.input_error_code;
     }
     return r.decision.exit_code;
   };

@@ -1,5 +1,6 @@
 // kwb verify BUNDLE: re-derive everything from the raw evidence; exit 0 only for an intact, consistent bundle.
 #include "cli/commands.h"
+#include "util/json_text.h"
 #include "record/verify.h"
 #include "util/error.h"
 
@@ -22,9 +23,9 @@ Action add_verify(CLI::App& root) {
     if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
     VerifyReport r = verify_bundle(*dir);
     if (*json) {
-      std::cout << nlohmann::json{{"schema", "kwb.verify"}, {"schema_version", 1}, {"bundle", *dir},
-                                  {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified}}
-                       .dump(2)
+      std::cout << json_text({{"schema", "kwb.verify"}, {"schema_version", 1}, {"bundle", *dir},
+                              {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified}},
+                             2)
                 << "\n";
     } else {
       for (const std::string& v : r.verified) std::cout << "ok      " << v << "\n";

@@ -1,5 +1,6 @@
 // kwb — the kernel workbench. Decides, with evidence, whether a candidate kernel should replace a baseline.
 #include "cli/commands.h"
+#include "cli/safe_output.h"
 #include "util/error.h"
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 int main(int argc, char** argv) {
   // A worker that dies while we write to it must not kill the referee.
   ::signal(SIGPIPE, SIG_IGN);
+  kwb::cli::install_safe_terminal_output();
   kwb::cli::g_argv.assign(argv, argv + argc);
   CLI::App app{"kwb — kernel workbench: is this candidate kernel correct, and is it really faster?"};
   app.set_version_flag("--version", std::string("kwb ") + KWB_VERSION);

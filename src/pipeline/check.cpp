@@ -173,8 +173,21 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
 
 }  // namespace
 
+namespace {
+CheckReport run_check_cases(const Task& task, const Artifact& artifact, const CheckOptions& options);
+}  // namespace
+
 CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOptions& options) {
-  if (!artifact.ok) return build_failure_report(task, artifact);
+  CheckReport r = artifact.ok ? run_check_cases(task, artifact, options) : build_failure_report(task, artifact);
+  r.nonce = options.nonce;
+  r.held_out = options.held_out;
+  r.stop_after_reason = options.stop_after_reason;
+  return r;
+}
+
+namespace {
+
+CheckReport run_check_cases(const Task& task, const Artifact& artifact, const CheckOptions& options) {
   CheckReport report;
   report.task = task.name;
   report.implementation = artifact.source.string();
@@ -288,6 +301,8 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
   return report;
 }
 
+}  // namespace
+
 nlohmann::json to_json(const CheckReport& r) {
   nlohmann::json cases = nlohmann::json::array();
   for (const CaseReport& c : r.cases) {
@@ -311,6 +326,7 @@ nlohmann::json to_json(const CheckReport& r) {
           {"assertions", {{"passed", r.passed}, {"failed", r.failed}}},
           {"failures", failures},
           {"stopped_early", r.stopped_early},
+          {"request", {{"nonce", r.nonce}, {"held_out", r.held_out}, {"stop_after_reason", r.stop_after_reason}}},
           {"verdict", r.pass() ? "PASS" : "FAIL"}};
 }
 
@@ -341,6 +357,11 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     r.failures.push_back({f.at("case"), f.at("call"), f.at("assertion"), f.at("reason"), f.at("detail")});
   }
   r.stopped_early = j.value("stopped_early", false);
+  if (j.contains("request")) {
+    r.nonce = j.at("request").at("nonce");
+    r.held_out = j.at("request").at("held_out");
+    r.stop_after_reason = j.at("request").at("stop_after_reason");
+  }
   return r;
 }
 

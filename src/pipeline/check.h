@@ -20,7 +20,7 @@
 namespace kwb {
 
 inline constexpr const char* k_check_schema = "kwb.check";
-inline constexpr int k_check_schema_version = 1;
+inline constexpr int k_check_schema_version = 2;  // 2: the "request" block (nonce, held_out, stop_after_reason)
 
 struct CheckOptions {
   std::string backend = "cpu";
@@ -78,6 +78,11 @@ struct CheckReport {
   size_t failed = 0;
   std::vector<Failure> failures;
   bool stopped_early = false;  // stop_after_reason was met before every case ran
+  // What the check was asked to do, recorded so that verify can bind a report to its role in a bundle: a report of
+  // the published data (nonce 0) cannot stand in for the final re-check (fresh nonce, held-out shapes).
+  uint64_t nonce = 0;
+  bool held_out = false;
+  std::string stop_after_reason;
   bool pass() const { return built && failed == 0 && passed > 0; }
   bool has_reason(const std::string& reason) const;
 };

@@ -1,5 +1,8 @@
 #include "pipeline/check.h"
+#include "util/json_text.h"
 #include "pipeline/compare.h"
+
+#include "stats/random.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -15,7 +18,7 @@ namespace kwb {
 void write_compare_outputs(const std::string& dir, const CompareReport& report) {
   std::filesystem::create_directories(dir);
   write_file_atomic(std::filesystem::path(dir) / "samples.csv", samples_csv(report.samples));
-  write_file_atomic(std::filesystem::path(dir) / "compare.json", to_json(report).dump(2) + "\n");
+  write_file_atomic(std::filesystem::path(dir) / "compare.json", json_text(to_json(report), 2) + "\n");
 }
 
 namespace {
@@ -47,7 +50,7 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
                                              [](const Failure& f) { return f.reason == "work_outside_timer"; });
   if (art.ok && !machine_sensitive) {
     std::filesystem::create_directories(file.parent_path());
-    write_file_atomic(file, to_json(r).dump() + "\n");
+    write_file_atomic(file, json_text(to_json(r)) + "\n");
   }
   return r;
 }
@@ -103,13 +106,12 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
 
   WorkerArmRunner runner(task, req.arms, req.labels, req.timing);
   SteadyClock clock;
-  uint64_t workload_seed = req.seed;
-  for (const Case* c : workloads) {
+  for (size_t i = 0; i < workloads.size(); ++i) {
+    const Case* c = workloads[i];
     std::vector<Sample> pilot = runner.prepare(*c);
     report.samples.insert(report.samples.end(), pilot.begin(), pilot.end());
-    workload_seed = workload_seed * 6364136223846793005ull + 1442695040888963407ull;
     WorkloadResult w = run_sequential_comparison(c->name, req.labels, runner, clock, req.gate, req.budget,
-                                                 workload_seed, report.samples, progress);
+                                                 stats::workload_seed(req.seed, i), report.samples, progress);
     w.samples_per_visit = runner.samples_per_visit();
     w.warmups_per_visit = runner.warmups_per_visit();
     report.workloads.push_back(std::move(w));

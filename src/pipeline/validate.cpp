@@ -1,4 +1,5 @@
 #include "pipeline/validate.h"
+#include "util/json_text.h"
 
 #include "builder/builder.h"
 #include "record/bundle_writer.h"
@@ -6,6 +7,7 @@
 #include "pipeline/check.h"
 #include "profile/profile.h"
 #include "report/report.h"
+#include "stats/random.h"
 #include "task/data.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -67,7 +69,17 @@ public:
 
     // Freeze is the one stage without which nothing else means anything: its failure is fatal to the run, but the
     // bundle still records why.
-    bool frozen = stage(0, [&] { return freeze(); });
+    bool frozen = stage(0, [&] {
+      try {
+        return freeze();
+      } catch (const Error& e) {
+        if (e.code() == ExitCode::data_error || e.code() == ExitCode::usage) {
+          m_input_error_code = static_cast<int>(e.code());
+          m_input_error = e.what();
+        }
+        throw;
+      }
+    });
     bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
     stage(2, [&] { return profile(); }, frozen);
     bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
@@ -86,6 +98,8 @@ public:
     r.decision_json = m_decision_json;
     r.plan_digest = m_plan_digest;
     r.bundle = m_bundle.dir();
+    r.input_error_code = m_input_error_code;
+    r.input_error = m_input_error;
     return r;
   }
 
@@ -234,7 +248,7 @@ private:
           {"binary_sha256", sha256_file(self)},
           {"worker_sha256", sha256_file(worker_executable())}}},
         {"environment", m_environment}};
-    const std::string text = plan.dump(2) + "\n";
+    const std::string text = json_text(plan, 2) + "\n";
     m_bundle.write_text("plan.json", text);
     m_plan_digest = sha256_hex(std::string_view(text));
     m_plan = plan;
@@ -386,7 +400,7 @@ private:
     req.budget = m_opt.budget;
     req.timing = m_opt.timing;
     req.timing.nonce = m_timing_nonce;
-    req.seed = mix_seed(m_seed, mode == CompareMode::aa ? 0xAA : 0xAB);
+    req.seed = mix_seed(m_seed, mode == CompareMode::aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
     req.skip_checks = true;  // both arms passed their checks in this run, on these exact artifacts
     CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
     const std::string tag = mode == CompareMode::aa ? "aa" : "ab";
@@ -485,6 +499,8 @@ private:
 
   std::string decision() {
     m_decision = decide(m_inputs);
+    // A freeze that failed early leaves no environment: the decision is still written, with what is known.
+    if (!m_environment.is_object()) m_environment = nlohmann::json::object();
     nlohmann::json dtypes = nlohmann::json::array();
     for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
       for (const TensorSpec& t : *list) {
@@ -527,6 +543,8 @@ private:
   Decision m_decision;
   nlohmann::json m_decision_json;
   std::vector<std::pair<std::string, Sample>> m_samples;
+  std::optional<int> m_input_error_code;
+  std::string m_input_error;
 };
 
 }  // namespace

@@ -54,6 +54,10 @@ struct ValidateResult {
   nlohmann::json decision_json;
   std::string plan_digest;
   std::filesystem::path bundle;
+  // The freeze failed on bad input (the task, a source): the bundle records it with an INVALID decision, and the
+  // command exits with this input error's code (65 for a bad task) rather than 3, naming what to fix.
+  std::optional<int> input_error_code;
+  std::string input_error;
 };
 
 ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer);

@@ -1,4 +1,5 @@
 #include "profile/bandwidth.h"
+#include "util/json_text.h"
 
 #include "util/error.h"
 #include "util/fs.h"
@@ -168,7 +169,7 @@ BandwidthProbe environment_bandwidth(const fs::path& cache_root) {
   }
   BandwidthProbe p = measure_bandwidth();
   fs::create_directories(file.parent_path());
-  write_file_atomic(file, to_json(p).dump(2) + "\n");
+  write_file_atomic(file, json_text(to_json(p), 2) + "\n");
   return p;
 }
 

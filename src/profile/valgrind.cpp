@@ -1,4 +1,5 @@
 #include "profile/valgrind.h"
+#include "util/json_text.h"
 
 #include "builder/build_sandbox.h"
 
@@ -179,7 +180,7 @@ Artifact derived_build(const Artifact& artifact, const std::vector<std::string>&
   }
   fs::rename(tmp, out.path);
   out.identity.artifact_sha256 = sha256_file(out.path);
-  write_file_atomic(meta, to_json(out.identity).dump(2) + "\n");
+  write_file_atomic(meta, json_text(to_json(out.identity), 2) + "\n");
   out.ok = true;
   return out;
 }

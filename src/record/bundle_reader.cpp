@@ -1,7 +1,5 @@
 #include "record/bundle_reader.h"
 
-#include "util/fs.h"
-
 #include <fmt/format.h>
 
 #include <charconv>
@@ -13,14 +11,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::optional<nlohmann::json> read_json(const fs::path& p, std::vector<std::string>& problems, bool required) {
-  if (!fs::exists(p)) {
-    if (required) problems.push_back(fmt::format("{}: missing", p.filename().string()));
+std::optional<nlohmann::json> read_json(const BundleFs& bfs, const std::string& rel, std::vector<std::string>& problems,
+                                        bool required) {
+  std::string why;
+  if (bfs.kind(rel) == BundleFs::Kind::missing) {
+    if (required) problems.push_back(fmt::format("{}: missing", rel));
     return std::nullopt;
   }
-  nlohmann::json j = nlohmann::json::parse(read_file(p), nullptr, false);
+  std::optional<std::string> text = bfs.read(rel, why);
+  if (!text) {
+    problems.push_back(fmt::format("{}: refused: {}", rel, why));
+    return std::nullopt;
+  }
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
   if (j.is_discarded()) {
-    problems.push_back(fmt::format("{}: not valid JSON", p.filename().string()));
+    problems.push_back(fmt::format("{}: not valid JSON", rel));
+    return std::nullopt;
+  }
+  if (!j.is_object()) {
+    problems.push_back(fmt::format("{}: not a JSON object", rel));
     return std::nullopt;
   }
   return j;
@@ -37,29 +46,41 @@ bool parse_int(const std::string& s, T& out) {
 BundleData read_bundle(const fs::path& dir) {
   BundleData b;
   b.dir = dir;
+  auto bfs = std::make_shared<BundleFs>(dir);
+  b.fs = bfs;
+  if (!bfs->ok()) {
+    b.problems.push_back(bfs->error());
+    for (auto* j : {&b.plan, &b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+    return b;
+  }
+  b.entries = bfs->walk(b.entries_truncated);
   // Absent files read as empty objects, so views of a damaged bundle render (and say what is missing).
-  auto req = [&](const char* name) {
-    return read_json(dir / name, b.problems, true).value_or(nlohmann::json::object());
-  };
+  auto req = [&](const char* name) { return read_json(*bfs, name, b.problems, true).value_or(nlohmann::json::object()); };
   b.plan = req("plan.json");
   b.environment = req("environment.json");
   b.stages = req("stages.json");
   b.decision = req("decision.json");
-  b.controls = read_json(dir / "controls.json", b.problems, false).value_or(nlohmann::json::object());
-  b.final_ = read_json(dir / "final.json", b.problems, false).value_or(nlohmann::json::object());
-  b.aa = read_json(dir / "comparisons" / "aa.json", b.problems, false);
-  b.ab = read_json(dir / "comparisons" / "ab.json", b.problems, false);
-  for (const char* sub : {"checks", "profile"}) {
-    if (!fs::is_directory(dir / sub)) continue;
-    for (const auto& e : fs::directory_iterator(dir / sub)) {
-      if (e.path().extension() != ".json") continue;
-      if (auto j = read_json(e.path(), b.problems, true)) {
-        (std::string(sub) == "checks" ? b.checks : b.profiles)[e.path().stem().string()] = *j;
-      }
+  b.controls = read_json(*bfs, "controls.json", b.problems, false).value_or(nlohmann::json::object());
+  b.final_ = read_json(*bfs, "final.json", b.problems, false).value_or(nlohmann::json::object());
+  b.aa = read_json(*bfs, "comparisons/aa.json", b.problems, false);
+  b.ab = read_json(*bfs, "comparisons/ab.json", b.problems, false);
+  for (const BundleFs::Entry& e : b.entries) {
+    for (const std::string sub : {"checks", "profile"}) {
+      const std::string prefix = sub + "/";
+      if (e.rel.rfind(prefix, 0) != 0 || e.rel.find('/', prefix.size()) != std::string::npos) continue;
+      if (e.rel.size() < prefix.size() + 6 || e.rel.substr(e.rel.size() - 5) != ".json") continue;
+      const std::string stem = e.rel.substr(prefix.size(), e.rel.size() - prefix.size() - 5);
+      if (auto j = read_json(*bfs, e.rel, b.problems, true)) (sub == "checks" ? b.checks : b.profiles)[stem] = *j;
     }
   }
-  if (fs::exists(dir / "samples.csv")) {
-    std::istringstream in(read_file(dir / "samples.csv"));
+  std::string why;
+  if (bfs->kind("samples.csv") != BundleFs::Kind::missing) {
+    std::optional<std::string> text = bfs->read("samples.csv", why);
+    if (!text) {
+      b.problems.push_back(fmt::format("samples.csv: refused: {}", why));
+      return b;
+    }
+    std::istringstream in(*text);
     std::string line;
     int n = 0;
     while (std::getline(in, line)) {
@@ -75,8 +96,9 @@ BundleData read_bundle(const fs::path& dir) {
       if ((f.size() != 11 && f.size() != 12) || (f.size() == 12 && !parse_int(f[11], r.device_ns)) ||
           !parse_int(f[2], r.block) || !parse_int(f[4], r.order_position) ||
           !parse_int(f[5], r.pid) || !parse_int(f[6], r.sample_index) || !parse_int(f[7], warm) ||
-          !parse_int(f[8], r.input_set) || !parse_int(f[9], r.ns) || !parse_int(f[10], valid)) {
-        b.problems.push_back(fmt::format("samples.csv:{}: malformed row '{}'", n, line));
+          !parse_int(f[8], r.input_set) || !parse_int(f[9], r.ns) || !parse_int(f[10], valid) || r.ns < 0 ||
+          (warm != 0 && warm != 1) || (valid != 0 && valid != 1)) {
+        b.problems.push_back(fmt::format("samples.csv:{}: malformed row '{}'", n, line.substr(0, 200)));
         continue;
       }
       r.comparison = f[0];

@@ -2,11 +2,14 @@
 // from the bundle alone (no task folder, no cache, no machine).
 #pragma once
 
+#include "record/bundle_fs.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +34,9 @@ struct SampleRow {
 
 struct BundleData {
   std::filesystem::path dir;
+  std::shared_ptr<const BundleFs> fs;        // every further read of the bundle goes through this
+  std::vector<BundleFs::Entry> entries;     // what the folder holds, symlinks and all (never followed)
+  bool entries_truncated = false;
   nlohmann::json plan, environment, stages, decision, controls, final_;  // {} when absent
   std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
   std::map<std::string, nlohmann::json> profiles;  // by file stem
@@ -39,7 +45,8 @@ struct BundleData {
   std::vector<std::string> problems;  // files missing or unreadable
 };
 
-// Never throws for a damaged bundle: what cannot be read is listed in `problems`.
+// Never throws for a damaged or hostile bundle: what cannot be read is listed in `problems` (see bundle_fs.h for
+// what is refused).
 BundleData read_bundle(const std::filesystem::path& dir);
 
 }  // namespace kwb

@@ -1,4 +1,5 @@
 #include "record/bundle_writer.h"
+#include "util/json_text.h"
 
 #include "util/error.h"
 #include "util/fs.h"
@@ -30,7 +31,7 @@ void BundleWriter::write_text(const std::string& relative, const std::string& te
 }
 
 void BundleWriter::write_json(const std::string& relative, const nlohmann::json& j) {
-  write_text(relative, j.dump(2) + "\n");
+  write_text(relative, json_text(j, 2) + "\n");
 }
 
 std::string BundleWriter::add_artifact(const fs::path& source, const std::string& name) {

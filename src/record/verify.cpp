@@ -7,15 +7,18 @@
 #include "stats/descriptive.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
-#include "util/fs.h"
-#include "util/sha256.h"
+#include "stats/random.h"
+#include "task/data.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 
 namespace kwb {
 
@@ -24,21 +27,106 @@ using nlohmann::json;
 
 namespace {
 
+// A field the plan or a derived file must have, with the type it must have. Thrown inside a verify step, caught by
+// the step and reported as "<file>: <what>"; never a crash, never exit 70.
+struct FieldError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+const json& field(const json& j, const char* key, const std::string& where) {
+  if (!j.is_object() || !j.contains(key)) throw FieldError(fmt::format("field '{}' is missing{}", key, where));
+  return j[key];
+}
+std::string str_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_string()) throw FieldError(fmt::format("field '{}'{} must be a string, is {}", key, where, v.type_name()));
+  return v.get<std::string>();
+}
+double num_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_number()) throw FieldError(fmt::format("field '{}'{} must be a number, is {}", key, where, v.type_name()));
+  return v.get<double>();
+}
+uint64_t uint_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0)) {
+    throw FieldError(fmt::format("field '{}'{} must be a non-negative integer, is {}", key, where, v.dump()));
+  }
+  return v.get<uint64_t>();
+}
+bool bool_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_boolean()) throw FieldError(fmt::format("field '{}'{} must be true or false, is {}", key, where, v.type_name()));
+  return v.get<bool>();
+}
+const json& array_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_array()) throw FieldError(fmt::format("field '{}'{} must be an array, is {}", key, where, v.type_name()));
+  return v;
+}
+const json& object_field(const json& j, const char* key, const std::string& where = "") {
+  const json& v = field(j, key, where);
+  if (!v.is_object()) throw FieldError(fmt::format("field '{}'{} must be an object, is {}", key, where, v.type_name()));
+  return v;
+}
+
+// What plan.json (covered by the decision's digest) says the run must contain. verify re-derives from this, never
+// from what a derived file claims about itself.
+struct PlannedImpl {
+  std::string role, name, expect, source_sha, artifact_sha, bundle_source, bundle_artifact;
+  bool built = false;
+};
+struct Plan {
+  bool ok = false;
+  std::string task, backend;
+  std::vector<std::string> case_names, timing_cases;
+  std::vector<PlannedImpl> impls;
+  std::vector<std::string> workloads;
+  std::string gate_kind;
+  double min_improvement_pct = 0, max_aa_difference_pct = 0, alpha = 0;
+  uint64_t min_blocks = 0, max_blocks = 0;
+  uint64_t seed = 0, check_nonce = 0, final_nonce = 0;
+
+  const PlannedImpl* impl(const std::string& role, const std::string& name = "") const {
+    for (const PlannedImpl& p : impls) {
+      if (p.role == role && (name.empty() || p.name == name)) return &p;
+    }
+    return nullptr;
+  }
+};
+
+// What a check file must be, by its name in checks/.
+struct ExpectedCheck {
+  const PlannedImpl* impl = nullptr;
+  uint64_t nonce = 0;
+  bool held_out = false;
+  std::string stop_after;
+};
+
 class Verifier {
 public:
   explicit Verifier(const fs::path& dir) : m_dir(dir), m_b(read_bundle(dir)) {}
 
   VerifyReport run() {
     for (const std::string& p : m_b.problems) problem(p);
-    manifest();
-    schemas();
-    plan_digest();
-    artifacts();
-    checks();
-    controls();
-    comparison("aa", m_b.aa);
-    comparison("ab", m_b.ab);
-    decision();
+    if (!m_b.fs || !m_b.fs->ok()) return m_report;
+    step("bundle folder", [&] { contents(); });
+    step(k_manifest_file, [&] { manifest(); });
+    step("schemas", [&] { schemas(); });
+    step("plan.json", [&] { plan_digest(); });
+    step("plan.json", [&] { read_plan(); });
+    if (!m_plan.ok) {
+      problem("plan.json: without a readable plan nothing else can be bound to it; verification stops here");
+      return m_report;
+    }
+    step("artifacts", [&] { artifacts(); });
+    step("checks", [&] { checks(); });
+    step("controls.json", [&] { controls(); });
+    step("comparisons/aa.json", [&] { comparison("aa", m_b.aa); });
+    step("comparisons/ab.json", [&] { comparison("ab", m_b.ab); });
+    step("samples.csv", [&] { samples_belong(); });
+    step("stages.json", [&] { required_evidence(); });
+    step("decision.json", [&] { decision(); });
     return m_report;
   }
 
@@ -46,49 +134,96 @@ private:
   void problem(const std::string& p) { m_report.problems.push_back(p); }
   void verified(const std::string& v) { m_report.verified.push_back(v); }
 
+  // Each step stands alone: a malformed value in one file is that file's problem, and the others are still checked.
+  template <typename F>
+  void step(const std::string& file, F&& body) {
+    try {
+      body();
+    } catch (const FieldError& e) {
+      problem(fmt::format("{}: {}", file, e.what()));
+    } catch (const json::exception& e) {
+      problem(fmt::format("{}: a value has the wrong type ({})", file, e.what()));
+    } catch (const std::exception& e) {
+      problem(fmt::format("{}: cannot be verified ({})", file, e.what()));
+    }
+  }
+
+  // A bundle holds regular files in folders, nothing else.
+  void contents() {
+    size_t odd = 0;
+    for (const BundleFs::Entry& e : m_b.entries) {
+      if (e.kind == BundleFs::Kind::symlink) {
+        problem(fmt::format("{}: a symlink (a bundle holds regular files only; it was not followed)", e.rel));
+        ++odd;
+      } else if (e.kind == BundleFs::Kind::other) {
+        problem(fmt::format("{}: not a regular file or folder (a FIFO, socket or device); not opened", e.rel));
+        ++odd;
+      }
+    }
+    if (m_b.entries_truncated) {
+      problem(fmt::format("bundle folder: more than {} entries or deeper than {} levels; not a bundle kwb wrote",
+                          k_bundle_max_entries, k_bundle_max_depth));
+    }
+    if (odd == 0 && !m_b.entries_truncated) verified(fmt::format("bundle folder: {} entries, regular files and folders only", m_b.entries.size()));
+  }
+
   void manifest() {
-    const fs::path mf = m_dir / k_manifest_file;
-    if (!fs::exists(mf)) {
-      problem(fmt::format("{}: missing (the run did not finish, or the file was removed)", k_manifest_file));
+    std::string why;
+    std::optional<std::string> text = m_b.fs->read(k_manifest_file, why);
+    if (!text) {
+      problem(fmt::format("{}: {} (the run did not finish, or the file was removed)", k_manifest_file, why));
       return;
     }
-    std::istringstream in(read_file(mf));
+    std::istringstream in(*text);
     std::string line;
     std::set<std::string> listed;
     size_t n = 0, bad = 0;
     while (std::getline(in, line)) {
       ++n;
-      if (line.size() < 67 || line.substr(64, 2) != "  ") {
+      if (line.size() < 67 || line.substr(64, 2) != "  " ||
+          line.find_first_not_of("0123456789abcdef") < 64) {
         problem(fmt::format("{}:{}: not a 'sha256  path' line", k_manifest_file, n));
         ++bad;
         continue;
       }
       const std::string hash = line.substr(0, 64), path = line.substr(66);
-      listed.insert(path);
-      if (!fs::exists(m_dir / path)) {
-        problem(fmt::format("{}: listed in {} but missing", path, k_manifest_file));
+      if (auto bad_path = BundleFs::bad_path(path)) {
+        problem(fmt::format("{}:{}: refused path: {}", k_manifest_file, n, *bad_path));
         ++bad;
-      } else if (sha256_file(m_dir / path) != hash) {
-        problem(fmt::format("{}: content changed (manifest {}, file {})", path, hash, sha256_file(m_dir / path)));
+        continue;
+      }
+      if (!listed.insert(path).second) {
+        problem(fmt::format("{}:{}: '{}' is listed twice", k_manifest_file, n, path));
+        ++bad;
+        continue;
+      }
+      std::optional<std::string> now = m_b.fs->sha256(path, why);
+      if (!now) {
+        problem(fmt::format("{}: listed in {} but {}", path, k_manifest_file, why));
+        ++bad;
+      } else if (*now != hash) {
+        problem(fmt::format("{}: content changed (manifest {}, file {})", path, hash, *now));
         ++bad;
       }
     }
-    for (const auto& e : fs::recursive_directory_iterator(m_dir)) {
-      if (!e.is_regular_file()) continue;
-      const std::string rel = fs::relative(e.path(), m_dir).generic_string();
-      if (rel != k_manifest_file && !listed.contains(rel)) {
-        problem(fmt::format("{}: present but not in {}", rel, k_manifest_file));
+    for (const BundleFs::Entry& e : m_b.entries) {
+      if (e.kind != BundleFs::Kind::file) continue;
+      if (e.rel != k_manifest_file && !listed.contains(e.rel)) {
+        problem(fmt::format("{}: present but not in {}", e.rel, k_manifest_file));
         ++bad;
       }
     }
     if (bad == 0) verified(fmt::format("{}: {} files, every hash matches", k_manifest_file, listed.size()));
   }
 
-  void expect_schema(const std::string& file, const json& j, const std::string& schema) {
+  void expect_schema(const std::string& file, const json& j, const std::string& schema, int version = -1) {
     if (j.empty()) return;  // absence already reported
-    if (j.value("schema", "") != schema || !j.contains("schema_version") || !j["schema_version"].is_number_integer()) {
-      problem(fmt::format("{}: schema is '{}' v{}, expected '{}' with a version", file, j.value("schema", ""),
-                          j.value("schema_version", json()).dump(), schema));
+    if (!j.contains("schema") || !j["schema"].is_string() || j["schema"] != schema || !j.contains("schema_version") ||
+        !j["schema_version"].is_number_integer() || (version >= 0 && j["schema_version"] != version)) {
+      problem(fmt::format("{}: schema is {} v{}, expected '{}'{}", file, j.value("schema", json()).dump(),
+                          j.value("schema_version", json()).dump(), schema,
+                          version >= 0 ? fmt::format(" v{} (written by another kwb version; re-run validate)", version)
+                                       : " with a version"));
     }
   }
 
@@ -99,42 +234,103 @@ private:
     expect_schema("decision.json", m_b.decision, "kwb.decision");
     if (!m_b.controls.empty()) expect_schema("controls.json", m_b.controls, "kwb.controls");
     if (!m_b.final_.empty()) expect_schema("final.json", m_b.final_, "kwb.final");
-    for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, "kwb.check");
+    // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
+    // cannot be bound to its role.
+    for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, "kwb.check", 2);
     if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare");
     if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare");
   }
 
   void plan_digest() {
-    if (!fs::exists(m_dir / "plan.json") || m_b.decision.empty()) return;
-    const std::string digest = sha256_file(m_dir / "plan.json");
-    if (m_b.decision.value("plan_digest", "") != digest) {
-      problem(fmt::format("decision.json: plan_digest {} but plan.json hashes to {}", m_b.decision.value("plan_digest", ""),
-                          digest));
+    if (m_b.decision.empty()) return;
+    std::string why;
+    std::optional<std::string> digest = m_b.fs->sha256("plan.json", why);
+    if (!digest) return;  // already reported by the reader
+    const std::string recorded = str_field(m_b.decision, "plan_digest");
+    if (recorded != *digest) {
+      problem(fmt::format("decision.json: plan_digest {} but plan.json hashes to {}", recorded, *digest));
     } else {
       verified("plan.json: digest matches the decision's plan_digest");
     }
   }
 
+  void read_plan() {
+    const json& p = m_b.plan;
+    if (p.empty()) return;
+    const json& task = object_field(p, "task");
+    m_plan.task = str_field(task, "name", " of task");
+    m_plan.backend = str_field(p, "backend");
+    for (const json& c : array_field(task, "cases", " of task")) {
+      m_plan.case_names.push_back(str_field(c, "name", " of a task case"));
+      if (str_field(c, "role", " of a task case") == "timing") m_plan.timing_cases.push_back(m_plan.case_names.back());
+    }
+    for (const json& im : array_field(p, "implementations")) {
+      PlannedImpl pi;
+      pi.role = str_field(im, "role", " of an implementation");
+      pi.name = str_field(im, "name", " of an implementation");
+      pi.expect = str_field(im, "expect", " of an implementation");
+      pi.built = bool_field(im, "built", " of an implementation");
+      pi.bundle_source = str_field(im, "bundle_source", " of an implementation");
+      pi.bundle_artifact = str_field(im, "bundle_artifact", " of an implementation");
+      const json& id = object_field(im, "identity", " of an implementation");
+      pi.source_sha = str_field(id, "source_sha256", " of an identity");
+      pi.artifact_sha = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
+      m_plan.impls.push_back(pi);
+    }
+    for (const char* role : {"baseline", "baseline_copy", "candidate"}) {
+      if (m_plan.impl(role) == nullptr) throw FieldError(fmt::format("no implementation with role '{}'", role));
+    }
+    std::set<std::string> control_names;
+    for (const PlannedImpl& pi : m_plan.impls) {
+      if (pi.role == "control" && !control_names.insert(pi.name).second) {
+        throw FieldError(fmt::format("control '{}' is planned twice", pi.name));
+      }
+    }
+    for (const json& w : array_field(p, "workloads")) {
+      if (!w.is_string()) throw FieldError("field 'workloads' must list names");
+      m_plan.workloads.push_back(w.get<std::string>());
+    }
+    // No --workload: every timing case, in the task's order (as compare runs them).
+    if (m_plan.workloads.empty()) m_plan.workloads = m_plan.timing_cases;
+    const json& g = object_field(p, "gates");
+    m_plan.gate_kind = str_field(g, "kind", " of gates");
+    if (m_plan.gate_kind != "ci" && m_plan.gate_kind != "point") throw FieldError("gates.kind must be 'ci' or 'point'");
+    m_plan.min_improvement_pct = num_field(g, "min_improvement_pct", " of gates");
+    m_plan.max_aa_difference_pct = num_field(g, "max_aa_difference_pct", " of gates");
+    m_plan.alpha = num_field(g, "alpha", " of gates");
+    if (!(m_plan.alpha > 0 && m_plan.alpha < 1)) throw FieldError("gates.alpha must lie in (0, 1)");
+    const json& bu = object_field(p, "budgets");
+    m_plan.min_blocks = uint_field(bu, "min_blocks", " of budgets");
+    m_plan.max_blocks = uint_field(bu, "max_blocks", " of budgets");
+    const json& s = object_field(p, "seeds");
+    m_plan.seed = uint_field(s, "seed", " of seeds");
+    m_plan.check_nonce = uint_field(s, "check_nonce", " of seeds");
+    m_plan.final_nonce = uint_field(s, "final_nonce", " of seeds");
+    m_plan.ok = true;
+    verified(fmt::format("plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
+                         "least {} blocks; everything below is bound to these",
+                         m_plan.impls.size(), fmt::join(m_plan.workloads, ", "), m_plan.gate_kind,
+                         m_plan.min_improvement_pct, m_plan.max_aa_difference_pct, m_plan.alpha, m_plan.min_blocks));
+  }
+
   void artifacts() {
-    if (!m_b.plan.is_object()) return;
     size_t n = 0;
-    for (const json& im : m_b.plan.value("implementations", json::array())) {
-      const json id = im.value("identity", json::object());
-      for (auto [key, hash_key] : {std::pair{"bundle_source", "source_sha256"}, std::pair{"bundle_artifact", "artifact_sha256"}}) {
-        const std::string rel = im.value(key, "");
+    for (const PlannedImpl& im : m_plan.impls) {
+      for (auto [rel, planned, what] : {std::tuple{im.bundle_source, im.source_sha, "source_sha256"},
+                                        std::tuple{im.bundle_artifact, im.artifact_sha, "artifact_sha256"}}) {
         if (rel.empty()) continue;
-        if (!fs::exists(m_dir / rel)) {
-          problem(fmt::format("{}: artifact of {} missing", rel, im.value("name", "?")));
-          continue;
-        }
-        const std::string now = sha256_file(m_dir / rel);
-        if (now != id.value(hash_key, "")) {
-          problem(fmt::format("{}: {} of {} is {} in plan.json but the file hashes to {}", rel, hash_key,
-                              im.value("name", "?"), id.value(hash_key, ""), now));
+        std::string why;
+        std::optional<std::string> now = m_b.fs->sha256(rel, why);
+        if (!now) {
+          problem(fmt::format("{}: artifact of {}: {}", rel, im.name, why));
+        } else if (*now != planned) {
+          problem(fmt::format("{}: {} of {} is {} in plan.json but the file hashes to {}", rel, what, im.name, planned,
+                              *now));
         } else {
           ++n;
         }
       }
+      if (im.built && im.bundle_artifact.empty()) problem(fmt::format("plan.json: {} built but has no artifact", im.name));
     }
     verified(fmt::format("artifacts/: {} sources and objects hash to their plan identities", n));
   }
@@ -145,64 +341,171 @@ private:
            c.value("assertions", json::object()).value("passed", 0) > 0;
   }
 
-  void checks() {
-    for (const auto& [stem, c] : m_b.checks) {
-      const std::string file = "checks/" + stem + ".json";
-      const json a = c.value("assertions", json::object());
-      const size_t failures = c.value("failures", json::array()).size();
-      if (a.value("failed", size_t{0}) != failures) {
-        problem(fmt::format("{}: {} assertions failed but {} failures are listed", file, a.value("failed", 0), failures));
-      }
-      size_t cp = 0, cf = 0;
-      for (const json& cs : c.value("cases", json::array())) {
-        cp += cs.value("passed", size_t{0});
-        cf += cs.value("failed", size_t{0});
-      }
-      if (!c.value("cases", json::array()).empty() && (cp != a.value("passed", size_t{0}) || cf != a.value("failed", size_t{0}))) {
-        problem(fmt::format("{}: per-case counts ({} passed, {} failed) do not add up to the totals ({}, {})", file,
-                            cp, cf, a.value("passed", 0), a.value("failed", 0)));
-      }
-      const std::string derived = check_pass(c) ? "PASS" : "FAIL";
-      if (c.value("verdict", "") != derived) {
-        problem(fmt::format("{}: verdict {} does not follow from its assertions ({})", file, c.value("verdict", ""), derived));
-      }
-      // The check must be of an implementation the plan froze.
-      const std::string art = c.value("implementation", json::object()).value("identity", json::object()).value("artifact_sha256", "");
-      bool planned = false;
-      for (const json& im : m_b.plan.value("implementations", json::array())) {
-        planned = planned || im.value("identity", json::object()).value("artifact_sha256", "") == art;
-      }
-      if (!planned) problem(fmt::format("{}: checks artifact {} which the plan does not contain", file, art));
+  std::optional<ExpectedCheck> expected_check(const std::string& stem) const {
+    if (stem == "baseline") return ExpectedCheck{m_plan.impl("baseline"), m_plan.check_nonce, false, ""};
+    if (stem == "baseline_copy") return ExpectedCheck{m_plan.impl("baseline_copy"), m_plan.check_nonce, false, ""};
+    if (stem == "candidate") return ExpectedCheck{m_plan.impl("candidate"), m_plan.check_nonce, false, ""};
+    if (stem == "candidate_final") return ExpectedCheck{m_plan.impl("candidate"), m_plan.final_nonce, true, ""};
+    if (stem.rfind("control_", 0) == 0) {
+      if (const PlannedImpl* c = m_plan.impl("control", stem.substr(8))) return ExpectedCheck{c, m_plan.check_nonce, false, c->expect};
     }
-    verified(fmt::format("checks/: {} reports, verdicts follow from their assertions", m_b.checks.size()));
+    return std::nullopt;
   }
 
-  void controls() {
-    if (m_b.controls.empty()) return;
-    size_t killed = 0;
-    for (const json& c : m_b.controls.value("controls", json::array())) {
-      const std::string name = c.value("name", "?");
-      auto it = m_b.checks.find("control_" + name);
-      if (it == m_b.checks.end()) {
-        problem(fmt::format("controls.json: control '{}' has no checks/control_{}.json", name, name));
+  // The cases a check of this kind must cover: every published case, and for the final re-check one held-out case
+  // per published case plus one rehearsal of a timing case.
+  std::multiset<std::string> expected_cases(bool held_out) const {
+    std::multiset<std::string> out(m_plan.case_names.begin(), m_plan.case_names.end());
+    if (held_out) {
+      for (const std::string& n : m_plan.case_names) out.insert(n + "~held_out");
+    }
+    return out;
+  }
+
+  void check_one(const std::string& stem, const json& c) {
+    const std::string file = "checks/" + stem + ".json";
+    std::optional<ExpectedCheck> ex = expected_check(stem);
+    if (!ex) {
+      problem(fmt::format("{}: not a check this plan calls for (expected baseline, baseline_copy, candidate, "
+                          "candidate_final or control_<planned control>)", file));
+      return;
+    }
+    const json& a = object_field(c, "assertions");
+    const uint64_t passed = uint_field(a, "passed", " of assertions"), failed = uint_field(a, "failed", " of assertions");
+    const json& failures = array_field(c, "failures");
+    if (failed != failures.size()) {
+      problem(fmt::format("{}: {} assertions failed but {} failures are listed", file, failed, failures.size()));
+    }
+    uint64_t cp = 0, cf = 0;
+    std::multiset<std::string> ran;
+    for (const json& cs : array_field(c, "cases")) {
+      cp += uint_field(cs, "passed", " of a case");
+      cf += uint_field(cs, "failed", " of a case");
+      ran.insert(str_field(cs, "name", " of a case"));
+    }
+    if (!array_field(c, "cases").empty() && (cp != passed || cf != failed)) {
+      problem(fmt::format("{}: per-case counts ({} passed, {} failed) do not add up to the totals ({}, {})", file, cp,
+                          cf, passed, failed));
+    }
+    const bool pass = check_pass(c);
+    const std::string derived = pass ? "PASS" : "FAIL";
+    if (str_field(c, "verdict") != derived) {
+      problem(fmt::format("{}: verdict {} does not follow from its assertions ({})", file, str_field(c, "verdict"), derived));
+    }
+    // Bound to its role: the implementation the plan froze for it, the task and backend of the plan, and the
+    // request the role makes (published or fresh data, held-out shapes, the control's stop reason).
+    const json& impl = object_field(c, "implementation");
+    const json& id = object_field(impl, "identity", " of implementation");
+    const std::string art = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
+    if (str_field(id, "source_sha256", " of implementation.identity") != ex->impl->source_sha ||
+        (ex->impl->built && art != ex->impl->artifact_sha)) {
+      problem(fmt::format("{}: checks source {} / artifact {}, but the plan's {} is {} / {}", file,
+                          str_field(id, "source_sha256"), art, ex->impl->name, ex->impl->source_sha,
+                          ex->impl->artifact_sha));
+    }
+    if (bool_field(impl, "built", " of implementation") != ex->impl->built) {
+      problem(fmt::format("{}: says built = {}, the plan says {}", file, !ex->impl->built, ex->impl->built));
+    }
+    if (str_field(c, "task") != m_plan.task || str_field(c, "backend") != m_plan.backend) {
+      problem(fmt::format("{}: a check of task '{}' on '{}', the plan is task '{}' on '{}'", file, str_field(c, "task"),
+                          str_field(c, "backend"), m_plan.task, m_plan.backend));
+    }
+    const json& rq = object_field(c, "request");
+    if (uint_field(rq, "nonce", " of request") != ex->nonce || bool_field(rq, "held_out", " of request") != ex->held_out ||
+        str_field(rq, "stop_after_reason", " of request") != ex->stop_after) {
+      problem(fmt::format("{}: was run with nonce {}, held_out {}, stop reason '{}'; its role requires nonce {}, "
+                          "held_out {}, stop reason '{}' (a report of another role cannot stand in for this one)",
+                          file, uint_field(rq, "nonce"), bool_field(rq, "held_out"), str_field(rq, "stop_after_reason"),
+                          ex->nonce, ex->held_out, ex->stop_after));
+    }
+    // The case list: a passing check covered every case its role requires (and, for the final re-check, rehearsed
+    // a timing visit); a failing one ran only cases its role names.
+    const std::multiset<std::string> want = expected_cases(ex->held_out);
+    std::multiset<std::string> ran_public;
+    size_t rehearsals = 0;
+    bool foreign = false;
+    for (const std::string& n : ran) {
+      const size_t t = n.rfind("~rehearsal");
+      if (ex->held_out && t != std::string::npos && t + 10 == n.size() &&
+          std::find(m_plan.timing_cases.begin(), m_plan.timing_cases.end(), n.substr(0, t)) != m_plan.timing_cases.end()) {
+        ++rehearsals;
         continue;
       }
-      const bool rejected = !check_pass(it->second);
-      bool seen = false;
-      for (const json& f : it->second.value("failures", json::array())) seen = seen || f.value("reason", "") == c.value("expect", "");
-      ControlOutcome o{name, c.value("expect", ""), rejected, seen, rejected};
-      m_inputs.controls.push_back(o);
-      if (c.value("rejected", !rejected) != rejected || c.value("expected_reason_seen", !seen) != seen ||
-          c.value("timing_refused", !rejected) != rejected || !c.value("metric", json(1)).is_null()) {
-        problem(fmt::format("controls.json: control '{}' does not match its check (rejected {}, expected reason seen {})",
-                            name, rejected, seen));
+      if (!want.contains(n)) foreign = true;
+      ran_public.insert(n);
+    }
+    if (foreign) {
+      problem(fmt::format("{}: ran cases the plan does not have ({})", file, fmt::join(ran, ", ")));
+    } else if (pass && (ran_public != want || (ex->held_out && rehearsals != 1))) {
+      problem(fmt::format("{}: passes on {} cases{}, but its role requires all {} planned cases{}", file,
+                          ran_public.size(), ex->held_out ? fmt::format(" and {} rehearsals", rehearsals) : "",
+                          want.size(), ex->held_out ? " and one timing rehearsal" : ""));
+    }
+    m_check_pass[stem] = pass;
+  }
+
+  void checks() {
+    for (const auto& [stem, c] : m_b.checks) {
+      step("checks/" + stem + ".json", [&] { check_one(stem, c); });
+    }
+    verified(fmt::format("checks/: {} reports, each bound to its role's implementation, nonce and cases; verdicts "
+                         "follow from their assertions",
+                         m_b.checks.size()));
+  }
+
+  std::optional<bool> pass_of(const std::string& stem) const {
+    auto it = m_check_pass.find(stem);
+    if (it == m_check_pass.end()) return std::nullopt;
+    return it->second;
+  }
+
+  // Every planned control, from its own check; controls.json must agree and may neither add nor drop one.
+  void controls() {
+    std::set<std::string> listed;
+    if (!m_b.controls.empty()) {
+      for (const json& c : array_field(m_b.controls, "controls")) listed.insert(str_field(c, "name", " of a control"));
+    }
+    size_t killed = 0;
+    for (const PlannedImpl& pc : m_plan.impls) {
+      if (pc.role != "control") continue;
+      auto it = m_b.checks.find("control_" + pc.name);
+      if (it == m_b.checks.end() || !m_check_pass.contains("control_" + pc.name)) {
+        if (!m_b.controls.empty()) {
+          problem(fmt::format("controls.json: planned control '{}' has no usable checks/control_{}.json", pc.name, pc.name));
+        }
+        continue;
       }
+      const bool rejected = !m_check_pass.at("control_" + pc.name);
+      bool seen = false;
+      for (const json& f : array_field(it->second, "failures")) seen = seen || f.value("reason", "") == pc.expect;
+      ControlOutcome o{pc.name, pc.expect, rejected, seen, rejected};
+      m_inputs.controls.push_back(o);
       killed += rejected && seen;
+      if (m_b.controls.empty()) continue;
+      if (!listed.contains(pc.name)) {
+        problem(fmt::format("controls.json: planned control '{}' is not listed", pc.name));
+        continue;
+      }
+      for (const json& c : array_field(m_b.controls, "controls")) {
+        if (str_field(c, "name") != pc.name) continue;
+        if (str_field(c, "expect") != pc.expect || bool_field(c, "rejected") != rejected ||
+            bool_field(c, "expected_reason_seen") != seen || bool_field(c, "timing_refused") != rejected ||
+            !field(c, "metric", "").is_null()) {
+          problem(fmt::format("controls.json: control '{}' does not match its plan and check (rejected {}, expected "
+                              "reason '{}' seen {})",
+                              pc.name, rejected, pc.expect, seen));
+        }
+      }
     }
-    if (m_b.controls.value("killed", size_t{0}) != killed) {
-      problem(fmt::format("controls.json: killed = {} but the checks show {}", m_b.controls.value("killed", 0), killed));
+    for (const std::string& n : listed) {
+      if (m_plan.impl("control", n) == nullptr) problem(fmt::format("controls.json: control '{}' is not in the plan", n));
     }
-    verified(fmt::format("controls.json: {} controls re-derived from their checks", m_inputs.controls.size()));
+    if (!m_b.controls.empty() && uint_field(m_b.controls, "killed") != killed) {
+      problem(fmt::format("controls.json: killed = {} but the checks show {}", uint_field(m_b.controls, "killed"), killed));
+    }
+    if (!m_inputs.controls.empty()) {
+      verified(fmt::format("controls: {} planned controls re-derived from their checks", m_inputs.controls.size()));
+    }
   }
 
   static bool close(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); }
@@ -210,155 +513,290 @@ private:
   void comparison(const std::string& tag, const std::optional<json>& cmp) {
     if (!cmp) return;
     const std::string file = "comparisons/" + tag + ".json";
-    const json gate = cmp->value("gate", json::object());
-    const bool aa = cmp->value("mode", "") == "aa";
+    const bool aa = tag == "aa";
+    if (str_field(*cmp, "mode") != tag) problem(fmt::format("{}: mode '{}' in the file of {}", file, str_field(*cmp, "mode"), tag));
     const std::string other = aa ? "A'" : "B";
-    const size_t min_blocks = cmp->value("budgets", json::object()).value("min_blocks", size_t{10});
-    const stats::AlphaSpendingRule rule(gate.value("alpha", 0.05),
-                                        std::max(min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks));
-    auto judge = [&](const stats::EffectEstimate& e) {
-      if (aa) return stats::aa_verdict(e, gate.value("max_aa_difference_pct", 1.0));
-      return stats::improvement_verdict(e, gate.value("min_improvement_pct", 0.0),
-                                        gate.value("kind", "ci") == "point" ? stats::GateKind::point : stats::GateKind::ci);
+    // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
+    const json& g = object_field(*cmp, "gate");
+    if (str_field(g, "kind") != m_plan.gate_kind || !close(num_field(g, "min_improvement_pct"), m_plan.min_improvement_pct) ||
+        !close(num_field(g, "max_aa_difference_pct"), m_plan.max_aa_difference_pct) || !close(num_field(g, "alpha"), m_plan.alpha)) {
+      problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {})", file, g.dump(),
+                          m_plan.gate_kind, m_plan.min_improvement_pct, m_plan.max_aa_difference_pct, m_plan.alpha));
+    }
+    const json& bu = object_field(*cmp, "budgets");
+    if (uint_field(bu, "min_blocks") != m_plan.min_blocks || uint_field(bu, "max_blocks") != m_plan.max_blocks) {
+      problem(fmt::format("{}: budgets {} differ from the plan's (min_blocks {}, max_blocks {})", file, bu.dump(),
+                          m_plan.min_blocks, m_plan.max_blocks));
+    }
+    const uint64_t seed = mix_seed(m_plan.seed, aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
+    if (uint_field(*cmp, "seed") != seed) {
+      problem(fmt::format("{}: seed {} but the plan's seed gives {}", file, uint_field(*cmp, "seed"), seed));
+    }
+    // The arms are the plan's implementations.
+    const json& arms = array_field(*cmp, "arms");
+    const PlannedImpl* want[2] = {m_plan.impl("baseline"), m_plan.impl(aa ? "baseline_copy" : "candidate")};
+    if (arms.size() != 2) {
+      problem(fmt::format("{}: {} arms, expected 2", file, arms.size()));
+    } else {
+      for (size_t i = 0; i < 2; ++i) {
+        const json& id = object_field(arms[i], "identity");
+        if (str_field(arms[i], "label") != (i == 0 ? "A" : other) ||
+            !id.contains("artifact_sha256") || id["artifact_sha256"] != want[i]->artifact_sha) {
+          problem(fmt::format("{}: arm {} is not the plan's {}", file, i, want[i]->name));
+        }
+      }
+    }
+    const stats::AlphaSpendingRule rule(m_plan.alpha, std::max<size_t>(m_plan.min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks));
+    const bool point = m_plan.gate_kind == "point";
+    auto judge = [&](const stats::EffectEstimate& e) -> stats::Verdict {
+      if (aa) return stats::aa_verdict(e, m_plan.max_aa_difference_pct);
+      return stats::improvement_verdict(e, m_plan.min_improvement_pct, point ? stats::GateKind::point : stats::GateKind::ci);
     };
-    for (const json& w : cmp->value("workloads", json::array())) {
-      const std::string name = w.value("name", "?");
+    // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
+    // evidence, not a workload that did not matter.
+    std::vector<std::string> names;
+    for (const json& w : array_field(*cmp, "workloads")) names.push_back(str_field(w, "name", " of a workload"));
+    if (names != m_plan.workloads) {
+      problem(fmt::format("{}: workloads [{}], but the plan requires [{}]", file, fmt::join(names, ", "),
+                          fmt::join(m_plan.workloads, ", ")));
+    }
+    auto& out = aa ? m_inputs.aa : m_inputs.ab;
+    for (const std::string& planned : m_plan.workloads) {
+      if (std::find(names.begin(), names.end(), planned) == names.end()) out.push_back({planned, "MISSING"});
+    }
+    const json& workloads = array_field(*cmp, "workloads");
+    for (size_t wi = 0; wi < workloads.size(); ++wi) {
+      const json& w = workloads[wi];
+      const std::string name = str_field(w, "name");
       const std::string where = fmt::format("{} workload '{}'", file, name);
-      // Per block and arm: the timed, validated samples.
-      std::map<std::pair<int, std::string>, std::vector<double>> cells;
-      size_t timed = 0;
-      bool invalid_sample = false;
-      for (const SampleRow& s : m_b.samples) {
-        if (s.comparison != tag || s.workload != name || s.block < 0) continue;
-        if (!s.output_valid) invalid_sample = true;
-        if (s.warmup) continue;
-        ++timed;
-        if (s.output_valid) cells[{s.block, s.arm}].push_back(static_cast<double>(s.ns));
+      const auto planned_at = std::find(m_plan.workloads.begin(), m_plan.workloads.end(), name);
+      if (planned_at == m_plan.workloads.end()) continue;  // reported above; never enters the decision
+      step(where, [&] { workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_plan.workloads.begin()),
+                                 seed, rule, point, judge); });
+    }
+  }
+
+  void workload(const std::string& tag, bool aa, const std::string& other, const json& w, const std::string& where,
+                size_t index, uint64_t comparison_seed, const stats::AlphaSpendingRule& rule, bool point,
+                const std::function<stats::Verdict(const stats::EffectEstimate&)>& judge) {
+    auto& out = aa ? m_inputs.aa : m_inputs.ab;
+    const std::string name = str_field(w, "name");
+    m_workload_blocks[{tag, name}] = uint_field(w, "blocks");
+    // Per block and arm: the timed, validated samples.
+    std::map<std::pair<int, std::string>, std::vector<double>> cells;
+    size_t timed = 0;
+    bool invalid_sample = false;
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || s.block < 0) continue;
+      if (!s.output_valid) invalid_sample = true;
+      if (s.warmup) continue;
+      ++timed;
+      if (s.output_valid) cells[{s.block, s.arm}].push_back(static_cast<double>(s.ns));
+    }
+    if (timed != uint_field(w, "samples")) {
+      problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), timed));
+    }
+    const std::string verdict = str_field(w, "verdict");
+    const uint64_t seed = stats::workload_seed(comparison_seed, index);
+    if (uint_field(w, "seed") != seed) {
+      problem(fmt::format("{}: seed {} but the plan's seed gives {}", where, uint_field(w, "seed"), seed));
+    }
+    if (verdict == "INVALID") {
+      if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
+      if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
+      out.push_back({name, verdict});
+      return;
+    }
+    if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
+    std::vector<double> d;
+    const uint64_t blocks = uint_field(w, "blocks");
+    if (blocks > m_plan.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.max_blocks));
+    bool complete = true;
+    for (uint64_t blk = 0; blk < blocks; ++blk) {
+      auto a = cells.find({static_cast<int>(blk), "A"});
+      auto b = cells.find({static_cast<int>(blk), other});
+      if (a == cells.end() || b == cells.end()) {
+        problem(fmt::format("{}: block {} has no timed samples for {} in samples.csv", where, blk, a == cells.end() ? "A" : other));
+        complete = false;
+        break;
       }
-      if (timed != w.value("samples", size_t{0})) {
-        problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, w.value("samples", 0), timed));
+      const double ma = stats::median(a->second), mb = stats::median(b->second);
+      if (!(ma > 0 && mb > 0)) {
+        problem(fmt::format("{}: block {} has a zero median time", where, blk));
+        complete = false;
+        break;
       }
-      const std::string verdict = w.value("verdict", "");
-      if (verdict == "INVALID") {
-        if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
-        if (!w.value("improvement_pct", json()).is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
-        (aa ? m_inputs.aa : m_inputs.ab).push_back({name, verdict});
-        continue;
+      d.push_back(std::log(mb / ma));
+    }
+    for (const auto& [key, v] : cells) {
+      if (key.first < 0 || static_cast<uint64_t>(key.first) >= blocks || (key.second != "A" && key.second != other)) {
+        problem(fmt::format("{}: samples.csv has block {} arm {} which the comparison does not count", where, key.first, key.second));
+        complete = false;
+        break;
       }
-      std::vector<double> d;
-      const size_t blocks = w.value("blocks", size_t{0});
-      bool complete = true;
-      for (size_t blk = 0; blk < blocks; ++blk) {
-        auto a = cells.find({static_cast<int>(blk), "A"});
-        auto b = cells.find({static_cast<int>(blk), other});
-        if (a == cells.end() || b == cells.end()) {
-          problem(fmt::format("{}: block {} has no timed samples for {} in samples.csv", where, blk,
-                              a == cells.end() ? "A" : other));
-          complete = false;
-          break;
-        }
-        d.push_back(std::log(stats::median(b->second) / stats::median(a->second)));
-      }
-      for (const auto& [key, v] : cells) {
-        if (static_cast<size_t>(key.first) >= blocks) {
-          problem(fmt::format("{}: samples.csv has block {} which the comparison does not count", where, key.first));
-          complete = false;
-          break;
-        }
-      }
-      const json recorded = w.value("log_ratios", json::array());
-      if (complete && recorded.size() != d.size()) {
-        problem(fmt::format("{}: {} log ratios recorded, {} re-derived", where, recorded.size(), d.size()));
+    }
+    const json& recorded = array_field(w, "log_ratios");
+    if (complete && recorded.size() != d.size()) {
+      problem(fmt::format("{}: {} log ratios recorded, {} re-derived", where, recorded.size(), d.size()));
+      complete = false;
+    }
+    for (size_t i = 0; complete && i < d.size(); ++i) {
+      if (!recorded[i].is_number() || !close(recorded[i].get<double>(), d[i])) {
+        problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i, recorded[i].dump(), d[i]));
         complete = false;
       }
-      for (size_t i = 0; complete && i < d.size(); ++i) {
-        if (!close(recorded[i].get<double>(), d[i])) {
-          problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i,
-                              recorded[i].get<double>(), d[i]));
-          complete = false;
+    }
+    if (!complete) {
+      out.push_back({name, "UNVERIFIABLE"});
+      return;
+    }
+    // Replay the sequential procedure on the re-derived ratios, with the plan's gate.
+    std::optional<stats::EffectEstimate> est;
+    std::optional<stats::Verdict> v;
+    size_t stop = 0;
+    for (size_t n = 2; n <= d.size(); ++n) {
+      if (!rule.is_look(n)) continue;
+      auto e = stats::estimate_effect(std::span(d).first(n), rule.confidence_at_look(rule.look_index(n)), seed ^ n);
+      auto vv = judge(e);
+      est = e;
+      v = vv;
+      stop = n;
+      if (vv != stats::Verdict::inconclusive || point) break;
+    }
+    if (d.size() >= 2 && (stop != d.size())) {
+      // Ended by the budget between looks: the final analysis spends like one more look.
+      est = stats::estimate_effect(d, rule.confidence_for_final(rule.look_index(d.size())), seed ^ d.size());
+      v = judge(*est);
+    }
+    const std::string derived = v ? std::string(stats::to_string(*v)) : "INCONCLUSIVE";
+    if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
+    if (est) {
+      for (auto [key, value] : {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
+                                std::pair{"ci_high_pct", est->ci_high_pct}, std::pair{"mde_pct", est->mde_pct}}) {
+        if (!w.contains(key) || !w[key].is_number() || !close(w[key].get<double>(), value)) {
+          problem(fmt::format("{}: {} recorded {}, re-derived {}", where, key, w.value(key, json()).dump(), value));
         }
       }
-      if (!complete) {
-        (aa ? m_inputs.aa : m_inputs.ab).push_back({name, "UNVERIFIABLE"});
-        continue;
-      }
-      // Replay the sequential procedure on the re-derived ratios.
-      const uint64_t seed = w.value("seed", uint64_t{0});
-      std::optional<stats::EffectEstimate> est;
-      std::optional<stats::Verdict> v;
-      size_t stop = 0;
-      const bool point = gate.value("kind", "ci") == "point";
-      for (size_t n = 2; n <= d.size(); ++n) {
-        if (!rule.is_look(n)) continue;
-        auto e = stats::estimate_effect(std::span(d).first(n), rule.confidence_at_look(rule.look_index(n)), seed ^ n);
-        auto vv = judge(e);
-        est = e;
-        v = vv;
-        stop = n;
-        if (vv != stats::Verdict::inconclusive || point) break;
-      }
-      if (d.size() >= 2 && (stop != d.size())) {
-        // Ended by the budget between looks: the final analysis spends like one more look.
-        est = stats::estimate_effect(d, rule.confidence_for_final(rule.look_index(d.size())), seed ^ d.size());
-        v = judge(*est);
-      }
-      std::string derived = v ? std::string(stats::to_string(*v)) : "INCONCLUSIVE";
-      if (derived != verdict) {
-        problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
-      }
-      if (est) {
-        for (auto [key, value] : {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
-                                  std::pair{"ci_high_pct", est->ci_high_pct}, std::pair{"mde_pct", est->mde_pct}}) {
-          if (!w.contains(key) || !w[key].is_number() || !close(w[key].get<double>(), value)) {
-            problem(fmt::format("{}: {} recorded {}, re-derived {}", where, key, w.value(key, json()).dump(), value));
-          }
+    }
+    out.push_back({name, derived});
+    verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
+                         d.size(), derived, timed));
+  }
+
+  // Every samples.csv row belongs to a planned comparison, workload and arm.
+  void samples_belong() {
+    size_t bad = 0;
+    for (const SampleRow& s : m_b.samples) {
+      const bool aa = s.comparison == "aa";
+      const bool known_cmp = (aa && m_b.aa) || (s.comparison == "ab" && m_b.ab);
+      const bool known_workload = std::find(m_plan.workloads.begin(), m_plan.workloads.end(), s.workload) != m_plan.workloads.end();
+      const bool known_arm = s.arm == "A" || s.arm == (aa ? "A'" : "B");
+      auto blocks = m_workload_blocks.find({s.comparison, s.workload});
+      // An INVALID workload ends in the block that failed, which it does not count.
+      const bool known_block = s.block >= -1 && (blocks == m_workload_blocks.end() || static_cast<uint64_t>(s.block + 1) <= blocks->second + 1);
+      if (!known_cmp || !known_workload || !known_arm || !known_block) {
+        if (bad++ < 5) {
+          problem(fmt::format("samples.csv:{}: a row of comparison '{}', workload '{}', arm '{}', block {} that no "
+                              "planned comparison has",
+                              s.line, s.comparison, s.workload, s.arm, s.block));
         }
       }
-      (aa ? m_inputs.aa : m_inputs.ab).push_back({name, derived});
-      verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples", where, d.size(), derived, timed));
+    }
+    if (bad > 5) problem(fmt::format("samples.csv: {} more rows outside the plan", bad - 5));
+    if (bad == 0) verified(fmt::format("samples.csv: {} rows, each of a planned comparison, workload and arm", m_b.samples.size()));
+  }
+
+  // What the stages say they did must have left its evidence; a stage may be skipped only when what it depends on
+  // failed. Deleting a file is then a problem, never a different decision.
+  void required_evidence() {
+    std::map<std::string, std::string> status;
+    for (const json& s : array_field(m_b.stages, "stages")) status[str_field(s, "name", " of a stage")] = str_field(s, "status", " of a stage");
+    auto ran = [&](const char* stage) {
+      const std::string st = status.contains(stage) ? status.at(stage) : "missing";
+      return st == "ok" || st == "failed";
+    };
+    auto require = [&](bool present, const char* stage, const std::string& what) {
+      if (!present) problem(fmt::format("stages.json: stage {} is '{}' but {} is missing", stage, status[stage], what));
+    };
+    for (const auto& [name, st] : status) {
+      if (st == "pending" || st == "running") problem(fmt::format("stages.json: stage {} is still '{}' in a decided bundle", name, st));
+    }
+    if (ran("check_baseline")) require(m_b.checks.contains("baseline"), "check_baseline", "checks/baseline.json");
+    if (ran("check_candidate")) require(m_b.checks.contains("candidate"), "check_candidate", "checks/candidate.json");
+    if (ran("controls")) {
+      require(!m_b.controls.empty(), "controls", "controls.json");
+      for (const PlannedImpl& pc : m_plan.impls) {
+        if (pc.role == "control") require(m_b.checks.contains("control_" + pc.name), "controls", "checks/control_" + pc.name + ".json");
+      }
+    }
+    const bool both_pass = pass_of("baseline").value_or(false) && pass_of("candidate").value_or(false);
+    if (both_pass && !ran("aa") && status["aa"] != "error") {
+      problem(fmt::format("stages.json: the A/A stage is '{}' although baseline and candidate pass their checks", status["aa"]));
+    }
+    if (ran("aa")) {
+      require(m_b.checks.contains("baseline_copy"), "aa", "checks/baseline_copy.json");
+      if (pass_of("baseline_copy").value_or(false)) require(m_b.aa.has_value(), "aa", "comparisons/aa.json");
+    }
+    const bool aa_allows_ab = both_pass && pass_of("baseline_copy").value_or(false) && m_b.aa &&
+                              std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
+                                return w.verdict == "FAIL" || w.verdict == "INVALID";
+                              });
+    if (aa_allows_ab && !ran("ab") && status["ab"] != "error") {
+      problem(fmt::format("stages.json: the A/B stage is '{}' although the A/A calibration allowed it", status["ab"]));
+    }
+    if (ran("ab")) require(m_b.ab.has_value(), "ab", "comparisons/ab.json");
+    if (ran("final_validation")) {
+      require(!m_b.final_.empty(), "final_validation", "final.json");
+      if (!m_b.final_.empty() && pass_of("candidate").value_or(false) && array_field(m_b.final_, "identity_mismatches").empty()) {
+        require(m_b.checks.contains("candidate_final"), "final_validation", "checks/candidate_final.json");
+      }
+      if (!m_b.final_.empty() && uint_field(m_b.final_, "final_nonce") != m_plan.final_nonce) {
+        problem(fmt::format("final.json: final_nonce {} but the plan's is {}", uint_field(m_b.final_, "final_nonce"), m_plan.final_nonce));
+      }
     }
   }
 
   void decision() {
     if (m_b.decision.empty()) return;
-    auto pass_of = [&](const char* stem) -> std::optional<bool> {
-      auto it = m_b.checks.find(stem);
-      if (it == m_b.checks.end()) return std::nullopt;
-      return check_pass(it->second);
-    };
     m_inputs.baseline_check_pass = pass_of("baseline");
     m_inputs.baseline_copy_check_pass = pass_of("baseline_copy");
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.final_check_pass = pass_of("candidate_final");
-    if (m_b.final_.is_object()) {
-      m_inputs.identity_mismatches = m_b.final_.value("identity_mismatches", std::vector<std::string>{});
-      for (const json& d : m_b.final_.value("environment_differences", json::array())) {
-        m_inputs.environment_mismatches.push_back(fmt::format("{}: plan '{}', now '{}'", d.value("item", ""),
-                                                              d.value("planned", ""), d.value("now", "")));
+    if (!m_b.final_.empty()) {
+      for (const json& m : array_field(m_b.final_, "identity_mismatches")) {
+        if (!m.is_string()) throw FieldError("final.json: identity_mismatches must list strings");
+        m_inputs.identity_mismatches.push_back(m.get<std::string>());
+      }
+      for (const json& d : array_field(m_b.final_, "environment_differences")) {
+        m_inputs.environment_mismatches.push_back(fmt::format("{}: plan '{}', now '{}'", str_field(d, "item"),
+                                                              str_field(d, "planned"), str_field(d, "now")));
       }
     }
-    for (const json& s : m_b.stages.value("stages", json::array())) {
-      if (s.value("status", "") == "error") {
-        m_inputs.stage_errors.push_back(fmt::format("{}: {}", s.value("name", ""), s.value("summary", "")));
+    for (const json& s : array_field(m_b.stages, "stages")) {
+      if (str_field(s, "status") == "error") {
+        m_inputs.stage_errors.push_back(fmt::format("{}: {}", str_field(s, "name"), str_field(s, "summary")));
       }
     }
     // Identity mismatches found during earlier stages are recorded in the decision's inputs; keep those the final
     // stage did not see (they stopped the run before it).
-    const json recorded = m_b.decision.value("inputs", json::object());
-    for (const json& m : recorded.value("identity_mismatches", json::array())) {
-      const std::string s = m.get<std::string>();
-      if (std::find(m_inputs.identity_mismatches.begin(), m_inputs.identity_mismatches.end(), s) ==
-          m_inputs.identity_mismatches.end()) {
-        m_inputs.identity_mismatches.push_back(s);
+    const json recorded = m_b.decision.contains("inputs") && m_b.decision["inputs"].is_object() ? m_b.decision["inputs"] : json::object();
+    if (recorded.contains("identity_mismatches")) {
+      for (const json& m : array_field(recorded, "identity_mismatches")) {
+        if (!m.is_string()) throw FieldError("inputs.identity_mismatches must list strings");
+        const std::string s = m.get<std::string>();
+        if (std::find(m_inputs.identity_mismatches.begin(), m_inputs.identity_mismatches.end(), s) == m_inputs.identity_mismatches.end()) {
+          m_inputs.identity_mismatches.push_back(s);
+        }
       }
     }
     const Decision d = decide(m_inputs);
-    if (m_b.decision.value("decision", "") != d.decision) {
+    const std::string recorded_decision = str_field(m_b.decision, "decision");
+    if (recorded_decision != d.decision) {
       problem(fmt::format("decision.json: decision {} does not follow from the evidence, which gives {} ({})",
-                          m_b.decision.value("decision", ""), d.decision, fmt::join(d.reasons, "; ")));
-    } else if (m_b.decision.value("exit_code", -1) != d.exit_code) {
-      problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision.value("exit_code", -1), d.decision,
-                          d.exit_code));
+                          recorded_decision, d.decision, fmt::join(d.reasons, "; ")));
+    } else if (!m_b.decision.contains("exit_code") || m_b.decision["exit_code"] != d.exit_code) {
+      problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision.value("exit_code", json()).dump(),
+                          d.decision, d.exit_code));
     } else {
       verified(fmt::format("decision.json: {} follows from the re-derived evidence", d.decision));
     }
@@ -367,6 +805,9 @@ private:
   fs::path m_dir;
   BundleData m_b;
   VerifyReport m_report;
+  Plan m_plan;
+  std::map<std::string, bool> m_check_pass;  // by check stem, re-derived
+  std::map<std::pair<std::string, std::string>, uint64_t> m_workload_blocks;
   DecisionInputs m_inputs;
 };
 

@@ -1,7 +1,9 @@
 #include "report/report.h"
 
 #include "report/svg.h"
+#include "util/error.h"
 #include "util/fs.h"
+#include "util/text.h"
 #include "util/units.h"
 
 #include <fmt/format.h>
@@ -49,11 +51,7 @@ struct Table {
   std::string markdown() const {
     auto line = [](const std::vector<std::string>& cells) {
       std::string s = "|";
-      for (const std::string& c : cells) {
-        std::string cell = c;
-        for (size_t p = cell.find('|'); p != std::string::npos; p = cell.find('|', p + 2)) cell.replace(p, 1, "\\|");
-        s += " " + cell + " |";
-      }
+      for (const std::string& c : cells) s += fmt::format(" {} |", escape_markdown(c));
       return s + "\n";
     };
     std::string out = line(header) + "|";
@@ -241,12 +239,15 @@ ReportModel build_model(const BundleData& b) {
 }  // namespace
 
 std::string render_markdown(const BundleData& b) {
+  // Every string that came from the bundle (and so, possibly, from a candidate: its file name, its failure details)
+  // is escaped: the report shows it, it never becomes Markdown structure.
   const ReportModel m = build_model(b);
-  std::string out = fmt::format("# {}\n\n", m.title);
-  out += fmt::format("**Decision: {}**  \n", m.decision);
-  out += fmt::format("Candidate `{}` vs baseline `{}`.  \n", impl_label(b.plan, "candidate"), impl_label(b.plan, "baseline"));
-  out += fmt::format("Scope: {}.  \nPlan digest: `{}`\n\n", m.scope_line, m.digest);
-  for (const std::string& r : m.reasons) out += "- " + r + "\n";
+  auto md = [](const std::string& t) { return escape_markdown(t); };
+  std::string out = fmt::format("# {}\n\n", md(m.title));
+  out += fmt::format("**Decision: {}**  \n", md(m.decision));
+  out += fmt::format("Candidate {} vs baseline {}.  \n", md(impl_label(b.plan, "candidate")), md(impl_label(b.plan, "baseline")));
+  out += fmt::format("Scope: {}.  \nPlan digest: {}\n\n", md(m.scope_line), md(m.digest));
+  for (const std::string& r : m.reasons) out += fmt::format("- {}\n", escape_markdown(r, true));
   out += "\n## Workloads\n\n" + m.workloads.markdown();
   out += "\n## Stages\n\n" + m.stages.markdown();
   out += "\n## Correctness checks\n\n" + m.checks.markdown();
@@ -258,10 +259,10 @@ std::string render_markdown(const BundleData& b) {
   out += "\n## Environment\n\n" + m.environment.markdown();
   if (!m.warnings.empty()) {
     out += "\nWarnings about this machine:\n\n";
-    for (const std::string& w : m.warnings) out += "- " + w + "\n";
+    for (const std::string& w : m.warnings) out += fmt::format("- {}\n", escape_markdown(w, true));
   }
   out += "\n## Limits of this claim\n\n";
-  for (const std::string& l : m.limits) out += "- " + l + "\n";
+  for (const std::string& l : m.limits) out += fmt::format("- {}\n", escape_markdown(l, true));
   out += "\nRe-check everything above from the raw data with `kwb verify <bundle>`.\n";
   return out;
 }
@@ -355,8 +356,28 @@ std::string render_html(const BundleData& b) {
 
 void write_reports(const std::filesystem::path& dir) {
   BundleData b = read_bundle(dir);
-  write_file_atomic(dir / "report.md", render_markdown(b));
-  write_file_atomic(dir / "report.html", render_html(b));
+  if (!b.fs || !b.fs->ok()) throw Error(ExitCode::io_error, b.problems.empty() ? dir.string() : b.problems.front());
+  // A bundle with a symlink (or a FIFO, a device) is not one kwb wrote, and writing into it could land elsewhere.
+  for (const BundleFs::Entry& e : b.entries) {
+    if (e.kind == BundleFs::Kind::symlink || e.kind == BundleFs::Kind::other) {
+      throw Error(ExitCode::invalid, fmt::format("{}: {} is {}; kwb writes only into bundles of regular files and "
+                                                 "folders (run kwb verify {})",
+                                                 dir.string(), e.rel,
+                                                 e.kind == BundleFs::Kind::symlink ? "a symlink" : "not a regular file",
+                                                 dir.string()));
+    }
+  }
+  std::string md, html;
+  try {
+    md = render_markdown(b);
+    html = render_html(b);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ExitCode::invalid, fmt::format("{}: a value in the bundle has the wrong type ({}); run kwb verify {} "
+                                               "for the file and field",
+                                               dir.string(), e.what(), dir.string()));
+  }
+  write_file_atomic(dir / "report.md", md);
+  write_file_atomic(dir / "report.html", html);
 }
 
 }  // namespace kwb

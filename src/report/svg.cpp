@@ -17,7 +17,14 @@ std::string escape(const std::string& text) {
       case '<': out += "&lt;"; break;
       case '>': out += "&gt;"; break;
       case '"': out += "&quot;"; break;
-      default: out += c;
+      case '\'': out += "&#39;"; break;
+      default:
+        // Control characters (other than newline and tab) are shown, not passed to the page.
+        if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
+          out += fmt::format("&#92;x{:02x}", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
     }
   }
   return out;

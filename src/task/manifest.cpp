@@ -286,14 +286,27 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
   return out;
 }
 
+// A task's sources live in its folder: a path that leaves it (absolute, "..", or a symlink pointing out) would let a
+// task pull any file on the machine into a build, a plan and a bundle.
 fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& dir) {
   std::string rel = r.string(key);
+  if (rel.empty() || fs::path(rel).is_absolute()) {
+    r.fail(r.get(key), key, fmt::format("source '{}' must be a path relative to the task folder {}", rel, dir.string()));
+  }
   fs::path p = dir / rel;
-  if (!fs::is_regular_file(p)) {
+  std::error_code ec;
+  if (!fs::is_regular_file(p, ec)) {
     r.fail(r.get(key), key, fmt::format("source '{}' does not exist (paths are relative to the task folder {})", rel,
                                         dir.string()));
   }
-  return fs::canonical(p);
+  const fs::path resolved = fs::canonical(p, ec);
+  const fs::path inside = resolved.lexically_relative(dir);
+  if (ec || inside.empty() || *inside.begin() == "..") {
+    r.fail(r.get(key), key, fmt::format("source '{}' resolves to {}, outside the task folder {}; copy it into the "
+                                        "task folder",
+                                        rel, resolved.string(), dir.string()));
+  }
+  return resolved;
 }
 
 }  // namespace
@@ -458,6 +471,13 @@ Task load_task(const fs::path& dir_in) {
           TableReader cr(as_table(*arr.get(i), cp, file), cp, file);
           ControlSpec ctl;
           ctl.name = cr.string("name");
+          // The name becomes a file name in the bundle (checks/control_<name>.json).
+          if (ctl.name.empty() || ctl.name.size() > 64 ||
+              ctl.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+                  std::string::npos) {
+            cr.fail(cr.get("name"), "name", fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'",
+                                                        ctl.name));
+          }
           ctl.source = resolve_source(cr, "source", task.dir);
           ctl.expect = cr.string("expect");
           const auto& codes = failure_reason_codes();

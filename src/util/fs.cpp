@@ -4,6 +4,7 @@
 #include "util/fd.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -15,10 +16,16 @@
 namespace kwb {
 
 void write_file_atomic(const std::filesystem::path& path, std::string_view content) {
+  // The temporary name is unpredictable and created exclusively without following a symlink: a name planted in
+  // the folder beforehand (a symlink to a file elsewhere) makes the open fail instead of writing through it.
+  uint64_t nonce = 0;
+  if (::getrandom(&nonce, sizeof nonce, 0) != static_cast<ssize_t>(sizeof nonce)) {
+    throw Error(ExitCode::io_error, fmt::format("getrandom failed ({})", std::strerror(errno)));
+  }
   std::filesystem::path tmp = path;
-  tmp += fmt::format(".tmp.{}", ::getpid());
+  tmp += fmt::format(".tmp.{:016x}", nonce);
   {
-    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644));
     if (!fd.valid()) {
       throw Error(ExitCode::io_error, fmt::format("{}: cannot create ({})", tmp.string(), std::strerror(errno)));
     }
@@ -36,9 +43,11 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
     }
   }
   std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  std::filesystem::rename(tmp, path, ec);  // rename replaces a symlink at `path`; it never writes through one
   if (ec) {
-    throw Error(ExitCode::io_error, fmt::format("{}: cannot rename into place ({})", path.string(), ec.message()));
+    const std::string why = ec.message();
+    std::filesystem::remove(tmp, ec);
+    throw Error(ExitCode::io_error, fmt::format("{}: cannot rename into place ({})", path.string(), why));
   }
 }
 

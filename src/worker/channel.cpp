@@ -1,4 +1,5 @@
 #include "worker/channel.h"
+#include "util/json_text.h"
 
 #include "util/error.h"
 
@@ -11,7 +12,7 @@
 namespace kwb {
 
 bool Channel::send(const nlohmann::json& message, std::span<const int> fds) {
-  const std::string text = message.dump();
+  const std::string text = json_text(message);
   if (text.size() > k_max_message_bytes) throw InternalError("worker message too large");
   iovec iov{const_cast<char*>(text.data()), text.size()};
   msghdr msg{};

@@ -78,6 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
         // Escapes: a verdict needs a complete answer for every call.
         Adversary{"forged_result", "protocol", k_small, "only the control page"}, Adversary{"exit_mid_run", "exited"},
         Adversary{"abort_mid_run", "aborted"},
+        // Bytes JSON cannot hold, in the output tail: still the candidate's failure, in a report that parses.
+        Adversary{"invalid_utf8", "aborted", k_small, "not utf-8"},
         Adversary{"infinite_loop", "timeout", {"--case", "zeros", "--timeout-seconds", "1"}},
         // The sandbox: each denied system call is named.
         Adversary{"fork_exec", "sandbox_violation", k_small, "clone"},

@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
@@ -259,7 +261,194 @@ TEST_F(ValidateBundle, verify_catches_an_added_file) {
   expect_caught(d, "extra.txt");
 }
 
+// ---- issue 15: verify binds everything to the plan, and a bundle is untrusted input -------------------------------
+
+// A forger who rewrites the plan too re-points the decision's digest at it.
+static void write_plan(const fs::path& d, const nlohmann::json& plan) {
+  const std::string text = plan.dump(2) + "\n";
+  write_file_atomic(d / "plan.json", text);
+  nlohmann::json dec = nlohmann::json::parse(read_file(d / "decision.json"));
+  dec["plan_digest"] = sha256_hex(std::string_view(text));
+  write_file_atomic(d / "decision.json", dec.dump(2));
+}
+
+// Class 1: a workload deleted from the comparison (with its rows and a decision rewritten to match) is missing
+// evidence, not a workload that did not count.
+TEST_F(ValidateBundle, verify_catches_a_workload_dropped_from_the_comparison) {
+  fs::path d = copy("dropped");
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  ab["workloads"] = nlohmann::json::array();
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  std::string csv, line;
+  std::istringstream in(read_file(d / "samples.csv"));
+  while (std::getline(in, line)) {
+    if (line.rfind("ab,", 0) != 0) csv += line + "\n";
+  }
+  write_file_atomic(d / "samples.csv", csv);
+  nlohmann::json dec = nlohmann::json::parse(read_file(d / "decision.json"));
+  dec["decision"] = "INCONCLUSIVE";  // what the decision rule gives with no A/B workload
+  dec["exit_code"] = 2;
+  write_file_atomic(d / "decision.json", dec.dump(2));
+  reseal(d);
+  expect_caught(d, "comparisons/ab.json");
+}
+
+// Class 2: the gate is the plan's. A bar raised in the plan (digest re-pointed) is applied, whatever the comparison
+// file claims; a bar lowered only in the comparison file is a disagreement with the plan.
+TEST_F(ValidateBundle, verify_applies_the_plan_gate_not_the_comparison_file_gate) {
+  fs::path d = copy("gate");
+  nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
+  plan["gates"]["min_improvement_pct"] = 95.0;
+  write_plan(d, plan);
+  reseal(d);
+  expect_caught(d, "comparisons/ab.json");
+
+  d = copy("gate-file");
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  ab["gate"]["min_improvement_pct"] = -100.0;
+  ab["budgets"]["min_blocks"] = 2;
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  reseal(d);
+  expect_caught(d, "differs from the plan");
+}
+
+// Class 3: the first (published data) check cannot stand in for the final re-check (fresh nonce, held-out shapes).
+TEST_F(ValidateBundle, verify_catches_a_check_report_swapped_into_another_role) {
+  fs::path d = copy("swap");
+  fs::copy_file(d / "checks" / "candidate.json", d / "checks" / "candidate_final.json", fs::copy_options::overwrite_existing);
+  reseal(d);
+  expect_caught(d, "checks/candidate_final.json");
+
+  d = copy("swap-control");
+  fs::copy_file(d / "checks" / "baseline.json", d / "checks" / "control_no_weight.json", fs::copy_options::overwrite_existing);
+  reseal(d);
+  expect_caught(d, "checks/control_no_weight.json");
+}
+
+TEST_F(ValidateBundle, verify_catches_a_control_dropped_from_the_controls_file) {
+  fs::path d = copy("control-dropped");
+  nlohmann::json c = nlohmann::json::parse(read_file(d / "controls.json"));
+  c["controls"].erase(0);
+  c["killed"] = c["killed"].get<int>() - 1;
+  c["total"] = c["total"].get<int>() - 1;
+  write_file_atomic(d / "controls.json", c.dump(2));
+  reseal(d);
+  expect_caught(d, "controls.json");
+}
+
+// Class 4: hostile contents. Every case ends promptly with exit 3 and a named problem; nothing outside is read.
+TEST_F(ValidateBundle, verify_refuses_manifest_paths_outside_the_bundle_without_reading_them) {
+  fs::path d = copy("paths");
+  {
+    std::ofstream m(d / k_manifest_file, std::ios::app);
+    m << std::string(64, '0') << "  /dev/zero\n" << std::string(64, '0') << "  ../../../etc/shadow\n";
+  }
+  KwbRun v = run_kwb({"verify", d.string(), "--json"}, std::chrono::seconds(60));
+  EXPECT_EQ(v.exit_code, 3) << v.output;
+  EXPECT_NE(v.output.find("refused path"), std::string::npos) << v.output;
+  if (fs::exists("/etc/shadow") && ::access("/etc/shadow", R_OK) == 0) {
+    EXPECT_EQ(v.output.find(sha256_file("/etc/shadow")), std::string::npos) << "verify hashed a file outside the bundle";
+  }
+  fs::remove_all(d);
+}
+
+TEST_F(ValidateBundle, verify_and_report_do_not_hang_on_a_fifo) {
+  fs::path d = copy("fifo");
+  fs::remove(d / "plan.json");
+  ASSERT_EQ(::mkfifo((d / "plan.json").c_str(), 0600), 0);
+  KwbRun v = run_kwb({"verify", d.string(), "--json"}, std::chrono::seconds(60));
+  EXPECT_EQ(v.exit_code, 3) << v.output << v.errors;
+  EXPECT_NE(v.output.find("plan.json"), std::string::npos) << v.output;
+  KwbRun r = run_kwb({"report", d.string()}, std::chrono::seconds(60));
+  EXPECT_EQ(r.exit_code, 3) << r.output << r.errors;
+  fs::remove_all(d);
+}
+
+TEST_F(ValidateBundle, malformed_values_are_exit_3_with_the_file_never_70) {
+  fs::path d = copy("types");
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  ab["workloads"][0]["blocks"] = "five";
+  ab["workloads"][0]["log_ratios"] = "none";
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  nlohmann::json st = nlohmann::json::parse(read_file(d / "stages.json"));
+  st["stages"][0]["seconds"] = "long";
+  write_file_atomic(d / "stages.json", st.dump(2));
+  reseal(d);
+  KwbRun r = run_kwb({"report", d.string()});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  expect_caught(d, "comparisons/ab.json");
+
+  d = copy("types-plan");
+  write_plan(d, nlohmann::json::array({1, 2, 3}));
+  reseal(d);
+  expect_caught(d, "plan.json");
+}
+
+// Class 5: a bundle holding a symlink is refused by report (exit 3) and named by verify; nothing outside changes.
+TEST_F(ValidateBundle, report_refuses_a_bundle_with_planted_symlinks) {
+  fs::path d = copy("symlink");
+  const fs::path outside = scratch("symlink-target");
+  fs::create_directories(outside);
+  std::ofstream(outside / "victim") << "precious";
+  for (int pid = 1; pid < 64; ++pid) fs::create_symlink(outside / "victim", d / ("report.md.tmp." + std::to_string(pid)));
+  fs::remove(d / "report.md");
+  fs::create_symlink(outside / "victim", d / "report.md");
+  KwbRun r = run_kwb({"report", d.string()});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  EXPECT_NE(r.errors.find("symlink"), std::string::npos) << r.errors;
+  EXPECT_EQ(read_file(outside / "victim"), "precious");
+  expect_caught(d, "a symlink");
+  fs::remove_all(outside);
+}
+
 // ---- other runs -----------------------------------------------------------------------------------------------
+
+// Issue 15, class 8: a task that names a source outside its folder is bad input (65, naming the field), and the
+// failed freeze still leaves a decided bundle.
+TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_with_a_decision) {
+  const fs::path root = scratch("outside-task");
+  fs::create_directories(root);
+  fs::copy(k_rmsnorm, root / "task", fs::copy_options::recursive);
+  std::ofstream(root / "outside.cpp") << "// not the task's\n";
+  std::string toml = read_file(root / "task" / "task.toml");
+  toml.replace(toml.find("cpu/controls/no_eps.cpp"), std::string("cpu/controls/no_eps.cpp").size(), "../outside.cpp");
+  write_file_atomic(root / "task" / "task.toml", toml);
+  const fs::path out = root / "bundle";
+  // The command refuses the task before it starts a run.
+  KwbRun r = run_kwb({"validate", (root / "task").string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+                      "--output-dir", out.string(), "--json"});
+  EXPECT_EQ(r.exit_code, 65) << r.errors;
+  EXPECT_NE(r.errors.find("backends.cpu.controls[0].source"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("outside the task folder"), std::string::npos) << r.errors;
+  // A freeze that fails on it (the task changed after the command read it) writes a decided, verifiable bundle
+  // and reports the input error's code.
+  ValidateOptions o;
+  o.task_dir = root / "task";
+  o.candidate = k_rmsnorm / "cpu" / "fused.cpp";
+  o.output_dir = out;
+  ValidateResult v = run_validate(o, ValidateObserver{});
+  ASSERT_TRUE(v.input_error_code.has_value());
+  EXPECT_EQ(*v.input_error_code, 65);
+  EXPECT_NE(v.input_error.find("outside the task folder"), std::string::npos) << v.input_error;
+  ASSERT_TRUE(fs::exists(out / "decision.json"));
+  EXPECT_EQ(nlohmann::json::parse(read_file(out / "decision.json"))["decision"], "INVALID");
+  fs::remove_all(root);
+}
+
+// Issue 15, class 7: a candidate that prints bytes JSON cannot hold is the candidate's failure: its check report is
+// written, and the decision keeps the baseline.
+TEST(validate_test, candidate_printing_invalid_utf8_is_rejected_with_its_check_recorded) {
+  const fs::path d = scratch("utf8");
+  KwbRun r = run_kwb(validate_args(k_source_dir / "tests" / "adversarial" / "invalid_utf8.cpp", d));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.json.dump(2);
+  ASSERT_TRUE(fs::exists(d / "checks" / "candidate.json"));
+  nlohmann::json c = nlohmann::json::parse(read_file(d / "checks" / "candidate.json"));
+  EXPECT_EQ(c["verdict"], "FAIL");
+  EXPECT_EQ(run_kwb({"verify", d.string()}).exit_code, 0);
+  fs::remove_all(d);
+}
 
 TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
   fs::path d = scratch("exists");

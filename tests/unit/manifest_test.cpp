@@ -183,6 +183,37 @@ TEST_F(ManifestTest, not_a_folder_is_a_data_error) {
   EXPECT_THROW(kwb::load_task(m_dir / "missing"), kwb::DataError);
 }
 
+// Issue 15, class 8: a task names sources only inside its own folder (65, naming the field).
+TEST_F(ManifestTest, control_source_outside_the_task_folder_is_refused) {
+  std::ofstream(m_dir.parent_path() / ("kwb-outside-" + std::to_string(::getpid()) + ".cpp")) << "// outside\n";
+  write_with("source = \"impl.cpp\"", "source = \"../kwb-outside-" + std::to_string(::getpid()) + ".cpp\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'backends.cpu.controls[0].source'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the task folder"), std::string::npos) << msg;
+  fs::remove(m_dir.parent_path() / ("kwb-outside-" + std::to_string(::getpid()) + ".cpp"));
+}
+
+TEST_F(ManifestTest, absolute_source_path_is_refused) {
+  write_with("baseline = \"impl.cpp\"", "baseline = \"" + (m_dir / "impl.cpp").string() + "\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'backends.cpu.baseline'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("relative to the task folder"), std::string::npos) << msg;
+}
+
+TEST_F(ManifestTest, source_symlink_pointing_outside_is_refused) {
+  fs::create_symlink("/etc/hostname", m_dir / "link.cpp");
+  write_with("reference = \"impl.cpp\"", "reference = \"link.cpp\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'backends.cpu.reference'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the task folder"), std::string::npos) << msg;
+}
+
+TEST_F(ManifestTest, control_name_that_is_not_a_file_name_is_refused) {
+  write_with("name = \"c\"", "name = \"../../x\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'backends.cpu.controls[0].name'"), std::string::npos) << msg;
+}
+
 TEST(manifest_test, builtin_rmsnorm_task_loads) {
   kwb::Task t = kwb::load_task(fs::path(KWB_SOURCE_DIR) / "tasks" / "rmsnorm");
   size_t timing = 0;

@@ -1,0 +1,167 @@
+// Issue 15: strings a candidate controls, and bundles someone else wrote, are untrusted input. These tests hold the
+// escaping (Markdown, terminal, JSON), the bundle reader's refusals and the no-follow writes to what they promise.
+#include "record/bundle_fs.h"
+#include "record/bundle_reader.h"
+#include "report/report.h"
+#include "util/fs.h"
+#include "util/json_text.h"
+#include "util/text.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("kwb-untrusted-" + name + "-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+TEST(escape_markdown, newlines_and_markup_cannot_become_structure) {
+  const std::string evil = "x.cpp\n# kwb validate: KEEP_CANDIDATE\n| a | b |\n<img src=x>[link](http://e) *em* `c`";
+  const std::string md = kwb::escape_markdown(evil);
+  EXPECT_EQ(md.find('\n'), std::string::npos);
+  EXPECT_NE(md.find("\\<img"), std::string::npos) << md;
+  EXPECT_NE(md.find("\\x0a# kwb validate: KEEP_CANDIDATE"), std::string::npos) << md;
+  EXPECT_NE(md.find("\\|"), std::string::npos);
+  EXPECT_NE(md.find("\\[link\\](http://e)"), std::string::npos) << md;
+  // Words stay readable: an underscore inside a word cannot open emphasis.
+  EXPECT_EQ(kwb::escape_markdown("KEEP_CANDIDATE"), "KEEP_CANDIDATE");
+  EXPECT_EQ(kwb::escape_markdown("_x_"), "\\_x\\_");
+}
+
+TEST(escape_markdown, line_start_markers_are_escaped_after_a_bullet) {
+  EXPECT_EQ(kwb::escape_markdown("- nested", true), "\\- nested");
+  EXPECT_EQ(kwb::escape_markdown("1. ordered", true), "1\\. ordered");
+  EXPECT_EQ(kwb::escape_markdown("# heading", true), "\\# heading");
+  EXPECT_EQ(kwb::escape_markdown("    code", true).find("    "), std::string::npos);
+  EXPECT_EQ(kwb::escape_markdown("+1.5% over 10 blocks", false), "+1.5% over 10 blocks");
+}
+
+TEST(escape_terminal, control_bytes_and_broken_utf8_are_shown_not_obeyed) {
+  EXPECT_EQ(kwb::escape_terminal("a\x1b[2Jb\rc\n\td"), "a\\x1b[2Jb\\x0dc\n\td");
+  EXPECT_EQ(kwb::escape_terminal("\xff\xfe"), "\\xff\\xfe");
+  EXPECT_EQ(kwb::escape_terminal("\xc3\x28"), "\\xc3(");            // a sequence cut short
+  EXPECT_EQ(kwb::escape_terminal("\xc2\x9b" "2J"), "\\xc2\\x9b2J");  // C1 CSI spelled in UTF-8
+  EXPECT_EQ(kwb::escape_terminal("caf\xc3\xa9 \xe2\x80\x94 ok"), "caf\xc3\xa9 \xe2\x80\x94 ok");
+  // Fed byte by byte, as a stream does, the result is the same.
+  kwb::TerminalEscaper e;
+  std::string out;
+  for (char c : std::string("\xe2\x80\x94\x1b")) e.put(c, out);
+  e.finish(out);
+  EXPECT_EQ(out, "\xe2\x80\x94\\x1b");
+}
+
+TEST(json_text, invalid_utf8_is_replaced_not_thrown) {
+  nlohmann::json j = {{"detail", std::string("ok \xff\xfe end")}};
+  EXPECT_THROW((void)j.dump(), nlohmann::json::type_error);
+  std::string text;
+  ASSERT_NO_THROW(text = kwb::json_text(j));
+  EXPECT_EQ(nlohmann::json::parse(text)["detail"], "ok \xef\xbf\xbd\xef\xbf\xbd end");
+}
+
+// Class 5: a planted name is never written through.
+TEST(write_file_atomic, never_writes_through_a_planted_symlink) {
+  const fs::path d = scratch("plant");
+  const fs::path outside = d / "outside.txt";
+  std::ofstream(outside) << "precious";
+  fs::create_directories(d / "bundle");
+  // The old temporary names (pid-based) and the target itself, all pointing outside.
+  fs::create_symlink(outside, d / "bundle" / ("report.md.tmp." + std::to_string(::getpid())));
+  fs::create_symlink(outside, d / "bundle" / "report.md");
+  kwb::write_file_atomic(d / "bundle" / "report.md", "new report");
+  EXPECT_EQ(kwb::read_file(outside), "precious");
+  EXPECT_FALSE(fs::is_symlink(d / "bundle" / "report.md"));
+  EXPECT_EQ(kwb::read_file(d / "bundle" / "report.md"), "new report");
+  fs::remove_all(d);
+}
+
+// Class 4: a bundle's paths are confined, its files are regular, and nothing blocks.
+TEST(bundle_fs, refuses_paths_that_leave_the_bundle) {
+  for (const char* bad : {"/dev/zero", "../../../etc/shadow", "a/../../b", "./plan.json", "a//b", "", "a\nb"}) {
+    EXPECT_TRUE(kwb::BundleFs::bad_path(bad).has_value()) << bad;
+  }
+  EXPECT_FALSE(kwb::BundleFs::bad_path("checks/baseline.json").has_value());
+}
+
+TEST(bundle_fs, fifo_symlink_and_oversized_files_are_refused_without_blocking) {
+  const fs::path d = scratch("fs");
+  ASSERT_EQ(::mkfifo((d / "plan.json").c_str(), 0600), 0);
+  fs::create_symlink("/etc/hostname", d / "link.json");
+  fs::create_directories(d / "sub");
+  fs::create_symlink("/etc", d / "checks");
+  std::ofstream(d / "big.csv") << std::string(2000, 'x');
+  kwb::BundleFs bfs(d);
+  ASSERT_TRUE(bfs.ok());
+  std::string why;
+  auto fut = std::async(std::launch::async, [&] { return bfs.read("plan.json", why); });
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "reading a FIFO blocked";
+  EXPECT_FALSE(fut.get().has_value());
+  EXPECT_NE(why.find("not a regular file"), std::string::npos) << why;
+  EXPECT_FALSE(bfs.read("link.json", why).has_value());
+  EXPECT_NE(why.find("symlink"), std::string::npos) << why;
+  EXPECT_FALSE(bfs.read("checks/hostname", why).has_value());  // a symlinked folder on the way
+  EXPECT_FALSE(bfs.read("big.csv", why, 1000).has_value());
+  EXPECT_NE(why.find("limit"), std::string::npos) << why;
+  EXPECT_TRUE(bfs.read("big.csv", why, 4000).has_value());
+  bool truncated = false;
+  size_t symlinks = 0, others = 0;
+  for (const auto& e : bfs.walk(truncated)) {
+    symlinks += e.kind == kwb::BundleFs::Kind::symlink;
+    others += e.kind == kwb::BundleFs::Kind::other;
+  }
+  EXPECT_EQ(symlinks, 2u);
+  EXPECT_EQ(others, 1u);
+  // The reader lists what it refused and never throws.
+  kwb::BundleData b;
+  ASSERT_NO_THROW(b = kwb::read_bundle(d));
+  bool named = false;
+  for (const std::string& p : b.problems) named = named || p.find("plan.json: refused") != std::string::npos;
+  EXPECT_TRUE(named);
+  fs::remove_all(d);
+}
+
+// Class 6: a candidate's file name cannot add a heading to report.md.
+TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
+  kwb::BundleData b;
+  for (auto* j : {&b.environment, &b.controls, &b.final_}) *j = nlohmann::json::object();
+  b.decision = {{"decision", "KEEP_BASELINE"}, {"reasons", {"'decode': the candidate does not clear the bar"}}};
+  const std::string evil = "cand.cpp\n\n# kwb validate: KEEP_CANDIDATE\n\n**Decision: KEEP_CANDIDATE**";
+  b.plan = {{"task", {{"name", "t\n# x"}}},
+            {"implementations",
+             {{{"role", "candidate"}, {"name", "candidate"}, {"source", evil}, {"identity", nlohmann::json::object()}},
+              {{"role", "baseline"}, {"name", "baseline"}, {"source", "b.cpp"}, {"identity", nlohmann::json::object()}}}}};
+  b.stages = {{"stages", {{{"name", "check_candidate"}, {"status", "ok"}, {"summary", "PASS\n# kwb validate: X"}}}}};
+  const std::string md = kwb::render_markdown(b);
+  size_t headings = 0, decisions = 0;
+  for (const std::string& l : lines_of(md)) {
+    headings += l.rfind("# ", 0) == 0;
+    decisions += l.find("**Decision:") != std::string::npos;
+  }
+  EXPECT_EQ(headings, 1u) << md;
+  EXPECT_EQ(decisions, 1u) << md;
+  EXPECT_EQ(md.rfind("# kwb validate: KEEP_BASELINE", 0), 0u) << md;
+  const std::string html = kwb::render_html(b);
+  EXPECT_EQ(html.find("<h1>", html.find("<h1>") + 1), std::string::npos);
+}
+
+}  // namespace
