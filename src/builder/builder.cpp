@@ -141,16 +141,15 @@ std::string compiler_version_of(const Toolchain& tc) {
   return r.output.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
 }
 
-// A' builds: a padding function placed before the implementation's code shifts every address in .text by an
-// amount that depends on the variant, so code alignment effects (Mytkowicz et al. ASPLOS 2009) differ between
-// A and A' and show up in the A/A noise floor instead of hiding in one fixed layout.
+// Layout variants (docs/timing.md, "Layout"): a padding function placed before the implementation's code shifts
+// every address in .text by layout_pad_bytes(variant), so each arm is measured over several code layouts instead
+// of one (Mytkowicz et al. ASPLOS 2009; Curtsinger & Berger, Stabilizer, ASPLOS 2013).
 std::string layout_pad_source(int variant) {
   return fmt::format(
       "/* kwb layout padding, variant {0} */\n"
       "__attribute__((used, noinline)) void kwb_layout_pad_{0}(void) {{ __asm__ volatile(\".skip {1}, 0x90\"); }}\n",
-      variant, 64 * variant + 8 * (variant % 7) + 24);
+      variant, layout_pad_bytes(variant));
 }
-
 
 constexpr const char* k_include_tag = "<kwb-include>";
 

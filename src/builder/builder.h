@@ -18,7 +18,7 @@ struct BuildIdentity {
   std::string compiler_version;   // the version line of `compiler --version` (nvcc: its "release" line)
   std::string backend;            // cpu, opencl or cuda: decides the toolchain flags and link libraries
   std::string abi_header_sha256;  // kwb/kernel.h the source was compiled against
-  int layout_variant = 0;         // 0: plain build; n > 0: A' copies with n-dependent code padding
+  int layout_variant = 0;         // 0: plain build; n > 0: code shifted by layout_pad_bytes(n) (docs/timing.md)
   // Every file the compile read besides the source and the system/toolchain headers (those are covered by
   // compiler_version): (path, sha256), sorted by path. Paths are relative to the source's folder, or
   // "<kwb-include>/..." for kwb's ABI headers. From the compiler's depfile (and GNU as's, for .incbin).
@@ -39,6 +39,13 @@ struct Artifact {
   bool from_cache = false;
   std::string log;               // compiler output (errors name the candidate's file and line)
 };
+
+// The code pad of layout variant v: 0 for the plain build (v = 0); for v >= 1, (1031 v) mod 4096 bytes, which
+// spreads the variants over a page and, once function alignment (16 bytes) rounds it up, over every 16-byte slot of
+// a cache line. 1031 is prime, so no two variants below 4096 share a pad; none is a multiple of 64.
+inline size_t layout_pad_bytes(int variant) {
+  return variant <= 0 ? 0 : static_cast<size_t>(variant) * 1031u % 4096u;
+}
 
 struct BuildRequest {
   std::filesystem::path source;

@@ -23,6 +23,7 @@ struct CompareArgs {
   double min_improvement = 0.0, max_aa_difference = 1.0, max_minutes = 1.0, timeout_seconds = 60;
   size_t repetitions = 10, max_blocks = 100000;
   int warmups = 2, samples = 0;
+  int layouts = 0;
   uint64_t seed = 1;
   std::vector<std::string> workloads;
 };
@@ -76,7 +77,9 @@ Action add_compare(CLI::App& root) {
   app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
   app->add_option("--baseline", a->baseline, "Baseline source (default: the task's baseline for the backend)");
   app->add_option("--candidate", a->candidate, "Candidate source");
-  app->add_flag("--aa", a->aa, "A/A: the baseline against a separately built copy of itself (A')");
+  app->add_flag("--aa", a->aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
+  app->add_option("--layouts", a->layouts, "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
   app->add_option("--backend", a->backend, "cpu, opencl or cuda")->capture_default_str()
       ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
   app->add_option("--gate", a->gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
@@ -112,17 +115,29 @@ Action add_compare(CLI::App& root) {
     const std::string baseline = a->baseline.empty() ? task.backends.at(a->backend).baseline.string() : a->baseline;
 
     require_backend(a->backend);
-    Artifact base = build_implementation({baseline, 0, a->backend});
-    Artifact other = a->aa ? build_implementation({baseline, 1, a->backend}) : build_implementation({a->candidate, 0, a->backend});
-    for (const Artifact* art : {&base, &other}) {
-      if (!art->ok) {
-        std::cerr << art->log;
-        throw DataError(fmt::format("{}: does not build (compiler output above)", art->source.string()));
+    // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
+    const int layouts = a->layouts > 0 ? a->layouts : default_layouts(a->backend);
+    std::vector<Artifact> base_pool, other_pool;
+    for (int v = 0; v < layouts; ++v) {
+      base_pool.push_back(build_implementation({baseline, v, a->backend}));
+      if (!a->aa) other_pool.push_back(build_implementation({a->candidate, v, a->backend}));
+    }
+    for (const auto* pool : {&base_pool, &other_pool}) {
+      for (const Artifact& art : *pool) {
+        if (!art.ok) {
+          std::cerr << art.log;
+          throw DataError(fmt::format("{}: does not build (compiler output above)", art.source.string()));
+        }
       }
     }
+    std::vector<const Artifact*> base_ptrs, other_ptrs;
+    for (const Artifact& art : base_pool) base_ptrs.push_back(&art);
+    for (const Artifact& art : other_pool) other_ptrs.push_back(&art);
+    if (a->aa) other_ptrs = base_ptrs;
     CompareRequest req;
     req.mode = a->aa ? CompareMode::aa : CompareMode::ab;
-    req.arms = {&base, &other};
+    req.arms = {base_ptrs[0], other_ptrs[0]};
+    req.layouts = {base_ptrs, other_ptrs};
     req.labels = {"A", a->aa ? "A'" : "B"};
     req.workloads = a->workloads;
     req.gate = {req.mode, a->gate == "ci" ? stats::GateKind::ci : stats::GateKind::point, a->min_improvement,

@@ -22,6 +22,7 @@ struct ValidateArgs {
   double min_improvement = 0.0, max_aa_difference = 5.0, max_minutes = 1.0, timeout_seconds = 60;
   size_t repetitions = 5;
   int warmups = 2, samples = 0;
+  int layouts = 0;
   std::optional<uint64_t> seed;
   std::vector<std::string> workloads;
   bool json = false;
@@ -91,6 +92,8 @@ Action add_validate(CLI::App& root) {
       ->check(CLI::Range(0, 1000000));
   app->add_option("--seed", a->seed, "Seed for everything random (default: drawn and recorded in the plan)");
   app->add_option("--workload", a->workloads, "Only this timing case (repeatable)");
+  app->add_option("--layouts", a->layouts, "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
   app->add_flag("--json", a->json, "Print decision.json");
   app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
   return [a]() {
@@ -122,6 +125,7 @@ Action add_validate(CLI::App& root) {
     o.timing.timeout = std::chrono::milliseconds(static_cast<int64_t>(a->timeout_seconds * 1000));
     o.timing.warmups = a->warmups;
     o.timing.samples = a->samples;
+    o.layouts = a->layouts;
     o.seed = a->seed;
     o.workloads = a->workloads;
     o.argv = g_argv;

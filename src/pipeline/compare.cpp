@@ -6,9 +6,11 @@
 #include "util/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace kwb {
 
@@ -174,14 +176,15 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
 
 // ---- real arms ------------------------------------------------------------------------------------------------
 
-WorkerArmRunner::WorkerArmRunner(const Task& task, std::vector<const Artifact*> arms, std::vector<std::string> labels,
-                                 TimingOptions options)
+WorkerArmRunner::WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms,
+                                 std::vector<std::string> labels, TimingOptions options)
     : m_task(task), m_arms(std::move(arms)), m_labels(std::move(labels)), m_options(std::move(options)) {}
 
 WorkerArmRunner::~WorkerArmRunner() = default;
 
-std::vector<Sample> WorkerArmRunner::prepare(const Case& workload) {
+std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t workload_seed) {
   m_case = &workload;
+  m_workload_seed = workload_seed;
   m_pool.clear();
   // No input content repeats within a worker's lifetime: each call of a visit (warm-ups included) runs on a set of
   // its own, in a fresh order per visit, so no memo of any kind (by pointer, by content, by mapping state) can hit
@@ -230,12 +233,21 @@ ArmVisit WorkerArmRunner::visit(const std::string&, size_t arm, int block, int o
 
 ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, int warmups, int samples) {
   ArmVisit v;
+  const std::vector<const Artifact*>& pool = m_arms.at(arm);
+  // The pilot (block -1) runs the reference arm's plain build at the plain layout.
+  const stats::VisitLayout layout =
+      block < 0 ? stats::VisitLayout{0, 0, std::vector<uint32_t>(m_task.signature.inputs.size() + m_task.signature.outputs.size(), 0)}
+                : stats::visit_layout(m_workload_seed, arm, block, static_cast<int>(pool.size()),
+                                      m_task.signature.inputs.size() + m_task.signature.outputs.size(),
+                                      layout_offsets(m_options.backend, static_cast<int>(pool.size())));
   SessionOptions so;
   so.backend = m_options.backend;
   so.timeout = m_options.timeout;
   so.cold = m_options.cold;
   so.poison_seed = mix_seed(m_options.nonce, ++m_visits);
-  WorkerSession session(m_task, *m_arms.at(arm), so);
+  so.stack_offset = layout.stack_offset;
+  so.tensor_offsets = layout.tensor_offsets;
+  WorkerSession session(m_task, *pool.at(static_cast<size_t>(layout.variant)), so);
   LoadOutcome lo = session.start();
   if (!lo.ok) {
     v.valid = false;
@@ -266,6 +278,9 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
     s.ns = r.ns;
     s.device_ns = r.device_ns;
     s.output_valid = r.valid();
+    s.layout = layout.variant;
+    s.stack_offset = layout.stack_offset;
+    s.tensor_offsets = layout.tensor_offsets;
     v.samples.push_back(s);
     if (!r.valid()) {
       v.valid = false;
@@ -341,6 +356,10 @@ nlohmann::json to_json(const WorkloadResult& w) {
   }
   j["looks"] = looks;
   j["block_median_ns"] = {{"reference", w.block_median_a}, {"other", w.block_median_b}};
+  j["layouts"] = w.layouts;
+  nlohmann::json sens = nlohmann::json::array();
+  for (const auto& l : w.layout_sensitivity) sens.push_back(to_json(l));
+  j["layout_sensitivity"] = sens;
   j["log_ratios"] = w.log_ratios;
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : w.failures) {
@@ -354,7 +373,15 @@ nlohmann::json to_json(const WorkloadResult& w) {
 nlohmann::json to_json(const CompareReport& r) {
   nlohmann::json arms = nlohmann::json::array();
   for (size_t i = 0; i < r.arm_labels.size(); ++i) {
-    arms.push_back({{"label", r.arm_labels[i]}, {"path", r.arm_paths[i]}, {"identity", to_json(r.arm_identities[i])}});
+    nlohmann::json layouts = nlohmann::json::array();
+    if (i < r.arm_layouts.size()) {
+      for (size_t v = 0; v < r.arm_layouts[i].size(); ++v) {
+        layouts.push_back({{"layout", v}, {"pad_bytes", layout_pad_bytes(r.arm_layouts[i][v].layout_variant)},
+                           {"artifact_sha256", r.arm_layouts[i][v].artifact_sha256}});
+      }
+    }
+    arms.push_back({{"label", r.arm_labels[i]}, {"path", r.arm_paths[i]}, {"identity", to_json(r.arm_identities[i])},
+                    {"layouts", layouts}});
   }
   nlohmann::json workloads = nlohmann::json::array();
   for (const WorkloadResult& w : r.workloads) workloads.push_back(to_json(w));
@@ -388,16 +415,50 @@ nlohmann::json to_json(const CompareReport& r) {
 }
 
 std::string_view samples_csv_header() {
-  return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns\n";
+  return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
+         "stack_offset,tensor_offsets\n";
 }
 
 std::string samples_csv(const std::vector<Sample>& samples) {
   std::string out(samples_csv_header());
   for (const Sample& s : samples) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm, s.order_position, s.pid,
-                       s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns, s.output_valid ? 1 : 0, s.device_ns);
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm, s.order_position,
+                       s.pid, s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns, s.output_valid ? 1 : 0,
+                       s.device_ns, s.layout, s.stack_offset, fmt::join(s.tensor_offsets, "/"));
   }
   return out;
+}
+
+stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& samples, const std::string& workload,
+                                               const std::string& arm, int layouts, uint64_t seed) {
+  // Visits are (block, arm): their timed, validated samples and the build they ran.
+  std::map<int, std::pair<int, std::vector<double>>> visits;
+  for (const Sample& s : samples) {
+    if (s.workload != workload || s.arm != arm || s.block < 0 || s.warmup || !s.output_valid) continue;
+    auto& v = visits[s.block];
+    v.first = s.layout;
+    v.second.push_back(static_cast<double>(s.ns));
+  }
+  std::vector<std::pair<int, double>> medians;
+  for (const auto& [block, v] : visits) medians.emplace_back(v.first, stats::median(v.second));
+  return stats::layout_sensitivity(medians, layouts, seed);
+}
+
+bool layout_offsets(const std::string& backend, int layouts) { return backend == "cpu" && layouts > 1; }
+
+int default_layouts(const std::string& backend) {
+  return backend == "cpu" ? stats::k_cpu_layouts : stats::k_device_layouts;
+}
+
+nlohmann::json to_json(const stats::LayoutSensitivity& l) {
+  nlohmann::json j = {{"available", l.available}, {"variant_median_ns", l.variant_median_ns},
+                      {"variant_visits", l.variant_visits}};
+  if (l.available) {
+    j["spread_pct"] = l.spread_pct;
+    j["ci_low_pct"] = l.ci_low_pct;
+    j["ci_high_pct"] = l.ci_high_pct;
+  }
+  return j;
 }
 
 }  // namespace kwb

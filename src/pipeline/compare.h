@@ -9,6 +9,7 @@
 #include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
+#include "stats/layout.h"
 #include "task/task.h"
 
 #include <nlohmann/json.hpp>
@@ -40,6 +41,11 @@ struct Sample {
   int64_t ns = 0;
   bool output_valid = false;
   int64_t device_ns = -1;    // device backends: the device's events around the call; -1 for cpu (no device clock)
+  // The visit's layout (stats/layout.h): which build of the arm's layout pool ran, the stack offset at the call and
+  // each tensor's offset within its page (inputs then outputs).
+  int layout = 0;
+  uint32_t stack_offset = 0;
+  std::vector<uint32_t> tensor_offsets;
 };
 
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.
@@ -103,6 +109,9 @@ struct WorkloadResult {
   uint64_t seed = 0;               // block orders; the bootstrap cross-check uses seed ^ blocks
   int warmups_per_visit = 0;
   std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
+  int layouts = 1;                 // builds in each arm's layout pool
+  // Per arm (A, then B or A'): how much the arm's speed depends on its layout, from the visit medians of each build.
+  std::vector<stats::LayoutSensitivity> layout_sensitivity;
   std::vector<double> log_ratios;
   std::vector<Look> looks;
   double seconds = 0.0;
@@ -141,16 +150,19 @@ struct TimingOptions {
 
 class WorkerArmRunner final : public ArmRunner {
 public:
+  // Each arm is a layout pool: index 0 the plain build (the one checked), then the padded builds. A visit runs the
+  // build, stack offset and tensor offsets stats::visit_layout draws for it from the workload's seed.
   // The input pool of one workload holds at most this many bytes (inputs plus expected outputs); a visit needs one
   // set per call.
   static constexpr size_t k_pool_bytes = size_t{4} << 30;
   static constexpr size_t k_min_pool_sets = 6;
   static constexpr int k_min_samples_per_visit = 3;
-  WorkerArmRunner(const Task& task, std::vector<const Artifact*> arms, std::vector<std::string> labels,
+  WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms, std::vector<std::string> labels,
                   TimingOptions options);
   ~WorkerArmRunner() override;
   // Builds the input-set pool for a workload and runs the pilot (its samples are returned, marked block -1).
-  std::vector<Sample> prepare(const Case& workload);
+  // `workload_seed` draws every visit's layout.
+  std::vector<Sample> prepare(const Case& workload, uint64_t workload_seed);
   ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) override;
   int samples_per_visit() const { return m_samples; }
   int warmups_per_visit() const { return m_warmups; }
@@ -159,7 +171,8 @@ private:
   ArmVisit run_visit(size_t arm, int block, int order_position, int warmups, int samples);
 
   const Task& m_task;
-  std::vector<const Artifact*> m_arms;
+  std::vector<std::vector<const Artifact*>> m_arms;
+  uint64_t m_workload_seed = 0;
   std::vector<std::string> m_labels;
   TimingOptions m_options;
   const Case* m_case = nullptr;
@@ -177,7 +190,8 @@ struct CompareReport {
   uint64_t seed = 0;
   std::vector<std::string> arm_labels;
   std::vector<std::string> arm_paths;
-  std::vector<BuildIdentity> arm_identities;
+  std::vector<BuildIdentity> arm_identities;              // the plain build of each arm
+  std::vector<std::vector<BuildIdentity>> arm_layouts;    // each arm's layout pool, the plain build first
   std::vector<WorkloadResult> workloads;
   std::vector<Sample> samples;
   std::string verdict;      // PASS when every workload passes; else FAIL > INVALID > INCONCLUSIVE by precedence
@@ -186,6 +200,17 @@ struct CompareReport {
 };
 
 std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
+
+// Builds per arm in a layout pool by default: stats::k_cpu_layouts on cpu, stats::k_device_layouts on devices.
+int default_layouts(const std::string& backend);
+// Whether visits also draw stack and tensor offsets (cpu with more than one layout; device tensors are the
+// driver's).
+bool layout_offsets(const std::string& backend, int layouts);
+nlohmann::json to_json(const stats::LayoutSensitivity& l);
+// The layout sensitivity of one arm in one workload, from its visits' medians (verify re-derives it the same way
+// from samples.csv). The seed is the workload's, xor the arm's index.
+stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& samples, const std::string& workload,
+                                               const std::string& arm, int layouts, uint64_t seed);
 
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
@@ -201,7 +226,10 @@ namespace kwb {
 // every workload, so an interrupted run keeps what it measured.
 struct CompareRequest {
   CompareMode mode = CompareMode::ab;
-  std::vector<const Artifact*> arms;  // [A, B] or [A, A']
+  std::vector<const Artifact*> arms;  // [A, B] or [A, A']: the plain builds, which are checked
+  // Each arm's layout pool (the plain build first, then padded builds, builder.h layout_pad_bytes); empty: one
+  // layout per arm. A/A passes the baseline's pool for both arms.
+  std::vector<std::vector<const Artifact*>> layouts;
   std::vector<std::string> labels;    // ["A", "B"] or ["A", "A'"]
   std::vector<std::string> workloads; // empty: every timing case
   GateConfig gate;

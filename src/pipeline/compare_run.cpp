@@ -65,9 +65,16 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
   report.timing = req.timing;
   report.seed = req.seed;
   report.arm_labels = req.labels;
-  for (const Artifact* a : req.arms) {
-    report.arm_paths.push_back(a->source.string());
-    report.arm_identities.push_back(a->identity);
+  std::vector<std::vector<const Artifact*>> pools = req.layouts;
+  if (pools.empty()) {
+    for (const Artifact* a : req.arms) pools.push_back({a});
+  }
+  if (pools.size() != req.arms.size()) throw InternalError("compare: one layout pool per arm");
+  for (size_t i = 0; i < req.arms.size(); ++i) {
+    report.arm_paths.push_back(req.arms[i]->source.string());
+    report.arm_identities.push_back(req.arms[i]->identity);
+    report.arm_layouts.emplace_back();
+    for (const Artifact* a : pools[i]) report.arm_layouts.back().push_back(a->identity);
   }
 
   // No metric ever comes from rejected code: every arm passes the check before any timing.
@@ -104,14 +111,20 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
 
-  WorkerArmRunner runner(task, req.arms, req.labels, req.timing);
+  WorkerArmRunner runner(task, pools, req.labels, req.timing);
   SteadyClock clock;
   for (size_t i = 0; i < workloads.size(); ++i) {
     const Case* c = workloads[i];
-    std::vector<Sample> pilot = runner.prepare(*c);
+    const uint64_t seed = stats::workload_seed(req.seed, i);
+    std::vector<Sample> pilot = runner.prepare(*c, seed);
     report.samples.insert(report.samples.end(), pilot.begin(), pilot.end());
-    WorkloadResult w = run_sequential_comparison(c->name, req.labels, runner, clock, req.gate, req.budget,
-                                                 stats::workload_seed(req.seed, i), report.samples, progress);
+    WorkloadResult w = run_sequential_comparison(c->name, req.labels, runner, clock, req.gate, req.budget, seed,
+                                                 report.samples, progress);
+    w.layouts = static_cast<int>(pools[0].size());
+    for (size_t arm = 0; arm < req.labels.size(); ++arm) {
+      w.layout_sensitivity.push_back(layout_sensitivity_of(report.samples, c->name, req.labels[arm],
+                                                           static_cast<int>(pools[arm].size()), seed ^ arm));
+    }
     w.samples_per_visit = runner.samples_per_visit();
     w.warmups_per_visit = runner.warmups_per_visit();
     report.workloads.push_back(std::move(w));

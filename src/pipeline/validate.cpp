@@ -49,12 +49,13 @@ std::string utc_now() {
 }
 
 struct Impl {
-  std::string role;  // baseline, baseline_copy, candidate, control
+  std::string role;  // baseline, candidate, control; baseline_layout and candidate_layout for the padded builds
   std::string name;
   std::string expect;  // controls only
   Artifact artifact;
   std::string bundle_source;    // relative path inside the bundle
   std::string bundle_artifact;  // relative path inside the bundle ("" when the build failed)
+  int layout = 0;               // index in its arm's layout pool (0: the plain build)
 };
 
 class Validator {
@@ -172,9 +173,17 @@ private:
     m_final_nonce = mix_seed(m_seed, 0xF1);
     if (m_final_nonce == 0) m_final_nonce = 1;
 
-    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0, m_opt.backend}), "", ""});
-    m_impls.push_back({"baseline_copy", "baseline'", "", build_implementation({baseline, 1, m_opt.backend}), "", ""});
-    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0, m_opt.backend}), "", ""});
+    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0, m_opt.backend}), "", "", 0});
+    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0, m_opt.backend}), "", "", 0});
+    // Each arm's layout pool (docs/timing.md, "Layout"): the plain build above, then padded builds. Only the plain
+    // build is checked; every output of every timed call, in every layout, is validated.
+    m_layouts = m_opt.layouts > 0 ? m_opt.layouts : default_layouts(m_opt.backend);
+    for (int v = 1; v < m_layouts; ++v) {
+      m_impls.push_back({"baseline_layout", fmt::format("baseline@{}", v), "",
+                         build_implementation({baseline, v, m_opt.backend}), "", "", v});
+      m_impls.push_back({"candidate_layout", fmt::format("candidate@{}", v), "",
+                         build_implementation({m_opt.candidate, v, m_opt.backend}), "", "", v});
+    }
     for (const ControlSpec& c : bi.controls) {
       m_impls.push_back({"control", c.name, c.expect, build_implementation({c.source, 0, m_opt.backend}), "", ""});
     }
@@ -195,11 +204,13 @@ private:
                        {"bundle_source", im.bundle_source},
                        {"bundle_artifact", im.bundle_artifact},
                        {"built", im.artifact.ok},
+                       {"layout", im.layout},
+                       {"pad_bytes", layout_pad_bytes(im.artifact.identity.layout_variant)},
                        {"build_log", im.artifact.ok ? "" : im.artifact.log},
                        {"identity", to_json(im.artifact.identity)}});
     }
 
-    m_environment = capture_environment(m_impls[2].artifact.identity.compiler_version);
+    m_environment = capture_environment(impl("candidate").artifact.identity.compiler_version);
     m_bundle.write_json("environment.json", m_environment);
 
     nlohmann::json cases = nlohmann::json::array();
@@ -241,6 +252,10 @@ private:
           {"samples", m_opt.timing.samples},
           {"timeout_seconds", static_cast<double>(m_opt.timing.timeout.count()) / 1000.0}}},
         {"workloads", m_opt.workloads},
+        {"layout",
+         {{"layouts", m_layouts},
+          {"offsets", layout_offsets(m_opt.backend, m_layouts)},
+          {"tensors", m_task.signature.inputs.size() + m_task.signature.outputs.size()}}},
         {"seeds", {{"seed", m_seed}, {"check_nonce", 0}, {"timing_nonce", m_timing_nonce}, {"final_nonce", m_final_nonce}}},
         {"kwb",
          {{"version", KWB_VERSION},
@@ -386,13 +401,31 @@ private:
 
   // ---- 6-7. timing --------------------------------------------------------------------------------------------
 
-  CompareReport compare(CompareMode mode, Impl& other, const std::string& label) {
+  // The role's layout pool: its plain build, then its padded builds in layout order (those that built).
+  std::vector<const Artifact*> pool(const std::string& role) {
+    std::vector<const Artifact*> out = {&impl(role).artifact};
+    for (int v = 1; v < m_layouts; ++v) {
+      for (Impl& im : m_impls) {
+        if (im.role == role + "_layout" && im.layout == v && im.artifact.ok) {
+          require_identity(im);
+          out.push_back(&im.artifact);
+        }
+      }
+    }
+    return out;
+  }
+
+  // A/A: the baseline's layout pool against itself, drawn independently per arm; A/B: the baseline's pool against
+  // the candidate's.
+  CompareReport compare(CompareMode mode, const std::string& other_role, const std::string& label) {
     Impl& a = impl("baseline");
+    Impl& other = impl(other_role);
     require_identity(a);
     require_identity(other);
     CompareRequest req;
     req.mode = mode;
     req.arms = {&a.artifact, &other.artifact};
+    req.layouts = {pool("baseline"), pool(other_role)};
     req.labels = {"A", label};
     req.workloads = m_opt.workloads;
     req.gate = m_opt.gate;
@@ -421,14 +454,7 @@ private:
   }
 
   std::string aa() {
-    Impl& copy = impl("baseline_copy");
-    CheckReport r = check(copy, "checks/baseline_copy.json", 0);
-    m_inputs.baseline_copy_check_pass = r.pass();
-    if (!r.pass()) {
-      m_stage_failed = true;
-      return "the baseline copy A' fails its check: " + check_summary(r);
-    }
-    CompareReport c = compare(CompareMode::aa, copy, "A'");
+    CompareReport c = compare(CompareMode::aa, "baseline", "A'");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
       m_inputs.aa.push_back({w.name, w.verdict});
@@ -438,11 +464,11 @@ private:
     // An inconclusive A/A does not stop A/B (its verdict will be INCONCLUSIVE anyway, and the data is useful);
     // a failed one does: measurements on a broken noise floor mean nothing.
     if (c.verdict == "INCONCLUSIVE") m_stage_failed = false;
-    return fmt::format("A' vs A: {}", fmt::join(parts, ", "));
+    return fmt::format("A vs A over {} layouts: {}", m_layouts, fmt::join(parts, ", "));
   }
 
   std::string ab() {
-    CompareReport c = compare(CompareMode::ab, impl("candidate"), "B");
+    CompareReport c = compare(CompareMode::ab, "candidate", "B");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
       m_inputs.ab.push_back({w.name, w.verdict});
@@ -465,7 +491,7 @@ private:
         mismatches.push_back(m_inputs.identity_mismatches.back());
       }
     }
-    nlohmann::json now_env = capture_environment(m_impls[2].artifact.identity.compiler_version);
+    nlohmann::json now_env = capture_environment(impl("candidate").artifact.identity.compiler_version);
     std::vector<EnvironmentDifference> diffs = compare_environments(m_environment, now_env);
     nlohmann::json env_diffs = nlohmann::json::array();
     for (const auto& d : diffs) {
@@ -543,6 +569,7 @@ private:
   Decision m_decision;
   nlohmann::json m_decision_json;
   std::vector<std::pair<std::string, Sample>> m_samples;
+  int m_layouts = 1;
   std::optional<int> m_input_error_code;
   std::string m_input_error;
 };

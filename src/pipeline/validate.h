@@ -35,6 +35,7 @@ struct ValidateOptions {
   TimingOptions timing;
   std::optional<uint64_t> seed;    // empty: drawn at random, recorded in the plan
   std::vector<std::string> workloads;
+  int layouts = 0;                 // builds per arm in the layout pool; 0: default_layouts(backend)
   std::vector<std::string> argv;
 };
 

@@ -92,8 +92,22 @@ BundleData read_bundle(const fs::path& dir) {
       SampleRow r;
       r.line = n;
       int warm = 0, valid = 0;
-      // device_ns (the 12th field) came with the device backends; bundles without it stay readable.
-      if ((f.size() != 11 && f.size() != 12) || (f.size() == 12 && !parse_int(f[11], r.device_ns)) ||
+      // device_ns (the 12th field) came with the device backends, the layout columns (13-15) with layout
+      // randomization; bundles without them stay readable.
+      if (f.size() == 14) f.emplace_back();  // getline drops an empty last field
+      bool layout_ok = true;
+      if (f.size() == 15) {
+        r.has_layout = true;
+        layout_ok = parse_int(f[12], r.layout) && parse_int(f[13], r.stack_offset);
+        std::stringstream offs(f[14]);
+        for (std::string o; layout_ok && std::getline(offs, o, '/');) {
+          uint32_t v = 0;
+          layout_ok = parse_int(o, v);
+          r.tensor_offsets.push_back(v);
+        }
+      }
+      if ((f.size() != 11 && f.size() != 12 && f.size() != 15) || !layout_ok ||
+          (f.size() >= 12 && !parse_int(f[11], r.device_ns)) ||
           !parse_int(f[2], r.block) || !parse_int(f[4], r.order_position) ||
           !parse_int(f[5], r.pid) || !parse_int(f[6], r.sample_index) || !parse_int(f[7], warm) ||
           !parse_int(f[8], r.input_set) || !parse_int(f[9], r.ns) || !parse_int(f[10], valid) || r.ns < 0 ||

@@ -29,6 +29,10 @@ struct SampleRow {
   int64_t ns = 0;
   bool output_valid = false;
   int64_t device_ns = -1;  // device backends only
+  bool has_layout = false;   // the layout columns (bundles written before layout randomization lack them)
+  int layout = 0;
+  uint32_t stack_offset = 0;
+  std::vector<uint32_t> tensor_offsets;
   int line = 0;  // in samples.csv, for messages
 };
 

@@ -7,6 +7,7 @@
 #include "stats/descriptive.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
+#include "stats/layout.h"
 #include "stats/random.h"
 #include "task/data.h"
 
@@ -75,6 +76,7 @@ const json& object_field(const json& j, const char* key, const std::string& wher
 struct PlannedImpl {
   std::string role, name, expect, source_sha, artifact_sha, bundle_source, bundle_artifact;
   bool built = false;
+  int layout = 0;
 };
 struct Plan {
   bool ok = false;
@@ -86,6 +88,20 @@ struct Plan {
   double min_improvement_pct = 0, max_aa_difference_pct = 0, alpha = 0;
   uint64_t min_blocks = 0, max_blocks = 0;
   uint64_t seed = 0, check_nonce = 0, final_nonce = 0;
+  int layouts = 1;          // builds per arm in the layout pool
+  bool layout_offsets = false;
+  size_t tensors = 0;
+
+  // The arm's layout pool in layout order: the plain build, then role + "_layout" builds.
+  std::vector<const PlannedImpl*> pool(const std::string& role) const {
+    std::vector<const PlannedImpl*> out = {impl(role)};
+    for (int v = 1; v < layouts; ++v) {
+      for (const PlannedImpl& p : impls) {
+        if (p.role == role + "_layout" && p.layout == v && p.built) out.push_back(&p);
+      }
+    }
+    return out;
+  }
 
   const PlannedImpl* impl(const std::string& role, const std::string& name = "") const {
     for (const PlannedImpl& p : impls) {
@@ -272,12 +288,13 @@ private:
       pi.built = bool_field(im, "built", " of an implementation");
       pi.bundle_source = str_field(im, "bundle_source", " of an implementation");
       pi.bundle_artifact = str_field(im, "bundle_artifact", " of an implementation");
+      pi.layout = static_cast<int>(uint_field(im, "layout", " of an implementation"));
       const json& id = object_field(im, "identity", " of an implementation");
       pi.source_sha = str_field(id, "source_sha256", " of an identity");
       pi.artifact_sha = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
       m_plan.impls.push_back(pi);
     }
-    for (const char* role : {"baseline", "baseline_copy", "candidate"}) {
+    for (const char* role : {"baseline", "candidate"}) {
       if (m_plan.impl(role) == nullptr) throw FieldError(fmt::format("no implementation with role '{}'", role));
     }
     std::set<std::string> control_names;
@@ -302,6 +319,11 @@ private:
     const json& bu = object_field(p, "budgets");
     m_plan.min_blocks = uint_field(bu, "min_blocks", " of budgets");
     m_plan.max_blocks = uint_field(bu, "max_blocks", " of budgets");
+    const json& lay = object_field(p, "layout");
+    m_plan.layouts = static_cast<int>(uint_field(lay, "layouts", " of layout"));
+    if (m_plan.layouts < 1 || m_plan.layouts > 64) throw FieldError("layout.layouts must be 1..64");
+    m_plan.layout_offsets = bool_field(lay, "offsets", " of layout");
+    m_plan.tensors = uint_field(lay, "tensors", " of layout");
     const json& s = object_field(p, "seeds");
     m_plan.seed = uint_field(s, "seed", " of seeds");
     m_plan.check_nonce = uint_field(s, "check_nonce", " of seeds");
@@ -343,7 +365,6 @@ private:
 
   std::optional<ExpectedCheck> expected_check(const std::string& stem) const {
     if (stem == "baseline") return ExpectedCheck{m_plan.impl("baseline"), m_plan.check_nonce, false, ""};
-    if (stem == "baseline_copy") return ExpectedCheck{m_plan.impl("baseline_copy"), m_plan.check_nonce, false, ""};
     if (stem == "candidate") return ExpectedCheck{m_plan.impl("candidate"), m_plan.check_nonce, false, ""};
     if (stem == "candidate_final") return ExpectedCheck{m_plan.impl("candidate"), m_plan.final_nonce, true, ""};
     if (stem.rfind("control_", 0) == 0) {
@@ -366,8 +387,8 @@ private:
     const std::string file = "checks/" + stem + ".json";
     std::optional<ExpectedCheck> ex = expected_check(stem);
     if (!ex) {
-      problem(fmt::format("{}: not a check this plan calls for (expected baseline, baseline_copy, candidate, "
-                          "candidate_final or control_<planned control>)", file));
+      problem(fmt::format("{}: not a check this plan calls for (expected baseline, candidate, candidate_final or "
+                          "control_<planned control>)", file));
       return;
     }
     const json& a = object_field(c, "assertions");
@@ -532,18 +553,20 @@ private:
     if (uint_field(*cmp, "seed") != seed) {
       problem(fmt::format("{}: seed {} but the plan's seed gives {}", file, uint_field(*cmp, "seed"), seed));
     }
-    // The arms are the plan's implementations.
+    // The arms are the plan's implementations, each with its layout pool (A/A: the baseline's, twice).
     const json& arms = array_field(*cmp, "arms");
-    const PlannedImpl* want[2] = {m_plan.impl("baseline"), m_plan.impl(aa ? "baseline_copy" : "candidate")};
+    const std::string roles[2] = {"baseline", aa ? "baseline" : "candidate"};
     if (arms.size() != 2) {
       problem(fmt::format("{}: {} arms, expected 2", file, arms.size()));
     } else {
       for (size_t i = 0; i < 2; ++i) {
         const json& id = object_field(arms[i], "identity");
-        if (str_field(arms[i], "label") != (i == 0 ? "A" : other) ||
-            !id.contains("artifact_sha256") || id["artifact_sha256"] != want[i]->artifact_sha) {
-          problem(fmt::format("{}: arm {} is not the plan's {}", file, i, want[i]->name));
-        }
+        const std::vector<const PlannedImpl*> want = m_plan.pool(roles[i]);
+        const json& layouts = array_field(arms[i], "layouts");
+        bool same = str_field(arms[i], "label") == (i == 0 ? "A" : other) && id.contains("artifact_sha256") &&
+                    id["artifact_sha256"] == want[0]->artifact_sha && layouts.size() == want.size();
+        for (size_t v = 0; same && v < want.size(); ++v) same = str_field(layouts[v], "artifact_sha256") == want[v]->artifact_sha;
+        if (!same) problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, roles[i], want.size()));
       }
     }
     const stats::AlphaSpendingRule rule(m_plan.alpha, std::max<size_t>(m_plan.min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks));
@@ -601,6 +624,7 @@ private:
     if (uint_field(w, "seed") != seed) {
       problem(fmt::format("{}: seed {} but the plan's seed gives {}", where, uint_field(w, "seed"), seed));
     }
+    layouts_of(tag, name, other, w, where, seed);
     if (verdict == "INVALID") {
       if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
@@ -683,6 +707,53 @@ private:
                          d.size(), derived, timed));
   }
 
+  // Every timed visit ran the layout the plan's seed draws for it (build, stack offset, tensor offsets), and each
+  // arm's layout sensitivity follows from the visits' medians.
+  void layouts_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
+                  const std::string& where, uint64_t seed) {
+    if (uint_field(w, "layouts") != static_cast<uint64_t>(m_plan.layouts)) {
+      problem(fmt::format("{}: {} layouts, the plan has {}", where, uint_field(w, "layouts"), m_plan.layouts));
+    }
+    size_t wrong = 0;
+    std::map<std::pair<std::string, int>, std::pair<int, std::vector<double>>> visits;
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || s.block < 0) continue;
+      const size_t arm = s.arm == "A" ? 0 : 1;
+      const stats::VisitLayout want =
+          stats::visit_layout(seed, arm, s.block, m_plan.layouts, m_plan.tensors, m_plan.layout_offsets);
+      if (!s.has_layout || s.layout != want.variant || s.stack_offset != want.stack_offset ||
+          s.tensor_offsets != want.tensor_offsets) {
+        if (wrong++ == 0) {
+          problem(fmt::format("{}: samples.csv:{} ran layout {} (stack {}), the plan's seed draws layout {} (stack {})",
+                              where, s.line, s.layout, s.stack_offset, want.variant, want.stack_offset));
+        }
+      }
+      if (!s.warmup && s.output_valid) {
+        auto& v = visits[{s.arm, s.block}];
+        v.first = s.layout;
+        v.second.push_back(static_cast<double>(s.ns));
+      }
+    }
+    if (wrong > 1) problem(fmt::format("{}: {} more samples ran another layout than the plan draws", where, wrong - 1));
+    const json& recorded = array_field(w, "layout_sensitivity");
+    const std::string labels[2] = {"A", other};
+    for (size_t arm = 0; arm < 2; ++arm) {
+      std::vector<std::pair<int, double>> medians;
+      for (const auto& [key, v] : visits) {
+        if (key.first == labels[arm]) medians.emplace_back(v.first, stats::median(v.second));
+      }
+      const stats::LayoutSensitivity l = stats::layout_sensitivity(medians, m_plan.layouts, seed ^ arm);
+      if (recorded.size() != 2 || bool_field(recorded[arm], "available") != l.available ||
+          (l.available && (!close(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
+                           !close(num_field(recorded[arm], "ci_low_pct"), l.ci_low_pct) ||
+                           !close(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct)))) {
+        problem(fmt::format("{}: layout sensitivity of arm {} does not follow from samples.csv (re-derived {:.3f}% "
+                            "[{:.3f}%, {:.3f}%])",
+                            where, labels[arm], l.spread_pct, l.ci_low_pct, l.ci_high_pct));
+      }
+    }
+  }
+
   // Every samples.csv row belongs to a planned comparison, workload and arm.
   void samples_belong() {
     size_t bad = 0;
@@ -733,11 +804,8 @@ private:
     if (both_pass && !ran("aa") && status["aa"] != "error") {
       problem(fmt::format("stages.json: the A/A stage is '{}' although baseline and candidate pass their checks", status["aa"]));
     }
-    if (ran("aa")) {
-      require(m_b.checks.contains("baseline_copy"), "aa", "checks/baseline_copy.json");
-      if (pass_of("baseline_copy").value_or(false)) require(m_b.aa.has_value(), "aa", "comparisons/aa.json");
-    }
-    const bool aa_allows_ab = both_pass && pass_of("baseline_copy").value_or(false) && m_b.aa &&
+    if (ran("aa")) require(m_b.aa.has_value(), "aa", "comparisons/aa.json");
+    const bool aa_allows_ab = both_pass && m_b.aa &&
                               std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
                                 return w.verdict == "FAIL" || w.verdict == "INVALID";
                               });
@@ -759,7 +827,6 @@ private:
   void decision() {
     if (m_b.decision.empty()) return;
     m_inputs.baseline_check_pass = pass_of("baseline");
-    m_inputs.baseline_copy_check_pass = pass_of("baseline_copy");
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.final_check_pass = pass_of("candidate_final");
     if (!m_b.final_.empty()) {

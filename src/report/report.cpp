@@ -78,7 +78,7 @@ struct Table {
 struct ReportModel {
   std::string decision, title, scope_line, digest;
   std::vector<std::string> reasons;
-  Table workloads, stages, checks, controls, profile, implementations, environment;
+  Table workloads, layouts, stages, checks, controls, profile, implementations, environment;
   std::vector<std::string> limits;
   std::vector<std::string> warnings;
 };
@@ -131,6 +131,22 @@ ReportModel build_model(const BundleData& b) {
                                     : "-",
                                 str(x, "blocks"), str(x, "verdict", "not run"), pct(y, "improvement_pct"), interval(y),
                                 str(y, "verdict", "not run")});
+  }
+
+  // How much each arm's speed depends on where its code, stack and data landed (docs/timing.md, "Layout").
+  m.layouts.header = {"comparison", "workload", "arm", "layouts", "spread of per-layout medians (max/min - 1)", "interval"};
+  for (const auto& [tag, cmp] : {std::pair{"A/B", &b.ab}, std::pair{"A/A", &b.aa}}) {
+    if (!*cmp) continue;
+    for (const json& w : (**cmp).value("workloads", json::array())) {
+      const json sens = w.value("layout_sensitivity", json::array());
+      for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
+        const json& l = sens[arm];
+        const bool ok = l.value("available", false);
+        m.layouts.rows.push_back({tag, w.value("name", "?"), arm == 0 ? "A" : (std::string(tag) == "A/A" ? "A'" : "B"),
+                                  str(w, "layouts"), ok ? fmt::format("{:.2f}%", l.value("spread_pct", 0.0)) : "too few visits",
+                                  ok ? fmt::format("[{:.2f}%, {:.2f}%]", l.value("ci_low_pct", 0.0), l.value("ci_high_pct", 0.0)) : "-"});
+      }
+    }
   }
 
   m.stages.header = {"stage", "status", "seconds", "summary"};
@@ -249,6 +265,7 @@ std::string render_markdown(const BundleData& b) {
   out += fmt::format("Scope: {}.  \nPlan digest: {}\n\n", md(m.scope_line), md(m.digest));
   for (const std::string& r : m.reasons) out += fmt::format("- {}\n", escape_markdown(r, true));
   out += "\n## Workloads\n\n" + m.workloads.markdown();
+  if (!m.layouts.rows.empty()) out += "\n## Layout sensitivity\n\n" + m.layouts.markdown();
   out += "\n## Stages\n\n" + m.stages.markdown();
   out += "\n## Correctness checks\n\n" + m.checks.markdown();
   out += "\n## Error controls\n\nEach control is a deliberately broken implementation; each must be rejected for "
@@ -336,6 +353,7 @@ std::string render_html(const BundleData& b) {
                           {-aa_bound, fmt::format("-{}%", aa_bound), "#9a6700"}});
     }
   }
+  if (!m.layouts.rows.empty()) out += "<h2>Layout sensitivity</h2>\n" + m.layouts.html();
   out += "<h2>Stages</h2>\n" + m.stages.html();
   out += "<h2>Correctness checks</h2>\n" + m.checks.html();
   out += "<h2>Error controls</h2>\n" + m.controls.html();

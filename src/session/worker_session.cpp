@@ -93,7 +93,7 @@ bool WorkerSession::ensure_slots(const InputSet& set) {
   m_slots = {};
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     auto buf = std::make_unique<SharedBuffer>(fmt::format("kwb-in-{}", m_task.signature.inputs[i].name),
-                                              set.inputs[i].layout().nbytes);
+                                              set.inputs[i].layout().nbytes, tensor_offset(i));
     buf->seal_for_others();
     const int id = next_id();
     if (!m_worker->map(id, *buf)) return false;
@@ -119,7 +119,8 @@ bool WorkerSession::ensure_outputs(const InputSet& set) {
   for (size_t i = 0; i < m_task.signature.outputs.size(); ++i) {
     const TensorSpec& spec = m_task.signature.outputs[i];
     auto buf = std::make_unique<SharedBuffer>(fmt::format("kwb-out-{}", spec.name),
-                                              set.output_shapes[i].elements() * dtype_size(spec.dtype));
+                                              set.output_shapes[i].elements() * dtype_size(spec.dtype),
+                                              tensor_offset(m_task.signature.inputs.size() + i));
     int id = next_id();
     if (!m_worker->map(id, *buf)) return false;
     m_outputs.ids.push_back(id);
@@ -193,6 +194,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   }
   const std::vector<double> scalars = resolve_scalars(m_task.signature, *set.case_);
   for (size_t i = 0; i < scalars.size(); ++i) req.scalars.emplace_back(m_task.signature.scalars[i].name, scalars[i]);
+  req.stack_offset = m_options.stack_offset;
 
   // The call's data goes in while the worker sleeps, armed (worker/protocol.h): nothing of it exists in the
   // worker's memory before the CPU clock starts watching, and the cold flush is the parent's own.

@@ -56,6 +56,10 @@ struct SessionOptions {
   std::vector<std::string> wrapper;         // command the worker runs under (valgrind), empty for none
   bool trace = false;  // device backends: per-call kernel trace (check, profile); never for timed calls
   bool cold = false;   // flush caches before every call, outside the timer
+  // Layout (stats/layout.h): the stack offset at every call, and each tensor's offset within its page (inputs then
+  // outputs, in signature order; missing entries are 0).
+  uint32_t stack_offset = 0;
+  std::vector<uint32_t> tensor_offsets;
 };
 
 class WorkerSession {
@@ -155,6 +159,9 @@ private:
   std::string implausible_device_timing(const RunOutcome& out) const;
   WorkerLimits limits() const;
   int next_id() { return ++m_last_id; }
+  size_t tensor_offset(size_t tensor) const {
+    return tensor < m_options.tensor_offsets.size() ? m_options.tensor_offsets[tensor] : 0;
+  }
 
   const Task& m_task;
   const Artifact& m_artifact;

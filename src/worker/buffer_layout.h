@@ -19,9 +19,10 @@ struct BufferLayout {
   size_t nbytes = 0;
   size_t total = 0;        // memfd size, a multiple of k_page
 
-  static BufferLayout for_bytes(size_t nbytes) {
+  // `page_offset` (below k_page) moves the data within its first page: layout randomization (stats/layout.h).
+  static BufferLayout for_bytes(size_t nbytes, size_t page_offset = 0) {
     BufferLayout l;
-    l.data_offset = k_page;
+    l.data_offset = k_page + page_offset % k_page;
     l.nbytes = nbytes;
     size_t end = l.data_offset + nbytes + k_min_tail_canary;
     l.total = (end + k_page - 1) / k_page * k_page;

@@ -115,7 +115,11 @@ struct RunMessage {
   std::vector<TensorArg> inputs;
   std::vector<TensorArg> outputs;
   std::vector<std::pair<std::string, double>> scalars;
+  uint32_t stack_offset = 0;  // layout randomization: the stack moves down this many bytes before kwb_run
 };
+
+// The largest stack offset a run message may ask for (stats/layout.h draws at most 4080).
+inline constexpr uint32_t k_max_stack_offset = 1u << 16;
 
 inline nlohmann::json to_json(const RunMessage& r) {
   auto tensors = [](const std::vector<TensorArg>& list) {
@@ -127,8 +131,8 @@ inline nlohmann::json to_json(const RunMessage& r) {
   };
   nlohmann::json scalars = nlohmann::json::array();
   for (const auto& [name, value] : r.scalars) scalars.push_back({name, value});
-  return {{"type", k_run}, {"call", r.call}, {"inputs", tensors(r.inputs)}, {"outputs", tensors(r.outputs)},
-          {"scalars", scalars}};
+  return {{"type", k_run},          {"call", r.call},       {"inputs", tensors(r.inputs)},
+          {"outputs", tensors(r.outputs)}, {"scalars", scalars}, {"stack_offset", r.stack_offset}};
 }
 
 // Throws std::exception (nlohmann's type errors, or std::runtime_error) on anything malformed.
@@ -151,6 +155,8 @@ inline RunMessage run_message_from_json(const nlohmann::json& m) {
   r.inputs = tensors(m.at("inputs"));
   r.outputs = tensors(m.at("outputs"));
   for (const auto& s : m.at("scalars")) r.scalars.emplace_back(s.at(0).get<std::string>(), s.at(1).get<double>());
+  r.stack_offset = m.value("stack_offset", 0u);
+  if (r.stack_offset > k_max_stack_offset) throw std::runtime_error("run: stack_offset too large");
   return r;
 }
 

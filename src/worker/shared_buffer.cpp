@@ -12,7 +12,8 @@
 
 namespace kwb {
 
-SharedBuffer::SharedBuffer(const std::string& name, size_t nbytes) : m_layout(BufferLayout::for_bytes(nbytes)) {
+SharedBuffer::SharedBuffer(const std::string& name, size_t nbytes, size_t page_offset)
+    : m_layout(BufferLayout::for_bytes(nbytes, page_offset)) {
   m_fd = UniqueFd(KWB_POSIX_CALL(::memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING)));
   KWB_POSIX_CALL(::ftruncate(m_fd.get(), static_cast<off_t>(m_layout.total)));
   void* p = ::mmap(nullptr, m_layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, m_fd.get(), 0);

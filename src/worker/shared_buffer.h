@@ -15,7 +15,7 @@ namespace kwb {
 
 class SharedBuffer {
 public:
-  SharedBuffer(const std::string& name, size_t nbytes);
+  SharedBuffer(const std::string& name, size_t nbytes, size_t page_offset = 0);
   ~SharedBuffer();
   SharedBuffer(const SharedBuffer&) = delete;  // owns a mapping and a descriptor
   SharedBuffer& operator=(const SharedBuffer&) = delete;

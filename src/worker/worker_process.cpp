@@ -576,6 +576,7 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   message.inputs = req.inputs;
   message.outputs = req.outputs;
   message.scalars = req.scalars;
+  message.stack_offset = req.stack_offset;
   auto fail = [&]() {
     out.death = m_death;
     return out;

@@ -57,6 +57,7 @@ struct RunRequest {
   std::vector<TensorArg> inputs;
   std::vector<TensorArg> outputs;
   std::vector<std::pair<std::string, double>> scalars;
+  uint32_t stack_offset = 0;  // bytes the worker moves its stack down before calling kwb_run (layout)
 };
 
 // What the caller does at the two moments of a call when the worker is asleep (worker/protocol.h). Either may be

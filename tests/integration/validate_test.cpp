@@ -113,7 +113,7 @@ TEST_F(ValidateBundle, fused_candidate_is_kept_and_prints_decision_json) {
 TEST_F(ValidateBundle, bundle_has_every_file_of_the_design_and_every_json_a_schema) {
   for (const char* f : {"plan.json", "environment.json", "controls.json", "samples.csv", "decision.json", "report.md",
                         "report.html", "MANIFEST.sha256", "stages.json", "final.json", "checks/baseline.json",
-                        "checks/candidate.json", "checks/baseline_copy.json", "checks/candidate_final.json",
+                        "checks/candidate.json", "checks/candidate_final.json",
                         "comparisons/aa.json", "comparisons/ab.json"}) {
     EXPECT_TRUE(fs::is_regular_file(*s_dir / f)) << f;
   }
