@@ -1,4 +1,4 @@
-// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--json]
+// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--exhaustive] [--json]
 #include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
@@ -25,6 +25,7 @@ struct CheckArgs {
   int calls = 4;
   std::vector<std::string> cases;
   bool held_out = false;
+  bool exhaustive = false;
 };
 
 void print_human(const CheckReport& r, const Artifact& art) {
@@ -66,7 +67,12 @@ void print_human(const CheckReport& r, const Artifact& art) {
       std::cout << fmt::format("  [{}] {}: {} — {}\n", f.reason, where, f.assertion, detail);
     }
   }
-  std::cout << fmt::format("\n{} assertions passed, {} failed\n", r.passed, r.failed);
+  if (!r.not_run.empty()) {
+    std::cout << fmt::format("\nnot run ({} case(s)): {}\n  stopped because {}\n", r.not_run.size(),
+                             fmt::join(r.not_run, ", "), r.stop_reason);
+  }
+  std::cout << fmt::format("\n{} assertions passed, {} failed{}\n", r.passed, r.failed,
+                           r.not_run.empty() ? "" : fmt::format("; {} case(s) not run", r.not_run.size()));
   std::cout << fmt::format("verdict: {}\n", r.pass() ? "PASS" : "FAIL");
 }
 
@@ -89,6 +95,9 @@ Action add_check(CLI::App& root) {
   app->add_flag("--held-out", args->held_out,
                 "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final "
                 "validation does");
+  app->add_flag("--exhaustive", args->exhaustive,
+                "Run every case even after the worker failed in one (timeout, crash, sandbox violation); by default "
+                "the check stops there and lists the cases not run");
   return [args]() {
     Task task = load_task(args->task_dir);
     if (!task.backends.contains(args->backend)) {
@@ -106,6 +115,7 @@ Action add_check(CLI::App& root) {
     opt.calls_per_case = args->calls;
     opt.only_cases = args->cases;
     opt.held_out = args->held_out;
+    opt.exhaustive = args->exhaustive;
     CheckReport report = run_check(task, art, opt);
     if (args->json) {
       std::cout << to_json(report).dump(2) << "\n";

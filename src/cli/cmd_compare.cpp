@@ -18,7 +18,7 @@ namespace {
 struct CompareArgs {
   std::string task_dir, baseline, candidate, backend = "cpu", gate = "ci", output_dir;
   bool cold = false;
-  bool aa = false, json = false;
+  bool aa = false, json = false, exhaustive = false;
   double min_improvement = 0.0, max_aa_difference = 1.0, max_minutes = 1.0, timeout_seconds = 60;
   size_t repetitions = 10, max_blocks = 100000;
   int warmups = 2, samples = 0;
@@ -101,6 +101,8 @@ Action add_compare(CLI::App& root) {
   app->add_option("--output-dir", a->output_dir, "Write samples.csv (every sample) and compare.json here");
   app->add_flag("--json", a->json, "Print the JSON summary");
   app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
+  app->add_flag("--exhaustive", a->exhaustive,
+                "The arms' checks run every case even after a worker failure (default: stop there)");
   return [a]() {
     Task task = load_task(a->task_dir);
     if (!task.backends.contains(a->backend)) {
@@ -135,6 +137,7 @@ Action add_compare(CLI::App& root) {
     req.timing.nonce = a->seed ^ 0x7153D47Aull;
     req.seed = a->seed;
     req.output_dir = a->output_dir;
+    req.exhaustive_checks = a->exhaustive;
     CompareReport report = run_compare(task, req, make_progress_sink("  "));
     end_progress_line();
     if (a->json) {

@@ -24,6 +24,7 @@ struct ValidateArgs {
   std::optional<uint64_t> seed;
   std::vector<std::string> workloads;
   bool json = false;
+  bool exhaustive = false;
 };
 
 void print_summary(const ValidateResult& r) {
@@ -92,6 +93,8 @@ Action add_validate(CLI::App& root) {
   app->add_option("--workload", a->workloads, "Only this timing case (repeatable)");
   app->add_flag("--json", a->json, "Print decision.json");
   app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
+  app->add_flag("--exhaustive", a->exhaustive,
+                "Every check runs every case even after a worker failure (default: stop there)");
   return [a]() {
     // Bad input is reported before a bundle folder is created.
     Task task = load_task(a->task_dir);
@@ -123,6 +126,7 @@ Action add_validate(CLI::App& root) {
     o.timing.samples = a->samples;
     o.seed = a->seed;
     o.workloads = a->workloads;
+    o.exhaustive_checks = a->exhaustive;
     o.argv = g_argv;
 
     const bool quiet = a->json;

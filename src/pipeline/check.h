@@ -1,5 +1,8 @@
 // `kwb check`: every case of a task, several calls each with fresh data, poison and canaries; every assertion
-// counted. A worker that dies costs the case it died in, not the rest: a fresh worker takes the next case.
+// counted. The check stops at the first case in which the worker failed (it timed out, crashed, broke the sandbox or
+// the protocol, exited, or the implementation did not load): the verdict is FAIL already, and a hang would cost the
+// timeout once per case. The cases it skips are listed as not run. With `exhaustive`, a fresh worker takes each
+// next case instead, so every case is tried.
 // Within a case, every other call runs on a twin of the previous call's inputs, and every new input set is mapped
 // behind the previous one's addresses, so caches keyed on addresses or on a sample of the data replay stale
 // results. With held_out (final validation) it also runs held-out cases and rehearses one timing visit
@@ -30,6 +33,9 @@ struct CheckOptions {
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
   std::string stop_after_reason;
+  // Run every case even after the worker failed in one (see the top of this file); output mismatches never stop
+  // a check.
+  bool exhaustive = false;
   // Final validation: after the published cases, one held-out case per checked case (every dimension perturbed to
   // an odd value no published case uses, fresh data; named "<case>~held_out"), then a rehearsal of one timing
   // visit on the smallest timing case (a fresh worker, a pool of input sets, a secret number of calls between
@@ -77,7 +83,11 @@ struct CheckReport {
   size_t passed = 0;
   size_t failed = 0;
   std::vector<Failure> failures;
-  bool stopped_early = false;  // stop_after_reason was met before every case ran
+  // A stop rule ended the check before every case ran: the worker failed (unless exhaustive), or stop_after_reason
+  // was met. The cases not run are neither passed nor failed; they count in no total.
+  bool stopped_early = false;
+  std::string stop_reason;           // why, for people; empty when every case ran
+  std::vector<std::string> not_run;  // the cases skipped, in the order they would have run
   bool pass() const { return built && failed == 0 && passed > 0; }
   bool has_reason(const std::string& reason) const;
 };

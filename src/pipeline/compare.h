@@ -210,6 +210,7 @@ struct CompareRequest {
   uint64_t seed = 1;
   std::string output_dir;             // empty: nothing written
   bool skip_checks = false;           // only when the caller has already checked these exact artifacts
+  bool exhaustive_checks = false;     // the arms' checks run every case (CheckOptions::exhaustive)
 };
 
 CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);
