@@ -10,6 +10,7 @@
 #pragma once
 
 #include "builder/builder.h"
+#include "pipeline/defaults.h"
 #include "session/worker_session.h"
 #include "task/task.h"
 
@@ -27,15 +28,15 @@ inline constexpr int k_check_schema_version = 1;
 
 struct CheckOptions {
   std::string backend = "cpu";
-  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // per call
+  std::chrono::milliseconds timeout{defaults::k_timeout};  // per call
   uint64_t nonce = 0;        // 0: the published seeds; otherwise fresh data (final validation)
-  int calls_per_case = 4;    // each with its own input set; halved for cases over k_large_case_bytes
+  int calls_per_case = defaults::k_check_calls;  // each with its own input set; halved over k_large_case_bytes
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
   std::string stop_after_reason;
   // Run every case even after the worker failed in one (see the top of this file); output mismatches never stop
   // a check.
-  bool exhaustive = false;
+  bool exhaustive = defaults::k_exhaustive;
   // Final validation: after the published cases, one held-out case per checked case (every dimension perturbed to
   // an odd value no published case uses, fresh data; named "<case>~held_out"), then a rehearsal of one timing
   // visit on the smallest timing case (a fresh worker, a pool of input sets, a secret number of calls between

@@ -35,7 +35,7 @@ struct ValidateOptions {
   TimingOptions timing;
   std::optional<uint64_t> seed;    // empty: drawn at random, recorded in the plan
   std::vector<std::string> workloads;
-  bool exhaustive_checks = false;  // every check runs every case (CheckOptions::exhaustive)
+  bool exhaustive_checks = defaults::k_exhaustive;  // every check runs every case (CheckOptions::exhaustive)
   std::vector<std::string> argv;
 };
 

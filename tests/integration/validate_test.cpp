@@ -33,10 +33,13 @@ fs::path scratch(const std::string& name) {
   return d;
 }
 
+// These runs test the bundle, not this machine's noise floor: a 6-second A/A on decode confirms +-5% on a shared
+// 2-vCPU VM where the default +-1% (docs/timing.md) may take longer than the budget.
 std::vector<std::string> validate_args(const fs::path& candidate, const fs::path& out,
                                        std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"validate", k_rmsnorm.string(), "--candidate", candidate.string(), "--output-dir",
-                                out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "11", "--json"};
+                                out.string(), "--workload", "decode", "--max-minutes", "0.1", "--max-aa-difference-pct",
+                                "5", "--seed", "11", "--json"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
