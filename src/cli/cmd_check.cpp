@@ -1,7 +1,8 @@
-// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--json]
+// kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--exhaustive] [--json]
 #include "builder/builder.h"
 #include "util/json_text.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"
 #include "task/task.h"
@@ -15,18 +16,6 @@
 namespace kwb::cli {
 
 namespace {
-
-struct CheckArgs {
-  std::string task_dir;
-  std::string impl;
-  std::string backend = "cpu";
-  bool json = false;
-  double timeout_seconds = 30;
-  uint64_t seed = 0;
-  int calls = 4;
-  std::vector<std::string> cases;
-  bool held_out = false;
-};
 
 void print_human(const CheckReport& r, const Artifact& art) {
   std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task, r.implementation);
@@ -67,7 +56,12 @@ void print_human(const CheckReport& r, const Artifact& art) {
       std::cout << fmt::format("  [{}] {}: {} — {}\n", f.reason, where, f.assertion, detail);
     }
   }
-  std::cout << fmt::format("\n{} assertions passed, {} failed\n", r.passed, r.failed);
+  if (!r.not_run.empty()) {
+    std::cout << fmt::format("\nnot run ({} case(s)): {}\n  stopped because {}\n", r.not_run.size(),
+                             fmt::join(r.not_run, ", "), r.stop_reason);
+  }
+  std::cout << fmt::format("\n{} assertions passed, {} failed{}\n", r.passed, r.failed,
+                           r.not_run.empty() ? "" : fmt::format("; {} case(s) not run", r.not_run.size()));
   std::cout << fmt::format("verdict: {}\n", r.pass() ? "PASS" : "FAIL");
 }
 
@@ -76,20 +70,7 @@ void print_human(const CheckReport& r, const Artifact& art) {
 Action add_check(CLI::App& root) {
   auto args = std::make_shared<CheckArgs>();
   CLI::App* app = root.add_subcommand("check", "Check an implementation against the task's independent oracle");
-  app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
-  app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
-  app->add_option("--backend", args->backend, "cpu, opencl or cuda")->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
-  app->add_flag("--json", args->json, "Print one JSON object instead of the table");
-  app->add_option("--timeout-seconds", args->timeout_seconds, "Per-call timeout")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--seed", args->seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str();
-  app->add_option("--calls", args->calls, "Calls per case, each with fresh data")->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  app->add_option("--case", args->cases, "Only this case (repeatable)");
-  app->add_flag("--held-out", args->held_out,
-                "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final "
-                "validation does");
+  add_check_options(*app, *args);
   return [args]() {
     Task task = load_task(args->task_dir);
     if (!task.backends.contains(args->backend)) {
@@ -100,13 +81,7 @@ Action add_check(CLI::App& root) {
     }
     require_backend(args->backend);
     Artifact art = build_implementation({args->impl, 0, args->backend});
-    CheckOptions opt;
-    opt.backend = args->backend;
-    opt.timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));
-    opt.nonce = args->seed;
-    opt.calls_per_case = args->calls;
-    opt.only_cases = args->cases;
-    opt.held_out = args->held_out;
+    CheckOptions opt = check_options(*args);
     CheckReport report = run_check(task, art, opt);
     if (args->json) {
       std::cout << json_text(to_json(report), 2) << "\n";

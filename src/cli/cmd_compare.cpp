@@ -2,6 +2,7 @@
 #include "builder/builder.h"
 #include "util/json_text.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
 #include "pipeline/compare.h"
@@ -15,18 +16,6 @@
 namespace kwb::cli {
 
 namespace {
-
-struct CompareArgs {
-  std::string task_dir, baseline, candidate, backend = "cpu", gate = "ci", output_dir;
-  bool cold = false;
-  bool aa = false, json = false;
-  double min_improvement = 0.0, max_aa_difference = 1.0, max_minutes = 1.0, timeout_seconds = 60;
-  size_t repetitions = 10, max_blocks = 100000;
-  int warmups = 2, samples = 0;
-  int layouts = 0;
-  uint64_t seed = 1;
-  std::vector<std::string> workloads;
-};
 
 void print_human(const CompareReport& r) {
   std::cout << fmt::format("kwb compare ({})\n", r.mode == CompareMode::aa ? "A/A: baseline vs its own copy A'"
@@ -74,53 +63,25 @@ int exit_code_for(const std::string& verdict) {
 Action add_compare(CLI::App& root) {
   auto a = std::make_shared<CompareArgs>();
   CLI::App* app = root.add_subcommand("compare", "Interleaved A/B (or A/A) timing with intervals and a gate");
-  app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
-  app->add_option("--baseline", a->baseline, "Baseline source (default: the task's baseline for the backend)");
-  app->add_option("--candidate", a->candidate, "Candidate source");
-  app->add_flag("--aa", a->aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
-  app->add_option("--layouts", a->layouts, "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout)")
-      ->capture_default_str()->check(CLI::Range(0, 64));
-  app->add_option("--backend", a->backend, "cpu, opencl or cuda")->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
-  app->add_option("--gate", a->gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
-      ->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
-  app->add_option("--min-improvement-pct", a->min_improvement, "Improvement the candidate must show")
-      ->capture_default_str();
-  app->add_option("--max-aa-difference-pct", a->max_aa_difference, "A/A: |difference| allowed")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app->add_option("--repetitions", a->repetitions, "Minimum blocks (the first look)")->capture_default_str()
-      ->check(CLI::Range(2, 1000000));
-  app->add_option("--max-blocks", a->max_blocks, "Block cap per workload")->capture_default_str()
-      ->check(CLI::Range(2, 10000000));
-  app->add_option("--warmups", a->warmups, "Untimed calls per visit (at least the input-set pool size)")
-      ->capture_default_str()->check(CLI::Range(0, 100000));
-  app->add_option("--samples", a->samples, "Timed calls per visit; 0 = sized by a pilot")->capture_default_str()
-      ->check(CLI::Range(0, 1000000));
-  app->add_option("--max-minutes", a->max_minutes, "Budget per workload comparison")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--timeout-seconds", a->timeout_seconds, "Per call (and per check call)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app->add_option("--seed", a->seed, "Seed for block orders and timed data")->capture_default_str();
-  app->add_option("--workload", a->workloads, "Only this timing case (repeatable)");
-  app->add_option("--output-dir", a->output_dir, "Write samples.csv (every sample) and compare.json here");
-  app->add_flag("--json", a->json, "Print the JSON summary");
-  app->add_flag("--cold", a->cold, "Flush caches before every timed call, outside the timer (default: warm)");
+  add_compare_options(*app, *a);
   return [a]() {
     Task task = load_task(a->task_dir);
-    if (!task.backends.contains(a->backend)) {
-      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), a->backend));
+    if (!task.backends.contains(a->timing.backend)) {
+      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(),
+                                  a->timing.backend));
     }
     if (!a->aa && a->candidate.empty()) throw UsageError("compare needs --candidate SOURCE (or --aa for A/A)");
     if (a->aa && !a->candidate.empty()) throw UsageError("--aa compares the baseline with itself: drop --candidate");
-    const std::string baseline = a->baseline.empty() ? task.backends.at(a->backend).baseline.string() : a->baseline;
+    const std::string& backend = a->timing.backend;
+    const std::string baseline = a->baseline.empty() ? task.backends.at(backend).baseline.string() : a->baseline;
 
-    require_backend(a->backend);
+    require_backend(backend);
     // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
-    const int layouts = a->layouts > 0 ? a->layouts : default_layouts(a->backend);
+    const int layouts = a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend);
     std::vector<Artifact> base_pool, other_pool;
     for (int v = 0; v < layouts; ++v) {
-      base_pool.push_back(build_implementation({baseline, v, a->backend}));
-      if (!a->aa) other_pool.push_back(build_implementation({a->candidate, v, a->backend}));
+      base_pool.push_back(build_implementation({baseline, v, backend}));
+      if (!a->aa) other_pool.push_back(build_implementation({a->candidate, v, backend}));
     }
     for (const auto* pool : {&base_pool, &other_pool}) {
       for (const Artifact& art : *pool) {
@@ -134,23 +95,10 @@ Action add_compare(CLI::App& root) {
     for (const Artifact& art : base_pool) base_ptrs.push_back(&art);
     for (const Artifact& art : other_pool) other_ptrs.push_back(&art);
     if (a->aa) other_ptrs = base_ptrs;
-    CompareRequest req;
-    req.mode = a->aa ? CompareMode::aa : CompareMode::ab;
+    CompareRequest req = compare_request(*a);
     req.arms = {base_ptrs[0], other_ptrs[0]};
     req.layouts = {base_ptrs, other_ptrs};
     req.labels = {"A", a->aa ? "A'" : "B"};
-    req.workloads = a->workloads;
-    req.gate = {req.mode, a->gate == "ci" ? stats::GateKind::ci : stats::GateKind::point, a->min_improvement,
-                a->max_aa_difference, 0.05};
-    req.budget = {a->repetitions, a->max_blocks, a->max_minutes * 60.0};
-    req.timing.backend = a->backend;
-    req.timing.cold = a->cold;
-    req.timing.timeout = std::chrono::milliseconds(static_cast<int64_t>(a->timeout_seconds * 1000));
-    req.timing.warmups = a->warmups;
-    req.timing.samples = a->samples;
-    req.timing.nonce = a->seed ^ 0x7153D47Aull;
-    req.seed = a->seed;
-    req.output_dir = a->output_dir;
     CompareReport report = run_compare(task, req, make_progress_sink("  "));
     end_progress_line();
     if (a->json) {

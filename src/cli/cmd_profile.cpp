@@ -5,6 +5,7 @@
 #include "util/json_text.h"
 #include "builder/builder.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"
 #include "profile/profile.h"
@@ -30,8 +31,8 @@ struct ProfileArgs {
   std::vector<std::string> workloads;
   bool json = false;
   bool require_valgrind = false;
-  double timeout_seconds = 60;
-  int callgrind_calls = 2;
+  double timeout_seconds = k_default_timeout_seconds;
+  int callgrind_calls = ProfileOptions{}.callgrind_calls;
   std::string raw_dir;
 };
 
@@ -204,7 +205,7 @@ Action add_profile(CLI::App& root) {
     }
     require_backend(args->backend);
     Artifact art = build_implementation({args->impl, 0, args->backend});
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(args->timeout_seconds * 1000));
+    const auto timeout = timeout_from_seconds(args->timeout_seconds);
 
     // No metric is ever reported for rejected code: the full check first.
     std::cerr << "kwb profile: checking the implementation first\n";

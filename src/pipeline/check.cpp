@@ -226,10 +226,26 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
   }
   const uint64_t held_out_nonce = options.nonce != 0 ? options.nonce : secret.next();
 
-  for (const Case* cp : order) {
-    const Case& c = *cp;
+  // Final validation ends with a rehearsed timing visit on the smallest timing case.
+  const Case* rehearsal = nullptr;
+  if (options.held_out) {
+    for (const Case& c : task.cases) {
+      if (c.role == CaseRole::timing && (rehearsal == nullptr || input_bytes(task, c) < input_bytes(task, *rehearsal))) {
+        rehearsal = &c;
+      }
+    }
+  }
+  // Stops the check before order[next]: the rest of the cases, then the rehearsal, are not run.
+  auto stop = [&](size_t next, std::string why) {
+    report.stopped_early = true;
+    report.stop_reason = std::move(why);
+    for (size_t k = next; k < order.size(); ++k) report.not_run.push_back(order[k]->name);
+    if (rehearsal != nullptr) report.not_run.push_back(rehearsal->name + "~rehearsal");
+  };
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Case& c = *order[i];
     if (report.has_reason(options.stop_after_reason)) {
-      report.stopped_early = true;
+      stop(i, fmt::format("the expected reason '{}' appeared", options.stop_after_reason));
       break;
     }
     const bool is_held_out = c.name.ends_with("~held_out");
@@ -237,9 +253,10 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
     cr.name = c.name;
     cr.role = c.role;
     cr.dims = dims_text(task, c);
+    bool worker_failed = false;  // the worker died in this case, or the implementation did not load
     const auto t0 = std::chrono::steady_clock::now();
     if (load_failed) {
-      // Nothing can run; missing data is a failure, never a pass.
+      // Only when exhaustive: nothing can run; missing data is a failure, never a pass.
       ++cr.failed;
       report.failures.push_back({c.name, -1, "ran", "not_run", "the implementation could not be loaded"});
     } else {
@@ -248,6 +265,7 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
         if (!lo.device.empty()) report.device = lo.device;
         if (!lo.ok) {
           load_failed = true;
+          worker_failed = true;
           ++cr.failed;
           report.failures.push_back({c.name, -1, "loads", lo.reason, lo.detail});
         }
@@ -267,14 +285,26 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
         add_call(cr, report, res);
         previous = std::move(set);
         last_completed = res.completed;
-        if (!res.completed) break;  // the worker is gone; the next case gets a fresh one
+        if (!res.completed) {
+          worker_failed = true;
+          break;  // the worker is gone; the next case gets a fresh one
+        }
       }
-      if (last_completed && !session.alive()) record_late_death(session, cr, report);
+      if (last_completed && !session.alive()) {
+        record_late_death(session, cr, report);
+        worker_failed = true;
+      }
     }
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report.passed += cr.passed;
     report.failed += cr.failed;
     report.cases.push_back(cr);
+    if (worker_failed && !options.exhaustive && (i + 1 < order.size() || rehearsal != nullptr)) {
+      // Named by the failure that ended the worker: the last one recorded (the death, or the failed load).
+      stop(i + 1, fmt::format("the worker failed in case {} ({}): the verdict is FAIL; --exhaustive runs every case",
+                              c.name, report.failures.back().reason));
+      break;
+    }
   }
   if (!report.cases.empty()) {
     CaseReport& last = report.cases.back();
@@ -284,19 +314,11 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
     report.failed += last.failed - failed;
   }
 
-  if (options.held_out && !load_failed && !report.stopped_early) {
-    const Case* workload = nullptr;
-    for (const Case& c : task.cases) {
-      if (c.role == CaseRole::timing && (workload == nullptr || input_bytes(task, c) < input_bytes(task, *workload))) {
-        workload = &c;
-      }
-    }
-    if (workload != nullptr) {
-      CaseReport cr = rehearse_timing_visit(task, artifact, options, *workload, secret.next(), report);
-      report.passed += cr.passed;
-      report.failed += cr.failed;
-      report.cases.push_back(cr);
-    }
+  if (rehearsal != nullptr && !load_failed && !report.stopped_early) {
+    CaseReport cr = rehearse_timing_visit(task, artifact, options, *rehearsal, secret.next(), report);
+    report.passed += cr.passed;
+    report.failed += cr.failed;
+    report.cases.push_back(cr);
   }
   return report;
 }
@@ -327,6 +349,8 @@ nlohmann::json to_json(const CheckReport& r) {
           {"failures", failures},
           {"stopped_early", r.stopped_early},
           {"request", {{"nonce", r.nonce}, {"held_out", r.held_out}, {"stop_after_reason", r.stop_after_reason}}},
+          {"stop_reason", r.stop_reason},
+          {"not_run", r.not_run},
           {"verdict", r.pass() ? "PASS" : "FAIL"}};
 }
 
@@ -362,6 +386,8 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     r.held_out = j.at("request").at("held_out");
     r.stop_after_reason = j.at("request").at("stop_after_reason");
   }
+  r.stop_reason = j.value("stop_reason", std::string());
+  r.not_run = j.value("not_run", std::vector<std::string>());
   return r;
 }
 

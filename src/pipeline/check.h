@@ -1,5 +1,8 @@
 // `kwb check`: every case of a task, several calls each with fresh data, poison and canaries; every assertion
-// counted. A worker that dies costs the case it died in, not the rest: a fresh worker takes the next case.
+// counted. The check stops at the first case in which the worker failed (it timed out, crashed, broke the sandbox or
+// the protocol, exited, or the implementation did not load): the verdict is FAIL already, and a hang would cost the
+// timeout once per case. The cases it skips are listed as not run. With `exhaustive`, a fresh worker takes each
+// next case instead, so every case is tried.
 // Within a case, every other call runs on a twin of the previous call's inputs, and every new input set is mapped
 // behind the previous one's addresses, so caches keyed on addresses or on a sample of the data replay stale
 // results. With held_out (final validation) it also runs held-out cases and rehearses one timing visit
@@ -7,6 +10,7 @@
 #pragma once
 
 #include "builder/builder.h"
+#include "pipeline/defaults.h"
 #include "session/worker_session.h"
 #include "task/task.h"
 
@@ -24,12 +28,15 @@ inline constexpr int k_check_schema_version = 2;  // 2: the "request" block (non
 
 struct CheckOptions {
   std::string backend = "cpu";
-  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // per call
+  std::chrono::milliseconds timeout{defaults::k_timeout};  // per call
   uint64_t nonce = 0;        // 0: the published seeds; otherwise fresh data (final validation)
-  int calls_per_case = 4;    // each with its own input set; halved for cases over k_large_case_bytes
+  int calls_per_case = defaults::k_check_calls;  // each with its own input set; halved over k_large_case_bytes
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
   std::string stop_after_reason;
+  // Run every case even after the worker failed in one (see the top of this file); output mismatches never stop
+  // a check.
+  bool exhaustive = defaults::k_exhaustive;
   // Final validation: after the published cases, one held-out case per checked case (every dimension perturbed to
   // an odd value no published case uses, fresh data; named "<case>~held_out"), then a rehearsal of one timing
   // visit on the smallest timing case (a fresh worker, a pool of input sets, a secret number of calls between
@@ -77,7 +84,11 @@ struct CheckReport {
   size_t passed = 0;
   size_t failed = 0;
   std::vector<Failure> failures;
-  bool stopped_early = false;  // stop_after_reason was met before every case ran
+  // A stop rule ended the check before every case ran: the worker failed (unless exhaustive), or stop_after_reason
+  // was met. The cases not run are neither passed nor failed; they count in no total.
+  bool stopped_early = false;
+  std::string stop_reason;           // why, for people; empty when every case ran
+  std::vector<std::string> not_run;  // the cases skipped, in the order they would have run
   // What the check was asked to do, recorded so that verify can bind a report to its role in a bundle: a report of
   // the published data (nonce 0) cannot stand in for the final re-check (fresh nonce, held-out shapes).
   uint64_t nonce = 0;

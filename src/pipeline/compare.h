@@ -6,6 +6,7 @@
 #pragma once
 
 #include "builder/builder.h"
+#include "pipeline/defaults.h"
 #include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
@@ -76,18 +77,19 @@ public:
   }
 };
 
+// Defaults: pipeline/defaults.h.
 struct GateConfig {
   CompareMode mode = CompareMode::ab;
-  stats::GateKind kind = stats::GateKind::ci;
-  double min_improvement_pct = 0.0;
-  double max_aa_difference_pct = 1.0;
-  double alpha = 0.05;
+  stats::GateKind kind = defaults::k_gate;
+  double min_improvement_pct = defaults::k_min_improvement_pct;
+  double max_aa_difference_pct = defaults::k_max_aa_difference_pct;
+  double alpha = defaults::k_alpha;
 };
 
 struct Budget {
-  size_t min_blocks = 10;        // --repetitions: the first look
-  size_t max_blocks = 100000;
-  double max_seconds = 60.0;     // per workload comparison
+  size_t min_blocks = defaults::k_repetitions;  // --repetitions: the first look
+  size_t max_blocks = defaults::k_max_blocks;
+  double max_seconds = defaults::k_max_minutes * 60.0;  // per workload comparison
 };
 
 struct Look {
@@ -141,11 +143,11 @@ double visit_statistic(const ArmVisit& visit);
 // Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
 struct TimingOptions {
   std::string backend = "cpu";
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
-  int warmups = 2;
-  int samples = 0;       // 0: chosen per workload from a pilot (docs/timing.md)
-  uint64_t nonce = 1;    // timed data differs from the check's published data
-  bool cold = false;     // flush caches before every timed call, outside the timer (docs/timing.md)
+  std::chrono::milliseconds timeout{defaults::k_timeout};
+  int warmups = defaults::k_warmups;
+  int samples = defaults::k_samples;  // 0: chosen per workload from a pilot (docs/timing.md)
+  uint64_t nonce = 1;                 // timed data differs from the check's published data
+  bool cold = defaults::k_cold;       // flush caches before every timed call, outside the timer (docs/timing.md)
 };
 
 class WorkerArmRunner final : public ArmRunner {
@@ -235,9 +237,10 @@ struct CompareRequest {
   GateConfig gate;
   Budget budget;
   TimingOptions timing;
-  uint64_t seed = 1;
+  uint64_t seed = defaults::k_compare_seed;
   std::string output_dir;             // empty: nothing written
   bool skip_checks = false;           // only when the caller has already checked these exact artifacts
+  bool exhaustive_checks = defaults::k_exhaustive;  // the arms' checks run every case (CheckOptions::exhaustive)
 };
 
 CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);

@@ -31,7 +31,8 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   static const std::string tools = sha256_file("/proc/self/exe") + sha256_file(worker_executable());
   Sha256 h;
   for (const std::string& part : {tools, task.manifest_sha256, art.identity.artifact_sha256, art.identity.source_sha256,
-                                  co.backend, std::to_string(co.nonce), std::to_string(co.calls_per_case)}) {
+                                  co.backend, std::to_string(co.nonce), std::to_string(co.calls_per_case),
+                                  std::string(co.exhaustive ? "exhaustive" : "stops at a worker failure")}) {
     h.update(part);
     h.update(std::string_view("\0", 1));
   }
@@ -83,11 +84,12 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
       CheckOptions co;
       co.backend = req.timing.backend;
       co.timeout = req.timing.timeout;
+      co.exhaustive = req.exhaustive_checks;
       bool cached = false;
       CheckReport cr = cached_check(task, *req.arms[i], co, cached);
       report.checks.push_back({{"arm", req.labels[i]}, {"verdict", cr.pass() ? "PASS" : "FAIL"},
                                {"assertions_passed", cr.passed}, {"assertions_failed", cr.failed},
-                               {"cached", cached}});
+                               {"not_run", cr.not_run}, {"cached", cached}});
       if (auto why = timing_refusal(cr)) report.refused.push_back(fmt::format("arm {}: {}", req.labels[i], *why));
     }
   }

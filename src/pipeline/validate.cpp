@@ -235,6 +235,7 @@ private:
         {"backend", m_opt.backend},
         {"device", m_opt.device},
         {"cold", m_opt.timing.cold},
+        {"exhaustive_checks", m_opt.exhaustive_checks},
         // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
         // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
         {"worker_environment", worker_environment()},
@@ -303,13 +304,16 @@ private:
     co.timeout = m_opt.timing.timeout;
     co.nonce = nonce;
     co.stop_after_reason = stop_after;
+    co.exhaustive = m_opt.exhaustive_checks;
     CheckReport r = run_check(m_task, im.artifact, co);
     m_bundle.write_json(file, to_json(r));
     return r;
   }
 
   static std::string check_summary(const CheckReport& r) {
-    return fmt::format("{}: {} assertions passed, {} failed", r.pass() ? "PASS" : "FAIL", r.passed, r.failed);
+    std::string s = fmt::format("{}: {} assertions passed, {} failed", r.pass() ? "PASS" : "FAIL", r.passed, r.failed);
+    if (!r.not_run.empty()) s += fmt::format("; {} case(s) not run: {}", r.not_run.size(), r.stop_reason);
+    return s;
   }
 
   // ---- 2-5. checks, profile, controls --------------------------------------------------------------------------

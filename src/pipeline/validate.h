@@ -36,6 +36,7 @@ struct ValidateOptions {
   std::optional<uint64_t> seed;    // empty: drawn at random, recorded in the plan
   std::vector<std::string> workloads;
   int layouts = 0;                 // builds per arm in the layout pool; 0: default_layouts(backend)
+  bool exhaustive_checks = defaults::k_exhaustive;  // every check runs every case (CheckOptions::exhaustive)
   std::vector<std::string> argv;
 };
 

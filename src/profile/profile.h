@@ -40,7 +40,8 @@ inline constexpr uint64_t k_large_workload_bytes = 64ull << 20;
 struct ProfileOptions {
   std::string backend = "cpu";
   std::vector<std::string> workloads;  // case names; empty: every timing case
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // per call; x50 under valgrind
+  // Per call; x50 under valgrind. No default here: callers pass the user's value or pipeline/defaults.h's.
+  std::chrono::milliseconds timeout{0};
   int callgrind_calls = 2;     // collected calls per workload (1 for a large workload)
   int callgrind_warmups = 1;   // uncollected calls first (0 for a large workload): lazy binding, first touch
   int native_calls = 4;        // calls in kwb-profile-worker without valgrind: allocations, hardware counters

@@ -166,9 +166,12 @@ ReportModel build_model(const BundleData& b) {
       const std::string r = f.value("reason", "?");
       if (std::find(reasons.begin(), reasons.end(), r) == reasons.end()) reasons.push_back(r);
     }
+    // A check that stopped at a worker failure says how many cases it did not run.
+    const size_t not_run = c.value("not_run", json::array()).size();
+    std::string why = reasons.empty() ? "-" : fmt::format("{}", fmt::join(reasons, ", "));
+    if (not_run > 0) why += fmt::format("; {} case(s) not run", not_run);
     m.checks.rows.push_back({key, str(c, "verdict"), str(c.value("assertions", json::object()), "passed"),
-                             str(c.value("assertions", json::object()), "failed"),
-                             reasons.empty() ? "-" : fmt::format("{}", fmt::join(reasons, ", "))});
+                             str(c.value("assertions", json::object()), "failed"), why});
   }
 
   m.controls.header = {"control", "must provoke", "rejected", "reasons found", "metric"};

@@ -19,7 +19,9 @@ namespace kwb {
 
 WorkerSession::WorkerSession(const Task& task, const Artifact& artifact, const SessionOptions& options)
     : m_task(task), m_artifact(artifact), m_options(options), m_rng(mix_seed(options.poison_seed, 0x5E55)),
-      m_secret(unpredictable_seed()) {}
+      m_secret(unpredictable_seed()) {
+  if (options.timeout <= std::chrono::milliseconds(0)) throw InternalError("WorkerSession without a per-call timeout");
+}
 
 WorkerSession::~WorkerSession() = default;
 

@@ -50,7 +50,8 @@ enum class CallMode { check, timing };
 
 struct SessionOptions {
   std::string backend = "cpu";
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Per call. No default here: every caller passes the user's value or pipeline/defaults.h's.
+  std::chrono::milliseconds timeout{0};
   uint64_t poison_seed = 0;  // poison and canaries derive from it; fresh per call
   std::filesystem::path worker_executable;  // empty: kwb-worker (util/paths.h); the profiler uses kwb-profile-worker
   std::vector<std::string> wrapper;         // command the worker runs under (valgrind), empty for none

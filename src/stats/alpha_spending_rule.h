@@ -7,9 +7,10 @@
 
 namespace kwb::stats {
 
-// Looks at n_1 = min_blocks, then n_{k+1} = n_k + ceil(n_k * growth_percent / 100): 10, 15, 23, 35, 53, 80, ... by
-// default. Geometric spacing keeps the number of looks logarithmic in the block count, and each look has
-// substantially more data than the last, so the spent alpha buys real information.
+// Looks at n_1 = min_blocks, then n_{k+1} = n_k + ceil(n_k * growth_percent / 100): 10, 15, 23, 35, 53, 80, ...
+// from kwb's default of 10 (alpha and min_blocks have no default here: pipeline/defaults.h holds kwb's). Geometric
+// spacing keeps the number of looks logarithmic in the block count, and each look has substantially more data than
+// the last, so the spent alpha buys real information.
 //
 // Look k spends alpha_k = alpha * 6 / (pi^2 k^2). Since sum 1/k^2 = pi^2 / 6, the alpha_k sum to alpha over
 // infinitely many looks, so by the union bound the family-wise error stays <= alpha however many looks the budget
@@ -17,16 +18,13 @@ namespace kwb::stats {
 // O'Brien-Fleming boundaries). The price is some power at later looks.
 class AlphaSpendingRule final : public StoppingRule {
 public:
-  static constexpr double k_default_alpha = 0.05;
-  static constexpr size_t k_default_min_blocks = 10;
   // With fewer blocks the t quantile at a spent confidence (df <= 3, confidence >= 0.97) is so large that a look
   // cannot decide anything, and the signed-rank interval cannot reach that confidence at all.
   static constexpr size_t k_smallest_min_blocks = 5;
   static constexpr unsigned k_default_growth_percent = 50;
 
   // Throws std::invalid_argument unless 0 < alpha < 1, min_blocks >= k_smallest_min_blocks, growth_percent >= 1.
-  explicit AlphaSpendingRule(double alpha = k_default_alpha, size_t min_blocks = k_default_min_blocks,
-                             unsigned growth_percent = k_default_growth_percent);
+  explicit AlphaSpendingRule(double alpha, size_t min_blocks, unsigned growth_percent = k_default_growth_percent);
 
   bool is_look(size_t blocks) const override;
   size_t look_index(size_t blocks) const override;

@@ -136,8 +136,9 @@ TEST(adversarial_test, phase_detector_passes_the_plain_check_and_fails_the_rehea
 TEST(adversarial_test, timer_interposition_is_refused_before_any_worker_loads_it) {
   KwbRun r = check(k_rmsnorm, k_adversarial / "timer_interposition.cpp", {"--case", "zeros", "--case", "decode"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
-  // Refused at load: no case ran a single call.
+  // Refused at load: no case ran a single call, and the check stopped at the first.
   for (const auto& c : r.json["cases"]) EXPECT_EQ(c["calls"], 0) << c.dump();
+  EXPECT_EQ(r.json["not_run"], nlohmann::json::array({"decode"}));
   EXPECT_NE(detail_of(r.json, "forbidden_symbol").find("gettimeofday"), std::string::npos);
 }
 
@@ -228,6 +229,9 @@ TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_wi
   EXPECT_FALSE(fs::exists(out / "comparisons" / "ab.json"));
   const nlohmann::json candidate = nlohmann::json::parse(read_file(out / "checks" / "candidate.json"));
   EXPECT_TRUE(reasons(candidate).contains("sandbox_violation")) << candidate["failures"].dump();
+  // The violation killed the worker in the first case, so the check stopped there; verify accepts the cases not run.
+  EXPECT_EQ(candidate["cases"].size(), 1u) << candidate.dump();
+  EXPECT_FALSE(candidate["not_run"].empty()) << candidate.dump();
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
   fs::remove_all(out);
 }

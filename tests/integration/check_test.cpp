@@ -105,8 +105,8 @@ TEST_P(MisbehaviourTest, yields_fail_with_reason_and_kwb_survives) {
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.json["verdict"], "FAIL");
   EXPECT_TRUE(reasons(r.json).contains(GetParam().reason)) << r.json["failures"].dump();
-  // Every case the candidate could be tried on is reported, not just the first failure.
-  EXPECT_EQ(r.json["cases"].size(), 3u);
+  // Every case is accounted for: reported, or listed as not run when the worker failed before it.
+  EXPECT_EQ(r.json["cases"].size() + r.json["not_run"].size(), 3u) << r.output;
   EXPECT_LT(seconds, 60.0);
 }
 
@@ -123,12 +123,127 @@ INSTANTIATE_TEST_SUITE_P(
       return n.substr(0, n.find('.'));
     });
 
-TEST(check_test, each_crashed_case_is_followed_by_a_fresh_worker) {
-  // The crash in one case does not stop the others: each is tried and fails on its own.
-  KwbRun r = check(k_candidates / "crash.cpp", {"--case", "decode", "--case", "zeros"});
-  size_t crashed = 0;
-  for (const auto& f : r.json["failures"]) crashed += f["reason"] == "crashed";
-  EXPECT_EQ(crashed, 2u) << r.output;
+size_t count_reason(const nlohmann::json& j, const std::string& reason) {
+  size_t n = 0;
+  for (const auto& f : j.at("failures")) n += f.at("reason") == reason;
+  return n;
+}
+
+// What `kwb verify` requires of every check report: per-case counts add up to the totals, and every failed
+// assertion is one listed failure. Cases not run count nowhere.
+void expect_consistent_counts(const nlohmann::json& j) {
+  size_t passed = 0, failed = 0;
+  for (const auto& c : j.at("cases")) {
+    passed += c.at("passed").get<size_t>();
+    failed += c.at("failed").get<size_t>();
+  }
+  EXPECT_EQ(passed, j.at("assertions").at("passed").get<size_t>()) << j.dump();
+  EXPECT_EQ(failed, j.at("assertions").at("failed").get<size_t>()) << j.dump();
+  EXPECT_EQ(j.at("failures").size(), failed) << j.dump();
+}
+
+// The published cases in the order check runs them (smallest inputs first), so tests can name what is not run.
+std::vector<std::string> case_names(const nlohmann::json& j) {
+  std::vector<std::string> out;
+  for (const auto& c : j.at("cases")) out.push_back(c.at("name"));
+  return out;
+}
+
+TEST(check_test, a_hang_stops_the_check_at_the_first_timeout_and_lists_the_cases_not_run) {
+  const size_t all = kwb::load_task(k_rmsnorm).cases.size();
+  KwbRun r = check(k_source_dir / "tests" / "adversarial" / "infinite_loop.cpp", {"--timeout-seconds", "2"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  ASSERT_EQ(r.json["failures"].size(), 1u) << r.json["failures"].dump();
+  EXPECT_EQ(r.json["failures"][0]["reason"], "timeout");
+  ASSERT_EQ(r.json["cases"].size(), 1u) << r.output;
+  EXPECT_EQ(r.json["cases"][0]["name"], r.json["failures"][0]["case"]);
+  EXPECT_EQ(r.json["cases"][0]["calls"], 1);
+  EXPECT_EQ(r.json["assertions"]["failed"], 1);
+  EXPECT_EQ(r.json["not_run"].size(), all - 1) << r.output;
+  EXPECT_TRUE(r.json["stopped_early"].get<bool>());
+  const std::string why = r.json["stop_reason"];
+  EXPECT_NE(why.find("timeout"), std::string::npos) << why;
+  EXPECT_NE(why.find("--exhaustive"), std::string::npos) << why;
+  // Every case is either run or named as not run, exactly once.
+  std::set<std::string> named(r.json["not_run"].begin(), r.json["not_run"].end());
+  named.insert(r.json["cases"][0]["name"].get<std::string>());
+  std::set<std::string> published;
+  for (const auto& c : kwb::load_task(k_rmsnorm).cases) published.insert(c.name);
+  EXPECT_EQ(named, published);
+  expect_consistent_counts(r.json);
+}
+
+TEST(check_test, a_crash_stops_the_check_and_the_text_names_the_cases_not_run) {
+  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_candidates / "crash.cpp").string(), "--case",
+                      "decode", "--case", "zeros", "--case", "many_short_rows"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  // Smallest inputs first: zeros (4 x 256) runs and crashes; many_short_rows (612 x 7) and decode (1 x 4096 plus
+  // a 4096-element weight) are not run, in that order.
+  EXPECT_NE(r.output.find("not run (2 case(s)): many_short_rows, decode"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the worker failed in case zeros (crashed)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("; 2 case(s) not run"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("verdict: FAIL"), std::string::npos) << r.output;
+}
+
+TEST(check_test, exhaustive_gives_each_crashed_case_a_fresh_worker) {
+  // With --exhaustive a crash in one case does not stop the others: each is tried and fails on its own.
+  const size_t all = kwb::load_task(k_rmsnorm).cases.size();
+  KwbRun r = check(k_candidates / "crash.cpp", {"--exhaustive"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.json["cases"].size(), all) << r.output;
+  EXPECT_EQ(count_reason(r.json, "crashed"), all) << r.json["failures"].dump();
+  EXPECT_TRUE(r.json["not_run"].empty()) << r.output;
+  EXPECT_FALSE(r.json["stopped_early"].get<bool>());
+  expect_consistent_counts(r.json);
+  // Without it, the same candidate stops after the first case.
+  KwbRun fast = check(k_candidates / "crash.cpp");
+  ASSERT_FALSE(fast.json.is_discarded()) << fast.output << fast.errors;
+  EXPECT_EQ(fast.exit_code, 1);
+  EXPECT_EQ(count_reason(fast.json, "crashed"), 1u) << fast.json["failures"].dump();
+  EXPECT_EQ(case_names(fast.json), std::vector<std::string>{case_names(r.json).front()});
+  EXPECT_EQ(fast.json["not_run"].size(), all - 1);
+  expect_consistent_counts(fast.json);
+}
+
+TEST(check_test, exhaustive_times_out_in_every_case_of_a_hang) {
+  KwbRun r = check(k_source_dir / "tests" / "adversarial" / "infinite_loop.cpp",
+                   {"--exhaustive", "--timeout-seconds", "1", "--case", "decode", "--case", "zeros"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.json["cases"].size(), 2u) << r.output;
+  EXPECT_EQ(count_reason(r.json, "timeout"), 2u) << r.json["failures"].dump();
+  EXPECT_TRUE(r.json["not_run"].empty());
+  expect_consistent_counts(r.json);
+}
+
+TEST(check_test, a_failed_load_stops_the_check) {
+  // No kwb_run: nothing can run in any case. The load failure is reported once, and the rest is not run.
+  KwbRun r = check(k_candidates / "no_abi.cpp", {"--case", "decode", "--case", "zeros"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  ASSERT_EQ(r.json["failures"].size(), 1u) << r.json["failures"].dump();
+  EXPECT_EQ(r.json["failures"][0]["reason"], "missing_symbol");
+  EXPECT_EQ(r.json["not_run"], nlohmann::json::array({"decode"}));  // zeros is smaller and runs first
+  expect_consistent_counts(r.json);
+  // --exhaustive keeps the old accounting: every later case is a not_run failure, never a pass.
+  KwbRun all = check(k_candidates / "no_abi.cpp", {"--case", "decode", "--case", "zeros", "--exhaustive"});
+  ASSERT_FALSE(all.json.is_discarded()) << all.output << all.errors;
+  EXPECT_EQ(count_reason(all.json, "not_run"), 1u) << all.json["failures"].dump();
+  EXPECT_TRUE(all.json["not_run"].empty());
+  expect_consistent_counts(all.json);
+}
+
+TEST(check_test, an_output_mismatch_does_not_stop_the_check) {
+  // Only a worker failure stops a check: a wrong answer from a live worker leaves every case to run.
+  KwbRun r = check(k_rmsnorm / "cpu" / "controls" / "no_weight.cpp", {"--case", "decode", "--case", "zeros"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.json["cases"].size(), 2u);
+  EXPECT_TRUE(r.json["not_run"].empty());
+  EXPECT_FALSE(r.json["stopped_early"].get<bool>());
 }
 
 TEST(check_test, compile_error_is_bad_input_with_file_and_line) {

@@ -500,7 +500,7 @@ TEST(stats_test, gates_reject_invalid_thresholds) {
 // --- sequential stopping -------------------------------------------------------------------------------------
 
 TEST(stats_test, alpha_spending_schedule_is_geometric) {
-  const AlphaSpendingRule rule;
+  const AlphaSpendingRule rule(0.05, 10);
   std::vector<size_t> looks;
   for (size_t b = rule.next_look(0); b <= 300; b = rule.next_look(b)) looks.push_back(b);
   EXPECT_EQ(looks, (std::vector<size_t>{10, 15, 23, 35, 53, 80, 120, 180, 270}));
@@ -512,7 +512,7 @@ TEST(stats_test, alpha_spending_schedule_is_geometric) {
 }
 
 TEST(stats_test, alpha_spending_look_queries) {
-  const AlphaSpendingRule rule;
+  const AlphaSpendingRule rule(0.05, 10);
   EXPECT_FALSE(rule.is_look(9));
   EXPECT_TRUE(rule.is_look(10));
   EXPECT_FALSE(rule.is_look(11));
@@ -530,7 +530,7 @@ TEST(stats_test, alpha_spending_look_queries) {
 }
 
 TEST(stats_test, alpha_spending_sums_to_at_most_alpha) {
-  const AlphaSpendingRule rule(0.05);
+  const AlphaSpendingRule rule(0.05, 10);
   double spent = 0.0;
   for (size_t k = 1; k <= 1'000'000; ++k) spent += 1.0 - rule.confidence_at_look(k);
   EXPECT_LE(spent, 0.05);
@@ -538,7 +538,7 @@ TEST(stats_test, alpha_spending_sums_to_at_most_alpha) {
 }
 
 TEST(stats_test, alpha_spending_final_verdict_spends_next_look) {
-  const AlphaSpendingRule rule;
+  const AlphaSpendingRule rule(0.05, 10);
   // Budget ends at 40 blocks after looks at 10, 15, 23, 35: the final verdict is look 5.
   EXPECT_EQ(rule.look_index(40), 4u);
   EXPECT_DOUBLE_EQ(rule.confidence_for_final(rule.look_index(40)), rule.confidence_at_look(5));
@@ -546,8 +546,8 @@ TEST(stats_test, alpha_spending_final_verdict_spends_next_look) {
 }
 
 TEST(stats_test, alpha_spending_rejects_invalid_parameters) {
-  EXPECT_THROW(AlphaSpendingRule(0.0), std::invalid_argument);
-  EXPECT_THROW(AlphaSpendingRule(1.0), std::invalid_argument);
+  EXPECT_THROW(AlphaSpendingRule(0.0, 10), std::invalid_argument);
+  EXPECT_THROW(AlphaSpendingRule(1.0, 10), std::invalid_argument);
   EXPECT_THROW(AlphaSpendingRule(0.05, 4), std::invalid_argument);
   EXPECT_THROW(AlphaSpendingRule(0.05, 10, 0), std::invalid_argument);
 }
@@ -563,7 +563,7 @@ public:
   double confidence_for_final(size_t) const override { return m_confidence; }
 
 private:
-  AlphaSpendingRule m_schedule;
+  AlphaSpendingRule m_schedule{0.05, 10};
   double m_confidence;
 };
 
@@ -602,7 +602,7 @@ SessionShares simulate_aa_sessions(const StoppingRule& rule) {
 
 TEST(stats_test, sequential_aa_sessions_keep_false_positives_within_alpha) {
   // Looks at 10, 15, 23, 35, 53 and a final at 60. Measured: about 1.8% PASS, 3.8% any decision.
-  const SessionShares shares = simulate_aa_sessions(AlphaSpendingRule(0.05));
+  const SessionShares shares = simulate_aa_sessions(AlphaSpendingRule(0.05, 10));
   EXPECT_LE(shares.pass, 0.05);
   EXPECT_LE(shares.decided, 0.05);
 }

@@ -1,0 +1,159 @@
+#include "cli/options.h"
+
+namespace kwb::cli {
+
+std::chrono::milliseconds timeout_from_seconds(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+}
+
+std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
+
+namespace {
+
+stats::GateKind gate_kind(const std::string& name) { return name == "point" ? stats::GateKind::point : stats::GateKind::ci; }
+
+void add_backend_option(CLI::App& app, std::string& backend) {
+  app.add_option("--backend", backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+}
+
+}  // namespace
+
+// ---- check ----------------------------------------------------------------------------------------------------------
+
+void add_check_options(CLI::App& app, CheckArgs& a) {
+  app.add_option("task_dir", a.task_dir, "Task folder (holding task.toml)")->required();
+  app.add_option("--impl", a.impl, "Implementation source (.c/.cpp)")->required();
+  add_backend_option(app, a.backend);
+  app.add_flag("--json", a.json, "Print one JSON object instead of the table");
+  app.add_option("--timeout-seconds", a.timeout_seconds, "Per call")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", a.seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str();
+  app.add_option("--calls", a.calls, "Calls per case, each with fresh data")->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--case", a.cases, "Only this case (repeatable)");
+  app.add_flag("--held-out", a.held_out,
+               "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final "
+               "validation does");
+  app.add_flag("--exhaustive", a.exhaustive,
+               "Run every case even after the worker failed in one (timeout, crash, sandbox violation); by default "
+               "the check stops there and lists the cases not run");
+}
+
+CheckOptions check_options(const CheckArgs& a) {
+  CheckOptions o;
+  o.backend = a.backend;
+  o.timeout = timeout_from_seconds(a.timeout_seconds);
+  o.nonce = a.seed;
+  o.calls_per_case = a.calls;
+  o.only_cases = a.cases;
+  o.held_out = a.held_out;
+  o.exhaustive = a.exhaustive;
+  return o;
+}
+
+// ---- compare and validate -------------------------------------------------------------------------------------------
+
+void add_timing_options(CLI::App& app, TimingArgs& a) {
+  add_backend_option(app, a.backend);
+  app.add_option("--gate", a.gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
+      ->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
+  app.add_option("--min-improvement-pct", a.min_improvement_pct,
+                 "Improvement the candidate must show on every workload")->capture_default_str();
+  app.add_option("--max-aa-difference-pct", a.max_aa_difference_pct, "A/A: |A' vs A| allowed")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--repetitions", a.repetitions, "Minimum blocks per comparison (the first look)")
+      ->capture_default_str()->check(CLI::Range(2, 1000000));
+  app.add_option("--max-blocks", a.max_blocks, "Block cap per workload comparison")->capture_default_str()
+      ->check(CLI::Range(2, 10000000));
+  app.add_option("--warmups", a.warmups, "Untimed calls per visit")->capture_default_str()
+      ->check(CLI::Range(0, 100000));
+  app.add_option("--samples", a.samples, "Timed calls per visit; 0 = sized by a pilot")->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--max-minutes", a.max_minutes, "Budget per workload comparison")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--timeout-seconds", a.timeout_seconds, "Per call, timed or checked")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--workload", a.workloads, "Only this timing case (repeatable)");
+  app.add_flag("--cold", a.cold, "Flush caches before every timed call, outside the timer (default: warm)");
+  app.add_option("--layouts", a.layouts,
+                 "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)")
+      ->capture_default_str()->check(CLI::Range(0, 64));
+  app.add_flag("--exhaustive", a.exhaustive,
+               "Checks run every case even after a worker failure (default: they stop there)");
+}
+
+GateConfig gate_config(const TimingArgs& a, CompareMode mode) {
+  GateConfig g;
+  g.mode = mode;
+  g.kind = gate_kind(a.gate);
+  g.min_improvement_pct = a.min_improvement_pct;
+  g.max_aa_difference_pct = a.max_aa_difference_pct;
+  return g;  // alpha: defaults::k_alpha, not a flag
+}
+
+Budget budget(const TimingArgs& a) { return {a.repetitions, a.max_blocks, a.max_minutes * 60.0}; }
+
+TimingOptions timing_options(const TimingArgs& a) {
+  TimingOptions t;
+  t.backend = a.backend;
+  t.cold = a.cold;
+  t.timeout = timeout_from_seconds(a.timeout_seconds);
+  t.warmups = a.warmups;
+  t.samples = a.samples;
+  return t;
+}
+
+void add_compare_options(CLI::App& app, CompareArgs& a) {
+  app.add_option("task_dir", a.task_dir, "Task folder (holding task.toml)")->required();
+  app.add_option("--baseline", a.baseline, "Baseline source (default: the task's baseline for the backend)");
+  app.add_option("--candidate", a.candidate, "Candidate source");
+  app.add_flag("--aa", a.aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
+  add_timing_options(app, a.timing);
+  app.add_option("--seed", a.seed, "Seed for block orders and timed data")->capture_default_str();
+  app.add_option("--output-dir", a.output_dir, "Write samples.csv (every sample) and compare.json here");
+  app.add_flag("--json", a.json, "Print the JSON summary");
+}
+
+CompareRequest compare_request(const CompareArgs& a) {
+  CompareRequest r;
+  r.mode = a.aa ? CompareMode::aa : CompareMode::ab;
+  r.workloads = a.timing.workloads;
+  r.gate = gate_config(a.timing, r.mode);
+  r.budget = budget(a.timing);
+  r.timing = timing_options(a.timing);
+  r.timing.nonce = a.seed ^ 0x7153D47Aull;
+  r.seed = a.seed;
+  r.output_dir = a.output_dir;
+  r.exhaustive_checks = a.timing.exhaustive;
+  return r;
+}
+
+void add_validate_options(CLI::App& app, ValidateArgs& a) {
+  app.add_option("task_dir", a.task_dir, "Task folder (holding task.toml)")->required();
+  app.add_option("--candidate", a.candidate, "Candidate source")->required();
+  app.add_option("--baseline", a.baseline, "Baseline source (default: the task's baseline for the backend)");
+  app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
+  add_timing_options(app, a.timing);
+  app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)");
+  app.add_flag("--json", a.json, "Print decision.json");
+}
+
+ValidateOptions validate_options(const ValidateArgs& a) {
+  ValidateOptions o;
+  o.task_dir = a.task_dir;
+  o.candidate = a.candidate;
+  o.baseline = a.baseline;
+  o.output_dir = a.output_dir;
+  o.backend = a.timing.backend;
+  o.gate = gate_config(a.timing, CompareMode::ab);  // the mode is set per stage
+  o.budget = budget(a.timing);
+  o.timing = timing_options(a.timing);
+  o.seed = a.seed;
+  o.workloads = a.timing.workloads;
+  o.exhaustive_checks = a.timing.exhaustive;
+  o.layouts = a.timing.layouts;
+  return o;
+}
+
+}  // namespace kwb::cli
