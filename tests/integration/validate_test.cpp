@@ -182,7 +182,7 @@ TEST_F(ValidateBundle, verify_catches_a_changed_sample_value_through_the_manifes
 // statistic, say one sample out of a hundred with the median unchanged, changes no conclusion either.)
 TEST_F(ValidateBundle, verify_catches_changed_samples_even_with_a_forged_manifest) {
   fs::path d = copy("values");
-  std::regex row("(ab,decode,0,B,[0-9]+,[0-9]+,[0-9]+,0,[0-9]+,)([0-9]+)(,1,-?[0-9]+)");
+  std::regex row("(ab,decode,0,B,[0-9]+,[0-9]+,[0-9]+,0,[0-9]+,)([0-9]+)(,1,-?[0-9]+,.*)");
   int n = 0;
   std::string out;
   std::istringstream in(read_file(d / "samples.csv"));
@@ -500,12 +500,15 @@ TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reas
   manifest = manifest.substr(0, manifest.find("[backends.cpu]"));
   const fs::path adversarial = k_source_dir / "tests" / "adversarial";
   const fs::path candidates = k_source_dir / "tests" / "candidates";
-  manifest += "[backends.cpu]\nbaseline = \"" + (k_rmsnorm / "cpu" / "baseline.cpp").string() + "\"\nreference = \"" +
-              (k_rmsnorm / "cpu" / "fused.cpp").string() + "\"\n\n" +
-              "[[backends.cpu.controls]]\nname = \"crashes_first\"\nsource = \"" + (candidates / "crash.cpp").string() +
-              "\"\nexpect = \"numeric_mismatch\"\n\n" +
-              "[[backends.cpu.controls]]\nname = \"hangs\"\nsource = \"" + (adversarial / "infinite_loop.cpp").string() +
-              "\"\nexpect = \"timeout\"\n";
+  // A task's sources live in its folder.
+  for (const fs::path& f : {k_rmsnorm / "cpu" / "baseline.cpp", k_rmsnorm / "cpu" / "fused.cpp", candidates / "crash.cpp",
+                            adversarial / "infinite_loop.cpp", adversarial / "rmsnorm_common.h"}) {
+    fs::copy_file(f, task_dir / f.filename(), fs::copy_options::overwrite_existing);
+  }
+  manifest += "[backends.cpu]\nbaseline = \"baseline.cpp\"\nreference = \"fused.cpp\"\n\n"
+              "[[backends.cpu.controls]]\nname = \"crashes_first\"\nsource = \"crash.cpp\"\n"
+              "expect = \"numeric_mismatch\"\n\n"
+              "[[backends.cpu.controls]]\nname = \"hangs\"\nsource = \"infinite_loop.cpp\"\nexpect = \"timeout\"\n";
   write_file_atomic(task_dir / "task.toml", manifest);
   const size_t cases = kwb::load_task(task_dir).cases.size();
 
