@@ -1,6 +1,7 @@
 #include "pipeline/compare.h"
 
 #include "stats/alpha_spending_rule.h"
+#include "stats/sequential.h"
 #include "stats/descriptive.h"
 #include "stats/random.h"
 #include "util/error.h"
@@ -26,10 +27,20 @@ double visit_statistic(const ArmVisit& visit) {
 
 namespace {
 
-stats::Verdict judge(const stats::EffectEstimate& e, const GateConfig& g) {
-  if (g.mode == CompareMode::aa) return stats::aa_verdict(e, g.max_aa_difference_pct);
-  return stats::improvement_verdict(e, g.min_improvement_pct, g.kind);
+}  // namespace
+
+stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget) {
+  stats::SequentialGate s;
+  s.aa = g.mode == CompareMode::aa;
+  s.kind = g.kind;
+  s.min_improvement_pct = g.min_improvement_pct;
+  s.max_aa_difference_pct = g.max_aa_difference_pct;
+  s.alpha = g.alpha;
+  s.min_blocks = budget.min_blocks;
+  return s;
 }
+
+namespace {
 
 std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, stats::Verdict v) {
   const std::string ci = fmt::format("{:+.2f}% [{:+.2f}%, {:+.2f}%] at {:.2f}% confidence over {} blocks",
@@ -67,15 +78,10 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   WorkloadResult res;
   res.name = workload;
   res.seed = seed;
-  const size_t first_look = std::max(budget.min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks);
-  const stats::AlphaSpendingRule rule(gate.alpha, first_look);
+  // The decision procedure verify replays (stats/sequential.h).
+  stats::SequentialProcedure procedure(sequential_gate(gate, budget), seed);
   stats::Xoshiro256StarStar order_rng(seed);
   const double start = clock.seconds();
-  std::optional<stats::Verdict> decided;
-
-  auto estimate = [&](double confidence) {
-    return stats::estimate_effect(res.log_ratios, confidence, seed ^ res.blocks);
-  };
 
   for (;;) {
     const double elapsed = clock.seconds() - start;
@@ -122,49 +128,39 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     ++res.blocks;
 
     Progress p{workload, res.blocks, clock.seconds() - start, budget.max_seconds, {}, {}, {}};
-    if (rule.is_look(res.blocks)) {
-      const double conf = rule.confidence_at_look(rule.look_index(res.blocks));
-      stats::EffectEstimate e = estimate(conf);
-      stats::Verdict v = judge(e, gate);
-      res.looks.push_back({res.blocks, conf, e.improvement_pct, e.ci_low_pct, e.ci_high_pct, v});
-      res.estimate = e;
-      p.estimate_pct = e.improvement_pct;
-      p.ci_low_pct = e.ci_low_pct;
-      p.ci_high_pct = e.ci_high_pct;
-      // The point gate is the simple legacy rule: one decision at the first look, no sequential testing.
-      if (v != stats::Verdict::inconclusive || gate.kind == stats::GateKind::point) {
-        decided = v;
-        if (progress) progress(p);
-        break;
-      }
+    const size_t looks_before = procedure.looks().size();
+    const bool stop = procedure.add(res.log_ratios.back());
+    if (procedure.looks().size() > looks_before) {
+      const stats::SequentialLook& l = procedure.looks().back();
+      res.looks.push_back({l.blocks, l.confidence, l.estimate.improvement_pct, l.estimate.ci_low_pct,
+                           l.estimate.ci_high_pct, l.verdict});
+      p.estimate_pct = l.estimate.improvement_pct;
+      p.ci_low_pct = l.estimate.ci_low_pct;
+      p.ci_high_pct = l.estimate.ci_high_pct;
     }
     if (progress) progress(p);
+    if (stop) break;
   }
 
   res.seconds = clock.seconds() - start;
-  if (res.blocks < 2) {
+  const size_t looks_before = procedure.looks().size();
+  const std::optional<stats::SequentialLook> outcome = procedure.finish();
+  if (!outcome) {
     res.verdict = "INCONCLUSIVE";
     res.reason = fmt::format("only {} block(s) fit in the budget of {:.0f} s; no interval can be formed", res.blocks,
                              budget.max_seconds);
     res.estimate.reset();
     return res;
   }
-  if (!decided) {
-    // The final analysis spends like one more look (stopping.h), unless the last block was itself a look.
-    if (!rule.is_look(res.blocks)) {
-      const double conf = rule.confidence_for_final(rule.look_index(res.blocks));
-      stats::EffectEstimate e = estimate(conf);
-      stats::Verdict v = judge(e, gate);
-      res.looks.push_back({res.blocks, conf, e.improvement_pct, e.ci_low_pct, e.ci_high_pct, v});
-      res.estimate = e;
-      decided = v;
-    } else {
-      decided = res.looks.back().verdict;
-    }
+  if (procedure.looks().size() > looks_before) {  // the final analysis
+    res.looks.push_back({outcome->blocks, outcome->confidence, outcome->estimate.improvement_pct,
+                         outcome->estimate.ci_low_pct, outcome->estimate.ci_high_pct, outcome->verdict});
   }
-  res.verdict = std::string(stats::to_string(*decided));
-  res.reason = verdict_reason(*res.estimate, gate, *decided);
-  if (res.stopped_by_budget && *decided == stats::Verdict::inconclusive) {
+  res.estimate = outcome->estimate;
+  const stats::Verdict decided = outcome->verdict;
+  res.verdict = std::string(stats::to_string(decided));
+  res.reason = verdict_reason(*res.estimate, gate, decided);
+  if (res.stopped_by_budget && decided == stats::Verdict::inconclusive) {
     res.reason += fmt::format("; budget ended after {:.1f} s", res.seconds);
   }
   if (gate.mode == CompareMode::aa) {

@@ -11,6 +11,7 @@
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "stats/layout.h"
+#include "stats/sequential.h"
 #include "task/task.h"
 
 #include <nlohmann/json.hpp>
@@ -136,6 +137,9 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
                                          ArmRunner& runner, Clock& clock, const GateConfig& gate,
                                          const Budget& budget, uint64_t seed, std::vector<Sample>& samples_out,
                                          const ProgressSink& progress = {});
+
+// The gate and first look of a comparison, as the decision procedure (stats/sequential.h) takes them.
+stats::SequentialGate sequential_gate(const GateConfig& gate, const Budget& budget);
 
 // The block statistic of one visit: the median of its timed, validated samples.
 double visit_statistic(const ArmVisit& visit);

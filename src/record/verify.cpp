@@ -8,6 +8,7 @@
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "stats/layout.h"
+#include "stats/sequential.h"
 #include "stats/random.h"
 #include "task/data.h"
 
@@ -569,12 +570,14 @@ private:
         if (!same) problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, roles[i], want.size()));
       }
     }
-    const stats::AlphaSpendingRule rule(m_plan.alpha, std::max<size_t>(m_plan.min_blocks, stats::AlphaSpendingRule::k_smallest_min_blocks));
-    const bool point = m_plan.gate_kind == "point";
-    auto judge = [&](const stats::EffectEstimate& e) -> stats::Verdict {
-      if (aa) return stats::aa_verdict(e, m_plan.max_aa_difference_pct);
-      return stats::improvement_verdict(e, m_plan.min_improvement_pct, point ? stats::GateKind::point : stats::GateKind::ci);
-    };
+    // The plan's gate, as the decision procedure takes it (stats/sequential.h): the same procedure compare ran.
+    stats::SequentialGate gate;
+    gate.aa = aa;
+    gate.kind = m_plan.gate_kind == "point" ? stats::GateKind::point : stats::GateKind::ci;
+    gate.min_improvement_pct = m_plan.min_improvement_pct;
+    gate.max_aa_difference_pct = m_plan.max_aa_difference_pct;
+    gate.alpha = m_plan.alpha;
+    gate.min_blocks = m_plan.min_blocks;
     // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
     // evidence, not a workload that did not matter.
     std::vector<std::string> names;
@@ -595,13 +598,12 @@ private:
       const auto planned_at = std::find(m_plan.workloads.begin(), m_plan.workloads.end(), name);
       if (planned_at == m_plan.workloads.end()) continue;  // reported above; never enters the decision
       step(where, [&] { workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_plan.workloads.begin()),
-                                 seed, rule, point, judge); });
+                                 seed, gate); });
     }
   }
 
   void workload(const std::string& tag, bool aa, const std::string& other, const json& w, const std::string& where,
-                size_t index, uint64_t comparison_seed, const stats::AlphaSpendingRule& rule, bool point,
-                const std::function<stats::Verdict(const stats::EffectEstimate&)>& judge) {
+                size_t index, uint64_t comparison_seed, const stats::SequentialGate& gate) {
     auto& out = aa ? m_inputs.aa : m_inputs.ab;
     const std::string name = str_field(w, "name");
     m_workload_blocks[{tag, name}] = uint_field(w, "blocks");
@@ -674,23 +676,21 @@ private:
       out.push_back({name, "UNVERIFIABLE"});
       return;
     }
-    // Replay the sequential procedure on the re-derived ratios, with the plan's gate.
+    // Replay the decision procedure on the re-derived ratios, with the plan's gate: it must not have decided before
+    // the last block (compare stops timing when it decides), and its outcome must be the recorded one.
+    stats::SequentialProcedure procedure(gate, seed);
+    for (size_t i = 0; i < d.size(); ++i) {
+      if (procedure.add(d[i]) && i + 1 < d.size()) {
+        problem(fmt::format("{}: the procedure decides after block {}, yet {} blocks were timed", where, i + 1, d.size()));
+        break;
+      }
+    }
+    const std::optional<stats::SequentialLook> outcome = procedure.finish();
     std::optional<stats::EffectEstimate> est;
     std::optional<stats::Verdict> v;
-    size_t stop = 0;
-    for (size_t n = 2; n <= d.size(); ++n) {
-      if (!rule.is_look(n)) continue;
-      auto e = stats::estimate_effect(std::span(d).first(n), rule.confidence_at_look(rule.look_index(n)), seed ^ n);
-      auto vv = judge(e);
-      est = e;
-      v = vv;
-      stop = n;
-      if (vv != stats::Verdict::inconclusive || point) break;
-    }
-    if (d.size() >= 2 && (stop != d.size())) {
-      // Ended by the budget between looks: the final analysis spends like one more look.
-      est = stats::estimate_effect(d, rule.confidence_for_final(rule.look_index(d.size())), seed ^ d.size());
-      v = judge(*est);
+    if (outcome) {
+      est = outcome->estimate;
+      v = outcome->verdict;
     }
     const std::string derived = v ? std::string(stats::to_string(*v)) : "INCONCLUSIVE";
     if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));

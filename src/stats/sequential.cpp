@@ -1,0 +1,46 @@
+#include "stats/sequential.h"
+
+#include <algorithm>
+
+namespace kwb::stats {
+
+Verdict judge(const SequentialGate& gate, const EffectEstimate& e) {
+  if (gate.aa) return aa_verdict(e, gate.max_aa_difference_pct);
+  return improvement_verdict(e, gate.min_improvement_pct, gate.kind);
+}
+
+SequentialProcedure::SequentialProcedure(const SequentialGate& gate, std::uint64_t seed)
+    : m_gate(gate), m_rule(gate.alpha, std::max(gate.min_blocks, AlphaSpendingRule::k_smallest_min_blocks)),
+      m_seed(seed) {}
+
+SequentialLook SequentialProcedure::look(double confidence, bool final_analysis) const {
+  SequentialLook l;
+  l.blocks = m_log_ratios.size();
+  l.confidence = confidence;
+  // The bootstrap cross-check is seeded by the workload's seed and the block count, so a replay draws the same.
+  l.estimate = estimate_effect(m_log_ratios, confidence, m_seed ^ l.blocks);
+  l.verdict = judge(m_gate, l.estimate);
+  l.final_analysis = final_analysis;
+  return l;
+}
+
+bool SequentialProcedure::add(double log_ratio) {
+  if (m_decided) return true;
+  m_log_ratios.push_back(log_ratio);
+  const std::size_t n = m_log_ratios.size();
+  if (!m_rule.is_look(n)) return false;
+  m_looks.push_back(look(m_rule.confidence_at_look(m_rule.look_index(n)), false));
+  // The point gate is the simple legacy rule: one decision at the first look, no sequential testing.
+  m_decided = m_looks.back().verdict != Verdict::inconclusive || m_gate.kind == GateKind::point;
+  return m_decided;
+}
+
+std::optional<SequentialLook> SequentialProcedure::finish() {
+  const std::size_t n = m_log_ratios.size();
+  if (n < 2) return std::nullopt;
+  if (m_decided || (!m_looks.empty() && m_looks.back().blocks == n)) return m_looks.back();
+  m_looks.push_back(look(m_rule.confidence_for_final(m_rule.look_index(n)), true));
+  return m_looks.back();
+}
+
+}  // namespace kwb::stats

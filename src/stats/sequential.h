@@ -1,0 +1,63 @@
+// The one decision procedure of a comparison: compare runs it block by block while timing, and verify replays it on
+// the log ratios it re-derives from samples.csv. Looks at the alpha-spending rule's block counts
+// (alpha_spending_rule.h); at each look an interval at that look's confidence (effect.h) judged by the gate
+// (gate.h); stop at the first look that decides (or, for the point gate, at the first look); a comparison the
+// budget ends between looks gets one final analysis that spends like one more look. docs/timing.md explains it.
+#pragma once
+
+#include "stats/alpha_spending_rule.h"
+#include "stats/effect.h"
+#include "stats/gate.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kwb::stats {
+
+struct SequentialGate {
+  bool aa = false;                    // A/A: |difference| within max_aa_difference_pct; else the improvement gate
+  GateKind kind = GateKind::ci;
+  double min_improvement_pct = 0.0;
+  double max_aa_difference_pct = 1.0;
+  double alpha = 0.05;
+  std::size_t min_blocks = 10;        // the first look (never below AlphaSpendingRule::k_smallest_min_blocks)
+};
+
+struct SequentialLook {
+  std::size_t blocks = 0;
+  double confidence = 0.0;
+  EffectEstimate estimate;
+  Verdict verdict = Verdict::inconclusive;
+  bool final_analysis = false;  // the budget ended between looks
+};
+
+Verdict judge(const SequentialGate& gate, const EffectEstimate& e);
+
+class SequentialProcedure {
+public:
+  SequentialProcedure(const SequentialGate& gate, std::uint64_t seed);
+
+  // Adds the next block's log ratio, log(other / reference). True once the procedure has decided: stop timing.
+  bool add(double log_ratio);
+  bool decided() const { return m_decided; }
+  // The outcome after the last block added: the deciding look, or (ended by the budget) the last look if it was
+  // the last block, else a final analysis. nullopt under two blocks: no interval can be formed.
+  std::optional<SequentialLook> finish();
+
+  const std::vector<SequentialLook>& looks() const { return m_looks; }
+  const std::vector<double>& log_ratios() const { return m_log_ratios; }
+
+private:
+  SequentialLook look(double confidence, bool final_analysis) const;
+
+  SequentialGate m_gate;
+  AlphaSpendingRule m_rule;
+  std::uint64_t m_seed;
+  std::vector<double> m_log_ratios;
+  std::vector<SequentialLook> m_looks;
+  bool m_decided = false;
+};
+
+}  // namespace kwb::stats
