@@ -304,7 +304,7 @@ std::string ratio_panel(const json& w, const std::string& title, const std::vect
   std::vector<double> per_block;
   for (const json& d : w.value("log_ratios", json::array())) per_block.push_back((1.0 - std::exp(d.get<double>())) * 100.0);
   svg::Band band;
-  if (w.contains("ci_low_pct") && w["ci_low_pct"].is_number()) {
+  if (w.contains("ci_low_pct") && w["ci_low_pct"].is_number() && w.contains("ci_high_pct") && w["ci_high_pct"].is_number()) {
     band = {w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>(),
             fmt::format("interval [{:+.2f}%, {:+.2f}%]", w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>())};
   }

@@ -164,4 +164,15 @@ TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
   EXPECT_EQ(html.find("<h1>", html.find("<h1>") + 1), std::string::npos);
 }
 
+// Found by bench/fuzz.sh (bundle_fuzz): an interval with a low end and no high end made report abort on an
+// assertion inside nlohmann::json (a const operator[] on a missing key).
+TEST(report_escaping, a_comparison_missing_half_an_interval_still_renders) {
+  kwb::BundleData b;
+  for (auto* j : {&b.plan, &b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+  b.ab = nlohmann::json{{"workloads", {{{"name", "decode"}, {"ci_low_pct", 1.0}, {"log_ratios", {0.1, 0.2}}}}}};
+  std::string html;
+  ASSERT_NO_THROW(html = kwb::render_html(b));
+  EXPECT_NE(html.find("decode"), std::string::npos);
+}
+
 }  // namespace
