@@ -360,7 +360,7 @@ nlohmann::json to_json(const CompareReport& r) {
   for (const WorkloadResult& w : r.workloads) workloads.push_back(to_json(w));
   size_t samples = 0;
   for (const Sample& s : r.samples) samples += !s.warmup && s.block >= 0;
-  return {{"schema", k_compare_schema},
+  nlohmann::json j = {{"schema", k_compare_schema},
           {"schema_version", k_compare_schema_version},
           {"mode", r.mode == CompareMode::aa ? "aa" : "ab"},
           {"gate",
@@ -385,6 +385,8 @@ nlohmann::json to_json(const CompareReport& r) {
           {"checks", r.checks},
           {"workloads", workloads},
           {"verdict", r.verdict}};
+  if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
+  return j;
 }
 
 std::string_view samples_csv_header() {

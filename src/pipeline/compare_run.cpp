@@ -2,6 +2,7 @@
 #include "pipeline/compare.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
 
@@ -54,8 +55,31 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
 
 }  // namespace
 
+namespace {
+
+void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress);
+
+}  // namespace
+
 CompareReport run_compare(const Task& task, const CompareRequest& req, const ProgressSink& progress) {
   CompareReport report;
+  try {
+    compare_into(report, task, req, progress);
+  } catch (const Interrupted& i) {
+    // Every completed visit's samples are in the report (run_sequential_comparison appends them as they come); the
+    // visit that was running when the signal came is lost with its worker.
+    report.interrupted = i.signal_name();
+    report.verdict = "INTERRUPTED";
+    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
+    if (req.on_interrupted) req.on_interrupted(report);
+    throw;
+  }
+  return report;
+}
+
+namespace {
+
+void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
   report.mode = req.mode;
   report.gate = req.gate;
   report.budget = req.budget;
@@ -84,7 +108,7 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
   if (!report.refused.empty()) {
     report.verdict = "REFUSED";
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
-    return report;
+    return;
   }
 
   std::vector<const Case*> workloads;
@@ -117,7 +141,8 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
   }
   report.verdict = overall_verdict(report.workloads);
-  return report;
 }
+
+}  // namespace
 
 }  // namespace kwb

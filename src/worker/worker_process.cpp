@@ -1,8 +1,10 @@
 #include "worker/worker_process.h"
 
 #include "util/error.h"
+#include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "util/subprocess.h"
 #include "util/worker_user.h"
 #include "worker/profile_filter.h"
 
@@ -57,6 +59,8 @@ std::vector<std::string> worker_environment() {
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
     : m_timeout(timeout), m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
+  require_main_thread("a worker");
+  throw_if_interrupted();
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
   UniqueFd parent_end(sv[0]);
@@ -97,6 +101,11 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   if (rc != 0) {
     m_pid = -1;
     throw InternalError(fmt::format("cannot start the worker {}: {}", exe, std::strerror(rc)));
+  }
+  // From here until it is reaped, an interruption of kwb kills the worker's group (util/interrupt.h).
+  if (!register_child_group(m_pid)) {
+    (void)kill_and_reap();
+    throw InternalError("too many child processes at once");
   }
   m_channel = Channel(std::move(parent_end));
   m_has_cpu_clock = ::clock_getcpuclockid(m_pid, &m_cpu_clock) == 0;
@@ -176,26 +185,35 @@ int WorkerProcess::thread_count() const {
 }
 
 WorkerProcess::~WorkerProcess() {
-  if (m_pid > 0) {
-    ::kill(-m_pid, SIGKILL);
-    ::kill(m_pid, SIGKILL);
-    int status;
-    while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
+  if (m_pid > 0) (void)kill_and_reap();
   if (m_control != nullptr) ::munmap(m_control, protocol::k_control_bytes);
 }
 
-void WorkerProcess::fail_protocol(const std::string& detail) {
-  if (m_pid > 0) {
-    ::kill(-m_pid, SIGKILL);
-    ::kill(m_pid, SIGKILL);
-    int st;
-    while (::waitpid(m_pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    ::kill(-m_pid, SIGKILL);
+std::optional<int> WorkerProcess::try_reap() {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(m_pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == EINTR) return std::nullopt;
+    // Not a child of this process any more (nothing to reap): forget it.
+    unregister_child_group(m_pid);
+    m_pid = -1;
+    return 0;
   }
+  if (info.si_pid == 0) return std::nullopt;
+  const int status = reap_child(m_pid);
   m_pid = -1;
+  return status;
+}
+
+int WorkerProcess::kill_and_reap() {
+  ::kill(-m_pid, SIGKILL);
+  ::kill(m_pid, SIGKILL);
+  const int status = reap_child(m_pid);
+  m_pid = -1;
+  return status;
+}
+
+void WorkerProcess::fail_protocol(const std::string& detail) {
+  if (m_pid > 0) (void)kill_and_reap();
   WorkerDeath d;
   d.reason = "protocol";
   d.detail = detail + "; worker killed";
@@ -242,17 +260,19 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {
-    pid_t r = ::waitpid(m_pid, &wstatus, WNOHANG);
-    if (r == m_pid) break;
-    if (r < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(-m_pid, SIGKILL);
-      ::kill(m_pid, SIGKILL);
+    if (const std::optional<int> reaped = try_reap()) {
+      wstatus = *reaped;
+      break;
+    }
+    if (interrupt_signal() != 0 || std::chrono::steady_clock::now() > give_up) {
+      wstatus = kill_and_reap();
+      break;
     }
     ::usleep(1000);
   }
-  ::kill(-m_pid, SIGKILL);  // anything the implementation left behind in its process group
-  m_pid = -1;
+  // A worker killed by kwb's own interruption handler, or found dead while kwb is being interrupted, is kwb's doing:
+  // never the candidate's failure, and nothing is recorded of it.
+  if (const int sig = interrupt_signal(); sig != 0) throw Interrupted(sig);
   if (d.reason.empty()) {
     if (WIFSIGNALED(wstatus)) {
       d.signal = WTERMSIG(wstatus);
@@ -297,6 +317,7 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
 }
 
 std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& message, std::span<const int> fds) {
+  throw_if_interrupted();
   if (!alive()) return std::nullopt;
   if (!m_channel.send(message, fds)) {
     record_death(Channel::Status::closed);
@@ -565,6 +586,7 @@ bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_p
 }
 
 RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
+  throw_if_interrupted();
   const uint64_t call = ++m_calls;
   RunOutcome out;
   if (!alive()) {
@@ -708,24 +730,13 @@ bool WorkerProcess::shutdown() {
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {
-    int status;
-    pid_t r = ::waitpid(m_pid, &status, WNOHANG);
-    if (r == m_pid) {
-      // A polite exit still ends whatever the worker started in its process group (a helper a device runtime may
-      // spawn, or one the implementation did): nothing of one visit outlives it into the next.
-      ::kill(-m_pid, SIGKILL);
-      m_pid = -1;
-      return complete;
-    }
+    // A polite exit still ends whatever the worker started in its process group (a helper a device runtime may
+    // spawn, or one the implementation did): nothing of one visit outlives it into the next (reap_child).
+    if (try_reap()) return complete;
     if (std::chrono::steady_clock::now() > deadline) break;
     ::usleep(500);
   }
-  ::kill(-m_pid, SIGKILL);
-  ::kill(m_pid, SIGKILL);
-  int status;
-  while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  m_pid = -1;
+  (void)kill_and_reap();
   return complete;
 }
 

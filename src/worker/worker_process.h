@@ -137,6 +137,7 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
 
+
 class WorkerProcess {
 public:
   // `wrapper`, when given, is the start of the command line and the worker executable its last argument (the
@@ -202,7 +203,14 @@ private:
   void fail_protocol(const std::string& detail);
   void place_on_cpus(bool apart);
   bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
+  // Classifies how the worker ended and reaps it. Throws Interrupted instead when kwb is being interrupted: the
+  // death is then kwb's own doing (util/interrupt.h), never the candidate's.
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
+  // Reaps the worker if it has exited (its wait status), without blocking; nullopt while it runs. Reaping ends
+  // whatever it left in its process group and unregisters the group (util/interrupt.h).
+  std::optional<int> try_reap();
+  // Kills the worker's process group and reaps it: its wait status.
+  int kill_and_reap();
   std::string classify_fault(uint64_t address) const;
 
   std::chrono::milliseconds m_timeout;
