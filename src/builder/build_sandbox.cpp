@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 
 namespace kwb {
@@ -210,6 +211,26 @@ fs::path compiler_prefix_to_bind(const std::string& compiler) {
   fs::path prefix = real.parent_path();
   if (prefix.filename() == "bin") prefix = prefix.parent_path();
   return prefix;
+}
+
+std::vector<std::string> build_environment_identity(const std::string& compiler) {
+  std::vector<std::string> out;
+  const char* path = std::getenv("PATH");
+  out.push_back(std::string("PATH=") + (path != nullptr ? path : ""));
+  const std::string found = find_on_path(compiler);
+  std::error_code ec;
+  const fs::path real = found.empty() ? fs::path() : fs::canonical(found, ec);
+  out.push_back("compiler=" + (ec ? found : real.string()));
+  // The first processor's model and flags: what -march=native resolves from (cpuid) shows in both.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string model, flags;
+  for (std::string line; std::getline(cpuinfo, line) && (model.empty() || flags.empty());) {
+    if (model.empty() && line.starts_with("model name")) model = line;
+    if (flags.empty() && line.starts_with("flags")) flags = line;
+  }
+  out.push_back("cpu " + model);
+  out.push_back("cpu " + flags);
+  return out;
 }
 
 void require_build_sandbox() {

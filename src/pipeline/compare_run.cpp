@@ -21,19 +21,12 @@ void write_compare_outputs(const std::string& dir, const CompareReport& report) 
 
 namespace {
 
-// The check of an exact artifact, by an exact kwb, on an exact task manifest, always gives the same report (its
-// data come from the published seeds), so compare keeps it in the cache by that identity: repeated comparisons of
-// the same binaries (an optimization loop, the FPR bench) do not re-run it. validate never uses this: its bundle
-// must hold checks run in that session.
+// The check of an exact artifact, by an exact kwb, on an exact task manifest, with the same options and the same
+// worker environment, always gives the same report (its data come from the published seeds), so compare keeps it in
+// the cache under check_cache_key: repeated comparisons of the same binaries (an optimization loop, the FPR bench) do
+// not re-run it. validate never uses this: its bundle must hold checks run in that session.
 CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptions& co, bool& cached) {
-  static const std::string tools = sha256_file("/proc/self/exe") + sha256_file(worker_executable());
-  Sha256 h;
-  for (const std::string& part : {tools, task.manifest_sha256, art.identity.artifact_sha256, art.identity.source_sha256,
-                                  co.backend, std::to_string(co.nonce), std::to_string(co.calls_per_case)}) {
-    h.update(part);
-    h.update(std::string_view("\0", 1));
-  }
-  const std::filesystem::path file = cache_dir() / "checks" / (h.hex_digest() + ".json");
+  const std::filesystem::path file = cache_dir() / "checks" / (check_cache_key(task, art, co) + ".json");
   if (art.ok && std::filesystem::exists(file)) {
     nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
     if (!j.is_discarded()) {

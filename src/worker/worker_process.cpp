@@ -26,10 +26,12 @@
 #include <seccomp.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 extern char** environ;
@@ -54,6 +56,20 @@ std::vector<std::string> worker_environment() {
     }
   }
   return env;
+}
+
+std::vector<std::string> worker_environment_identity() {
+  std::vector<std::string> env = worker_environment();
+  std::erase_if(env, [](const std::string& e) { return e.starts_with("KWB_PARENT_PID="); });
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+const std::string& executable_sha256(const std::filesystem::path& exe) {
+  static std::map<std::filesystem::path, std::string> digests;
+  auto it = digests.find(exe);
+  if (it == digests.end()) it = digests.emplace(exe, sha256_file(exe)).first;
+  return it->second;
 }
 
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
@@ -361,6 +377,17 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) 
 }
 
 }  // namespace
+
+std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key) {
+  Sha256 h;
+  std::vector<std::string> parts = {"kwb.runtime-cache.1", backend, identity_key, executable_sha256(worker_executable())};
+  for (std::string& e : worker_environment_identity()) parts.push_back(std::move(e));
+  for (const std::string& part : parts) {
+    h.update(part);
+    h.update(std::string_view("\0", 1));
+  }
+  return h.hex_digest();
+}
 
 std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key) {
   namespace fs = std::filesystem;

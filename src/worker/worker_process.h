@@ -126,9 +126,15 @@ struct RunOutcome {
 // the worker's explanation (no driver, no device, a kwb built without the backend).
 std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
 
-// The directory a worker's device runtime may write (PoCL's kernel cache), private to one implementation identity
-// `key`; created here, and owned by the worker's user when kwb runs as root (util/worker_user.h).
+// The directory a worker's device runtime may write (PoCL's kernel cache), private to one `key`
+// (worker_runtime_cache_key); created here, and owned by the worker's user when kwb runs as root
+// (util/worker_user.h).
 std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key);
+
+// The key of the runtime directory of an implementation identity (BuildIdentity::key): that identity, the backend,
+// kwb-worker's own digest and worker_environment_identity(). A runtime setting (POCL_*, a device selection) or a
+// rebuilt worker gets a directory of its own, never kernels compiled under another.
+std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key);
 
 // A copy of `artifact` that the worker's user can read but not write, under a root-owned folder of /var/tmp at a
 // path fixed by the object's digest: for the profile worker run by root (valgrind reads symbols by file name).
@@ -137,6 +143,13 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
 
+// What of that environment decides how a worker behaves: worker_environment() without KWB_PARENT_PID (which names
+// this kwb process), sorted. Every cache of what workers produce is keyed on it (the check cache, the device
+// runtime's directory).
+std::vector<std::string> worker_environment_identity();
+
+// SHA-256 of an executable (kwb-worker, kwb itself), read once per process and path.
+const std::string& executable_sha256(const std::filesystem::path& exe);
 
 class WorkerProcess {
 public:
