@@ -26,6 +26,8 @@
 #include <seccomp.h>
 #include <time.h>
 
+#include <dirent.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
@@ -71,6 +73,43 @@ const std::string& executable_sha256(const std::filesystem::path& exe) {
   if (it == digests.end()) it = digests.emplace(exe, sha256_file(exe)).first;
   return it->second;
 }
+
+namespace {
+
+// A device runtime's temporary leftovers in a worker's runtime cache directory, removed by the parent once the worker
+// is gone. PoCL (3.x) creates an empty, suffix-less tempfile_XXXXXX there whenever it starts (a file it registers
+// with LLVM's remove-on-signal list and never removes on a normal exit): one more per worker, forever. Those go at
+// once; they mean nothing to a live worker of another kwb that may share the folder. PoCL's compile temporaries
+// (tempfile_XXXXXX.so.o, .so, ...), renamed into place when a compile finishes, are left only by a worker killed
+// mid-compile: they go once they are an hour old, when no compile can still be writing them. Regular files directly
+// in the folder only, reached through a descriptor of the folder and never through a link.
+void tidy_runtime_cache(const std::string& dir) noexcept {
+  if (dir.empty()) return;
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return;
+  const int listing = ::dup(dfd);
+  DIR* d = listing >= 0 ? ::fdopendir(listing) : nullptr;
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    ::close(dfd);
+    return;
+  }
+  constexpr std::string_view k_prefix = "tempfile_";
+  constexpr size_t k_suffixless = k_prefix.size() + 6;  // mkstemp's XXXXXX
+  const time_t stale_before = ::time(nullptr) - 3600;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (!name.starts_with(k_prefix)) continue;
+    struct stat st {};
+    if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    const bool start_marker = name.size() == k_suffixless && st.st_size == 0;
+    if (start_marker || st.st_mtime < stale_before) (void)::unlinkat(dfd, e->d_name, 0);
+  }
+  ::closedir(d);
+  ::close(dfd);
+}
+
+}  // namespace
 
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
@@ -217,6 +256,7 @@ std::optional<int> WorkerProcess::try_reap() {
   if (info.si_pid == 0) return std::nullopt;
   const int status = reap_child(m_pid);
   m_pid = -1;
+  tidy_runtime_cache(m_runtime_cache_dir);
   return status;
 }
 
@@ -225,6 +265,7 @@ int WorkerProcess::kill_and_reap() {
   ::kill(m_pid, SIGKILL);
   const int status = reap_child(m_pid);
   m_pid = -1;
+  tidy_runtime_cache(m_runtime_cache_dir);
   return status;
 }
 
@@ -432,6 +473,7 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
   WorkerProcess w(worker_exe, std::chrono::seconds(60));
   // A device runtime may need a writable directory to start at all (PoCL's kernel cache).
   const std::string dir = backend == "cpu" ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
+  w.m_runtime_cache_dir = dir;
   auto reply = w.request({{"type", "probe"}, {"backend", backend}, {"runtime_cache_dir", dir}});
   if (!reply) {
     throw Error(ExitCode::unavailable,
@@ -452,6 +494,7 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
                                 const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
+  m_runtime_cache_dir = device.runtime_cache_dir;
   // The artifact travels as a descriptor: the worker may run as nobody, who cannot reach kwb's cache.
   const int artifact_fd = ::open(artifact.c_str(), O_RDONLY | O_CLOEXEC);
   if (artifact_fd < 0) {

@@ -220,7 +220,7 @@ private:
   // death is then kwb's own doing (util/interrupt.h), never the candidate's.
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
   // Reaps the worker if it has exited (its wait status), without blocking; nullopt while it runs. Reaping ends
-  // whatever it left in its process group and unregisters the group (util/interrupt.h).
+  // whatever it left in its process group, unregisters the group (util/interrupt.h) and tidies the runtime cache.
   std::optional<int> try_reap();
   // Kills the worker's process group and reaps it: its wait status.
   int kill_and_reap();
@@ -242,6 +242,7 @@ private:
   UniqueFd m_control_fd;
   UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
   std::string m_cpu_clock_note;
+  std::string m_runtime_cache_dir;  // the device runtime's directory (DeviceOptions), tidied when the worker is gone
   clockid_t m_cpu_clock = -1;
   bool m_has_cpu_clock = false;
 };
