@@ -46,32 +46,6 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   return r;
 }
 
-}  // namespace
-
-namespace {
-
-void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress);
-
-}  // namespace
-
-CompareReport run_compare(const Task& task, const CompareRequest& req, const ProgressSink& progress) {
-  CompareReport report;
-  try {
-    compare_into(report, task, req, progress);
-  } catch (const Interrupted& i) {
-    // Every completed visit's samples are in the report (run_sequential_comparison appends them as they come); the
-    // visit that was running when the signal came is lost with its worker.
-    report.interrupted = i.signal_name();
-    report.verdict = "INTERRUPTED";
-    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
-    if (req.on_interrupted) req.on_interrupted(report);
-    throw;
-  }
-  return report;
-}
-
-namespace {
-
 void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
   report.mode = req.mode;
   report.gate = req.gate;
@@ -137,5 +111,21 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
 }
 
 }  // namespace
+
+CompareReport run_compare(const Task& task, const CompareRequest& req, const ProgressSink& progress) {
+  CompareReport report;
+  try {
+    compare_into(report, task, req, progress);
+  } catch (const Interrupted& i) {
+    // Every completed visit's samples are in the report (run_sequential_comparison appends them as they come); the
+    // visit that was running when the signal came is lost with its worker.
+    report.interrupted = i.signal_name();
+    report.verdict = "INTERRUPTED";
+    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
+    if (req.on_interrupted) req.on_interrupted(report);
+    throw;
+  }
+  return report;
+}
 
 }  // namespace kwb

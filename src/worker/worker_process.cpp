@@ -421,7 +421,8 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) 
 
 std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key) {
   Sha256 h;
-  std::vector<std::string> parts = {"kwb.runtime-cache.1", backend, identity_key, executable_sha256(worker_executable())};
+  std::vector<std::string> parts = {"kwb.runtime-cache.1", backend, identity_key,
+                                    executable_sha256(worker_executable())};
   for (std::string& e : worker_environment_identity()) parts.push_back(std::move(e));
   for (const std::string& part : parts) {
     h.update(part);

@@ -353,18 +353,25 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
   // Workers are started one after another, one per timing visit (after the A' check's one): a third one seen while
   // the A/A stage runs means the comparison's first visit is over and its samples are in the report.
   std::set<pid_t> workers;
+  std::string aa_status;
   ASSERT_TRUE(eventually(
       [&] {
         if (kwb.ended()) return true;
-        if (stage_status("aa") != "running") return false;
+        aa_status = stage_status("aa");
+        if (aa_status.empty() || aa_status == "pending") return false;
+        if (aa_status != "running") return true;  // over before three workers were seen: reported below
         for (const Proc& p : descendants_of(kwb.pid())) {
           if (p.comm == "kwb-worker") workers.insert(p.pid);
         }
-        return workers.size() >= 3 && stage_status("aa") == "running";
+        aa_status = stage_status("aa");
+        return workers.size() >= 3;
       },
       600s))
-      << "validate never reached its third worker of the A/A stage\n" << kwb.log();
-  ASSERT_FALSE(kwb.ended()) << kwb.log();
+      << "validate never reached the A/A stage\n" << kwb.log();
+  auto stages_text = [&] { return fs::exists(out / "stages.json") ? read_file(out / "stages.json") : std::string(); };
+  ASSERT_FALSE(kwb.ended()) << kwb.log() << stages_text();
+  ASSERT_EQ(aa_status, "running") << "the A/A stage ended before three of its workers were seen\n"
+                                  << kwb.log() << stages_text();
   interrupt_and_expect_nothing_left(kwb, SIGTERM);
 
   ASSERT_TRUE(fs::exists(out / "stages.json")) << kwb.log();
