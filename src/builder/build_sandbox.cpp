@@ -2,6 +2,8 @@
 
 #include "util/error.h"
 #include "util/fd.h"
+#include "util/interrupt.h"
+#include "util/subprocess.h"
 
 #include <fmt/format.h>
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 
 namespace kwb {
@@ -85,48 +88,30 @@ struct Spawned {
   std::string output;
 };
 
-// fork + rlimits + exec, output merged into one pipe, killed (with its process group; bwrap's --die-with-parent
-// takes the sandbox's PID namespace with it) at the wall-clock limit. Only async-signal-safe calls in the child.
+// The sandbox as a child of kwb (util/subprocess.h: its own process group, registered for interruption, dying with
+// kwb), with the rlimits, output merged into one pipe, killed with its process group at the wall-clock limit;
+// bwrap's --die-with-parent takes the sandbox's PID namespace with it.
 Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLimits& limits) {
   int fds[2];
   KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
   UniqueFd read_end(fds[0]), write_end(fds[1]);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int saved = errno;
-    if (devnull >= 0) ::close(devnull);
-    throw_system_error("fork()", __FILE__, __LINE__, saved);
-  }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(write_end.get(), 1);
-    ::dup2(write_end.get(), 2);
-    // Nothing of the parent's but the three standard descriptors reaches the compiler.
-    ::syscall(SYS_close_range, 3u, ~0u, 0u);
-    const struct rlimit as{limits.address_space_bytes, limits.address_space_bytes};
-    const struct rlimit cpu{limits.cpu_seconds, limits.cpu_seconds + 5};
-    const struct rlimit fsize{limits.file_size_bytes, limits.file_size_bytes};
-    const struct rlimit core{0, 0};
-    ::setrlimit(RLIMIT_AS, &as);
-    ::setrlimit(RLIMIT_CPU, &cpu);
-    ::setrlimit(RLIMIT_FSIZE, &fsize);
-    ::setrlimit(RLIMIT_CORE, &core);
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execv(args[0], args.data());
-    static const char msg[] = "kwb: cannot exec bwrap\n";
-    [[maybe_unused]] ssize_t n = ::write(2, msg, sizeof msg - 1);
-    ::_exit(127);
-  }
-  if (devnull >= 0) ::close(devnull);
+  ChildSpec spec;
+  spec.argv = argv;
+  spec.stdout_fd = write_end.get();
+  spec.stderr_fd = write_end.get();
+  spec.limits = {{RLIMIT_AS, {limits.address_space_bytes, limits.address_space_bytes}},
+                 {RLIMIT_CPU, {limits.cpu_seconds, limits.cpu_seconds + 5}},
+                 {RLIMIT_FSIZE, {limits.file_size_bytes, limits.file_size_bytes}},
+                 {RLIMIT_CORE, {0, 0}}};
+  int exec_errno = 0;
+  const pid_t pid = spawn_child(spec, exec_errno);
   write_end.reset();
+  if (pid < 0) {
+    Spawned failed;
+    failed.exit_code = 127;
+    failed.output = fmt::format("kwb: cannot exec {}: {}\n", argv.front(), std::strerror(exec_errno));
+    return failed;
+  }
 
   Spawned result;
   const auto deadline = std::chrono::steady_clock::now() + limits.wall;
@@ -136,7 +121,6 @@ Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLi
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       ::kill(-pid, SIGKILL);
-      ::kill(pid, SIGKILL);
       result.timed_out = true;
       break;
     }
@@ -151,9 +135,9 @@ Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLi
     result.output.append(buffer, std::min(room, static_cast<size_t>(n)));
     dropped = dropped || room < static_cast<size_t>(n);
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = reap_child(pid);
+  // A sandbox killed by kwb's own interruption handler is no compiler's failure.
+  throw_if_interrupted();
   if (WIFSIGNALED(status)) {
     result.signal = WTERMSIG(status);
   } else if (WIFEXITED(status)) {
@@ -227,6 +211,26 @@ fs::path compiler_prefix_to_bind(const std::string& compiler) {
   fs::path prefix = real.parent_path();
   if (prefix.filename() == "bin") prefix = prefix.parent_path();
   return prefix;
+}
+
+std::vector<std::string> build_environment_identity(const std::string& compiler) {
+  std::vector<std::string> out;
+  const char* path = std::getenv("PATH");
+  out.push_back(std::string("PATH=") + (path != nullptr ? path : ""));
+  const std::string found = find_on_path(compiler);
+  std::error_code ec;
+  const fs::path real = found.empty() ? fs::path() : fs::canonical(found, ec);
+  out.push_back("compiler=" + (ec ? found : real.string()));
+  // The first processor's model and flags: what -march=native resolves from (cpuid) shows in both.
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string model, flags;
+  for (std::string line; std::getline(cpuinfo, line) && (model.empty() || flags.empty());) {
+    if (model.empty() && line.starts_with("model name")) model = line;
+    if (flags.empty() && line.starts_with("flags")) flags = line;
+  }
+  out.push_back("cpu " + model);
+  out.push_back("cpu " + flags);
+  return out;
 }
 
 void require_build_sandbox() {

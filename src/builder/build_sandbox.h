@@ -54,6 +54,12 @@ void require_build_sandbox();
 CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const BuildSandboxSpec& spec,
                                    const BuildSandboxLimits& limits = {});
 
+// What of the machine and of kwb's environment reaches a compile of `compiler` and can change the object it makes,
+// for the artifact cache's key (builder.h): the PATH the sandbox passes on (the driver finds the assembler and the
+// linker through it), the compiler's resolved real path, and this CPU's model and feature flags (the flags target it:
+// -march=native). The locale variables the sandbox also passes change only messages.
+std::vector<std::string> build_environment_identity(const std::string& compiler);
+
 // True when `path` (absolute, lexically normal) equals `root` or lies below it.
 bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);
 

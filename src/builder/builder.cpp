@@ -297,9 +297,14 @@ Artifact build_implementation(const BuildRequest& request) {
   for (const std::string& f : tc.link_flags) cmd += " " + f;
   cmd += " -o <artifact>";
   id.command = cmd;
+  // The key also covers what reaches the compile besides the command (build_environment_identity: PATH, the
+  // compiler's real path, the CPU -march=native targets) and the CUDA library folder the rpath names.
+  std::vector<std::string> pre_parts = {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256,
+                                        id.backend, std::to_string(id.layout_variant),
+                                        layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string()};
+  for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
   Sha256 pre;
-  for (const std::string& part : {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256, id.backend,
-                                  std::to_string(id.layout_variant), layout_pad_source(id.layout_variant)}) {
+  for (const std::string& part : pre_parts) {
     pre.update(part);
     pre.update(std::string_view("\0", 1));
   }

@@ -23,7 +23,9 @@ struct BuildIdentity {
   // compiler_version): (path, sha256), sorted by path. Paths are relative to the source's folder, or
   // "<kwb-include>/..." for kwb's ABI headers. From the compiler's depfile (and GNU as's, for .incbin).
   std::vector<std::pair<std::string, std::string>> dependencies;
-  std::string key;                // SHA-256 over everything above: the cache key
+  // SHA-256 over everything above and what reaches the compile besides its command (PATH, the compiler's real path,
+  // this CPU for -march=native; build_sandbox.h, build_environment_identity): the cache key.
+  std::string key;
   std::string artifact_sha256;    // SHA-256 of the built shared object
 };
 

@@ -8,6 +8,7 @@
 #include "pipeline/validate.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 
 #include <fmt/format.h>
 
@@ -97,7 +98,16 @@ Action add_validate(CLI::App& root) {
       if (!quiet) std::cerr << fmt::format("      plan digest {}\n", digest);
     };
     obs.comparison_progress = make_progress_sink("      ");
-    ValidateResult r = run_validate(o, obs);
+    ValidateResult r;
+    try {
+      r = run_validate(o, obs);
+    } catch (const Interrupted&) {
+      end_progress_line();
+      std::cerr << fmt::format("\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
+                               "measured before is kept)\n",
+                               o.output_dir.string());
+      throw;
+    }
     end_progress_line();
     if (a->json) {
       std::cout << json_text(r.decision_json, 2) << "\n";

@@ -1,7 +1,9 @@
 // kwb — the kernel workbench. Decides, with evidence, whether a candidate kernel should replace a baseline.
 #include "cli/commands.h"
+#include "cli/progress.h"
 #include "cli/safe_output.h"
 #include "util/error.h"
+#include "util/interrupt.h"
 
 #include <fmt/format.h>
 
@@ -34,16 +36,32 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(kwb::ExitCode::usage);
   }
+  // SIGINT, SIGTERM and SIGHUP end every process kwb started (util/interrupt.h); kwb then records what it can and
+  // exits with 128 + the signal's number, whatever else went wrong on the way.
+  kwb::install_interrupt_handlers();
+  auto interrupted_exit = [](int sig) {
+    kwb::cli::end_progress_line();
+    std::cerr << "kwb: interrupted by " << kwb::signal_name(sig) << "; every process it started has been ended\n";
+    return 128 + sig;
+  };
   try {
     for (const auto& [name, action] : verbs) {
-      if (app.got_subcommand(name)) return action();
+      if (app.got_subcommand(name)) {
+        const int rc = action();
+        if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
+        return rc;
+      }
     }
     return static_cast<int>(kwb::ExitCode::usage);
+  } catch (const kwb::Interrupted& i) {
+    return interrupted_exit(i.signal());
   } catch (const kwb::Error& e) {
     std::cerr << "kwb: error: " << e.what() << "\n";
+    if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     std::cerr << "kwb: internal error: " << e.what() << "\n";
+    if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
     return static_cast<int>(kwb::ExitCode::internal);
   }
 }

@@ -1,6 +1,9 @@
 #include "pipeline/check.h"
 
 #include "task/data.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+#include "worker/worker_process.h"
 
 #include <fmt/format.h>
 
@@ -172,6 +175,33 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
 }
 
 }  // namespace
+
+std::string check_cache_key(const Task& task, const Artifact& artifact, const CheckOptions& options) {
+  std::vector<std::string> parts = {"kwb.check-cache.2",
+                                    executable_sha256("/proc/self/exe"),
+                                    executable_sha256(worker_executable()),
+                                    task.manifest_sha256,
+                                    artifact.identity.artifact_sha256,
+                                    artifact.identity.source_sha256,
+                                    options.backend,
+                                    std::to_string(options.timeout.count()),
+                                    std::to_string(options.nonce),
+                                    std::to_string(options.calls_per_case),
+                                    options.stop_after_reason,
+                                    options.held_out ? "held_out" : "published",
+                                    options.exhaustive ? "exhaustive" : "stops at a worker failure",
+                                    fmt::format("{} only-cases", options.only_cases.size())};
+  for (const std::string& c : options.only_cases) parts.push_back(c);
+  const std::vector<std::string> env = worker_environment_identity();
+  parts.push_back(fmt::format("{} environment", env.size()));
+  parts.insert(parts.end(), env.begin(), env.end());
+  Sha256 h;
+  for (const std::string& part : parts) {
+    h.update(part);
+    h.update(std::string_view("\0", 1));
+  }
+  return h.hex_digest();
+}
 
 namespace {
 CheckReport run_check_cases(const Task& task, const Artifact& artifact, const CheckOptions& options);

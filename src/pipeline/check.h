@@ -100,6 +100,12 @@ struct CheckReport {
 
 CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOptions& options);
 
+// The key under which compare keeps a check's report (pipeline/compare_run.cpp): everything the report depends on.
+// kwb's and kwb-worker's digests, the task manifest, the artifact and its source, every CheckOptions field, and the
+// environment every worker gets (worker_environment_identity(): POCL_*, CUDA_*, OCL_ICD*, the device selection,
+// the worker's user), so that a report made under one runtime setting never stands for another.
+std::string check_cache_key(const Task& task, const Artifact& artifact, const CheckOptions& options);
+
 // A report for an implementation that did not build: no case ran, one build_failed failure.
 CheckReport build_failure_report(const Task& task, const Artifact& artifact);
 

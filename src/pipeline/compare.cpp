@@ -383,31 +383,33 @@ nlohmann::json to_json(const CompareReport& r) {
   for (const WorkloadResult& w : r.workloads) workloads.push_back(to_json(w));
   size_t samples = 0;
   for (const Sample& s : r.samples) samples += !s.warmup && s.block >= 0;
-  return {{"schema", k_compare_schema},
-          {"schema_version", k_compare_schema_version},
-          {"mode", r.mode == CompareMode::aa ? "aa" : "ab"},
-          {"gate",
-           {{"kind", r.gate.kind == stats::GateKind::ci ? "ci" : "point"},
-            {"min_improvement_pct", r.gate.min_improvement_pct},
-            {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
-            {"alpha", r.gate.alpha},
-            {"stopping", "alpha spending, alpha_k = alpha * 6 / (pi^2 k^2), geometric looks x1.5"}}},
-          {"budgets",
-           {{"min_blocks", r.budget.min_blocks},
-            {"max_blocks", r.budget.max_blocks},
-            {"max_seconds_per_workload", r.budget.max_seconds},
-            {"warmups", r.timing.warmups},
-            {"samples", r.timing.samples == 0 ? nlohmann::json("auto") : nlohmann::json(r.timing.samples)},
-            {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
-            {"timed_samples_used", samples}}},
-          {"seed", r.seed},
-          {"backend", r.timing.backend},
-          {"cold", r.timing.cold},
-          {"arms", arms},
-          {"refused", r.refused},
-          {"checks", r.checks},
-          {"workloads", workloads},
-          {"verdict", r.verdict}};
+  nlohmann::json j = {{"schema", k_compare_schema},
+                       {"schema_version", k_compare_schema_version},
+                       {"mode", r.mode == CompareMode::aa ? "aa" : "ab"},
+                       {"gate",
+                        {{"kind", r.gate.kind == stats::GateKind::ci ? "ci" : "point"},
+                         {"min_improvement_pct", r.gate.min_improvement_pct},
+                         {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
+                         {"alpha", r.gate.alpha},
+                         {"stopping", "alpha spending, alpha_k = alpha * 6 / (pi^2 k^2), geometric looks x1.5"}}},
+                       {"budgets",
+                        {{"min_blocks", r.budget.min_blocks},
+                         {"max_blocks", r.budget.max_blocks},
+                         {"max_seconds_per_workload", r.budget.max_seconds},
+                         {"warmups", r.timing.warmups},
+                         {"samples", r.timing.samples == 0 ? nlohmann::json("auto") : nlohmann::json(r.timing.samples)},
+                         {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
+                         {"timed_samples_used", samples}}},
+                       {"seed", r.seed},
+                       {"backend", r.timing.backend},
+                       {"cold", r.timing.cold},
+                       {"arms", arms},
+                       {"refused", r.refused},
+                       {"checks", r.checks},
+                       {"workloads", workloads},
+                       {"verdict", r.verdict}};
+  if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
+  return j;
 }
 
 std::string_view samples_csv_header() {

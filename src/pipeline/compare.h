@@ -203,6 +203,9 @@ struct CompareReport {
   std::string verdict;      // PASS when every workload passes; else FAIL > INVALID > INCONCLUSIVE by precedence
   std::vector<std::string> refused;  // reasons timing was refused (an arm failed its check)
   nlohmann::json checks = nlohmann::json::array();  // the pre-timing check of each arm (cached by identity or not)
+  // The signal's name when kwb was interrupted during the comparison (verdict INTERRUPTED): what is here was
+  // measured before it, and no verdict comes from it.
+  std::string interrupted;
 };
 
 std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
@@ -245,6 +248,9 @@ struct CompareRequest {
   std::string output_dir;             // empty: nothing written
   bool skip_checks = false;           // only when the caller has already checked these exact artifacts
   bool exhaustive_checks = defaults::k_exhaustive;  // the arms' checks run every case (CheckOptions::exhaustive)
+  // When kwb is interrupted during the comparison (util/interrupt.h): called with what was measured so far, verdict
+  // INTERRUPTED (written to output_dir too), before the Interrupted exception goes on.
+  std::function<void(const CompareReport&)> on_interrupted;
 };
 
 CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);

@@ -5,6 +5,7 @@
 #include "stats/random.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
 
@@ -23,20 +24,12 @@ void write_compare_outputs(const std::string& dir, const CompareReport& report) 
 
 namespace {
 
-// The check of an exact artifact, by an exact kwb, on an exact task manifest, always gives the same report (its
-// data come from the published seeds), so compare keeps it in the cache by that identity: repeated comparisons of
-// the same binaries (an optimization loop, the FPR bench) do not re-run it. validate never uses this: its bundle
-// must hold checks run in that session.
+// The check of an exact artifact, by an exact kwb, on an exact task manifest, with the same options and the same
+// worker environment, always gives the same report (its data come from the published seeds), so compare keeps it in
+// the cache under check_cache_key: repeated comparisons of the same binaries (an optimization loop, the FPR bench) do
+// not re-run it. validate never uses this: its bundle must hold checks run in that session.
 CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptions& co, bool& cached) {
-  static const std::string tools = sha256_file("/proc/self/exe") + sha256_file(worker_executable());
-  Sha256 h;
-  for (const std::string& part : {tools, task.manifest_sha256, art.identity.artifact_sha256, art.identity.source_sha256,
-                                  co.backend, std::to_string(co.nonce), std::to_string(co.calls_per_case),
-                                  std::string(co.exhaustive ? "exhaustive" : "stops at a worker failure")}) {
-    h.update(part);
-    h.update(std::string_view("\0", 1));
-  }
-  const std::filesystem::path file = cache_dir() / "checks" / (h.hex_digest() + ".json");
+  const std::filesystem::path file = cache_dir() / "checks" / (check_cache_key(task, art, co) + ".json");
   if (art.ok && std::filesystem::exists(file)) {
     nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
     if (!j.is_discarded()) {
@@ -56,10 +49,7 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   return r;
 }
 
-}  // namespace
-
-CompareReport run_compare(const Task& task, const CompareRequest& req, const ProgressSink& progress) {
-  CompareReport report;
+void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
   report.mode = req.mode;
   report.gate = req.gate;
   report.budget = req.budget;
@@ -96,7 +86,7 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
   if (!report.refused.empty()) {
     report.verdict = "REFUSED";
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
-    return report;
+    return;
   }
 
   std::vector<const Case*> workloads;
@@ -134,6 +124,23 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
   }
   report.verdict = overall_verdict(report.workloads);
+}
+
+}  // namespace
+
+CompareReport run_compare(const Task& task, const CompareRequest& req, const ProgressSink& progress) {
+  CompareReport report;
+  try {
+    compare_into(report, task, req, progress);
+  } catch (const Interrupted& i) {
+    // Every completed visit's samples are in the report (run_sequential_comparison appends them as they come); the
+    // visit that was running when the signal came is lost with its worker.
+    report.interrupted = i.signal_name();
+    report.verdict = "INTERRUPTED";
+    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
+    if (req.on_interrupted) req.on_interrupted(report);
+    throw;
+  }
   return report;
 }
 

@@ -11,6 +11,7 @@
 #include "task/data.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
 #include "worker/worker_process.h"
@@ -70,30 +71,42 @@ public:
 
     // Freeze is the one stage without which nothing else means anything: its failure is fatal to the run, but the
     // bundle still records why.
-    bool frozen = stage(0, [&] {
-      try {
-        return freeze();
-      } catch (const Error& e) {
-        if (e.code() == ExitCode::data_error || e.code() == ExitCode::usage) {
-          m_input_error_code = static_cast<int>(e.code());
-          m_input_error = e.what();
+    try {
+      bool frozen = stage(0, [&] {
+        try {
+          return freeze();
+        } catch (const Error& e) {
+          if (e.code() == ExitCode::data_error || e.code() == ExitCode::usage) {
+            m_input_error_code = static_cast<int>(e.code());
+            m_input_error = e.what();
+          }
+          throw;
         }
-        throw;
+      });
+      bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
+      stage(2, [&] { return profile(); }, frozen);
+      bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
+      stage(4, [&] { return controls(); }, frozen);
+      const bool timing_allowed = baseline_ok && candidate_ok;
+      bool aa_ok = stage(5, [&] { return aa(); }, timing_allowed, "skipped: baseline or candidate failed its check");
+      stage(6, [&] { return ab(); }, timing_allowed && aa_ok,
+            timing_allowed ? "skipped: the A/A calibration failed" : "skipped: baseline or candidate failed its check");
+      stage(7, [&] { return final_validation(); }, frozen);
+      stage(8, [&] { return decision(); });
+    } catch (const Interrupted& i) {
+      // stage() has recorded the stage the signal stopped; what was measured before it is in the bundle already
+      // (a comparison's samples so far included). The stages after it never ran, and there is no decision.
+      for (nlohmann::json& s : m_stages) {
+        if (s.value("status", "") == "pending") {
+          s["status"] = "skipped";
+          s["summary"] = "not run: " + i.what();
+        }
       }
-    });
-    bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
-    stage(2, [&] { return profile(); }, frozen);
-    bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
-    stage(4, [&] { return controls(); }, frozen);
-    const bool timing_allowed = baseline_ok && candidate_ok;
-    bool aa_ok = stage(5, [&] { return aa(); }, timing_allowed, "skipped: baseline or candidate failed its check");
-    stage(6, [&] { return ab(); }, timing_allowed && aa_ok,
-          timing_allowed ? "skipped: the A/A calibration failed" : "skipped: baseline or candidate failed its check");
-    stage(7, [&] { return final_validation(); }, frozen);
-    stage(8, [&] { return decision(); });
-    // The reports are views of the finished JSON (stages.json included), then the manifest covers everything.
-    write_reports(m_bundle.dir());
-    m_bundle.write_manifest();
+      write_stages();
+      finish_bundle();
+      throw;
+    }
+    finish_bundle();
     ValidateResult r;
     r.decision = m_decision;
     r.decision_json = m_decision_json;
@@ -105,7 +118,19 @@ public:
   }
 
 private:
-  // Runs one stage: records it, catches what it throws (as a stage error), rewrites stages.json.
+  // The reports are views of the finished JSON (stages.json included), then the manifest covers everything. An
+  // interrupted bundle has no decision: its reports say what is missing, and `kwb report` can render them again.
+  void finish_bundle() {
+    try {
+      write_reports(m_bundle.dir());
+    } catch (const std::exception&) {
+      if (!m_interrupted) throw;
+    }
+    m_bundle.write_manifest();
+  }
+
+  // Runs one stage: records it, catches what it throws (as a stage error), rewrites stages.json. An interruption
+  // (util/interrupt.h) is recorded as the stage's status "interrupted" with the signal's name, and goes on.
   bool stage(size_t index, const std::function<std::string()>& body, bool run = true,
              const std::string& skip_reason = "skipped: an earlier stage it depends on failed") {
     const std::string& name = validate_stage_names()[index];
@@ -131,12 +156,23 @@ private:
       m_stages[index]["started"] = utc_now();
       write_stages();
       try {
+        throw_if_interrupted();
         summary = body();
         if (m_stage_failed) {
           status = "failed";
           ok = false;
           m_stage_failed = false;
         }
+      } catch (const Interrupted& i) {
+        m_interrupted = true;
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        m_stages[index]["status"] = "interrupted";
+        m_stages[index]["signal"] = i.signal_name();
+        m_stages[index]["summary"] = i.what();
+        m_stages[index]["seconds"] = seconds;
+        write_stages();
+        if (m_obs.stage_finished) m_obs.stage_finished(name, "interrupted", i.what(), seconds);
+        throw;
       } catch (const std::exception& e) {
         status = "error";
         summary = e.what();
@@ -439,8 +475,14 @@ private:
     req.timing.nonce = m_timing_nonce;
     req.seed = mix_seed(m_seed, mode == CompareMode::aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
     req.skip_checks = true;  // both arms passed their checks in this run, on these exact artifacts
-    CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
     const std::string tag = mode == CompareMode::aa ? "aa" : "ab";
+    // Interrupted: what was measured so far is kept (comparisons/<tag>.json with verdict INTERRUPTED, its samples).
+    req.on_interrupted = [&](const CompareReport& partial) {
+      m_bundle.write_json("comparisons/" + tag + ".json", to_json(partial));
+      for (const Sample& s : partial.samples) m_samples.emplace_back(tag, s);
+      write_samples();
+    };
+    CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
     nlohmann::json j = to_json(r);
     m_bundle.write_json("comparisons/" + tag + ".json", j);
     for (Sample& s : r.samples) m_samples.emplace_back(tag, std::move(s));
@@ -564,6 +606,7 @@ private:
   BundleWriter m_bundle;
   nlohmann::json m_stages;
   bool m_stage_failed = false;
+  bool m_interrupted = false;
   Task m_task;
   std::vector<Impl> m_impls;
   uint64_t m_seed = 0, m_timing_nonce = 0, m_final_nonce = 0;

@@ -67,9 +67,11 @@ LoadOutcome WorkerSession::start() {
   device.trace = m_options.trace;
   device.cold = m_options.cold;
   if (device_backend()) {
-    // Compiled kernels are cached per implementation identity: workers of one artifact share them (PoCL compiles
-    // each kernel for each launch configuration once), workers of different artifacts never do.
-    const std::filesystem::path dir = worker_runtime_cache_dir(m_options.backend, m_artifact.identity.key);
+    // Compiled kernels are cached per implementation identity and worker environment: workers of one artifact
+    // under the same runtime settings share them (PoCL compiles each kernel for each launch configuration once),
+    // workers of different artifacts, or under other settings, never do.
+    const std::filesystem::path dir = worker_runtime_cache_dir(
+        m_options.backend, worker_runtime_cache_key(m_options.backend, m_artifact.identity.key));
     device.runtime_cache_dir = dir.string();
   }
   LoadOutcome out =

@@ -2,20 +2,112 @@
 
 #include "util/error.h"
 #include "util/fd.h"
+#include "util/interrupt.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
-extern char** environ;
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
 
 namespace kwb {
+
+namespace {
+
+// Child side of spawn_child, between fork and exec: only async-signal-safe calls. Never returns.
+[[noreturn]] void exec_child(const ChildSpec& spec, char* const* args, pid_t parent, int error_fd) {
+  // kwb's interruption handlers must not run here (they would signal kwb's other children), and the SIGPIPE kwb
+  // ignores must not be inherited through exec.
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::setpgid(0, 0);
+  // Dies with kwb's main thread (the one that forked, require_main_thread); kwb may already be gone.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != parent) ::_exit(127);
+  // Every source descriptor moves above the standard three first, so that no dup2 below overwrites another.
+  const int err = ::fcntl(error_fd, F_DUPFD_CLOEXEC, 10);
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int in = devnull >= 0 ? ::fcntl(devnull, F_DUPFD_CLOEXEC, 10) : -1;
+  const int out = spec.stdout_fd >= 0 ? ::fcntl(spec.stdout_fd, F_DUPFD_CLOEXEC, 10) : -1;
+  const int errout = spec.stderr_fd >= 0 ? ::fcntl(spec.stderr_fd, F_DUPFD_CLOEXEC, 10) : -1;
+  if (err < 0 || in < 0 || (spec.stdout_fd >= 0 && out < 0) || (spec.stderr_fd >= 0 && errout < 0)) ::_exit(127);
+  ::dup2(in, 0);
+  if (out >= 0) ::dup2(out, 1);
+  if (errout >= 0) ::dup2(errout, 2);
+  // Nothing of kwb's but the three standard descriptors reaches the child (the error pipe closes at exec).
+  ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  for (const auto& [resource, limit] : spec.limits) ::setrlimit(resource, &limit);
+  if (spec.argv.front().find('/') != std::string::npos) {
+    ::execv(args[0], args);
+  } else {
+    ::execvp(args[0], args);
+  }
+  const int e = errno;
+  [[maybe_unused]] ssize_t n = ::write(err, &e, sizeof e);
+  ::_exit(127);
+}
+
+}  // namespace
+
+pid_t spawn_child(const ChildSpec& spec, int& exec_errno) {
+  if (spec.argv.empty()) throw InternalError("spawn_child: empty command");
+  require_main_thread("a child process");
+  throw_if_interrupted();
+  std::vector<char*> args;
+  for (const std::string& a : spec.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  int fds[2];
+  KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
+  UniqueFd error_read(fds[0]), error_write(fds[1]);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw_system_error("fork()", __FILE__, __LINE__, errno);
+  if (pid == 0) exec_child(spec, args.data(), parent, error_write.get());
+  (void)::setpgid(pid, pid);  // also here, so the group exists before it is registered (EACCES once it has exec'd)
+  if (!register_child_group(pid)) {
+    ::kill(-pid, SIGKILL);
+    (void)reap_child(pid);
+    throw InternalError("too many child processes at once");
+  }
+  error_write.reset();
+  int e = 0;
+  ssize_t n;
+  do {
+    n = ::read(error_read.get(), &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof e)) {
+    (void)reap_child(pid);
+    exec_errno = e;
+    return -1;
+  }
+  exec_errno = 0;
+  return pid;
+}
+
+int reap_child(pid_t pid) {
+  // Until it is reaped, the exited leader pins its pid and so its group's id: the kill below reaches only what the
+  // child left behind, never a stranger's group that reused the number.
+  siginfo_t info{};
+  while (::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) < 0 && errno == EINTR) {
+  }
+  ::kill(-pid, SIGKILL);
+  unregister_child_group(pid);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
 
 CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                           StderrMode stderr_mode) {
@@ -26,24 +118,19 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
   UniqueFd err_read(err_fds[0]), err_write(err_fds[1]);
   const bool separate = stderr_mode == StderrMode::separate;
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, out_write.get(), 1);
-  posix_spawn_file_actions_adddup2(&actions, separate ? err_write.get() : out_write.get(), 2);
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = -1;
-  int rc = ::posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  ChildSpec spec;
+  spec.argv = argv;
+  spec.stdout_fd = out_write.get();
+  spec.stderr_fd = separate ? err_write.get() : out_write.get();
+  int exec_errno = 0;
+  const pid_t pid = spawn_child(spec, exec_errno);
   out_write.reset();
   err_write.reset();
 
   CommandResult result;
-  if (rc != 0) {
+  if (pid < 0) {
     result.exit_code = 127;
-    result.output = std::string("cannot run '") + argv[0] + "': " + std::strerror(rc);
+    result.output = std::string("cannot run '") + argv[0] + "': " + std::strerror(exec_errno);
     return result;
   }
 
@@ -55,7 +142,7 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
   while (open_fds > 0) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
+      ::kill(-pid, SIGKILL);
       result.timed_out = true;
       break;
     }
@@ -74,9 +161,9 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
       sinks[i]->append(buffer, static_cast<size_t>(n));
     }
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
+  const int status = reap_child(pid);
+  // Killed by kwb's own interruption handler: not the command's result.
+  throw_if_interrupted();
   if (WIFSIGNALED(status)) {
     result.signal = WTERMSIG(status);
   } else if (WIFEXITED(status)) {

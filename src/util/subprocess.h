@@ -1,7 +1,11 @@
 #pragma once
 
+#include <sys/resource.h>
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kwb {
@@ -16,11 +20,35 @@ struct CommandResult {
 
 enum class StderrMode { merged, separate };
 
-// Runs argv[0] (looked up in PATH) with stdin from /dev/null, capturing stdout+stderr. Killed after `timeout`.
+// Runs argv[0] (looked up in PATH) with stdin from /dev/null, capturing stdout+stderr. Killed (its process group)
+// after `timeout`. Started with spawn_child; throws Interrupted (util/interrupt.h) when kwb was interrupted.
 CommandResult run_command(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                           StderrMode stderr_mode = StderrMode::merged);
 
 // First line of `cmd --version`-style output, or "" when the command cannot run.
 std::string first_line_of(const std::vector<std::string>& argv);
+
+// The type setrlimit takes (an enum in glibc's C++ headers).
+using RlimitResource = decltype(RLIMIT_AS);
+
+// A helper process (the build sandbox, a `--version` query). Workers start their own way (worker/worker_process.h)
+// and follow the same rules.
+struct ChildSpec {
+  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH
+  int stdout_fd = -1;             // becomes fd 1
+  int stderr_fd = -1;             // becomes fd 2
+  std::vector<std::pair<RlimitResource, rlimit>> limits;  // setrlimit in the child before exec
+};
+
+// Starts a child on kwb's main thread (util/interrupt.h: require_main_thread) that cannot outlive kwb: it leads a
+// process group of its own, registered for interruption (register_child_group), and arms PR_SET_PDEATHSIG(SIGKILL)
+// before exec, then exits at once if kwb is already gone. It gets stdin from /dev/null, the two given descriptors
+// and nothing else, an empty signal mask and default signal dispositions. Returns its pid, or -1 with
+// `exec_errno` set when it could not be executed (the child has been reaped then).
+pid_t spawn_child(const ChildSpec& spec, int& exec_errno);
+
+// Waits for the child to exit, kills whatever it left in its process group, unregisters the group and reaps the
+// child: its wait status.
+int reap_child(pid_t pid);
 
 }  // namespace kwb

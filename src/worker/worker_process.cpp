@@ -1,8 +1,10 @@
 #include "worker/worker_process.h"
 
 #include "util/error.h"
+#include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "util/subprocess.h"
 #include "util/worker_user.h"
 #include "worker/profile_filter.h"
 
@@ -24,10 +26,14 @@
 #include <seccomp.h>
 #include <time.h>
 
+#include <dirent.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 extern char** environ;
@@ -54,9 +60,62 @@ std::vector<std::string> worker_environment() {
   return env;
 }
 
+std::vector<std::string> worker_environment_identity() {
+  std::vector<std::string> env = worker_environment();
+  std::erase_if(env, [](const std::string& e) { return e.starts_with("KWB_PARENT_PID="); });
+  std::sort(env.begin(), env.end());
+  return env;
+}
+
+const std::string& executable_sha256(const std::filesystem::path& exe) {
+  static std::map<std::filesystem::path, std::string> digests;
+  auto it = digests.find(exe);
+  if (it == digests.end()) it = digests.emplace(exe, sha256_file(exe)).first;
+  return it->second;
+}
+
+namespace {
+
+// A device runtime's temporary leftovers in a worker's runtime cache directory, removed by the parent once the worker
+// is gone. PoCL (3.x) creates an empty, suffix-less tempfile_XXXXXX there whenever it starts (a file it registers
+// with LLVM's remove-on-signal list and never removes on a normal exit): one more per worker, forever. Those go at
+// once; they mean nothing to a live worker of another kwb that may share the folder. PoCL's compile temporaries
+// (tempfile_XXXXXX.so.o, .so, ...), renamed into place when a compile finishes, are left only by a worker killed
+// mid-compile: they go once they are an hour old, when no compile can still be writing them. Regular files directly
+// in the folder only, reached through a descriptor of the folder and never through a link.
+void tidy_runtime_cache(const std::string& dir) noexcept {
+  if (dir.empty()) return;
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dfd < 0) return;
+  const int listing = ::dup(dfd);
+  DIR* d = listing >= 0 ? ::fdopendir(listing) : nullptr;
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    ::close(dfd);
+    return;
+  }
+  constexpr std::string_view k_prefix = "tempfile_";
+  constexpr size_t k_suffixless = k_prefix.size() + 6;  // mkstemp's XXXXXX
+  const time_t stale_before = ::time(nullptr) - 3600;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (!name.starts_with(k_prefix)) continue;
+    struct stat st {};
+    if (::fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode)) continue;
+    const bool start_marker = name.size() == k_suffixless && st.st_size == 0;
+    if (start_marker || st.st_mtime < stale_before) (void)::unlinkat(dfd, e->d_name, 0);
+  }
+  ::closedir(d);
+  ::close(dfd);
+}
+
+}  // namespace
+
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
     : m_timeout(timeout), m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
+  require_main_thread("a worker");
+  throw_if_interrupted();
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
   UniqueFd parent_end(sv[0]);
@@ -97,6 +156,11 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   if (rc != 0) {
     m_pid = -1;
     throw InternalError(fmt::format("cannot start the worker {}: {}", exe, std::strerror(rc)));
+  }
+  // From here until it is reaped, an interruption of kwb kills the worker's group (util/interrupt.h).
+  if (!register_child_group(m_pid)) {
+    (void)kill_and_reap();
+    throw InternalError("too many child processes at once");
   }
   m_channel = Channel(std::move(parent_end));
   m_has_cpu_clock = ::clock_getcpuclockid(m_pid, &m_cpu_clock) == 0;
@@ -176,26 +240,37 @@ int WorkerProcess::thread_count() const {
 }
 
 WorkerProcess::~WorkerProcess() {
-  if (m_pid > 0) {
-    ::kill(-m_pid, SIGKILL);
-    ::kill(m_pid, SIGKILL);
-    int status;
-    while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
+  if (m_pid > 0) (void)kill_and_reap();
   if (m_control != nullptr) ::munmap(m_control, protocol::k_control_bytes);
 }
 
-void WorkerProcess::fail_protocol(const std::string& detail) {
-  if (m_pid > 0) {
-    ::kill(-m_pid, SIGKILL);
-    ::kill(m_pid, SIGKILL);
-    int st;
-    while (::waitpid(m_pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    ::kill(-m_pid, SIGKILL);
+std::optional<int> WorkerProcess::try_reap() {
+  siginfo_t info{};
+  if (::waitid(P_PID, static_cast<id_t>(m_pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == EINTR) return std::nullopt;
+    // Not a child of this process any more (nothing to reap): forget it.
+    unregister_child_group(m_pid);
+    m_pid = -1;
+    return 0;
   }
+  if (info.si_pid == 0) return std::nullopt;
+  const int status = reap_child(m_pid);
   m_pid = -1;
+  tidy_runtime_cache(m_runtime_cache_dir);
+  return status;
+}
+
+int WorkerProcess::kill_and_reap() {
+  ::kill(-m_pid, SIGKILL);
+  ::kill(m_pid, SIGKILL);
+  const int status = reap_child(m_pid);
+  m_pid = -1;
+  tidy_runtime_cache(m_runtime_cache_dir);
+  return status;
+}
+
+void WorkerProcess::fail_protocol(const std::string& detail) {
+  if (m_pid > 0) (void)kill_and_reap();
   WorkerDeath d;
   d.reason = "protocol";
   d.detail = detail + "; worker killed";
@@ -242,17 +317,19 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {
-    pid_t r = ::waitpid(m_pid, &wstatus, WNOHANG);
-    if (r == m_pid) break;
-    if (r < 0 && errno != EINTR) break;
-    if (std::chrono::steady_clock::now() > give_up) {
-      ::kill(-m_pid, SIGKILL);
-      ::kill(m_pid, SIGKILL);
+    if (const std::optional<int> reaped = try_reap()) {
+      wstatus = *reaped;
+      break;
+    }
+    if (interrupt_signal() != 0 || std::chrono::steady_clock::now() > give_up) {
+      wstatus = kill_and_reap();
+      break;
     }
     ::usleep(1000);
   }
-  ::kill(-m_pid, SIGKILL);  // anything the implementation left behind in its process group
-  m_pid = -1;
+  // A worker killed by kwb's own interruption handler, or found dead while kwb is being interrupted, is kwb's doing:
+  // never the candidate's failure, and nothing is recorded of it.
+  if (const int sig = interrupt_signal(); sig != 0) throw Interrupted(sig);
   if (d.reason.empty()) {
     if (WIFSIGNALED(wstatus)) {
       d.signal = WTERMSIG(wstatus);
@@ -297,6 +374,7 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
 }
 
 std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& message, std::span<const int> fds) {
+  throw_if_interrupted();
   if (!alive()) return std::nullopt;
   if (!m_channel.send(message, fds)) {
     record_death(Channel::Status::closed);
@@ -341,6 +419,18 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) 
 
 }  // namespace
 
+std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key) {
+  Sha256 h;
+  std::vector<std::string> parts = {"kwb.runtime-cache.1", backend, identity_key,
+                                    executable_sha256(worker_executable())};
+  for (std::string& e : worker_environment_identity()) parts.push_back(std::move(e));
+  for (const std::string& part : parts) {
+    h.update(part);
+    h.update(std::string_view("\0", 1));
+  }
+  return h.hex_digest();
+}
+
 std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key) {
   namespace fs = std::filesystem;
   const std::optional<WorkerUser> user = unprivileged_worker_user();
@@ -384,6 +474,7 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
   WorkerProcess w(worker_exe, std::chrono::seconds(60));
   // A device runtime may need a writable directory to start at all (PoCL's kernel cache).
   const std::string dir = backend == "cpu" ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
+  w.m_runtime_cache_dir = dir;
   auto reply = w.request({{"type", "probe"}, {"backend", backend}, {"runtime_cache_dir", dir}});
   if (!reply) {
     throw Error(ExitCode::unavailable,
@@ -404,6 +495,7 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
                                 const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
+  m_runtime_cache_dir = device.runtime_cache_dir;
   // The artifact travels as a descriptor: the worker may run as nobody, who cannot reach kwb's cache.
   const int artifact_fd = ::open(artifact.c_str(), O_RDONLY | O_CLOEXEC);
   if (artifact_fd < 0) {
@@ -565,6 +657,7 @@ bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_p
 }
 
 RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
+  throw_if_interrupted();
   const uint64_t call = ++m_calls;
   RunOutcome out;
   if (!alive()) {
@@ -709,24 +802,13 @@ bool WorkerProcess::shutdown() {
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   for (;;) {
-    int status;
-    pid_t r = ::waitpid(m_pid, &status, WNOHANG);
-    if (r == m_pid) {
-      // A polite exit still ends whatever the worker started in its process group (a helper a device runtime may
-      // spawn, or one the implementation did): nothing of one visit outlives it into the next.
-      ::kill(-m_pid, SIGKILL);
-      m_pid = -1;
-      return complete;
-    }
+    // A polite exit still ends whatever the worker started in its process group (a helper a device runtime may
+    // spawn, or one the implementation did): nothing of one visit outlives it into the next (reap_child).
+    if (try_reap()) return complete;
     if (std::chrono::steady_clock::now() > deadline) break;
     ::usleep(500);
   }
-  ::kill(-m_pid, SIGKILL);
-  ::kill(m_pid, SIGKILL);
-  int status;
-  while (::waitpid(m_pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  m_pid = -1;
+  (void)kill_and_reap();
   return complete;
 }
 

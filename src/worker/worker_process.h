@@ -127,9 +127,15 @@ struct RunOutcome {
 // the worker's explanation (no driver, no device, a kwb built without the backend).
 std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
 
-// The directory a worker's device runtime may write (PoCL's kernel cache), private to one implementation identity
-// `key`; created here, and owned by the worker's user when kwb runs as root (util/worker_user.h).
+// The directory a worker's device runtime may write (PoCL's kernel cache), private to one `key`
+// (worker_runtime_cache_key); created here, and owned by the worker's user when kwb runs as root
+// (util/worker_user.h).
 std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key);
+
+// The key of the runtime directory of an implementation identity (BuildIdentity::key): that identity, the backend,
+// kwb-worker's own digest and worker_environment_identity(). A runtime setting (POCL_*, a device selection) or a
+// rebuilt worker gets a directory of its own, never kernels compiled under another.
+std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key);
 
 // A copy of `artifact` that the worker's user can read but not write, under a root-owned folder of /var/tmp at a
 // path fixed by the object's digest: for the profile worker run by root (valgrind reads symbols by file name).
@@ -137,6 +143,14 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
+
+// What of that environment decides how a worker behaves: worker_environment() without KWB_PARENT_PID (which names
+// this kwb process), sorted. Every cache of what workers produce is keyed on it (the check cache, the device
+// runtime's directory).
+std::vector<std::string> worker_environment_identity();
+
+// SHA-256 of an executable (kwb-worker, kwb itself), read once per process and path.
+const std::string& executable_sha256(const std::filesystem::path& exe);
 
 class WorkerProcess {
 public:
@@ -203,7 +217,14 @@ private:
   void fail_protocol(const std::string& detail);
   void place_on_cpus(bool apart);
   bool map_buffer(int id, const SharedBuffer& buffer, bool replace);
+  // Classifies how the worker ended and reaps it. Throws Interrupted instead when kwb is being interrupted: the
+  // death is then kwb's own doing (util/interrupt.h), never the candidate's.
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
+  // Reaps the worker if it has exited (its wait status), without blocking; nullopt while it runs. Reaping ends
+  // whatever it left in its process group, unregisters the group (util/interrupt.h) and tidies the runtime cache.
+  std::optional<int> try_reap();
+  // Kills the worker's process group and reaps it: its wait status.
+  int kill_and_reap();
   std::string classify_fault(uint64_t address) const;
 
   std::chrono::milliseconds m_timeout;
@@ -222,6 +243,7 @@ private:
   UniqueFd m_control_fd;
   UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
   std::string m_cpu_clock_note;
+  std::string m_runtime_cache_dir;  // the device runtime's directory (DeviceOptions), tidied when the worker is gone
   clockid_t m_cpu_clock = -1;
   bool m_has_cpu_clock = false;
 };

@@ -3,6 +3,7 @@
 // private queue is caught, the kernel trace tells six launches from one, and compare runs. docs/backends.md.
 #include "cli_helpers.h"
 #include "util/fs.h"
+#include "worker/worker_process.h"
 
 #include <gtest/gtest.h>
 
@@ -209,6 +210,26 @@ TEST(opencl_test, an_out_of_range_device_index_is_a_usage_error) {
   ::unsetenv("KWB_OPENCL_DEVICE");
   EXPECT_EQ(r.exit_code, 64) << r.output << r.errors;
   EXPECT_NE(r.errors.find("KWB_OPENCL_DEVICE=7"), std::string::npos) << r.errors;
+}
+
+// PoCL leaves an empty tempfile_XXXXXX in its cache directory every time it starts; kwb removes such leftovers once
+// the worker is gone, so an implementation's runtime directory keeps its compiled kernels and nothing per worker.
+TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_kernels) {
+  // This process computes the directory's key as kwb does: same environment, same worker executable.
+  ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+  std::string identity;
+  for (int run = 0; run < 2; ++run) {
+    KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp", {"--case", "decode"}));
+    ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    identity = r.json["implementation"]["identity"]["key"].get<std::string>();
+  }
+  const std::filesystem::path dir = worker_runtime_cache_dir("opencl", worker_runtime_cache_key("opencl", identity));
+  ::unsetenv("KWB_WORKER");
+  EXPECT_FALSE(std::filesystem::is_empty(dir)) << dir << ": the compiled kernels are kept";
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    EXPECT_FALSE(e.path().filename().string().starts_with("tempfile_")) << e.path();
+  }
 }
 
 }  // namespace
