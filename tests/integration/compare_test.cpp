@@ -27,7 +27,9 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   EXPECT_NE(r.json["refused"][0].get<std::string>().find("numeric_mismatch"), std::string::npos);
   EXPECT_TRUE(r.json["workloads"].empty());
   // Not one sample was taken.
-  EXPECT_EQ(read_file(dir / "samples.csv"), "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns\n");
+  EXPECT_EQ(read_file(dir / "samples.csv"),
+            "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
+            "stack_offset,tensor_offsets\n");
   std::filesystem::remove_all(dir);
 }
 
