@@ -191,7 +191,7 @@ TEST(adversarial_test, compare_refuses_to_time_a_pointer_cache) {
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.json["verdict"], "REFUSED");
-  ASSERT_EQ(r.json["refused"].size(), 1u);
+  ASSERT_EQ(r.json["refused"].size(), 1u) << r.json["refused"].dump(2);
   EXPECT_NE(r.json["refused"][0].get<std::string>().find("stale_output"), std::string::npos);
   EXPECT_TRUE(r.json["workloads"].empty());
 }

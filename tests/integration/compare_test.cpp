@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <set>
 #include <sstream>
 
 namespace kwb::test {
@@ -62,9 +64,13 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    ASSERT_EQ(f.size(), 11u);
+    ASSERT_EQ(f.size(), 14u) << line;
     EXPECT_EQ(f[9], "1") << line;    // output_valid
     EXPECT_EQ(f[10], "-1") << line;  // device_ns: the cpu backend has no device clock
+    // The visit's layout: a build of the arm's pool of 8, a 16-byte-aligned stack offset, three tensor offsets.
+    EXPECT_LT(std::stoi(f[11]), 8) << line;
+    EXPECT_EQ(std::stoi(f[12]) % 16, 0) << line;
+    EXPECT_EQ(std::count(f[13].begin(), f[13].end(), '/'), 2) << line;
     if (f[6] == "0" && f[1] != "-1") ++timed;
   }
   EXPECT_EQ(timed, reported);
@@ -74,16 +80,21 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(compare_cli_test, aa_runs_the_baseline_against_its_separately_built_copy) {
+TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
   KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct", "5",
                       "--max-minutes", "0.25", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.json["mode"], "aa");
   ASSERT_EQ(r.json["arms"].size(), 2u);
   EXPECT_EQ(r.json["arms"][1]["label"], "A'");
-  // Same source, another binary: A' has its own artifact hash.
-  EXPECT_EQ(r.json["arms"][0]["identity"]["source_sha256"], r.json["arms"][1]["identity"]["source_sha256"]);
-  EXPECT_NE(r.json["arms"][0]["identity"]["artifact_sha256"], r.json["arms"][1]["identity"]["artifact_sha256"]);
+  // Both arms draw from the same pool of the baseline's builds: eight layouts, each its own binary.
+  EXPECT_EQ(r.json["arms"][0]["identity"], r.json["arms"][1]["identity"]);
+  ASSERT_EQ(r.json["arms"][0]["layouts"].size(), 8u);
+  EXPECT_EQ(r.json["arms"][0]["layouts"], r.json["arms"][1]["layouts"]);
+  std::set<std::string> artifacts;
+  for (const auto& l : r.json["arms"][0]["layouts"]) artifacts.insert(l["artifact_sha256"].get<std::string>());
+  EXPECT_EQ(artifacts.size(), 8u);
+  EXPECT_EQ(r.json["workloads"][0]["layouts"], 8);
   const auto& w = r.json["workloads"][0];
   EXPECT_NE(w["faster_verdict"], "PASS");
   EXPECT_LT(std::abs(w["improvement_pct"].get<double>()), 5.0);
