@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# False "faster" rate: N A/A sessions (baseline vs its separately built copy A') on RMSNorm decode, each with its
+# False "faster" rate: N A/A sessions (the baseline's layout pool against itself) on RMSNorm decode, each with its
 # own --seed and a short budget. Counts how often the session's faster_verdict (what the improvement gate at
 # X = 0 would say about identical code) is PASS, target <= 5%, and how often the equivalence verdict is FAIL.
 # Usage: bench/aa_fpr.sh [N=100] [SECONDS_PER_SESSION=3]
