@@ -25,10 +25,6 @@ double visit_statistic(const ArmVisit& visit) {
   return stats::median(ns);
 }
 
-namespace {
-
-}  // namespace
-
 stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget) {
   stats::SequentialGate s;
   s.aa = g.mode == CompareMode::aa;

@@ -48,6 +48,7 @@ TEST(defaults_test, validate_without_flags_parses_to_the_table) {
   expect_table(o.gate, o.budget, o.timing);
   EXPECT_FALSE(o.seed.has_value());  // drawn at random and recorded in the plan
   EXPECT_EQ(o.exhaustive_checks, defaults::k_exhaustive);
+  EXPECT_EQ(o.layouts, defaults::k_layouts);
 }
 
 TEST(defaults_test, check_without_flags_parses_to_the_table) {
