@@ -53,6 +53,9 @@ struct CallDeviceInfo {
   std::vector<KernelRecord> kernels;
   uint64_t off_stream_commands = 0;      // commands seen on other queues/streams (in every mode where detectable)
   std::string off_stream_detail;
+  // Not empty: the implementation rewrote the device runtime's own state that the worker relies on (the OpenCL
+  // driver's dispatch table), before or during this call; what was changed.
+  std::string runtime_tampered;
 };
 
 // What the device runtime itself needs from the sandbox after the implementation is loaded (worker/sandbox.h).

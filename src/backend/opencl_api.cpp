@@ -63,8 +63,8 @@ Loaded load() {
 }
 
 // The table the worker's synchronization and timing go through lives on a page of its own, read-only and sealed
-// once filled (before any implementation is loaded): an implementation in the same process cannot swap clFinish or
-// the profiling query for functions of its own by overwriting it. Its address is a link-time constant, so no
+// once it holds the driver's functions (before any implementation is loaded): an implementation in the same process
+// cannot swap clFinish or the profiling query for functions of its own by overwriting it. Its address is a link-time constant, so no
 // writable pointer leads to it either.
 struct alignas(4096) SealedApi {
   Api api;
@@ -81,19 +81,58 @@ void seal_table() {
   (void)::syscall(SYS_mseal, &g_sealed, sizeof g_sealed, 0);
 }
 
+const Loaded& loaded() {
+  static const Loaded l = [] {
+    Loaded r = load();
+    if (r.ok) g_sealed.api = r.api;
+    return r;
+  }();
+  return l;
+}
+
+// The entry of `driver` for `field`, as the Api member's type (cl_icd.h declares some entries as void* when the
+// headers target an older OpenCL version; the functions are the same).
+template <typename Fn, typename Entry>
+void take(Fn& field, Entry entry) {
+  if (entry != nullptr) field = reinterpret_cast<Fn>(reinterpret_cast<void*>(entry));
+}
+
 }  // namespace
 
 const Api* api(std::string* why) {
-  static const Loaded loaded = [] {
-    Loaded l = load();
-    if (l.ok) {
-      g_sealed.api = l.api;
-      seal_table();
-    }
-    return l;
-  }();
-  if (!loaded.ok && why != nullptr) *why = loaded.why;
-  return loaded.ok ? &g_sealed.api : nullptr;
+  const Loaded& l = loaded();
+  if (!l.ok && why != nullptr) *why = l.why;
+  return l.ok ? &g_sealed.api : nullptr;
+}
+
+void adopt_driver_table(const cl_icd_dispatch& d) {
+  Api& a = g_sealed.api;
+  take(a.GetPlatformIDs, d.clGetPlatformIDs);
+  take(a.GetPlatformInfo, d.clGetPlatformInfo);
+  take(a.GetDeviceIDs, d.clGetDeviceIDs);
+  take(a.GetDeviceInfo, d.clGetDeviceInfo);
+  take(a.CreateContext, d.clCreateContext);
+  take(a.ReleaseContext, d.clReleaseContext);
+  take(a.CreateCommandQueue, d.clCreateCommandQueue);
+  take(a.CreateCommandQueueWithProperties, d.clCreateCommandQueueWithProperties);
+  take(a.RetainCommandQueue, d.clRetainCommandQueue);
+  take(a.ReleaseCommandQueue, d.clReleaseCommandQueue);
+  take(a.CreateBuffer, d.clCreateBuffer);
+  take(a.CreateSubBuffer, d.clCreateSubBuffer);
+  take(a.ReleaseMemObject, d.clReleaseMemObject);
+  take(a.EnqueueWriteBuffer, d.clEnqueueWriteBuffer);
+  take(a.EnqueueReadBuffer, d.clEnqueueReadBuffer);
+  take(a.EnqueueCopyBuffer, d.clEnqueueCopyBuffer);
+  take(a.EnqueueFillBuffer, d.clEnqueueFillBuffer);
+  take(a.EnqueueNDRangeKernel, d.clEnqueueNDRangeKernel);
+  take(a.EnqueueTask, d.clEnqueueTask);
+  take(a.EnqueueMarkerWithWaitList, d.clEnqueueMarkerWithWaitList);
+  take(a.Finish, d.clFinish);
+  take(a.GetEventProfilingInfo, d.clGetEventProfilingInfo);
+  take(a.RetainEvent, d.clRetainEvent);
+  take(a.ReleaseEvent, d.clReleaseEvent);
+  take(a.GetKernelInfo, d.clGetKernelInfo);
+  seal_table();
 }
 
 std::string error_name(cl_int code) {

@@ -1,7 +1,11 @@
-// The OpenCL entry points the worker itself uses, resolved from the ICD loader (libOpenCL.so.1) with dlopen/dlsym.
-// Two reasons not to link the loader: a worker without OpenCL on its machine must still start (and say "opencl is
-// unavailable" instead of failing to load), and the worker exports wrappers under the same names for the
-// implementation to bind to (opencl_intercept.cpp); its own calls must reach the real functions, not the wrappers.
+// The OpenCL entry points the worker itself uses. They are first resolved from the ICD loader (libOpenCL.so.1) with
+// dlopen/dlsym, which is enough to find a platform and make the context and queue; then, before any implementation
+// is loaded, replaced by the driver's own functions taken from its ICD dispatch table (adopt_driver_table), and the
+// table that holds them is sealed. Three reasons: a worker without OpenCL on its machine must still start (and say
+// "opencl is unavailable" instead of failing to load); the worker exports wrappers under the same names for the
+// implementation to bind to and points the driver's dispatch table at them (opencl_intercept.cpp), so its own
+// calls must reach the real functions, not the wrappers; and the loader calls through that dispatch table, which
+// the driver keeps in writable memory, so no call of kwb's may go through it once candidate code runs.
 #pragma once
 
 #ifndef CL_TARGET_OPENCL_VERSION
@@ -11,6 +15,7 @@
 // wraps them too.
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS
 #include <CL/cl.h>
+#include <CL/cl_icd.h>
 
 #include <string>
 
@@ -44,8 +49,14 @@ struct Api {
   decltype(&::clGetKernelInfo) GetKernelInfo;
 };
 
-// The loader's functions, opened once; nullptr when there is no loader or it lacks an entry point, with `why` set.
+// The functions, opened once from the loader; nullptr when there is no loader or it lacks an entry point, with `why`
+// set. After adopt_driver_table, the driver's.
 const Api* api(std::string* why = nullptr);
+
+// Makes every entry of api() the driver's own function from `driver` (the dispatch table every object of the chosen
+// platform points to), then seals the page that holds them: read-only, and mseal'ed where the kernel has it. Call it
+// once, after the context and queue exist and before any implementation is loaded.
+void adopt_driver_table(const cl_icd_dispatch& driver);
 
 // "CL_OUT_OF_RESOURCES (-5)".
 std::string error_name(cl_int code);

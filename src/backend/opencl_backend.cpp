@@ -106,6 +106,7 @@ public:
     if (m_queue == nullptr) {
       throw Error(ExitCode::unavailable, "clCreateCommandQueueWithProperties failed: " + error_name(rc));
     }
+    adopt_driver(platform);
     auto& s = opencl::intercept_state();
     s.call_queue = m_queue;
     s.trace = options.trace;
@@ -219,6 +220,7 @@ public:
   }
 
   void prepare_call() override {
+    note_table_changes();
     if (m_options.cold) flush_caches();
     KWB_CL(cl().Finish(m_queue));  // uploads done: nothing of kwb's is still queued when the timer starts
     auto& s = opencl::intercept_state();
@@ -245,6 +247,8 @@ public:
 
   CallDeviceInfo collect_call() override {
     CallDeviceInfo info;
+    note_table_changes();
+    info.runtime_tampered = std::exchange(m_table_changes, std::string());
     cl_ulong begin = 0, end = 0;
     if (cl().GetEventProfilingInfo(m_begin, CL_PROFILING_COMMAND_START, sizeof begin, &begin, nullptr) == CL_SUCCESS &&
         cl().GetEventProfilingInfo(m_end, CL_PROFILING_COMMAND_END, sizeof end, &end, nullptr) == CL_SUCCESS &&
@@ -300,6 +304,28 @@ public:
   }
 
 private:
+  // The driver's dispatch table: the first word of every object of an ICD driver (cl_icd.h). From here on kwb calls
+  // the driver's functions from it, never the loader, and the table's queue and enqueue entries lead to the
+  // worker's wrappers (opencl_intercept.h). A driver whose platform, device, context and queue do not share one
+  // table is one whose queues kwb could not all see: refused.
+  void adopt_driver(cl_platform_id platform) {
+    auto table_of = [](const void* object) { return *static_cast<cl_icd_dispatch* const*>(object); };
+    cl_icd_dispatch* table = table_of(platform);
+    if (table == nullptr || table_of(m_device) != table || table_of(m_context) != table || table_of(m_queue) != table) {
+      throw Error(ExitCode::unavailable,
+                  "opencl backend unavailable: the driver's platform, device, context and queue do not share one ICD "
+                  "dispatch table, so kwb cannot see every queue an implementation creates (docs/backends.md)");
+    }
+    opencl::adopt_driver_table(*table);
+    opencl::install_dispatch_wrappers(*table);
+  }
+
+  // A rewrite of the dispatch table, found before or after a call, is reported with the next collect_call.
+  void note_table_changes() {
+    std::string changes = opencl::dispatch_table_changes();
+    if (!changes.empty() && m_table_changes.empty()) m_table_changes = std::move(changes);
+  }
+
   // Always through the sealed table's fixed address (opencl_api.cpp), never a pointer kept in this object.
   static const Api& cl() { return *opencl::api(); }
 
@@ -365,6 +391,7 @@ private:
   cl_mem m_flush = nullptr;
   size_t m_flush_bytes = 0;
   cl_uint m_flush_value = 0;
+  std::string m_table_changes;  // not yet reported
 };
 
 }  // namespace

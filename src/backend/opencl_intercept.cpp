@@ -3,7 +3,12 @@
 // relaxed check of two fields before the real call.
 #include "backend/opencl_intercept.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
+#include <cstddef>
+#include <cstring>
 
 namespace kwb::opencl {
 
@@ -162,3 +167,67 @@ CL_API_ENTRY cl_int CL_API_CALL clEnqueueReadBuffer(cl_command_queue queue, cl_m
 }
 
 }  // extern "C"
+
+namespace kwb::opencl {
+
+namespace {
+
+// The entries kwb names when one changes: the functions its own work and the wrappers rely on.
+struct NamedEntry {
+  size_t offset;
+  const char* name;
+};
+#define KWB_ENTRY(f) NamedEntry{offsetof(cl_icd_dispatch, f), #f}
+constexpr NamedEntry k_named_entries[] = {
+    KWB_ENTRY(clCreateCommandQueue),      KWB_ENTRY(clCreateCommandQueueWithProperties),
+    KWB_ENTRY(clEnqueueNDRangeKernel),    KWB_ENTRY(clEnqueueTask),
+    KWB_ENTRY(clEnqueueCopyBuffer),       KWB_ENTRY(clEnqueueFillBuffer),
+    KWB_ENTRY(clEnqueueWriteBuffer),      KWB_ENTRY(clEnqueueReadBuffer),
+    KWB_ENTRY(clEnqueueMarkerWithWaitList), KWB_ENTRY(clFinish),
+    KWB_ENTRY(clFlush),                   KWB_ENTRY(clGetEventProfilingInfo),
+    KWB_ENTRY(clWaitForEvents),           KWB_ENTRY(clGetPlatformIDs),
+};
+#undef KWB_ENTRY
+
+template <typename Entry, typename Fn>
+void point(Entry& entry, Fn wrapper) {
+  entry = reinterpret_cast<Entry>(reinterpret_cast<void*>(wrapper));
+}
+
+}  // namespace
+
+void install_dispatch_wrappers(cl_icd_dispatch& driver) {
+  point(driver.clCreateCommandQueue, &::clCreateCommandQueue);
+  point(driver.clCreateCommandQueueWithProperties, &::clCreateCommandQueueWithProperties);
+  point(driver.clEnqueueNDRangeKernel, &::clEnqueueNDRangeKernel);
+  point(driver.clEnqueueTask, &::clEnqueueTask);
+  point(driver.clEnqueueCopyBuffer, &::clEnqueueCopyBuffer);
+  point(driver.clEnqueueFillBuffer, &::clEnqueueFillBuffer);
+  point(driver.clEnqueueWriteBuffer, &::clEnqueueWriteBuffer);
+  point(driver.clEnqueueReadBuffer, &::clEnqueueReadBuffer);
+  InterceptState& s = intercept_state();
+  s.table = &driver;
+  std::memcpy(&s.expected, &driver, sizeof driver);
+}
+
+std::string dispatch_table_changes() {
+  InterceptState& s = intercept_state();
+  if (s.table == nullptr || std::memcmp(s.table, &s.expected, sizeof s.expected) == 0) return "";
+  const auto* now = reinterpret_cast<const unsigned char*>(s.table);
+  const auto* was = reinterpret_cast<const unsigned char*>(&s.expected);
+  std::vector<std::string> named;
+  size_t changed = 0;
+  for (size_t off = 0; off + sizeof(void*) <= sizeof s.expected; off += sizeof(void*)) {
+    if (std::memcmp(now + off, was + off, sizeof(void*)) == 0) continue;
+    ++changed;
+    for (const NamedEntry& e : k_named_entries) {
+      if (e.offset == off) named.push_back(e.name);
+    }
+  }
+  std::memcpy(s.table, &s.expected, sizeof s.expected);
+  return fmt::format("{} entr{} of the OpenCL driver's dispatch table (which every cl_* object points to) were "
+                     "rewritten by the implementation{}{}",
+                     changed, changed == 1 ? "y" : "ies", named.empty() ? "" : ", among them ", fmt::join(named, ", "));
+}
+
+}  // namespace kwb::opencl

@@ -13,8 +13,14 @@
 //                                          Between calls (after kwb_run returned, before the next one), any
 //                                          of them is counted too: work that escaped the call.
 //
-// What this cannot see: an implementation that reaches a driver without going through these names (its own
-// dlopen of the loader, the ICD dispatch table). docs/threat-model.md says what still holds then.
+// The same wrappers are also written into the driver's ICD dispatch table (install_dispatch_wrappers), which every
+// cl_* object begins with a pointer to and which the loader calls through: an implementation that creates a queue
+// or enqueues through that table, or through a loader it opened itself, reaches them too. The table stays in the
+// driver's writable memory (it shares its page with the driver's other data), so the worker compares it with what
+// it left there before and after every call (dispatch_table_changes).
+//
+// What this cannot see: an implementation that finds the driver's own functions (by scanning the worker's memory
+// or parsing the driver's file) and calls them directly. docs/threat-model.md says what still holds then.
 #pragma once
 
 #include "backend/opencl_api.h"
@@ -50,8 +56,20 @@ struct InterceptState {
   // Commands the implementation enqueued while no call was running (after kwb_run returned: a thread it left
   // behind, say). Reported with the next call.
   uint64_t between_calls = 0;
+  // The driver's dispatch table and what install_dispatch_wrappers left in it.
+  cl_icd_dispatch* table = nullptr;
+  cl_icd_dispatch expected{};
 };
 
 InterceptState& intercept_state();
+
+// Points the entries of `driver` (the dispatch table of the chosen platform) that create command queues or enqueue
+// the commands above at the wrappers, and remembers the whole table as left. Call once, after adopt_driver_table
+// (opencl_api.h) and before any implementation is loaded.
+void install_dispatch_wrappers(cl_icd_dispatch& driver);
+
+// "" while the dispatch table is as install_dispatch_wrappers left it. Otherwise which entries were rewritten; the
+// table is then put back, so that the rest of the run sees the wrappers again.
+std::string dispatch_table_changes();
 
 }  // namespace kwb::opencl

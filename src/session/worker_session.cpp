@@ -274,6 +274,9 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     // is what escapes a stream-synchronized timer in other harnesses. kwb's synchronization covers it anyway; the
     // implementation is rejected for trying.
     check(out.off_stream_commands == 0, "on_call_stream", "work_off_queue", out.off_stream_detail);
+    // The device runtime's own state in the worker (the OpenCL driver's dispatch table) is kwb's, not the
+    // implementation's: rewriting it is tampering, whatever the outputs.
+    check(out.runtime_tampered.empty(), "device_runtime_intact", "sandbox_violation", out.runtime_tampered);
   }
   for (size_t i = 0; i < n_out; ++i) {
     const TensorSpec& spec = m_task.signature.outputs[i];

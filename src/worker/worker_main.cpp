@@ -582,6 +582,7 @@ private:
       reply["written_outside_on_device"] = overrun;
       reply["off_stream_commands"] = info.off_stream_commands;
       reply["off_stream_detail"] = info.off_stream_detail;
+      if (!info.runtime_tampered.empty()) reply["runtime_tampered"] = info.runtime_tampered;
       if (info.traced) {
         nlohmann::json kernels = nlohmann::json::array();
         for (const KernelRecord& k : info.kernels) {

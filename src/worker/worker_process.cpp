@@ -752,6 +752,7 @@ void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out)
     out.device_ns = reply->value("device_ns", int64_t{-1});
     out.off_stream_commands = reply->value("off_stream_commands", uint64_t{0});
     out.off_stream_detail = reply->value("off_stream_detail", std::string());
+    out.runtime_tampered = reply->value("runtime_tampered", std::string());
     if (auto m = reply->find("inputs_modified_on_device"); m != reply->end() && m->is_array()) {
       for (const auto& n : *m) out.inputs_modified_on_device.push_back(n.get<std::string>());
     }

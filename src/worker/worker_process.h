@@ -120,6 +120,7 @@ struct RunOutcome {
   std::vector<std::string> written_outside_on_device;  // tensors whose device guard bytes changed
   uint64_t off_stream_commands = 0;
   std::string off_stream_detail;
+  std::string runtime_tampered;  // the device runtime's state the worker relies on was rewritten: what
   std::optional<std::vector<DeviceCommand>> kernels;  // only when traced
 };
 

@@ -127,6 +127,58 @@ TEST(opencl_test, a_candidate_cannot_patch_the_workers_opencl_table) {
   EXPECT_EQ(r.json["assertions"]["passed"].get<int>(), 0) << r.output;
 }
 
+// PoCL with one thread (the setting docs/backends.md recommends), where work on a queue nobody finishes still runs
+// before kwb's read-back and so leaves correct outputs: the setting in which such work once passed check.
+class OneDriverThread {
+public:
+  OneDriverThread() { ::setenv("POCL_MAX_PTHREAD_COUNT", "1", 1); }
+  ~OneDriverThread() { ::unsetenv("POCL_MAX_PTHREAD_COUNT"); }
+  OneDriverThread(const OneDriverThread&) = delete;
+  OneDriverThread& operator=(const OneDriverThread&) = delete;
+};
+
+// A queue created through the driver's ICD dispatch table (the first word of every cl_* object) instead of an
+// exported name, with the kernel on it ordered behind a legal fill on the call's queue. The worker points the
+// table's queue and enqueue entries at its wrappers before the implementation loads, so the queue is seen (and
+// finished inside the timer) and the enqueue on it is reported.
+TEST(opencl_test, a_queue_created_through_the_icd_dispatch_table_is_seen_and_its_work_reported) {
+  OneDriverThread one_thread;
+  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "icd_dispatch_queue.cpp",
+                                {"--case", "odd_row_length", "--case", "prefill"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"work_off_queue"}) << r.output;
+  for (const auto& f : r.json["failures"]) {
+    EXPECT_NE(f["detail"].get<std::string>().find("rmsnorm_fused"), std::string::npos) << f.dump();
+  }
+}
+
+// Rewriting the driver's dispatch table (clFinish that waits for nothing, timestamps that read 0) reached kwb's own
+// synchronization through the loader. kwb now calls the driver's functions it took from the table before the
+// implementation loaded, and compares the table with what it left there around every call: the rewrite is a
+// sandbox violation, and compare refuses the candidate instead of timing it.
+TEST(opencl_test, a_rewrite_of_the_drivers_dispatch_table_is_a_sandbox_violation_and_is_never_timed) {
+  OneDriverThread one_thread;
+  const auto attack = k_source_dir / "tests" / "adversarial" / "opencl" / "icd_patch_finish.cpp";
+  KwbRun r = run_kwb(check_args(attack, {"--case", "zeros"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"sandbox_violation"}) << r.output;
+  for (const auto& f : r.json["failures"]) {
+    const std::string detail = f["detail"].get<std::string>();
+    EXPECT_NE(detail.find("clFinish"), std::string::npos) << detail;
+    EXPECT_NE(detail.find("clGetEventProfilingInfo"), std::string::npos) << detail;
+  }
+  KwbRun c = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--baseline",
+                      (k_opencl / "fused.cpp").string(), "--candidate", attack.string(), "--workload", "decode",
+                      "--max-minutes", "0.1", "--json"});
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_EQ(c.exit_code, 1) << c.output;
+  ASSERT_EQ(c.json["refused"].size(), 1u) << c.output;
+  EXPECT_NE(c.json["refused"][0].get<std::string>().find("sandbox_violation"), std::string::npos) << c.output;
+  EXPECT_TRUE(c.json["workloads"].empty()) << c.output;
+}
+
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
   for (const auto& [file, kernels] : {std::pair<std::string, size_t>{"baseline.cpp", 6}, {"fused.cpp", 1}}) {
     KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--backend", "opencl", "--impl", (k_opencl / file).string(),
