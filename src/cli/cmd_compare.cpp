@@ -99,6 +99,8 @@ Action add_compare(CLI::App& root) {
     req.arms = {base_ptrs[0], other_ptrs[0]};
     req.layouts = {base_ptrs, other_ptrs};
     req.labels = {"A", a->aa ? "A'" : "B"};
+    req.lock_what = fmt::format("kwb compare{}: {} ({})", a->aa ? " --aa" : "", task.name, task.dir.string());
+    req.lock_notice = make_lock_notice("  ");
     CompareReport report = run_compare(task, req, make_progress_sink("  "));
     end_progress_line();
     if (a->json) {

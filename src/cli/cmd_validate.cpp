@@ -98,6 +98,7 @@ Action add_validate(CLI::App& root) {
       if (!quiet) std::cerr << fmt::format("      plan digest {}\n", digest);
     };
     obs.comparison_progress = make_progress_sink("      ");
+    obs.timing_lock_wait = make_lock_notice("      ");
     ValidateResult r;
     try {
       r = run_validate(o, obs);

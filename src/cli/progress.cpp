@@ -36,4 +36,13 @@ ProgressSink make_progress_sink(const std::string& prefix) {
   };
 }
 
+TimingLock::WaitNotice make_lock_notice(const std::string& prefix) {
+  return [prefix](const std::string& holder, double waited_s) {
+    end_progress_line();
+    std::fprintf(stderr, "%swaiting for the timing lock %s (one timing stage at a time on this machine): held by %s; "
+                         "%.0f s so far\n",
+                 prefix.c_str(), timing_lock_path().c_str(), holder.c_str(), waited_s);
+  };
+}
+
 }  // namespace kwb::cli

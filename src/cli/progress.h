@@ -6,6 +6,9 @@
 namespace kwb::cli {
 
 ProgressSink make_progress_sink(const std::string& prefix);
+// "waiting for the timing lock ...": one line when a timing stage must wait for another kwb, and a reminder every
+// so often while it waits (util/timing_lock.h).
+TimingLock::WaitNotice make_lock_notice(const std::string& prefix);
 void end_progress_line();
 
 }  // namespace kwb::cli

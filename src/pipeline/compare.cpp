@@ -405,6 +405,14 @@ nlohmann::json to_json(const CompareReport& r) {
                        {"workloads", workloads},
                        {"verdict", r.verdict}};
   if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
+  if (r.timing_lock) {
+    const TimingLockRecord& l = *r.timing_lock;
+    j["timing_lock"] = {{"path", l.path},
+                        {"waited_seconds", l.waited_s},
+                        {"waited_for", l.waited_for},
+                        {"acquired_unix_ns", l.acquired_unix_ns},
+                        {"released_unix_ns", l.released_unix_ns}};
+  }
   return j;
 }
 

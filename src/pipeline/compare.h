@@ -13,10 +13,12 @@
 #include "stats/layout.h"
 #include "stats/sequential.h"
 #include "task/task.h"
+#include "util/timing_lock.h"
 
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -206,6 +208,8 @@ struct CompareReport {
   // The signal's name when kwb was interrupted during the comparison (verdict INTERRUPTED): what is here was
   // measured before it, and no verdict comes from it.
   std::string interrupted;
+  // This comparison's hold of the timing lock; absent when nothing was timed (an arm refused).
+  std::optional<TimingLockRecord> timing_lock;
 };
 
 std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
@@ -251,6 +255,11 @@ struct CompareRequest {
   // When kwb is interrupted during the comparison (util/interrupt.h): called with what was measured so far, verdict
   // INTERRUPTED (written to output_dir too), before the Interrupted exception goes on.
   std::function<void(const CompareReport&)> on_interrupted;
+  // The timing lock (util/timing_lock.h): taken around the timed phase, after the arms' checks. `lock_what` says
+  // what is timed, for whoever waits next; `lock_notice` is told when this run must wait, and by whom.
+  std::filesystem::path lock_path;    // empty: timing_lock_path()
+  std::string lock_what;
+  TimingLock::WaitNotice lock_notice;
 };
 
 CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);

@@ -8,6 +8,7 @@
 #include "util/interrupt.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "util/timing_lock.h"
 
 #include <fmt/format.h>
 
@@ -103,6 +104,13 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
 
+  // One timing stage at a time on this machine: the lock is held from before the first worker starts until the last
+  // visit is over, and released when this function leaves, however it leaves.
+  TimingLock lock = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path,
+                                        req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name)
+                                                              : req.lock_what,
+                                        req.lock_notice);
+  report.timing_lock = lock.record();
   WorkerArmRunner runner(task, pools, req.labels, req.timing);
   SteadyClock clock;
   for (size_t i = 0; i < workloads.size(); ++i) {
@@ -123,6 +131,8 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     report.verdict = overall_verdict(report.workloads);
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
   }
+  lock.release();
+  report.timing_lock = lock.record();
   report.verdict = overall_verdict(report.workloads);
 }
 

@@ -476,6 +476,9 @@ private:
     req.seed = mix_seed(m_seed, mode == CompareMode::aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
     req.skip_checks = true;  // both arms passed their checks in this run, on these exact artifacts
     const std::string tag = mode == CompareMode::aa ? "aa" : "ab";
+    req.lock_what = fmt::format("kwb validate: {} {} (bundle {})", m_task.name, mode == CompareMode::aa ? "A/A" : "A/B",
+                                m_opt.output_dir.string());
+    req.lock_notice = m_obs.timing_lock_wait;
     // Interrupted: what was measured so far is kept (comparisons/<tag>.json with verdict INTERRUPTED, its samples).
     req.on_interrupted = [&](const CompareReport& partial) {
       m_bundle.write_json("comparisons/" + tag + ".json", to_json(partial));

@@ -49,6 +49,7 @@ struct ValidateObserver {
       stage_finished;
   std::function<void(const std::string& digest)> plan_frozen;
   ProgressSink comparison_progress;
+  TimingLock::WaitNotice timing_lock_wait;  // a comparison waits for the timing lock (util/timing_lock.h)
 };
 
 struct ValidateResult {

@@ -3,6 +3,7 @@
 // or killed (SIGKILL: only the children's PR_SET_PDEATHSIG can end them) while a child of its runs, and every
 // process that descended from it must be gone within a few seconds. The test process adopts orphans
 // (PR_SET_CHILD_SUBREAPER), so a survivor is found, and ended, even after kwb is gone.
+#include "background_kwb.h"
 #include "cli_helpers.h"
 #include "util/fs.h"
 #include "util/sha256.h"
@@ -28,8 +29,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace kwb::test {
 namespace {
@@ -112,17 +111,6 @@ std::vector<Proc> running(const std::vector<Proc>& procs) {
   return out;
 }
 
-// Polls `done` until it holds or `within` has passed.
-template <typename F>
-bool eventually(F done, std::chrono::milliseconds within) {
-  const auto deadline = Clock::now() + within;
-  for (;;) {
-    if (done()) return true;
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-}
-
 std::string describe(const std::vector<Proc>& procs) {
   std::string s;
   for (const Proc& p : procs) s += " " + std::to_string(p.pid) + " (" + p.comm + ", state " + p.state + ")";
@@ -150,68 +138,6 @@ public:
       if (p.ppid == ::getpid() && p.state == 'Z') (void)::waitpid(p.pid, nullptr, WNOHANG);
     }
   }
-};
-
-// kwb in the background, its stdout and stderr in files.
-class BackgroundKwb {
-public:
-  explicit BackgroundKwb(std::vector<std::string> args, const std::vector<std::string>& extra_env = {}) {
-    m_out = fs::temp_directory_path() / ("kwb-interrupt-test-" + std::to_string(::getpid()) + ".out");
-    m_err = fs::temp_directory_path() / ("kwb-interrupt-test-" + std::to_string(::getpid()) + ".err");
-    args.insert(args.begin(), KWB_BINARY);
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> env_strings(extra_env);
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    std::vector<char*> envp;
-    for (std::string& e : env_strings) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&actions, 1, m_out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&actions, 2, m_err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    const int rc = ::posix_spawn(&m_pid, argv[0], &actions, nullptr, argv.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) m_pid = -1;
-  }
-  ~BackgroundKwb() {
-    if (m_pid > 0 && !m_status) {
-      ::kill(m_pid, SIGKILL);
-      (void)::waitpid(m_pid, nullptr, 0);
-    }
-    std::error_code ec;
-    fs::remove(m_out, ec);
-    fs::remove(m_err, ec);
-  }
-  BackgroundKwb(const BackgroundKwb&) = delete;
-  BackgroundKwb& operator=(const BackgroundKwb&) = delete;
-
-  pid_t pid() const { return m_pid; }
-  // Its wait status, once it has ended within `within`.
-  std::optional<int> wait(std::chrono::milliseconds within) {
-    eventually(
-        [&] {
-          int status = 0;
-          if (::waitpid(m_pid, &status, WNOHANG) == m_pid) m_status = status;
-          return m_status.has_value();
-        },
-        within);
-    return m_status;
-  }
-  bool ended() { return wait(0ms).has_value(); }
-  std::string log() const {
-    std::error_code ec;
-    std::string s = fs::exists(m_out, ec) ? read_file(m_out) : "";
-    if (fs::exists(m_err, ec)) s += read_file(m_err);
-    return s.size() > 3000 ? s.substr(s.size() - 3000) : s;
-  }
-
-private:
-  pid_t m_pid = -1;
-  std::optional<int> m_status;
-  fs::path m_out, m_err;
 };
 
 // A child of kwb's named `comm` (kwb-worker, sleep) that has used at least `cpu_ticks` of CPU: nullopt until then.
