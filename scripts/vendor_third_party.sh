@@ -2,9 +2,9 @@
 # Collects what kwb needs to build on a machine without a package registry (a lent GPU machine: nvcc, cmake, ninja
 # and a compiler, nothing else) into third_party/, from this Debian machine's packages (scripts/setup.sh installs
 # them): the header-only libraries (toml++, CLI11, nlohmann-json, fmt used header-only, DLPack, the OpenCL headers
-# the worker's opencl backend compiles against; CUDA 13 no longer ships them), and the headers
-# plus shared objects of the two compiled ones (libseccomp, OpenSSL's libcrypto). `cmake -DKWB_THIRD_PARTY=...`
-# builds against these instead of find_package (CMakeLists.txt); tests/gpu/run.sh does that when the folder
+# the worker's opencl backend compiles against; CUDA 13 no longer ships them), and the headers plus shared objects
+# of the three compiled ones (libseccomp, OpenSSL's libcrypto, SQLite). `cmake -DKWB_THIRD_PARTY=...` builds against
+# these instead of find_package (CMakeLists.txt); tests/gpu/run.sh does that when the folder
 # exists. third_party/ is generated, never committed.
 #
 #   bash scripts/vendor_third_party.sh [OUT]     (default OUT: third_party/ in the repository)
@@ -29,20 +29,22 @@ copy_headers() {  # the header paths a Debian package installs under /usr/includ
 }
 
 for pkg in libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libseccomp-dev libssl-dev \
-           opencl-c-headers; do
+           opencl-c-headers libsqlite3-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || { echo "vendor: $pkg is not installed (bash scripts/setup.sh)" >&2; exit 69; }
   copy_headers "$pkg"
 done
-# The two compiled libraries, by soname, as the linker and ldd will look for them.
+# The compiled libraries, by soname, as the linker and ldd will look for them.
 libdir=/usr/lib/x86_64-linux-gnu
 cp -L "$libdir/libseccomp.so.2" "$out/lib/libseccomp.so.2"
 cp -L "$libdir/libcrypto.so.3" "$out/lib/libcrypto.so.3"
+cp -L "$libdir/libsqlite3.so.0" "$out/lib/libsqlite3.so.0"
+ln -sf libsqlite3.so.0 "$out/lib/libsqlite3.so"
 ln -sf libseccomp.so.2 "$out/lib/libseccomp.so"
 ln -sf libcrypto.so.3 "$out/lib/libcrypto.so"
 {
   echo "# Collected by scripts/vendor_third_party.sh on $(hostname) at $(date -u +%FT%TZ)"
   for pkg in libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libseccomp-dev libssl-dev \
-             opencl-c-headers libseccomp2 libssl3; do
+             opencl-c-headers libsqlite3-dev libseccomp2 libssl3 libsqlite3-0; do
     dpkg-query -W -f='${Package} ${Version}\n' "$pkg" 2>/dev/null || true
   done
 } > "$out/VERSIONS"

@@ -2,6 +2,7 @@
 #include "builder/builder.h"
 #include "util/json_text.h"
 #include "cli/commands.h"
+#include "cli/ledger.h"
 #include "cli/options.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"
@@ -83,6 +84,17 @@ Action add_check(CLI::App& root) {
     Artifact art = build_implementation({args->impl, 0, args->backend});
     CheckOptions opt = check_options(*args);
     CheckReport report = run_check(task, art, opt);
+    LedgerRun run;
+    run.kind = "check";
+    run.task = task.name;
+    run.task_dir = task.dir.string();
+    run.backend = args->backend;
+    run.outcome = !report.built ? "BUILD_FAILED" : report.pass() ? "PASS" : "FAIL";
+    for (const Failure& f : report.failures) {
+      if (std::find(run.reasons.begin(), run.reasons.end(), f.reason) == run.reasons.end()) run.reasons.push_back(f.reason);
+    }
+    run.arms.push_back({"implementation", art.source.string(), art.identity.key});
+    record_in_ledger(run);
     if (args->json) {
       std::cout << json_text(to_json(report), 2) << "\n";
     } else {

@@ -2,6 +2,7 @@
 #include "builder/builder.h"
 #include "util/json_text.h"
 #include "cli/commands.h"
+#include "cli/ledger.h"
 #include "cli/options.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
@@ -103,6 +104,7 @@ Action add_compare(CLI::App& root) {
     req.lock_notice = make_lock_notice("  ");
     CompareReport report = run_compare(task, req, make_progress_sink("  "));
     end_progress_line();
+    record_in_ledger(ledger_run(task, report));
     if (a->json) {
       std::cout << json_text(to_json(report), 2) << "\n";
     } else {

@@ -1,5 +1,6 @@
 // kwb validate TASK_DIR --candidate SRC [--baseline SRC] --output-dir DIR [gates, budgets] [--json]
 #include "cli/commands.h"
+#include "cli/ledger.h"
 #include "cli/options.h"
 #include "util/json_text.h"
 #include "cli/progress.h"
@@ -77,6 +78,10 @@ Action add_validate(CLI::App& root) {
       if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
     }
     ValidateOptions o = validate_options(*a);
+    if (a->against == "incumbent") {
+      if (!a->baseline.empty()) throw UsageError("--against incumbent and --baseline name two baselines: give one");
+      if (std::optional<std::filesystem::path> src = incumbent_source(task, a->timing.backend)) o.baseline = *src;
+    }
     o.device = require_backend(a->timing.backend);
     o.argv = g_argv;
 
@@ -110,6 +115,7 @@ Action add_validate(CLI::App& root) {
       throw;
     }
     end_progress_line();
+    record_bundle_in_ledger(r.bundle);
     if (a->json) {
       std::cout << json_text(r.decision_json, 2) << "\n";
     } else {

@@ -29,6 +29,8 @@ int main(int argc, char** argv) {
       {"verify", kwb::cli::add_verify(app)},
       {"report", kwb::cli::add_report(app)},
       {"profile", kwb::cli::add_profile(app)},
+      {"keep", kwb::cli::add_keep(app)},
+      {"history", kwb::cli::add_history(app)},
   };
   try {
     app.parse(argc, argv);

@@ -133,6 +133,10 @@ void add_validate_options(CLI::App& app, ValidateArgs& a) {
   app.add_option("task_dir", a.task_dir, "Task folder (holding task.toml)")->required();
   app.add_option("--candidate", a.candidate, "Candidate source")->required();
   app.add_option("--baseline", a.baseline, "Baseline source (default: the task's baseline for the backend)");
+  app.add_option("--against", a.against,
+                 "incumbent: the baseline is the task's incumbent in the ledger (kwb keep; the task's baseline when "
+                 "nothing was kept)")
+      ->check(CLI::IsMember({"incumbent"}));
   app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
   add_timing_options(app, a.timing);
   app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)");

@@ -94,6 +94,7 @@ struct ValidateArgs {
   std::string output_dir;
   bool json = false;
   std::optional<uint64_t> seed;  // none: drawn at random and recorded in the plan
+  std::string against;           // "incumbent": the baseline is the ledger's incumbent (cli/ledger.h)
   TimingArgs timing;
 };
 

@@ -1,0 +1,179 @@
+// The loop's verbs on the ledger (ledger/ledger.h, docs/agents.md):
+//   kwb keep BUNDLE              promote a verified KEEP_CANDIDATE bundle's candidate to incumbent
+//   kwb history TASK [--backend] the lineage of kept implementations and the runs recorded for the task
+// and the recording every check, compare and validate does (record_in_ledger).
+#include "cli/commands.h"
+#include "cli/ledger.h"
+#include "cli/terminal.h"
+#include "ledger/bundle_entry.h"
+#include "task/task.h"
+#include "util/error.h"
+#include "util/json_text.h"
+#include "util/sha256.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+namespace kwb::cli {
+
+namespace {
+
+Ledger open_ledger_or_throw() {
+  const std::optional<std::filesystem::path> path = ledger_path();
+  if (!path) throw UsageError("KWB_LEDGER=none: there is no ledger to read or keep in (unset it, or name a file)");
+  return Ledger::open(*path);
+}
+
+nlohmann::json to_json(const Incumbent& i) {
+  const nlohmann::json ws = kwb::to_json(i.workloads);
+  return {{"generation", i.generation}, {"identity", i.identity},           {"source", i.source},
+          {"source_sha256", i.source_sha256}, {"bundle", i.bundle},       {"kept", i.kept},
+          {"improvement_pct", i.improvement_pct}, {"cumulative_pct", i.cumulative_pct}, {"workloads", ws}};
+}
+
+}  // namespace
+
+void record_in_ledger(const LedgerRun& run) {
+  try {
+    const std::optional<std::filesystem::path> path = ledger_path();
+    if (!path) return;
+    Ledger::open(*path).record(run);
+  } catch (const std::exception& e) {
+    // The run itself is done and its result stands; only the note of it is missing.
+    std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
+  }
+}
+
+void record_bundle_in_ledger(const std::filesystem::path& bundle) {
+  try {
+    if (!ledger_path()) return;
+    record_in_ledger(run_from_bundle(bundle));
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
+  }
+}
+
+LedgerRun ledger_run(const Task& task, const CompareReport& report) {
+  LedgerRun run;
+  run.kind = "compare";
+  run.task = task.name;
+  run.task_dir = task.dir.string();
+  run.backend = report.timing.backend;
+  run.outcome = report.verdict;
+  run.reasons = report.refused;
+  for (size_t i = 0; i < report.arm_labels.size() && i < report.arm_paths.size(); ++i) {
+    run.arms.push_back({report.arm_labels[i], report.arm_paths[i],
+                        i < report.arm_identities.size() ? report.arm_identities[i].key : ""});
+  }
+  for (const WorkloadResult& w : report.workloads) {
+    LedgerWorkload lw{w.name, w.verdict, std::nullopt, std::nullopt, std::nullopt};
+    if (w.estimate) {
+      lw.improvement_pct = w.estimate->improvement_pct;
+      lw.ci_low_pct = w.estimate->ci_low_pct;
+      lw.ci_high_pct = w.estimate->ci_high_pct;
+    }
+    if (!w.reason.empty()) run.reasons.push_back(w.name + ": " + w.reason);
+    run.workloads.push_back(std::move(lw));
+  }
+  if (report.timing_lock) {
+    run.timing_holds.push_back({{"acquired_unix_ns", report.timing_lock->acquired_unix_ns},
+                                {"released_unix_ns", report.timing_lock->released_unix_ns},
+                                {"waited_seconds", report.timing_lock->waited_s}});
+  }
+  return run;
+}
+
+std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend) {
+  const std::optional<std::filesystem::path> path = ledger_path();
+  if (!path) return std::nullopt;
+  const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, backend);
+  if (line.empty()) return std::nullopt;
+  const Incumbent& current = line.back();
+  const std::filesystem::path src = current.source;
+  if (!std::filesystem::is_regular_file(src) || sha256_file(src) != current.source_sha256) {
+    throw DataError(fmt::format("the incumbent of task {} on {} (generation {}) was kept from {}, which {}: restore "
+                                "it (its copy is in {}/artifacts) or name a --baseline",
+                                task.name, backend, current.generation, src.string(),
+                                std::filesystem::is_regular_file(src) ? "has changed since" : "no longer exists",
+                                current.bundle));
+  }
+  return src;
+}
+
+Action add_keep(CLI::App& root) {
+  auto dir = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* app = root.add_subcommand(
+      "keep", "Make a verified KEEP_CANDIDATE bundle's candidate the incumbent of its task (the ledger)");
+  app->add_option("bundle", *dir, "Evidence bundle folder from kwb validate")->required();
+  app->add_flag("--json", *json, "Print the result as JSON");
+  return [dir, json]() {
+    if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
+    Ledger ledger = open_ledger_or_throw();
+    const KeepOutcome k = keep_bundle(ledger, *dir);
+    if (*json) {
+      nlohmann::json j = {{"schema", "kwb.keep"}, {"schema_version", 1}, {"bundle", *dir},
+                          {"kept", k.kept.has_value()}, {"message", k.message}, {"problems", k.problems},
+                          {"ledger", ledger.path().string()}};
+      if (k.kept) j["incumbent"] = to_json(*k.kept);
+      std::cout << json_text(j, 2) << "\n";
+    } else {
+      for (const std::string& p : k.problems) std::cout << "PROBLEM " << p << "\n";
+      std::cout << k.message << "\n";
+    }
+    return k.exit_code;
+  };
+}
+
+Action add_history(CLI::App& root) {
+  auto task_dir = std::make_shared<std::string>();
+  auto backend = std::make_shared<std::string>("cpu");
+  auto json = std::make_shared<bool>(false);
+  CLI::App* app = root.add_subcommand("history", "The lineage of a task's kept implementations, from the ledger");
+  app->add_option("task_dir", *task_dir, "Task folder (holding task.toml)")->required();
+  app->add_option("--backend", *backend, "Backend")->capture_default_str();
+  app->add_flag("--json", *json, "Print the history as JSON");
+  return [task_dir, backend, json]() {
+    const Task task = load_task(*task_dir);
+    Ledger ledger = open_ledger_or_throw();
+    const std::vector<Incumbent> line = ledger.lineage(task.name, *backend);
+    const std::vector<LedgerRun> runs = ledger.runs(task.name, *backend);
+    if (*json) {
+      nlohmann::json l = nlohmann::json::array();
+      for (const Incumbent& i : line) l.push_back(to_json(i));
+      nlohmann::json r = nlohmann::json::array();
+      for (const LedgerRun& run : runs) {
+        r.push_back({{"id", run.id}, {"kind", run.kind}, {"started", run.started}, {"finished", run.finished},
+                     {"outcome", run.outcome}, {"reasons", run.reasons}, {"bundle", run.bundle},
+                     {"plan_digest", run.plan_digest}, {"timing_holds", run.timing_holds}});
+      }
+      std::cout << json_text({{"schema", "kwb.history"}, {"schema_version", 1}, {"task", task.name},
+                              {"backend", *backend}, {"ledger", ledger.path().string()}, {"lineage", l},
+                              {"runs", r}},
+                             2)
+                << "\n";
+      return 0;
+    }
+    if (line.empty()) {
+      std::cout << fmt::format("task {} on {}: nothing kept yet; the incumbent is the task's baseline\n", task.name,
+                               *backend);
+    } else {
+      std::vector<std::vector<std::string>> rows;
+      for (const Incumbent& i : line) {
+        rows.push_back({std::to_string(i.generation), i.identity.substr(0, 12), i.source,
+                        i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),
+                        fmt::format("{:+.2f}%", i.cumulative_pct), i.kept});
+      }
+      std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, *backend,
+                               line.back().generation)
+                << format_table({"generation", "identity", "source", "over parent", "over baseline", "kept"}, rows);
+      std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them, "
+                   "it was not measured directly)\n";
+    }
+    std::cout << fmt::format("{} run(s) recorded in {}\n", runs.size(), ledger.path().string());
+    return 0;
+  };
+}
+
+}  // namespace kwb::cli

@@ -1,0 +1,26 @@
+// The verbs' use of the ledger (ledger/ledger.h): recording a finished run, and the incumbent as a baseline.
+#pragma once
+
+#include "ledger/ledger.h"
+#include "pipeline/compare.h"
+#include "task/task.h"
+
+#include <filesystem>
+#include <optional>
+#include <string>
+
+namespace kwb::cli {
+
+// Records a finished run in the ledger (KWB_LEDGER, .kwb/ledger.sqlite). A ledger that cannot be written costs a
+// warning on stderr, never the run's result or exit code.
+void record_in_ledger(const LedgerRun& run);
+// The same for a validate run, read back from its bundle (ledger/bundle_entry.h).
+void record_bundle_in_ledger(const std::filesystem::path& bundle);
+// A compare run as the ledger records it.
+LedgerRun ledger_run(const Task& task, const CompareReport& report);
+
+// The current incumbent's source for `task` on `backend`, or nullopt when nothing was kept (the task's baseline is
+// the incumbent then). DataError when the incumbent's source was changed or removed since it was kept.
+std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend);
+
+}  // namespace kwb::cli

@@ -1,0 +1,461 @@
+#include "ledger/ledger.h"
+
+#include "util/error.h"
+
+#include <fmt/format.h>
+#include <sqlite3.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <utility>
+
+namespace kwb {
+
+namespace {
+
+// Each entry moves the schema from version i to i + 1. Append only: a released entry is never edited.
+const char* const k_migrations[] = {
+    // 0 -> 1
+    R"SQL(
+CREATE TABLE runs (
+  id INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  task TEXT NOT NULL,
+  task_dir TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  started TEXT NOT NULL,
+  finished TEXT NOT NULL,
+  outcome TEXT NOT NULL,
+  reasons TEXT NOT NULL,
+  timing_holds TEXT NOT NULL,
+  plan_digest TEXT NOT NULL,
+  bundle TEXT NOT NULL,
+  kwb_version TEXT NOT NULL,
+  pid INTEGER NOT NULL
+);
+CREATE INDEX runs_task ON runs (task, backend);
+CREATE TABLE arms (
+  run_id INTEGER NOT NULL REFERENCES runs (id),
+  role TEXT NOT NULL,
+  source TEXT NOT NULL,
+  identity TEXT NOT NULL
+);
+CREATE TABLE workloads (
+  run_id INTEGER NOT NULL REFERENCES runs (id),
+  name TEXT NOT NULL,
+  verdict TEXT NOT NULL,
+  improvement_pct REAL,
+  ci_low_pct REAL,
+  ci_high_pct REAL
+);
+CREATE TABLE incumbents (
+  task TEXT NOT NULL,
+  backend TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  identity TEXT NOT NULL,
+  source TEXT NOT NULL,
+  source_sha256 TEXT NOT NULL,
+  bundle TEXT NOT NULL,
+  kept TEXT NOT NULL,
+  workloads TEXT NOT NULL,
+  improvement_pct REAL NOT NULL,
+  PRIMARY KEY (task, backend, generation)
+);
+)SQL",
+};
+constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
+static_assert(k_known_versions == Ledger::k_schema_version);
+
+// One prepared statement: bind by position (1-based), step, read columns.
+class Statement {
+public:
+  Statement(sqlite3* db, const std::string& sql, const std::filesystem::path& path) : m_path(path) {
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &m_stmt, nullptr) != SQLITE_OK) {
+      throw Error(ExitCode::io_error, fmt::format("ledger {}: {}", path.string(), sqlite3_errmsg(db)));
+    }
+  }
+  ~Statement() { sqlite3_finalize(m_stmt); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  Statement& bind(int i, const std::string& s) {
+    sqlite3_bind_text(m_stmt, i, s.c_str(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Statement& bind(int i, int64_t v) {
+    sqlite3_bind_int64(m_stmt, i, v);
+    return *this;
+  }
+  Statement& bind(int i, std::optional<double> v) {
+    if (v && std::isfinite(*v)) {
+      sqlite3_bind_double(m_stmt, i, *v);
+    } else {
+      sqlite3_bind_null(m_stmt, i);
+    }
+    return *this;
+  }
+  // true while there is a row.
+  bool step() {
+    const int rc = sqlite3_step(m_stmt);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw Error(ExitCode::io_error,
+                fmt::format("ledger {}: {}", m_path.string(), sqlite3_errmsg(sqlite3_db_handle(m_stmt))));
+  }
+  std::string text(int col) const {
+    const auto* p = sqlite3_column_text(m_stmt, col);
+    return p == nullptr ? "" : reinterpret_cast<const char*>(p);
+  }
+  int64_t integer(int col) const { return sqlite3_column_int64(m_stmt, col); }
+  std::optional<double> real(int col) const {
+    if (sqlite3_column_type(m_stmt, col) == SQLITE_NULL) return std::nullopt;
+    return sqlite3_column_double(m_stmt, col);
+  }
+
+private:
+  sqlite3_stmt* m_stmt = nullptr;
+  std::filesystem::path m_path;
+};
+
+std::string utc_now_text() {
+  char buf[32];
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// A write transaction that takes the write lock at once (BEGIN IMMEDIATE), so a read-then-write (promote) cannot
+// interleave with another process's; rolled back unless committed.
+class WriteTransaction {
+public:
+  explicit WriteTransaction(const std::function<void(const std::string&)>& exec) : m_exec(exec) {
+    m_exec("BEGIN IMMEDIATE");
+  }
+  ~WriteTransaction() {
+    if (!m_done) {
+      try {
+        m_exec("ROLLBACK");
+      } catch (...) {
+      }
+    }
+  }
+  WriteTransaction(const WriteTransaction&) = delete;
+  WriteTransaction& operator=(const WriteTransaction&) = delete;
+  void commit() {
+    m_exec("COMMIT");
+    m_done = true;
+  }
+
+private:
+  std::function<void(const std::string&)> m_exec;
+  bool m_done = false;
+};
+
+}  // namespace
+
+std::optional<std::filesystem::path> ledger_path() {
+  if (const char* env = std::getenv("KWB_LEDGER"); env != nullptr && *env != '\0') {
+    if (std::string(env) == "none") return std::nullopt;
+    return std::filesystem::path(env);
+  }
+  return std::filesystem::current_path() / ".kwb" / "ledger.sqlite";
+}
+
+nlohmann::json to_json(const std::vector<LedgerWorkload>& ws) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const LedgerWorkload& w : ws) {
+    nlohmann::json j = {{"name", w.name}, {"verdict", w.verdict}};
+    if (w.improvement_pct) j["improvement_pct"] = *w.improvement_pct;
+    if (w.ci_low_pct) j["ci_low_pct"] = *w.ci_low_pct;
+    if (w.ci_high_pct) j["ci_high_pct"] = *w.ci_high_pct;
+    a.push_back(j);
+  }
+  return a;
+}
+
+std::vector<LedgerWorkload> workloads_from_json(const nlohmann::json& a) {
+  std::vector<LedgerWorkload> out;
+  if (!a.is_array()) return out;
+  for (const nlohmann::json& j : a) {
+    if (!j.is_object()) continue;
+    LedgerWorkload w;
+    w.name = j.value("name", "");
+    w.verdict = j.value("verdict", "");
+    auto num = [&](const char* k) -> std::optional<double> {
+      if (auto it = j.find(k); it != j.end() && it->is_number()) return it->get<double>();
+      return std::nullopt;
+    };
+    w.improvement_pct = num("improvement_pct");
+    w.ci_low_pct = num("ci_low_pct");
+    w.ci_high_pct = num("ci_high_pct");
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+double summary_improvement_pct(const std::vector<LedgerWorkload>& workloads) {
+  double log_sum = 0.0;
+  int n = 0;
+  for (const LedgerWorkload& w : workloads) {
+    if (!w.improvement_pct || *w.improvement_pct <= -100.0) continue;
+    log_sum += std::log1p(*w.improvement_pct / 100.0);
+    ++n;
+  }
+  return n == 0 ? 0.0 : std::expm1(log_sum / n) * 100.0;
+}
+
+Ledger::Ledger(std::filesystem::path path) : m_path(std::move(path)) {}
+
+Ledger::Ledger(Ledger&& other) noexcept : m_path(std::move(other.m_path)), m_db(std::exchange(other.m_db, nullptr)) {}
+
+Ledger& Ledger::operator=(Ledger&& other) noexcept {
+  if (this != &other) {
+    if (m_db != nullptr) sqlite3_close(m_db);
+    m_path = std::move(other.m_path);
+    m_db = std::exchange(other.m_db, nullptr);
+  }
+  return *this;
+}
+
+Ledger::~Ledger() {
+  if (m_db != nullptr) sqlite3_close(m_db);
+}
+
+void Ledger::exec(const std::string& sql) const {
+  char* err = nullptr;
+  if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, &err) != SQLITE_OK) {
+    const std::string msg = err != nullptr ? err : sqlite3_errmsg(m_db);
+    sqlite3_free(err);
+    throw Error(ExitCode::io_error, fmt::format("ledger {}: {}", m_path.string(), msg));
+  }
+}
+
+Ledger Ledger::open(const std::filesystem::path& path) {
+  Ledger l(path);
+  std::error_code ec;
+  if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
+  if (sqlite3_open_v2(path.c_str(), &l.m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOFOLLOW,
+                      nullptr) != SQLITE_OK) {
+    const std::string msg = l.m_db != nullptr ? sqlite3_errmsg(l.m_db) : "out of memory";
+    throw Error(ExitCode::io_error, fmt::format("ledger {}: cannot open it: {} (set KWB_LEDGER to another file, or "
+                                                "KWB_LEDGER=none to record nothing)",
+                                                path.string(), msg));
+  }
+  // Writers wait for each other instead of failing: a transaction here is milliseconds long.
+  sqlite3_busy_timeout(l.m_db, 30'000);
+  l.exec("PRAGMA journal_mode = WAL");
+  l.exec("PRAGMA foreign_keys = ON");
+  l.migrate();
+  return l;
+}
+
+int Ledger::schema_version() const {
+  Statement s(m_db, "PRAGMA user_version", m_path);
+  s.step();
+  return static_cast<int>(s.integer(0));
+}
+
+void Ledger::migrate() {
+  WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  const int v = schema_version();
+  if (v > k_known_versions) {
+    throw Error(ExitCode::io_error, fmt::format("ledger {}: schema version {} was written by a newer kwb (this one "
+                                                "knows up to {}): use that kwb, or another KWB_LEDGER",
+                                                m_path.string(), v, k_known_versions));
+  }
+  if (v == 0) {
+    // A new file, or someone else's SQLite database: only an empty one may become a ledger.
+    Statement s(m_db, "SELECT count(*) FROM sqlite_master", m_path);
+    s.step();
+    if (s.integer(0) != 0) {
+      throw Error(ExitCode::io_error, fmt::format("ledger {}: an SQLite database that is not a kwb ledger (it has "
+                                                  "tables and no ledger schema version); set KWB_LEDGER to another "
+                                                  "file",
+                                                  m_path.string()));
+    }
+  }
+  for (int i = v; i < k_known_versions; ++i) exec(k_migrations[i]);
+  if (v < k_known_versions) exec(fmt::format("PRAGMA user_version = {}", k_known_versions));
+  tx.commit();
+}
+
+int64_t Ledger::record(const LedgerRun& run) {
+  WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  Statement ins(m_db,
+                "INSERT INTO runs (kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
+                "plan_digest, bundle, kwb_version, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                m_path);
+  ins.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
+  ins.bind(5, run.started.empty() ? utc_now_text() : run.started);
+  ins.bind(6, run.finished.empty() ? utc_now_text() : run.finished);
+  ins.bind(7, run.outcome).bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
+  ins.bind(10, run.plan_digest).bind(11, run.bundle).bind(12, std::string(KWB_VERSION " " KWB_GIT_SHA));
+  ins.bind(13, static_cast<int64_t>(::getpid()));
+  ins.step();
+  const int64_t id = sqlite3_last_insert_rowid(m_db);
+  for (const LedgerArm& a : run.arms) {
+    Statement s(m_db, "INSERT INTO arms (run_id, role, source, identity) VALUES (?, ?, ?, ?)", m_path);
+    s.bind(1, id).bind(2, a.role).bind(3, a.source).bind(4, a.identity);
+    s.step();
+  }
+  for (const LedgerWorkload& w : run.workloads) {
+    Statement s(m_db,
+                "INSERT INTO workloads (run_id, name, verdict, improvement_pct, ci_low_pct, ci_high_pct) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                m_path);
+    s.bind(1, id).bind(2, w.name).bind(3, w.verdict).bind(4, w.improvement_pct).bind(5, w.ci_low_pct);
+    s.bind(6, w.ci_high_pct);
+    s.step();
+  }
+  tx.commit();
+  return id;
+}
+
+std::vector<LedgerRun> Ledger::runs(const std::string& task, const std::string& backend) const {
+  std::vector<LedgerRun> out;
+  Statement s(m_db,
+              "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
+              "plan_digest, bundle FROM runs WHERE task = ? AND backend = ? ORDER BY id",
+              m_path);
+  s.bind(1, task).bind(2, backend);
+  while (s.step()) {
+    LedgerRun r;
+    r.id = s.integer(0);
+    r.kind = s.text(1);
+    r.task = s.text(2);
+    r.task_dir = s.text(3);
+    r.backend = s.text(4);
+    r.started = s.text(5);
+    r.finished = s.text(6);
+    r.outcome = s.text(7);
+    const nlohmann::json reasons = nlohmann::json::parse(s.text(8), nullptr, false);
+    if (reasons.is_array()) {
+      for (const auto& x : reasons) {
+        if (x.is_string()) r.reasons.push_back(x.get<std::string>());
+      }
+    }
+    r.timing_holds = nlohmann::json::parse(s.text(9), nullptr, false);
+    if (r.timing_holds.is_discarded()) r.timing_holds = nlohmann::json::array();
+    r.plan_digest = s.text(10);
+    r.bundle = s.text(11);
+    Statement a(m_db, "SELECT role, source, identity FROM arms WHERE run_id = ? ORDER BY rowid", m_path);
+    a.bind(1, r.id);
+    while (a.step()) r.arms.push_back({a.text(0), a.text(1), a.text(2)});
+    Statement w(m_db,
+                "SELECT name, verdict, improvement_pct, ci_low_pct, ci_high_pct FROM workloads WHERE run_id = ? "
+                "ORDER BY rowid",
+                m_path);
+    w.bind(1, r.id);
+    while (w.step()) r.workloads.push_back({w.text(0), w.text(1), w.real(2), w.real(3), w.real(4)});
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<Incumbent> Ledger::lineage(const std::string& task, const std::string& backend) const {
+  std::vector<Incumbent> out;
+  Statement s(m_db,
+              "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct "
+              "FROM incumbents WHERE task = ? AND backend = ? ORDER BY generation",
+              m_path);
+  s.bind(1, task).bind(2, backend);
+  double cumulative = 1.0;
+  while (s.step()) {
+    Incumbent i;
+    i.task = task;
+    i.backend = backend;
+    i.generation = static_cast<int>(s.integer(0));
+    i.identity = s.text(1);
+    i.source = s.text(2);
+    i.source_sha256 = s.text(3);
+    i.bundle = s.text(4);
+    i.kept = s.text(5);
+    i.workloads = workloads_from_json(nlohmann::json::parse(s.text(6), nullptr, false));
+    i.improvement_pct = s.real(7).value_or(0.0);
+    cumulative *= 1.0 + i.improvement_pct / 100.0;
+    i.cumulative_pct = (cumulative - 1.0) * 100.0;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+Ledger::Promotion Ledger::promote(const std::string& task, const std::string& backend,
+                                  const std::string& decided_against, const Incumbent& generation0,
+                                  Incumbent candidate) {
+  WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  std::vector<Incumbent> line = lineage(task, backend);
+  Promotion p;
+  if (line.empty()) {
+    if (decided_against != generation0.identity) {
+      p.refused = fmt::format("nothing of task {} on {} has been kept yet, so its incumbent is the task's baseline "
+                              "({}), but this bundle decided against another baseline ({}): validate against the "
+                              "task's baseline (kwb validate --against incumbent)",
+                              task, backend, generation0.source, decided_against.substr(0, 12));
+      return p;
+    }
+    Incumbent g0 = generation0;
+    g0.generation = 0;
+    g0.improvement_pct = 0.0;
+    g0.workloads.clear();
+    g0.bundle.clear();
+    line.push_back(g0);
+    Statement s(m_db,
+                "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
+                "workloads, improvement_pct) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0)",
+                m_path);
+    s.bind(1, task).bind(2, backend).bind(3, g0.identity).bind(4, g0.source).bind(5, g0.source_sha256);
+    s.bind(6, utc_now_text());
+    s.step();
+  }
+  const Incumbent& current = line.back();
+  if (decided_against != current.identity) {
+    int against = -1;
+    for (const Incumbent& i : line) {
+      if (i.identity == decided_against) against = i.generation;
+    }
+    p.refused = against >= 0
+                    ? fmt::format("stale bundle: it decided against generation {} ({}), but the incumbent of task {} "
+                                  "on {} is now generation {} ({}): validate the candidate against it (kwb validate "
+                                  "--against incumbent)",
+                                  against, line[static_cast<size_t>(against)].source, task, backend,
+                                  current.generation, current.source)
+                    : fmt::format("the bundle decided against {}, which is not in the lineage of task {} on {} "
+                                  "(the incumbent is generation {}, {}): validate against it (kwb validate "
+                                  "--against incumbent)",
+                                  decided_against.substr(0, 12), task, backend, current.generation, current.source);
+    return p;
+  }
+  for (const Incumbent& i : line) {
+    if (i.identity == candidate.identity) {
+      p.refused = fmt::format("this candidate is already generation {} of task {} on {}", i.generation, task,
+                              backend);
+      return p;
+    }
+  }
+  candidate.task = task;
+  candidate.backend = backend;
+  candidate.generation = current.generation + 1;
+  candidate.kept = utc_now_text();
+  candidate.improvement_pct = summary_improvement_pct(candidate.workloads);
+  candidate.cumulative_pct =
+      ((1.0 + current.cumulative_pct / 100.0) * (1.0 + candidate.improvement_pct / 100.0) - 1.0) * 100.0;
+  Statement s(m_db,
+              "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
+              "workloads, improvement_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              m_path);
+  s.bind(1, task).bind(2, backend).bind(3, static_cast<int64_t>(candidate.generation)).bind(4, candidate.identity);
+  s.bind(5, candidate.source).bind(6, candidate.source_sha256).bind(7, candidate.bundle).bind(8, candidate.kept);
+  s.bind(9, to_json(candidate.workloads).dump()).bind(10, std::optional<double>(candidate.improvement_pct));
+  s.step();
+  tx.commit();
+  p.kept = std::move(candidate);
+  return p;
+}
+
+}  // namespace kwb

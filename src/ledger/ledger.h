@@ -1,0 +1,128 @@
+// The ledger: what an optimization loop tried and what it kept (docs/agents.md). One SQLite database per project
+// folder (KWB_LEDGER, else .kwb/ledger.sqlite under the current folder), in WAL mode, written in short
+// transactions, so several kwb processes can record into it at once. Its schema carries a version (PRAGMA
+// user_version) and is migrated forward when an older ledger is opened; a ledger of a newer kwb is refused.
+//
+// Two kinds of rows:
+//   runs        every check, compare, validate and keep: the task, the backend, the arms' identities, the
+//               outcome with its reasons, the per-workload figures, the timing lock's holds, and for validate the
+//               plan digest and the bundle, which `kwb verify` re-checks (a row is only as trusted as its bundle).
+//   incumbents  per task and backend, the lineage of kept implementations: generation 0 is the task's baseline,
+//               and each later one was kept (`kwb keep`) from a verified bundle that decided KEEP_CANDIDATE against
+//               the generation before it.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+struct sqlite3;
+
+namespace kwb {
+
+// $KWB_LEDGER when set (the word "none" turns recording off: nullopt), else .kwb/ledger.sqlite under the current
+// folder.
+std::optional<std::filesystem::path> ledger_path();
+
+struct LedgerArm {
+  std::string role;      // baseline, candidate, A, B, implementation
+  std::string source;
+  std::string identity;  // the build key (BuildIdentity::key)
+};
+
+struct LedgerWorkload {
+  std::string name;
+  std::string verdict;
+  std::optional<double> improvement_pct, ci_low_pct, ci_high_pct;
+};
+
+struct LedgerRun {
+  int64_t id = 0;
+  std::string kind;      // check, compare, validate, keep
+  std::string task;
+  std::string task_dir;
+  std::string backend;
+  std::string started;   // UTC, ISO 8601
+  std::string finished;
+  std::string outcome;   // check/compare verdict, validate decision, keep result
+  std::vector<std::string> reasons;
+  std::vector<LedgerArm> arms;
+  std::vector<LedgerWorkload> workloads;
+  // The timing lock's holds of this run's comparisons: [{acquired_unix_ns, released_unix_ns, waited_seconds}].
+  nlohmann::json timing_holds = nlohmann::json::array();
+  std::string plan_digest;
+  std::string bundle;
+};
+
+struct Incumbent {
+  std::string task;
+  std::string backend;
+  int generation = 0;
+  std::string identity;       // build key
+  std::string source;         // where the source was when it was kept
+  std::string source_sha256;  // what it held then
+  std::string bundle;         // the bundle it was kept from; "" for generation 0
+  std::string kept;           // UTC
+  // Over the generation before it: per workload, and their geometric mean (0 for generation 0).
+  std::vector<LedgerWorkload> workloads;
+  double improvement_pct = 0.0;
+  // Over generation 0: the product of every generation's (1 + improvement) - 1, each as measured against its parent.
+  double cumulative_pct = 0.0;
+};
+
+class Ledger {
+public:
+  static constexpr int k_schema_version = 1;
+
+  // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
+  // opened, is not a kwb ledger, or was written by a newer kwb.
+  static Ledger open(const std::filesystem::path& path);
+  Ledger(Ledger&& other) noexcept;
+  Ledger& operator=(Ledger&& other) noexcept;
+  Ledger(const Ledger&) = delete;
+  Ledger& operator=(const Ledger&) = delete;
+  ~Ledger();
+
+  const std::filesystem::path& path() const { return m_path; }
+  int schema_version() const;
+
+  // Appends a run in one transaction; returns its id.
+  int64_t record(const LedgerRun& run);
+  std::vector<LedgerRun> runs(const std::string& task, const std::string& backend) const;
+
+  // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept.
+  std::vector<Incumbent> lineage(const std::string& task, const std::string& backend) const;
+
+  // Keeps `candidate` as the next generation, in one transaction that first reads the lineage: `decided_against`
+  // (the identity of the baseline the bundle decided against) must be the current incumbent's identity, or, when
+  // nothing was kept yet, `generation0` (the task's baseline) must be it, which then becomes generation 0. The
+  // candidate must not be in the lineage already. Returns the new incumbent, or the reason it was refused.
+  struct Promotion {
+    std::optional<Incumbent> kept;
+    std::string refused;
+  };
+  Promotion promote(const std::string& task, const std::string& backend, const std::string& decided_against,
+                    const Incumbent& generation0, Incumbent candidate);
+
+private:
+  explicit Ledger(std::filesystem::path path);
+  void exec(const std::string& sql) const;
+  void migrate();
+
+  std::filesystem::path m_path;
+  sqlite3* m_db = nullptr;
+};
+
+// Workload figures as JSON objects {name, verdict, improvement_pct, ci_low_pct, ci_high_pct} (a figure absent when
+// unknown), and back; anything malformed is skipped.
+nlohmann::json to_json(const std::vector<LedgerWorkload>& workloads);
+std::vector<LedgerWorkload> workloads_from_json(const nlohmann::json& array);
+
+// The geometric mean of the workloads' (1 + improvement/100), minus 1, in percent; 0 without figures.
+double summary_improvement_pct(const std::vector<LedgerWorkload>& workloads);
+
+}  // namespace kwb

@@ -1,0 +1,150 @@
+// The loop's side of kwb end to end (ledger/ledger.h, docs/agents.md): a three-generation lineage built with real
+// validate bundles and `kwb keep`, a stale bundle refused, `kwb history`; and two loops validating at once against
+// one ledger and one timing lock: both finish, no row is lost, and their timed phases never overlap.
+//
+// The lineage needs three implementations that are clearly ordered in speed on any machine, so the test writes a
+// copy of the rmsnorm task whose baseline is the stock baseline run three times over (generation 0); the stock
+// baseline is generation 1 and the fused kernel generation 2. The budgets are small and the A/A bound loose: the
+// ledger is under test here, not the timing.
+#include "background_kwb.h"
+#include "cli_helpers.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class LedgerE2e : public ::testing::Test {
+protected:
+  void SetUp() override {
+    m_dir = fs::temp_directory_path() / ("kwb-ledger-e2e-" + std::to_string(::getpid()));
+    fs::remove_all(m_dir);
+    fs::create_directories(m_dir);
+    // The task copy, with a baseline three times slower than the stock one.
+    m_task = m_dir / "rmsnorm";
+    fs::copy(k_rmsnorm, m_task, fs::copy_options::recursive);
+    std::string triple = read_file(m_task / "cpu" / "baseline.cpp");
+    const std::string entry = "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call* call) {";
+    const size_t at = triple.find(entry);
+    ASSERT_NE(at, std::string::npos) << "tasks/rmsnorm/cpu/baseline.cpp no longer defines kwb_run as expected";
+    triple.replace(at, entry.size(), "static int run_once(const kwb_call* call) {");
+    triple += "\n// Generation 0 of the test's lineage: the stock baseline, three times over.\n"
+              "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call* call) {\n"
+              "  for (int i = 0; i < 2; ++i) {\n"
+              "    if (const int rc = run_once(call); rc != 0) return rc;\n"
+              "  }\n"
+              "  return run_once(call);\n"
+              "}\n";
+    write_file_atomic(m_task / "cpu" / "triple.cpp", triple);
+    std::string manifest = read_file(m_task / "task.toml");
+    const std::string from = "baseline = \"cpu/baseline.cpp\"";
+    ASSERT_NE(manifest.find(from), std::string::npos);
+    manifest.replace(manifest.find(from), from.size(), "baseline = \"cpu/triple.cpp\"");
+    write_file_atomic(m_task / "task.toml", manifest);
+    ::setenv("KWB_LEDGER", (m_dir / "ledger.sqlite").c_str(), 1);
+    ::setenv("KWB_TIMING_LOCK", (m_dir / "timing.lock").c_str(), 1);
+  }
+  void TearDown() override {
+    ::unsetenv("KWB_LEDGER");
+    ::unsetenv("KWB_TIMING_LOCK");
+    fs::remove_all(m_dir);
+  }
+
+  std::vector<std::string> validate_args(const std::string& candidate, const std::string& bundle,
+                                         bool against_incumbent) const {
+    std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_task / "cpu" / candidate).string(),
+                                  "--output-dir", (m_dir / bundle).string(), "--workload", "decode",
+                                  "--max-minutes", "0.15", "--max-aa-difference-pct", "25", "--json"};
+    if (against_incumbent) a.push_back("--against=incumbent");
+    return a;
+  }
+
+  fs::path m_dir;
+  fs::path m_task;
+};
+
+TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_bundle_is_refused) {
+  KwbRun v1 = run_kwb(validate_args("baseline.cpp", "gen1", true));
+  ASSERT_EQ(v1.json.value("decision", ""), "KEEP_CANDIDATE") << v1.output << v1.errors;
+  KwbRun k1 = run_kwb({"keep", (m_dir / "gen1").string(), "--json"});
+  ASSERT_EQ(k1.exit_code, 0) << k1.output << k1.errors;
+  EXPECT_EQ(k1.json["incumbent"]["generation"], 1) << k1.output;
+
+  // Against the incumbent (generation 1, the stock baseline): the fused kernel.
+  KwbRun v2 = run_kwb(validate_args("fused.cpp", "gen2", true));
+  ASSERT_EQ(v2.json.value("decision", ""), "KEEP_CANDIDATE") << v2.output << v2.errors;
+  KwbRun k2 = run_kwb({"keep", (m_dir / "gen2").string(), "--json"});
+  ASSERT_EQ(k2.exit_code, 0) << k2.output << k2.errors;
+  EXPECT_EQ(k2.json["incumbent"]["generation"], 2) << k2.output;
+
+  // A bundle decided against generation 0, kept after generation 2: stale.
+  KwbRun v3 = run_kwb(validate_args("fused.cpp", "stale", false));
+  ASSERT_EQ(v3.json.value("decision", ""), "KEEP_CANDIDATE") << v3.output << v3.errors;
+  KwbRun k3 = run_kwb({"keep", (m_dir / "stale").string()});
+  EXPECT_EQ(k3.exit_code, 1) << k3.output << k3.errors;
+  EXPECT_NE(k3.output.find("stale bundle: it decided against generation 0"), std::string::npos) << k3.output;
+
+  KwbRun h = run_kwb({"history", m_task.string(), "--json"});
+  ASSERT_EQ(h.exit_code, 0) << h.output << h.errors;
+  const auto& line = h.json["lineage"];
+  ASSERT_EQ(line.size(), 3u) << h.output;
+  EXPECT_NE(line[0]["source"].get<std::string>().find("triple.cpp"), std::string::npos);
+  EXPECT_NE(line[1]["source"].get<std::string>().find("baseline.cpp"), std::string::npos);
+  EXPECT_NE(line[2]["source"].get<std::string>().find("fused.cpp"), std::string::npos);
+  for (int g = 1; g <= 2; ++g) EXPECT_GT(line[g]["improvement_pct"].get<double>(), 0.0) << line[g].dump();
+  const double expected = ((1 + line[1]["improvement_pct"].get<double>() / 100) *
+                               (1 + line[2]["improvement_pct"].get<double>() / 100) - 1) * 100;
+  EXPECT_NEAR(line[2]["cumulative_pct"].get<double>(), expected, 1e-6);
+  EXPECT_GT(line[2]["cumulative_pct"].get<double>(), line[1]["cumulative_pct"].get<double>());
+  // Every validate and keep is a row: three validates, three keeps (one refused).
+  int validates = 0, keeps = 0;
+  for (const auto& r : h.json["runs"]) {
+    validates += r["kind"] == "validate";
+    keeps += r["kind"] == "keep";
+  }
+  EXPECT_EQ(validates, 3) << h.output;
+  EXPECT_EQ(keeps, 3) << h.output;
+  KwbRun text = run_kwb({"history", m_task.string()});
+  EXPECT_NE(text.output.find("incumbent is generation 2"), std::string::npos) << text.output;
+}
+
+TEST_F(LedgerE2e, two_loops_at_once_both_finish_lose_no_row_and_never_time_together) {
+  BackgroundKwb first(validate_args("baseline.cpp", "loop1", false));
+  BackgroundKwb second(validate_args("fused.cpp", "loop2", false));
+  for (BackgroundKwb* k : {&first, &second}) {
+    const std::optional<int> status = k->wait(400s);
+    ASSERT_TRUE(status.has_value()) << k->log();
+    ASSERT_TRUE(WIFEXITED(*status)) << k->log();
+    EXPECT_LE(WEXITSTATUS(*status), 3) << k->log();
+  }
+  KwbRun h = run_kwb({"history", m_task.string(), "--json"});
+  ASSERT_EQ(h.exit_code, 0) << h.output << h.errors;
+  std::vector<std::pair<int64_t, int64_t>> holds;
+  int validates = 0;
+  for (const auto& r : h.json["runs"]) {
+    if (r["kind"] != "validate") continue;
+    ++validates;
+    EXPECT_EQ(r["timing_holds"].size(), 2u) << r.dump() << ": the A/A and the A/B hold";
+    for (const auto& t : r["timing_holds"]) holds.emplace_back(t["acquired_unix_ns"], t["released_unix_ns"]);
+  }
+  EXPECT_EQ(validates, 2) << h.output;
+  std::sort(holds.begin(), holds.end());
+  for (size_t i = 0; i < holds.size(); ++i) {
+    EXPECT_LT(holds[i].first, holds[i].second);
+    if (i > 0) EXPECT_LE(holds[i - 1].second, holds[i].first) << "two timed phases overlap";
+  }
+}
+
+}  // namespace
+}  // namespace kwb::test
