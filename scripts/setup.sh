@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev libseccomp-dev libdlpack-dev
   libsqlite3-dev libgtest-dev libgmock-dev
-  valgrind bubblewrap
+  valgrind bubblewrap python3-venv
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
 )
 

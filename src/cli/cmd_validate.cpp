@@ -85,22 +85,22 @@ Action add_validate(CLI::App& root) {
     o.device = require_backend(a->timing.backend);
     o.argv = g_argv;
 
-    const bool quiet = a->json;
+    // The stage lines go to stderr with --json too: stdout carries the JSON alone, and a caller that runs validate
+    // for a while (an agent through kwb mcp, which forwards them as progress) sees where it is.
     ValidateObserver obs;
-    obs.stage_started = [quiet](int i, int n, const std::string& stage, double budget_left) {
-      if (quiet) return;
+    obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
       if (budget_left > 0) {
         std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s)\n", i, n, stage, budget_left);
       } else {
         std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
       }
     };
-    obs.stage_finished = [quiet](const std::string&, const std::string& status, const std::string& summary, double s) {
+    obs.stage_finished = [](const std::string&, const std::string& status, const std::string& summary, double s) {
       end_progress_line();
-      if (!quiet) std::cerr << fmt::format("      {} ({:.1f} s): {}\n", status, s, summary);
+      std::cerr << fmt::format("      {} ({:.1f} s): {}\n", status, s, summary);
     };
-    obs.plan_frozen = [quiet](const std::string& digest) {
-      if (!quiet) std::cerr << fmt::format("      plan digest {}\n", digest);
+    obs.plan_frozen = [](const std::string& digest) {
+      std::cerr << fmt::format("      plan digest {}\n", digest);
     };
     obs.comparison_progress = make_progress_sink("      ");
     obs.timing_lock_wait = make_lock_notice("      ");

@@ -1,0 +1,338 @@
+#include "cli/mcp_tools.h"
+
+#include "task/task.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+namespace kwb::cli::mcp {
+
+namespace {
+
+enum class Kind { string, number, integer, boolean, strings };
+
+// One argument of a tool and how it becomes a command-line argument.
+struct Param {
+  const char* name;
+  Kind kind;
+  bool required;
+  const char* flag;  // "" for the positional argument; for a boolean, the flag given when true
+  const char* description;
+};
+
+struct Tool {
+  const char* name;
+  const char* verb;
+  const char* description;
+  std::vector<Param> params;
+};
+
+const Param k_task{"task", Kind::string, true, "", "Task folder (holding task.toml)"};
+const Param k_backend{"backend", Kind::string, false, "--backend", "cpu (default), opencl or cuda"};
+const Param k_workloads{"workloads", Kind::strings, false, "--workload",
+                        "Only these timing cases (default: every timing case of the task)"};
+const Param k_max_minutes{"max_minutes", Kind::number, false, "--max-minutes",
+                          "Timing budget per workload comparison, in minutes"};
+const Param k_min_improvement{"min_improvement_pct", Kind::number, false, "--min-improvement-pct",
+                              "Improvement the candidate must show on every workload (default 0)"};
+const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
+                     "A/A: largest |A' vs A| accepted as the noise floor (default 1)"};
+
+const std::vector<Tool>& tools() {
+  static const std::vector<Tool> t = {
+      {"check", "check",
+       "Check an implementation against the task's oracle: correctness only, no timing. A rejected implementation "
+       "gets its failure reasons and no metric.",
+       {k_task,
+        {"impl", Kind::string, true, "--impl", "Implementation source file"},
+        k_backend,
+        {"cases", Kind::strings, false, "--case", "Only these cases (default: every case)"},
+        {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call (default 60)"}}},
+      {"compare", "compare",
+       "Time a candidate against a baseline with interleaved A/B blocks (or A/A with aa=true). Both are checked "
+       "first; a rejected one is never timed. For exploring: a decision to keep comes from validate.",
+       {k_task,
+        {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
+        {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
+        {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
+        k_backend, k_workloads, k_max_minutes, k_min_improvement}},
+      {"validate", "validate",
+       "The whole workflow into an evidence bundle: freeze the plan, check baseline and candidate, controls, "
+       "profile, A/A calibration, A/B timing, final validation, decision (KEEP_CANDIDATE, KEEP_BASELINE, "
+       "INCONCLUSIVE, INVALID). The result names the bundle; keep it with the keep tool.",
+       {k_task,
+        {"candidate", Kind::string, true, "--candidate", "Candidate source"},
+        {"output_dir", Kind::string, true, "--output-dir", "Evidence bundle folder (must not exist yet)"},
+        {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
+        {"against_incumbent", Kind::boolean, false, "--against=incumbent",
+         "Validate against the task's incumbent in the ledger (see keep, history)"},
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa,
+        {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
+      {"profile", "profile",
+       "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
+       "achieved bandwidth. Descriptive only; it checks the implementation first.",
+       {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads}},
+      {"verify", "verify",
+       "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
+       "disagreement.",
+       {{"bundle", Kind::string, true, "", "Evidence bundle folder"}}},
+      {"keep", "keep",
+       "Make a bundle's candidate the task's incumbent: only from a bundle that verifies and decided "
+       "KEEP_CANDIDATE against the current incumbent (a stale bundle is refused with the reason).",
+       {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}}},
+      {"history", "history", "The lineage of a task's kept implementations and the runs recorded in the ledger.",
+       {k_task, k_backend}},
+      {"list_tasks", "",
+       "The tasks under a folder (every folder holding a task.toml): name, description, backends, timing workloads.",
+       {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}}},
+  };
+  return t;
+}
+
+const Tool& find_tool(const std::string& name) {
+  for (const Tool& t : tools()) {
+    if (name == t.name) return t;
+  }
+  std::vector<std::string> names;
+  for (const Tool& t : tools()) names.emplace_back(t.name);
+  throw InvalidParams(fmt::format("unknown tool '{}' (kwb's tools: {})", name, fmt::join(names, ", ")));
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::string: return "a string";
+    case Kind::number: return "a number";
+    case Kind::integer: return "a non-negative integer";
+    case Kind::boolean: return "true or false";
+    case Kind::strings: return "an array of strings";
+  }
+  return "?";
+}
+
+nlohmann::json schema_of(Kind k) {
+  switch (k) {
+    case Kind::string: return {{"type", "string"}, {"minLength", 1}};
+    case Kind::number: return {{"type", "number"}};
+    case Kind::integer: return {{"type", "integer"}, {"minimum", 0}};
+    case Kind::boolean: return {{"type", "boolean"}};
+    case Kind::strings: return {{"type", "array"}, {"items", {{"type", "string"}, {"minLength", 1}}}};
+  }
+  return {};
+}
+
+bool fits(Kind k, const nlohmann::json& v) {
+  switch (k) {
+    case Kind::string: return v.is_string() && !v.get<std::string>().empty();
+    case Kind::number: return v.is_number() && std::isfinite(v.get<double>());
+    case Kind::integer: return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    case Kind::boolean: return v.is_boolean();
+    case Kind::strings:
+      if (!v.is_array()) return false;
+      for (const auto& x : v) {
+        if (!x.is_string() || x.get<std::string>().empty()) return false;
+      }
+      return true;
+  }
+  return false;
+}
+
+std::string number_text(const nlohmann::json& v) {
+  if (v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  return fmt::format("{}", v.get<double>());
+}
+
+// The arguments checked against the tool's parameters; returns them in parameter order, absent ones skipped.
+std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& tool, const nlohmann::json& args) {
+  if (!args.is_null() && !args.is_object()) {
+    throw InvalidParams(fmt::format("tool {}: 'arguments' must be an object", tool.name));
+  }
+  if (args.is_object()) {
+    for (const auto& [key, value] : args.items()) {
+      bool known = false;
+      for (const Param& p : tool.params) known = known || key == p.name;
+      if (!known) {
+        std::vector<std::string> names;
+        for (const Param& p : tool.params) names.emplace_back(p.name);
+        throw InvalidParams(fmt::format("tool {}: unknown argument '{}' (its arguments: {})", tool.name, key,
+                                        fmt::join(names, ", ")));
+      }
+    }
+  }
+  std::vector<std::pair<const Param*, const nlohmann::json*>> out;
+  for (const Param& p : tool.params) {
+    const nlohmann::json* v = nullptr;
+    if (args.is_object()) {
+      if (auto it = args.find(p.name); it != args.end() && !it->is_null()) v = &*it;
+    }
+    if (v == nullptr) {
+      if (p.required) {
+        throw InvalidParams(fmt::format("tool {}: argument '{}' is required ({}: {})", tool.name, p.name,
+                                        kind_name(p.kind), p.description));
+      }
+      continue;
+    }
+    if (!fits(p.kind, *v)) {
+      throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name,
+                                      kind_name(p.kind), v->dump().substr(0, 80)));
+    }
+    out.emplace_back(&p, v);
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json tool_list() {
+  nlohmann::json list = nlohmann::json::array();
+  for (const Tool& t : tools()) {
+    nlohmann::json props = nlohmann::json::object();
+    nlohmann::json required = nlohmann::json::array();
+    for (const Param& p : t.params) {
+      nlohmann::json s = schema_of(p.kind);
+      s["description"] = p.description;
+      props[p.name] = s;
+      if (p.required) required.push_back(p.name);
+    }
+    list.push_back({{"name", t.name},
+                    {"description", t.description},
+                    {"inputSchema",
+                     {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}}}});
+  }
+  return list;
+}
+
+bool runs_in_process(const std::string& tool) { return find_tool(tool).verb[0] == '\0'; }
+
+std::vector<std::string> tool_argv(const std::string& name, const nlohmann::json& args) {
+  const Tool& tool = find_tool(name);
+  if (tool.verb[0] == '\0') throw InvalidParams(fmt::format("tool {} runs in the server", name));
+  const auto values = checked(tool, args);
+  if (name == "compare") {
+    const bool aa = args.is_object() && args.value("aa", false);
+    const bool candidate = args.is_object() && args.contains("candidate") && !args["candidate"].is_null();
+    if (aa == candidate) throw InvalidParams("tool compare: give either 'candidate' or 'aa': true (not both)");
+  }
+  if (name == "validate" && args.value("against_incumbent", false) && args.contains("baseline") &&
+      !args["baseline"].is_null()) {
+    throw InvalidParams("tool validate: 'baseline' and 'against_incumbent' name two baselines: give one");
+  }
+  std::vector<std::string> argv = {tool.verb};
+  for (const auto& [p, v] : values) {
+    const std::string flag = p->flag;
+    switch (p->kind) {
+      case Kind::string:
+        if (!flag.empty()) argv.push_back(flag);
+        argv.push_back(v->get<std::string>());
+        break;
+      case Kind::number:
+      case Kind::integer:
+        argv.push_back(flag);
+        argv.push_back(number_text(*v));
+        break;
+      case Kind::boolean:
+        if (v->get<bool>()) argv.push_back(flag);
+        break;
+      case Kind::strings:
+        for (const auto& x : *v) {
+          argv.push_back(flag);
+          argv.push_back(x.get<std::string>());
+        }
+        break;
+    }
+  }
+  argv.push_back("--json");
+  return argv;
+}
+
+nlohmann::json list_tasks(const nlohmann::json& args) {
+  const Tool& tool = find_tool("list_tasks");
+  (void)checked(tool, args);
+  const std::filesystem::path root = args.is_object() ? args.value("root", std::string(".")) : ".";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(root, ec)) {
+    throw InvalidParams(fmt::format("tool list_tasks: argument 'root' ({}) is not a folder", root.string()));
+  }
+  std::vector<std::filesystem::path> found;
+  if (std::filesystem::is_regular_file(root / "task.toml", ec)) found.push_back(root);
+  // Two levels below the root: tasks/<name>/task.toml from a project folder.
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           root, std::filesystem::directory_options::skip_permission_denied, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it.depth() >= 2) it.disable_recursion_pending();
+    if (it->is_directory(ec) && !it->is_symlink(ec) && std::filesystem::is_regular_file(it->path() / "task.toml", ec)) {
+      found.push_back(it->path());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const auto& dir : found) {
+    try {
+      const Task t = load_task(dir);
+      nlohmann::json backends = nlohmann::json::array();
+      for (const auto& [b, impls] : t.backends) backends.push_back(b);
+      nlohmann::json workloads = nlohmann::json::array();
+      for (const Case& c : t.cases) {
+        if (c.role == CaseRole::timing) workloads.push_back(c.name);
+      }
+      tasks.push_back({{"name", t.name}, {"dir", dir.string()}, {"description", t.description},
+                       {"backends", backends}, {"workloads", workloads}});
+    } catch (const std::exception& e) {
+      tasks.push_back({{"dir", dir.string()}, {"error", e.what()}});
+    }
+  }
+  return {{"schema", "kwb.tasks"}, {"schema_version", 1}, {"root", root.string()}, {"tasks", tasks}};
+}
+
+std::string summary(const std::string& tool, const nlohmann::json& args, const nlohmann::json& out, int exit_code) {
+  if (!out.is_object()) return fmt::format("kwb {} exited {} without a result", tool, exit_code);
+  auto reasons = [&](const nlohmann::json& j, const char* key) {
+    std::vector<std::string> r;
+    if (j.contains(key) && j[key].is_array()) {
+      for (const auto& x : j[key]) {
+        if (x.is_string()) r.push_back(x.get<std::string>());
+        if (x.is_object() && x.contains("reason")) r.push_back(x["reason"].get<std::string>());
+      }
+    }
+    std::sort(r.begin(), r.end());
+    r.erase(std::unique(r.begin(), r.end()), r.end());
+    return r;
+  };
+  if (tool == "check") {
+    const std::string verdict = out.value("verdict", "?");
+    if (verdict == "PASS") return "check PASS: every assertion passed";
+    return fmt::format("check {}: rejected for {}. Rejected code has no metric: it is never timed.", verdict,
+                       fmt::join(reasons(out, "failures"), ", "));
+  }
+  if (tool == "validate") {
+    return fmt::format("validate {}: {}. bundle: {}", out.value("decision", "?"),
+                       fmt::join(reasons(out, "reasons"), "; "),
+                       std::filesystem::absolute(args.value("output_dir", std::string())).string());
+  }
+  if (tool == "compare") {
+    std::vector<std::string> parts;
+    if (out.contains("workloads")) {
+      for (const auto& w : out["workloads"]) parts.push_back(w.value("name", "?") + ": " + w.value("reason", ""));
+    }
+    for (const std::string& r : reasons(out, "refused")) parts.push_back("refused: " + r);
+    return fmt::format("compare {}: {}", out.value("verdict", "?"), fmt::join(parts, "; "));
+  }
+  if (tool == "verify") {
+    return out.value("ok", false) ? "verify: the bundle is intact and its decision follows from its evidence"
+                                  : fmt::format("verify: {} problem(s): {}", out["problems"].size(),
+                                                fmt::join(reasons(out, "problems"), "; "));
+  }
+  if (tool == "keep") return "keep: " + out.value("message", std::string());
+  if (tool == "history") {
+    const size_t n = out.contains("lineage") ? out["lineage"].size() : 0;
+    return n == 0 ? "history: nothing kept yet; the incumbent is the task's baseline"
+                  : fmt::format("history: the incumbent is generation {}", n - 1);
+  }
+  return fmt::format("kwb {} exited {}", tool, exit_code);
+}
+
+}  // namespace kwb::cli::mcp
