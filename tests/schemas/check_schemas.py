@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Runs kwb for real and validates every JSON it writes against schemas/<schema>.schema.json.
+
+Usage: check_schemas.py KWB_BINARY SOURCE_DIR
+
+Each output is matched to its schema by its own "schema" field, and so is every object nested in it that carries
+one (plan.json's environment, a profile's bandwidth_probe). Fails when an output does not validate, when an output
+names a schema that has no file, when a bundle file carries no "schema", and when a schema file is never exercised.
+The runs use short budgets and their own ledger, timing lock and cache, all in a temporary folder.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:
+    import jsonschema
+except ImportError:
+    print("check_schemas: the Python package jsonschema is missing (Debian: python3-jsonschema; scripts/setup.sh "
+          "installs it)", file=sys.stderr)
+    sys.exit(1)
+
+ID_BASE = "https://kwb.invalid/schemas/"
+Validator = jsonschema.Draft202012Validator
+
+
+def load_schemas(schema_dir):
+    """{name: schema} for every schemas/kwb.*.schema.json, each checked against the metaschema and its own name."""
+    schemas = {}
+    for path in sorted(schema_dir.glob("kwb.*.schema.json")):
+        name = path.name[: -len(".schema.json")]
+        try:
+            schema = json.loads(path.read_text())
+            Validator.check_schema(schema)
+        except (json.JSONDecodeError, jsonschema.exceptions.SchemaError) as e:
+            raise SystemExit(f"check_schemas: {path}: not a valid draft 2020-12 schema: {str(e)[:500]}")
+        if schema.get("$id") != ID_BASE + path.name:
+            raise SystemExit(f"check_schemas: {path}: $id is {schema.get('$id')!r}, expected {ID_BASE + path.name!r}")
+        if schema.get("title") != name:
+            raise SystemExit(f"check_schemas: {path}: title is {schema.get('title')!r}, expected {name!r}")
+        schemas[name] = schema
+    if not schemas:
+        raise SystemExit(f"check_schemas: no kwb.*.schema.json in {schema_dir}")
+    return schemas
+
+
+def make_validators(schemas):
+    """One validator per schema, resolving the schemas' references to each other by $id, offline."""
+    try:
+        from referencing import Registry, Resource  # jsonschema >= 4.18
+        from referencing.jsonschema import DRAFT202012
+
+        registry = Registry().with_resources(
+            (s["$id"], Resource.from_contents(s, default_specification=DRAFT202012)) for s in schemas.values())
+        return {n: Validator(s, registry=registry) for n, s in schemas.items()}
+    except ImportError:  # older jsonschema (Debian 12 ships 4.10): RefResolver with every schema in its store
+        store = {s["$id"]: s for s in schemas.values()}
+        return {n: Validator(s, resolver=jsonschema.RefResolver(s["$id"], s, store=store))
+                for n, s in schemas.items()}
+
+
+class Checker:
+    def __init__(self, validators):
+        self.validators = validators
+        self.exercised = {n: 0 for n in validators}
+        self.errors = []
+        self.documents = 0
+
+    def error(self, where, message):
+        self.errors.append(f"{where}: {message}")
+        print(f"FAIL {where}: {message}", file=sys.stderr)
+
+    def check_document(self, where, doc, require_schema=True):
+        self.documents += 1
+        if not isinstance(doc, dict) or not isinstance(doc.get("schema"), str):
+            if require_schema:
+                self.error(where, "no \"schema\" field")
+            return
+        self.check_object(where, "$", doc)
+
+    def check_file(self, where, path):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            self.error(where, f"not readable as JSON: {e}")
+            return None
+        self.check_document(where, doc)
+        return doc
+
+    def check_object(self, where, pointer, obj):
+        name = obj["schema"]
+        label = where if pointer == "$" else f"{where} at {pointer}"
+        validator = self.validators.get(name)
+        if validator is None:
+            self.error(label, f"schema {name!r} has no file schemas/{name}.schema.json")
+        else:
+            self.exercised[name] += 1
+            for e in sorted(validator.iter_errors(obj), key=lambda e: list(e.absolute_path))[:20]:
+                e = jsonschema.exceptions.best_match([e])  # into anyOf/oneOf: the branch that came closest
+                self.error(label, f"{name}: {e.json_path}: {e.message[:300]}")
+        self.walk(where, pointer, obj, top=True)
+
+    def walk(self, where, pointer, value, top=False):
+        """Nested objects that carry their own schema are validated against it too."""
+        if isinstance(value, dict):
+            if not top and isinstance(value.get("schema"), str) and value["schema"].startswith("kwb."):
+                self.check_object(where, pointer, value)
+                return
+            for k, v in value.items():
+                self.walk(where, f"{pointer}.{k}", v)
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                self.walk(where, f"{pointer}[{i}]", v)
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 64
+    kwb = str(Path(sys.argv[1]).resolve())
+    src = Path(sys.argv[2]).resolve()
+    checker = Checker(make_validators(load_schemas(src / "schemas")))
+    task = src / "tasks" / "rmsnorm"
+    fused = task / "cpu" / "fused.cpp"
+    control = task / "cpu" / "controls" / "no_eps.cpp"
+    t0 = time.monotonic()
+
+    with tempfile.TemporaryDirectory(prefix="kwb-schemas-") as tmp:
+        tmp = Path(tmp)
+        bundle = tmp / "b"
+        env = dict(os.environ, KWB_LEDGER=str(tmp / "ledger.sqlite"), KWB_TIMING_LOCK=str(tmp / "timing.lock"),
+                   KWB_CACHE_DIR=str(tmp / "cache"))
+
+        def run(label, args, exit_codes):
+            """Runs kwb and returns its stdout parsed as JSON (None after a failure, already recorded)."""
+            started = time.monotonic()
+            try:
+                p = subprocess.run([kwb] + args, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+            except (OSError, subprocess.TimeoutExpired) as e:
+                checker.error(label, f"kwb did not run to its end: {e}")
+                return None
+            print(f"ran  {label}: exit {p.returncode}, {time.monotonic() - started:.1f} s", flush=True)
+            if p.returncode not in exit_codes:
+                checker.error(label, f"exit {p.returncode}, expected one of {sorted(exit_codes)}; stderr:\n"
+                                     f"{p.stderr[-2000:]}")
+                return None
+            try:
+                doc = json.loads(p.stdout)
+            except json.JSONDecodeError as e:
+                checker.error(label, f"stdout is not one JSON document ({e}): {p.stdout[:300]!r}")
+                return None
+            checker.check_document(label, doc)
+            return doc
+
+        # Exit codes: 0 ok/KEEP_CANDIDATE, 1 rejected/KEEP_BASELINE, 2 inconclusive, 3 invalid. Timing verdicts
+        # depend on the machine; every one of them must still be described by its schema.
+        timed = {0, 1, 2, 3}
+        run("check (PASS)", ["check", str(task), "--impl", str(fused), "--case", "zeros", "--json"], {0})
+        run("check (control, FAIL)", ["check", str(task), "--impl", str(control), "--case", "zeros", "--json"], {1})
+        run("compare", ["compare", str(task), "--candidate", str(fused), "--workload", "decode", "--max-minutes", "0.05",
+                        "--json"], timed)
+        decision = run("validate", ["validate", str(task), "--candidate", str(fused), "--workload", "decode",
+                                    "--max-minutes", "0.1", "--max-aa-difference-pct", "25", "--output-dir",
+                                    str(bundle), "--json"], timed)
+        bundle_files = sorted(bundle.rglob("*.json"))
+        if not bundle_files:
+            checker.error("validate", f"no JSON files in the bundle {bundle}")
+        bundle_docs = {str(p.relative_to(bundle)): checker.check_file(f"bundle {p.relative_to(bundle)}", p)
+                       for p in bundle_files}
+        if decision is not None and decision != bundle_docs.get("decision.json"):
+            checker.error("validate", "--json printed something other than the bundle's decision.json")
+        run("verify", ["verify", str(bundle), "--json"], {0})
+        run("keep", ["keep", str(bundle), "--json"], {0, 1})
+        run("history", ["history", str(task), "--json"], {0})
+        run("profile", ["profile", str(task), "--impl", str(fused), "--workload", "decode", "--json"], {0})
+        run("profile (refused)", ["profile", str(task), "--impl", str(control), "--workload", "decode", "--json"], {1})
+        # The cache's records that carry a schema: check reports (compare's) and the bandwidth probe (profile's).
+        for sub in ("checks", "bandwidth"):
+            files = sorted((tmp / "cache" / sub).glob("*.json"))
+            if not files:
+                checker.error(f"cache {sub}/", "no JSON files (did the cache layout change?)")
+            for path in files:
+                checker.check_file(f"cache {sub}/{path.name}", path)
+
+    for name, count in sorted(checker.exercised.items()):
+        print(f"     {name}: {count} object(s) validated")
+        if count == 0:
+            checker.error(f"schemas/{name}.schema.json", "never exercised: no output carried this schema")
+    elapsed = time.monotonic() - t0
+    if checker.errors:
+        print(f"check_schemas: {len(checker.errors)} problem(s) in {checker.documents} documents ({elapsed:.0f} s)",
+              file=sys.stderr)
+        return 1
+    print(f"check_schemas: {checker.documents} documents valid against {len(checker.validators)} schemas "
+          f"({elapsed:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
