@@ -25,6 +25,18 @@ Ledger open_ledger_or_throw() {
   return Ledger::open(*path);
 }
 
+// The latest revalidation of `incumbent` against generation 0, if any.
+std::optional<LedgerRun> latest_revalidation(const std::vector<LedgerRun>& runs, const Incumbent& incumbent) {
+  std::optional<LedgerRun> latest;
+  for (const LedgerRun& r : runs) {
+    if (r.kind != "revalidate") continue;
+    for (const LedgerArm& arm : r.arms) {
+      if (arm.role == "candidate" && arm.identity == incumbent.identity) latest = r;
+    }
+  }
+  return latest;
+}
+
 nlohmann::json to_json(const Incumbent& i) {
   const nlohmann::json ws = kwb::to_json(i.workloads);
   return {{"generation", i.generation}, {"identity", i.identity},           {"source", i.source},
@@ -45,10 +57,12 @@ void record_in_ledger(const LedgerRun& run) {
   }
 }
 
-void record_bundle_in_ledger(const std::filesystem::path& bundle) {
+void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind) {
   try {
     if (!ledger_path()) return;
-    record_in_ledger(run_from_bundle(bundle));
+    LedgerRun run = run_from_bundle(bundle);
+    run.kind = kind;
+    record_in_ledger(run);
   } catch (const std::exception& e) {
     std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
   }
@@ -84,21 +98,55 @@ LedgerRun ledger_run(const Task& task, const CompareReport& report) {
   return run;
 }
 
+namespace {
+
+// The source an incumbent was kept from, as long as it still holds what it held then.
+std::filesystem::path verified_source(const Incumbent& i) {
+  const std::filesystem::path src = i.source;
+  if (!std::filesystem::is_regular_file(src) || sha256_file(src) != i.source_sha256) {
+    throw DataError(fmt::format("generation {} of task {} on {} was kept from {}, which {}: restore it{}",
+                                i.generation, i.task, i.backend, src.string(),
+                                std::filesystem::is_regular_file(src) ? "has changed since" : "no longer exists",
+                                i.bundle.empty() ? "" : fmt::format(" (its copy is in {}/artifacts)", i.bundle)));
+  }
+  return src;
+}
+
+}  // namespace
+
 std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend) {
   const std::optional<std::filesystem::path> path = ledger_path();
   if (!path) return std::nullopt;
   const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, backend);
   if (line.empty()) return std::nullopt;
-  const Incumbent& current = line.back();
-  const std::filesystem::path src = current.source;
-  if (!std::filesystem::is_regular_file(src) || sha256_file(src) != current.source_sha256) {
-    throw DataError(fmt::format("the incumbent of task {} on {} (generation {}) was kept from {}, which {}: restore "
-                                "it (its copy is in {}/artifacts) or name a --baseline",
-                                task.name, backend, current.generation, src.string(),
-                                std::filesystem::is_regular_file(src) ? "has changed since" : "no longer exists",
-                                current.bundle));
-  }
-  return src;
+  return verified_source(line.back());
+}
+
+Action add_revalidate(CLI::App& root) {
+  auto a = std::make_shared<ValidateArgs>();
+  CLI::App* app = root.add_subcommand(
+      "revalidate", "Validate the task's incumbent against its original baseline (generation 0): the compounded "
+                    "improvement, measured instead of multiplied");
+  app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
+  app->add_option("--output-dir", a->output_dir, "Evidence bundle folder (must not exist yet)")->required();
+  add_timing_options(*app, a->timing);
+  app->add_option("--seed", a->seed, "Seed for everything random (default: drawn and recorded in the plan)");
+  app->add_flag("--json", a->json, "Print decision.json");
+  return [a]() {
+    const Task task = load_task(a->task_dir);
+    const std::optional<std::filesystem::path> path = ledger_path();
+    if (!path) throw UsageError("KWB_LEDGER=none: there is no lineage to revalidate");
+    const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, a->timing.backend);
+    if (line.size() < 2) {
+      throw UsageError(fmt::format("task {} on {}: nothing has been kept yet, so the incumbent is the original "
+                                   "baseline (kwb keep makes one)",
+                                   task.name, a->timing.backend));
+    }
+    ValidateArgs v = *a;
+    v.candidate = verified_source(line.back()).string();
+    v.baseline = verified_source(line.front()).string();
+    return validate_command(v, "revalidate");
+  };
 }
 
 Action add_keep(CLI::App& root) {
@@ -148,11 +196,15 @@ Action add_history(CLI::App& root) {
                      {"outcome", run.outcome}, {"reasons", run.reasons}, {"bundle", run.bundle},
                      {"plan_digest", run.plan_digest}, {"timing_holds", run.timing_holds}});
       }
-      std::cout << json_text({{"schema", "kwb.history"}, {"schema_version", 1}, {"task", task.name},
-                              {"backend", *backend}, {"ledger", ledger.path().string()}, {"lineage", l},
-                              {"runs", r}},
-                             2)
-                << "\n";
+      nlohmann::json j = {{"schema", "kwb.history"}, {"schema_version", 1}, {"task", task.name},
+                          {"backend", *backend}, {"ledger", ledger.path().string()}, {"lineage", l}, {"runs", r}};
+      if (!line.empty()) {
+        if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
+          j["measured_over_baseline"] = {{"improvement_pct", summary_improvement_pct(m->workloads)},
+                                         {"decision", m->outcome}, {"run", m->id}, {"bundle", m->bundle}};
+        }
+      }
+      std::cout << json_text(j, 2) << "\n";
       return 0;
     }
     if (line.empty()) {
@@ -168,8 +220,13 @@ Action add_history(CLI::App& root) {
       std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, *backend,
                                line.back().generation)
                 << format_table({"generation", "identity", "source", "over parent", "over baseline", "kept"}, rows);
-      std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them, "
-                   "it was not measured directly)\n";
+      std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them)\n";
+      if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
+        std::cout << fmt::format("measured over baseline: {:+.2f}% ({}, {}, bundle {})\n",
+                                 summary_improvement_pct(m->workloads), m->outcome, m->finished, m->bundle);
+      } else {
+        std::cout << "measured over baseline: not yet (kwb revalidate measures the incumbent against generation 0)\n";
+      }
     }
     std::cout << fmt::format("{} run(s) recorded in {}\n", runs.size(), ledger.path().string());
     return 0;

@@ -58,75 +58,77 @@ void print_summary(const ValidateResult& r) {
 
 }  // namespace
 
+int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
+  // Bad input is reported before a bundle folder is created.
+  Task task = load_task(a.task_dir);
+  if (!task.backends.contains(a.timing.backend)) {
+    throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(),
+                                a.timing.backend));
+  }
+  for (const std::string& src : {a.candidate, a.baseline}) {
+    if (!src.empty() && !std::filesystem::is_regular_file(src)) {
+      throw DataError(fmt::format("{}: implementation source does not exist", src));
+    }
+  }
+  for (const std::string& w : a.timing.workloads) {
+    if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
+  }
+  ValidateOptions o = validate_options(a);
+  if (a.against == "incumbent") {
+    if (!a.baseline.empty()) throw UsageError("--against incumbent and --baseline name two baselines: give one");
+    if (std::optional<std::filesystem::path> src = incumbent_source(task, a.timing.backend)) o.baseline = *src;
+  }
+  o.device = require_backend(a.timing.backend);
+  o.argv = g_argv;
+
+  // The stage lines go to stderr with --json too: stdout carries the JSON alone, and a caller that runs validate
+  // for a while (an agent through kwb mcp, which forwards them as progress) sees where it is.
+  ValidateObserver obs;
+  obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
+    if (budget_left > 0) {
+      std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s)\n", i, n, stage, budget_left);
+    } else {
+      std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
+    }
+  };
+  obs.stage_finished = [](const std::string&, const std::string& status, const std::string& summary, double s) {
+    end_progress_line();
+    std::cerr << fmt::format("      {} ({:.1f} s): {}\n", status, s, summary);
+  };
+  obs.plan_frozen = [](const std::string& digest) {
+    std::cerr << fmt::format("      plan digest {}\n", digest);
+  };
+  obs.comparison_progress = make_progress_sink("      ");
+  obs.timing_lock_wait = make_lock_notice("      ");
+  ValidateResult r;
+  try {
+    r = run_validate(o, obs);
+  } catch (const Interrupted&) {
+    end_progress_line();
+    std::cerr << fmt::format("\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
+                             "measured before is kept)\n",
+                             o.output_dir.string());
+    throw;
+  }
+  end_progress_line();
+  record_bundle_in_ledger(r.bundle, ledger_kind);
+  if (a.json) {
+    std::cout << json_text(r.decision_json, 2) << "\n";
+  } else {
+    print_summary(r);
+  }
+  if (r.input_error_code) {
+    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the failed freeze)\n", r.input_error, r.bundle.string());
+    return *r.input_error_code;
+  }
+  return r.decision.exit_code;
+}
+
 Action add_validate(CLI::App& root) {
   auto a = std::make_shared<ValidateArgs>();
   CLI::App* app = root.add_subcommand("validate", "The whole workflow: freeze, checks, controls, A/A, A/B, decision");
   add_validate_options(*app, *a);
-  return [a]() {
-    // Bad input is reported before a bundle folder is created.
-    Task task = load_task(a->task_dir);
-    if (!task.backends.contains(a->timing.backend)) {
-      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(),
-                                  a->timing.backend));
-    }
-    for (const std::string& src : {a->candidate, a->baseline}) {
-      if (!src.empty() && !std::filesystem::is_regular_file(src)) {
-        throw DataError(fmt::format("{}: implementation source does not exist", src));
-      }
-    }
-    for (const std::string& w : a->timing.workloads) {
-      if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
-    }
-    ValidateOptions o = validate_options(*a);
-    if (a->against == "incumbent") {
-      if (!a->baseline.empty()) throw UsageError("--against incumbent and --baseline name two baselines: give one");
-      if (std::optional<std::filesystem::path> src = incumbent_source(task, a->timing.backend)) o.baseline = *src;
-    }
-    o.device = require_backend(a->timing.backend);
-    o.argv = g_argv;
-
-    // The stage lines go to stderr with --json too: stdout carries the JSON alone, and a caller that runs validate
-    // for a while (an agent through kwb mcp, which forwards them as progress) sees where it is.
-    ValidateObserver obs;
-    obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
-      if (budget_left > 0) {
-        std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s)\n", i, n, stage, budget_left);
-      } else {
-        std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
-      }
-    };
-    obs.stage_finished = [](const std::string&, const std::string& status, const std::string& summary, double s) {
-      end_progress_line();
-      std::cerr << fmt::format("      {} ({:.1f} s): {}\n", status, s, summary);
-    };
-    obs.plan_frozen = [](const std::string& digest) {
-      std::cerr << fmt::format("      plan digest {}\n", digest);
-    };
-    obs.comparison_progress = make_progress_sink("      ");
-    obs.timing_lock_wait = make_lock_notice("      ");
-    ValidateResult r;
-    try {
-      r = run_validate(o, obs);
-    } catch (const Interrupted&) {
-      end_progress_line();
-      std::cerr << fmt::format("\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
-                               "measured before is kept)\n",
-                               o.output_dir.string());
-      throw;
-    }
-    end_progress_line();
-    record_bundle_in_ledger(r.bundle);
-    if (a->json) {
-      std::cout << json_text(r.decision_json, 2) << "\n";
-    } else {
-      print_summary(r);
-    }
-    if (r.input_error_code) {
-      std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the failed freeze)\n", r.input_error, r.bundle.string());
-      return *r.input_error_code;
-    }
-    return r.decision.exit_code;
-  };
+  return [a]() { return validate_command(*a, "validate"); };
 }
 
 }  // namespace kwb::cli

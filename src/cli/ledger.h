@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ledger/ledger.h"
+#include "cli/options.h"
 #include "pipeline/compare.h"
 #include "task/task.h"
 
@@ -14,13 +15,17 @@ namespace kwb::cli {
 // Records a finished run in the ledger (KWB_LEDGER, .kwb/ledger.sqlite). A ledger that cannot be written costs a
 // warning on stderr, never the run's result or exit code.
 void record_in_ledger(const LedgerRun& run);
-// The same for a validate run, read back from its bundle (ledger/bundle_entry.h).
-void record_bundle_in_ledger(const std::filesystem::path& bundle);
+// The same for a validate run, read back from its bundle (ledger/bundle_entry.h), recorded as `kind` ("validate",
+// or "revalidate" for the incumbent against generation 0).
+void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind);
 // A compare run as the ledger records it.
 LedgerRun ledger_run(const Task& task, const CompareReport& report);
 
 // The current incumbent's source for `task` on `backend`, or nullopt when nothing was kept (the task's baseline is
 // the incumbent then). DataError when the incumbent's source was changed or removed since it was kept.
 std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend);
+
+// kwb validate's body: checks the arguments, runs the workflow, prints, records the bundle as `ledger_kind`.
+int validate_command(const ValidateArgs& a, const std::string& ledger_kind);
 
 }  // namespace kwb::cli

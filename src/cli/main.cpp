@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
       {"profile", kwb::cli::add_profile(app)},
       {"keep", kwb::cli::add_keep(app)},
       {"history", kwb::cli::add_history(app)},
+      {"revalidate", kwb::cli::add_revalidate(app)},
       {"mcp", kwb::cli::add_mcp(app)},
   };
   try {

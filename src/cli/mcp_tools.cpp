@@ -84,6 +84,12 @@ const std::vector<Tool>& tools() {
        "Make a bundle's candidate the task's incumbent: only from a bundle that verifies and decided "
        "KEEP_CANDIDATE against the current incumbent (a stale bundle is refused with the reason).",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}}},
+      {"revalidate", "revalidate",
+       "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
+       "is measured, not multiplied; history then shows the figure.",
+       {k_task, {"output_dir", Kind::string, true, "--output-dir", "Evidence bundle folder (must not exist yet)"},
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa,
+        {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
       {"history", "history", "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend}},
       {"list_tasks", "",
@@ -308,8 +314,8 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
     return fmt::format("check {}: rejected for {}. Rejected code has no metric: it is never timed.", verdict,
                        fmt::join(reasons(out, "failures"), ", "));
   }
-  if (tool == "validate") {
-    return fmt::format("validate {}: {}. bundle: {}", out.value("decision", "?"),
+  if (tool == "validate" || tool == "revalidate") {
+    return fmt::format("{} {}: {}. bundle: {}", tool, out.value("decision", "?"),
                        fmt::join(reasons(out, "reasons"), "; "),
                        std::filesystem::absolute(args.value("output_dir", std::string())).string());
   }

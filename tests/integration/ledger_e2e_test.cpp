@@ -115,8 +115,21 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
   }
   EXPECT_EQ(validates, 3) << h.output;
   EXPECT_EQ(keeps, 3) << h.output;
+  EXPECT_FALSE(h.json.contains("measured_over_baseline")) << "nothing was measured against generation 0 yet";
+
+  // The compounded figure, measured: the incumbent (fused) against generation 0 (the triple baseline).
+  std::vector<std::string> reval = validate_args("fused.cpp", "reval", false);
+  reval.erase(reval.begin() + 2, reval.begin() + 4);  // revalidate takes no --candidate: it is the incumbent
+  reval[0] = "revalidate";
+  KwbRun r = run_kwb(reval);
+  ASSERT_EQ(r.json.value("decision", ""), "KEEP_CANDIDATE") << r.output << r.errors;
+  KwbRun after = run_kwb({"history", m_task.string(), "--json"});
+  ASSERT_TRUE(after.json.contains("measured_over_baseline")) << after.output;
+  EXPECT_GT(after.json["measured_over_baseline"]["improvement_pct"].get<double>(), 0.0) << after.output;
+  EXPECT_EQ(after.json["measured_over_baseline"]["bundle"], (m_dir / "reval").string()) << after.output;
   KwbRun text = run_kwb({"history", m_task.string()});
   EXPECT_NE(text.output.find("incumbent is generation 2"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("measured over baseline: +"), std::string::npos) << text.output;
 }
 
 TEST_F(LedgerE2e, two_loops_at_once_both_finish_lose_no_row_and_never_time_together) {

@@ -31,8 +31,8 @@ TEST(McpTools, every_verb_an_agent_needs_is_a_tool_with_a_closed_input_schema) {
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t.dump();
     EXPECT_EQ(t["inputSchema"]["additionalProperties"], false) << t.dump();
   }
-  EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "profile", "verify", "history", "keep",
-                                          "list_tasks"}));
+  EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify",
+                                          "history", "keep", "list_tasks"}));
 }
 
 TEST(McpTools, a_call_becomes_the_command_line_the_cli_gets) {
