@@ -3,6 +3,7 @@
 
 #include "builder/build_sandbox.h"
 #include "builder/depfile.h"
+#include "builder/elf_inspect.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -253,6 +254,28 @@ private:
   fs::path m_path;
 };
 
+// An object that compiled but does not export the ABI is a bad source like one that does not compile (exit 65, the
+// file named): every worker would refuse it (missing_symbol) in every case, and the fix is in the source.
+Artifact& require_abi_exports(Artifact& art) {
+  const ElfInspection elf = inspect_shared_object(art.path);
+  if (!elf.ok) return art;  // the worker's load refusal (load_failed) says what is wrong with the file
+  auto exported = [&](const char* name) {
+    return std::any_of(elf.exported.begin(), elf.exported.end(), [&](const ElfSymbol& s) { return s.name == name; });
+  };
+  if (!exported("kwb_abi_version")) {
+    art.log += fmt::format("{}: does not export kwb_abi_version: put KWB_CANDIDATE_ABI once at file scope, after "
+                           "#include <kwb/kernel.h> (docs/candidate-abi.md)\n",
+                           art.source.string());
+  }
+  if (!exported("kwb_run")) {
+    art.log += fmt::format("{}: does not export kwb_run: define it as extern \"C\" KWB_EXPORT int kwb_run(const "
+                           "kwb_call* call) (docs/candidate-abi.md)\n",
+                           art.source.string());
+  }
+  art.ok = exported("kwb_abi_version") && exported("kwb_run");
+  return art;
+}
+
 }  // namespace
 
 Artifact build_implementation(const BuildRequest& request) {
@@ -326,7 +349,7 @@ Artifact build_implementation(const BuildRequest& request) {
         id.artifact_sha256 = recorded["artifact_sha256"];
         art.ok = true;
         art.from_cache = true;
-        return art;
+        return require_abi_exports(art);
       }
     }
     id.dependencies.clear();
@@ -440,7 +463,7 @@ Artifact build_implementation(const BuildRequest& request) {
   }
   write_file_atomic(manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
   art.ok = true;
-  return art;
+  return require_abi_exports(art);
 }
 
 }  // namespace kwb

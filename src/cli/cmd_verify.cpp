@@ -24,12 +24,14 @@ Action add_verify(CLI::App& root) {
     VerifyReport r = verify_bundle(*dir);
     if (*json) {
       std::cout << json_text({{"schema", "kwb.verify"}, {"schema_version", 1}, {"bundle", *dir},
-                              {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified}},
+                              {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified},
+                              {"warnings", r.warnings}},
                              2)
                 << "\n";
     } else {
       for (const std::string& v : r.verified) std::cout << "ok      " << v << "\n";
       for (const std::string& p : r.problems) std::cout << "PROBLEM " << p << "\n";
+      for (const std::string& w : r.warnings) std::cout << "WARNING " << w << "\n";
       std::cout << (r.ok() ? fmt::format("\nbundle {} is intact and its decision follows from its evidence\n", *dir)
                            : fmt::format("\nbundle {}: {} problem(s)\n", *dir, r.problems.size()));
     }

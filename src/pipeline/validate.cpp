@@ -13,6 +13,7 @@
 #include "util/fs.h"
 #include "util/interrupt.h"
 #include "util/paths.h"
+#include "util/provenance.h"
 #include "util/sha256.h"
 #include "worker/worker_process.h"
 
@@ -24,9 +25,6 @@
 
 #ifndef KWB_VERSION
 #define KWB_VERSION "0.0.0"
-#endif
-#ifndef KWB_GIT_SHA
-#define KWB_GIT_SHA "unknown"
 #endif
 
 namespace kwb {
@@ -255,6 +253,7 @@ private:
                        {"distribution", to_string(c.data.kind)}, {"scale", c.data.scale}});
     }
     const fs::path self = fs::read_symlink("/proc/self/exe");
+    const Provenance built_from = build_provenance();
     nlohmann::json plan = {
         {"schema", k_plan_schema},
         {"schema_version", k_bundle_schema_version},
@@ -296,7 +295,9 @@ private:
         {"seeds", {{"seed", m_seed}, {"check_nonce", 0}, {"timing_nonce", m_timing_nonce}, {"final_nonce", m_final_nonce}}},
         {"kwb",
          {{"version", KWB_VERSION},
-          {"git_sha", KWB_GIT_SHA},
+          {"git_sha", built_from.git_sha},
+          // null: not built from a git checkout, so whether it was modified is not known.
+          {"git_dirty", built_from.git_dirty ? nlohmann::json(*built_from.git_dirty) : nlohmann::json()},
           {"binary_sha256", sha256_file(self)},
           {"worker_sha256", sha256_file(worker_executable())}}},
         {"environment", m_environment}};

@@ -1,4 +1,5 @@
-// `kwb validate`: the whole workflow of DESIGN.md, stage by stage, into an evidence bundle:
+// `kwb validate`: the whole workflow (README.md; docs/evidence-bundle.md, stage dependencies), stage by stage, into
+// an evidence bundle:
 //   freeze -> check baseline -> profile -> check candidate -> controls -> A/A -> A/B -> final validation -> decision
 // A stage that fails stops what depends on it and says why; the bundle is complete and readable either way.
 #pragma once

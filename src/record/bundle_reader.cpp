@@ -126,4 +126,16 @@ BundleData read_bundle(const fs::path& dir) {
   return b;
 }
 
+std::optional<std::string> provenance_warning(const nlohmann::json& plan) {
+  if (!plan.is_object()) return std::nullopt;
+  const auto kwb = plan.find("kwb");
+  if (kwb == plan.end() || !kwb->is_object()) return std::nullopt;
+  const auto dirty = kwb->find("git_dirty");
+  if (dirty == kwb->end() || !dirty->is_boolean() || !dirty->get<bool>()) return std::nullopt;
+  const auto sha = kwb->find("git_sha");
+  return fmt::format("kwb was built from a modified git tree (commit {} plus uncommitted changes): that commit alone "
+                     "does not reproduce this run",
+                     sha != kwb->end() && sha->is_string() ? sha->get<std::string>() : std::string("unknown"));
+}
+
 }  // namespace kwb

@@ -53,4 +53,9 @@ struct BundleData {
 // what is refused).
 BundleData read_bundle(const std::filesystem::path& dir);
 
+// What `verify` and the reports warn about, not fail on: the kwb that wrote the plan was built from a git tree with
+// changes its commit lacks (plan.json kwb.git_dirty, cmake/provenance.cmake), so that commit alone is not the code
+// that produced the bundle. Empty when the tree was clean, or the plan does not say (older bundles, no git).
+std::optional<std::string> provenance_warning(const nlohmann::json& plan);
+
 }  // namespace kwb

@@ -132,6 +132,7 @@ public:
     step("schemas", [&] { schemas(); });
     step("plan.json", [&] { plan_digest(); });
     step("plan.json", [&] { read_plan(); });
+    if (std::optional<std::string> w = provenance_warning(m_b.plan)) m_report.warnings.push_back("plan.json: " + *w);
     if (!m_plan.ok) {
       problem("plan.json: without a readable plan nothing else can be bound to it; verification stops here");
       return m_report;

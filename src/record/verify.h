@@ -12,6 +12,7 @@ namespace kwb {
 struct VerifyReport {
   std::vector<std::string> problems;  // "file: what disagrees"
   std::vector<std::string> verified;  // what was re-derived and agreed
+  std::vector<std::string> warnings;  // worth a reader's attention, never a reason to fail (provenance_warning)
   bool ok() const { return problems.empty(); }
 };
 

@@ -237,6 +237,7 @@ ReportModel build_model(const BundleData& b) {
   const json kwb = b.plan.value("kwb", json::object());
   m.environment.rows.push_back({"kwb", fmt::format("{} (git {}, binary {})", str(kwb, "version"),
                                                    short_hash(str(kwb, "git_sha")), short_hash(str(kwb, "binary_sha256")))});
+  if (std::optional<std::string> w = provenance_warning(b.plan)) m.warnings.push_back(*w);
   for (const json& w : b.environment.value("warnings", json::array())) m.warnings.push_back(w.get<std::string>());
 
   m.limits = {

@@ -1,5 +1,6 @@
 #include "task/data.h"
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numbers>
@@ -7,29 +8,19 @@
 
 namespace kwb {
 
-namespace {
-uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-}  // namespace
-
 Rng::Rng(uint64_t seed) {
   for (uint64_t& s : m_s) s = splitmix64(seed);
 }
 
 uint64_t Rng::next() {
-  const uint64_t result = rotl(m_s[1] * 5, 7) * 9;
+  const uint64_t result = std::rotl(m_s[1] * 5, 7) * 9;
   const uint64_t t = m_s[1] << 17;
   m_s[2] ^= m_s[0];
   m_s[3] ^= m_s[1];
   m_s[1] ^= m_s[2];
   m_s[0] ^= m_s[3];
   m_s[2] ^= t;
-  m_s[3] = rotl(m_s[3], 45);
+  m_s[3] = std::rotl(m_s[3], 45);
   return result;
 }
 
@@ -48,12 +39,6 @@ double Rng::normal() {
   m_spare = r * std::sin(theta);
   m_have_spare = true;
   return r * std::cos(theta);
-}
-
-uint64_t mix_seed(uint64_t a, uint64_t b) {
-  uint64_t x = a ^ rotl(b, 23) ^ 0xD1B54A32D192ED03ull;
-  splitmix64(x);
-  return splitmix64(x);
 }
 
 uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce) {

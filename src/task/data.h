@@ -3,6 +3,7 @@
 #pragma once
 
 #include "task/task.h"
+#include "util/seed.h"
 
 #include <cstdint>
 #include <span>
@@ -22,8 +23,6 @@ private:
   bool m_have_spare = false;
   double m_spare = 0.0;
 };
-
-uint64_t mix_seed(uint64_t a, uint64_t b);
 
 // The seed of input tensor `input_index` in input set `set_index` of a case, under a run nonce. Different
 // sets of one case never share data, so a replayed output never matches by accident.

@@ -4,11 +4,14 @@
 
 #include "util/error.h"
 #include "util/sha256.h"
+#include "util/text.h"
+#include "util/units.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 namespace kwb {
@@ -109,6 +112,7 @@ public:
   const toml::node& require(const std::string& key, const char* what) {
     const toml::node* n = get(key);
     if (n == nullptr) {
+      reject_misspelling_of(key);
       throw DataError(fmt::format("{}:{}: missing field '{}' (expected {})", m_file, line(), field(key), what));
     }
     return *n;
@@ -166,8 +170,23 @@ public:
       std::string key(k.str());
       if (!m_seen.contains(key)) {
         std::vector<std::string> known(m_seen.begin(), m_seen.end());
-        throw DataError(fmt::format("{}:{}: unknown field '{}' (known fields here: {})", m_file, line_of(v),
-                                    field(key), fmt::join(known, ", ")));
+        const std::optional<std::string> guess = closest_match(key, known);
+        throw DataError(fmt::format("{}:{}: unknown field '{}' ({}known fields here: {})", m_file, line_of(v),
+                                    field(key), guess ? fmt::format("did you mean '{}'? ", *guess) : "",
+                                    fmt::join(known, ", ")));
+      }
+    }
+  }
+
+  // `key` is missing: a key of this table that is no field of task.toml and a typo away from `key` is what the
+  // author meant ([tolerence] for [tolerance]), so it is reported at its own line rather than `key` at the table's.
+  void reject_misspelling_of(const std::string& key) const {
+    for (const auto& [k, v] : m_table) {
+      const std::string other(k.str());
+      if (m_seen.contains(other) || k_field_names.contains(other)) continue;
+      if (closest_match(other, {key})) {
+        throw DataError(fmt::format("{}:{}: unknown field '{}' (did you mean '{}'? '{}' is required here)", m_file,
+                                    line_of(v), field(other), key, field(key)));
       }
     }
   }
@@ -187,6 +206,13 @@ public:
   }
 
 private:
+  // Every fixed key of the format (docs/task-format.md): a key that is one of them is never taken for a misspelling.
+  inline static const std::set<std::string> k_field_names = {
+      "name",   "description", "oracle", "threads", "signature", "tolerance",    "cases", "backends",
+      "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
+      "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
+      "seed",   "baseline",    "reference", "controls", "source", "expect"};
+
   const toml::table& m_table;
   std::string m_path;
   const std::string& m_file;
@@ -309,6 +335,44 @@ fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& 
   return resolved;
 }
 
+// Every tensor of case `c` has positive dimensions, and all of them together fit in k_max_case_bytes, computed
+// without overflow: a size that cannot be held is reported at the case's dims, before anything is allocated.
+void check_case_size(const Task& task, const Case& c, TableReader& r) {
+  const toml::node* dims = r.get("dims");
+  uint64_t total = 0;
+  std::vector<std::string> sizes;
+  bool overflow = false;
+  for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+    for (const TensorSpec& t : *list) {
+      uint64_t bytes = dtype_size(t.dtype);
+      for (size_t d = 0; d < t.shape.size(); ++d) {
+        int64_t v = 0;
+        try {
+          v = t.shape[d].evaluate(c.dims);
+        } catch (const std::overflow_error& e) {
+          r.fail(dims, "dims", fmt::format("tensor '{}' dimension {}: {}; make the dims smaller", t.name, d, e.what()));
+        }
+        if (v <= 0) {
+          r.fail(dims, "dims", fmt::format("tensor '{}' dimension {} ('{}') evaluates to {} for this case", t.name, d,
+                                           t.shape[d].text(), v));
+        }
+        if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(v), &bytes)) {
+          r.fail(dims, "dims", fmt::format("tensor '{}': its byte size overflows 64 bits; make the dims smaller", t.name));
+        }
+      }
+      overflow = overflow || __builtin_add_overflow(total, bytes, &total);
+      sizes.push_back(fmt::format("{} {}", t.name, bytes_text(static_cast<double>(bytes))));
+    }
+  }
+  if (overflow || total > k_max_case_bytes) {
+    r.fail(dims, "dims",
+           fmt::format("the case's tensors take {} bytes ({}), over kwb's limit of {} GiB per case; make the dims "
+                       "smaller",
+                       overflow ? std::string("more than 2^64") : std::to_string(total), fmt::join(sizes, ", "),
+                       k_max_case_bytes >> 30));
+  }
+}
+
 }  // namespace
 
 Task load_task(const fs::path& dir_in) {
@@ -371,10 +435,13 @@ Task load_task(const fs::path& dir_in) {
   // tolerance
   {
     TableReader tol(top.table("tolerance"), "tolerance", file);
-    task.tolerance.rtol = tol.number("rtol");
-    task.tolerance.atol = tol.number("atol");
-    if (task.tolerance.rtol < 0 || task.tolerance.atol < 0) {
-      tol.fail(tol.get("rtol"), "rtol", "tolerances must be >= 0");
+    for (auto [key, value] : {std::pair{"rtol", &task.tolerance.rtol}, std::pair{"atol", &task.tolerance.atol}}) {
+      *value = tol.number(key);
+      if (!std::isfinite(*value) || *value < 0) {
+        tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
+                                                "expected| <= atol + rtol * |expected|",
+                                                *value));
+      }
     }
     tol.reject_unknown_keys();
   }
@@ -435,17 +502,7 @@ Task load_task(const fs::path& dir_in) {
         sr.reject_unknown_keys();
       }
       r.reject_unknown_keys();
-      for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
-        for (const TensorSpec& t : *list) {
-          for (size_t d = 0; d < t.shape.size(); ++d) {
-            int64_t v = t.shape[d].evaluate(c.dims);
-            if (v <= 0) {
-              r.fail(nullptr, "dims", fmt::format("tensor '{}' dimension {} ('{}') evaluates to {} for this case",
-                                                  t.name, d, t.shape[d].text(), v));
-            }
-          }
-        }
-      }
+      check_case_size(task, c, r);
       task.cases.push_back(std::move(c));
     }
   }
@@ -453,11 +510,19 @@ Task load_task(const fs::path& dir_in) {
   // backends
   {
     TableReader backends(top.table("backends"), "backends", file);
+    // Names first: [[backends.cpu.controls]] next to a misspelled [backends.cpux] must not read as a cpu section
+    // without a baseline.
+    static const std::vector<std::string> k_backends = {"cpu", "opencl", "cuda"};
+    for (const auto& [k, v] : top.table("backends")) {
+      const std::string name(k.str());
+      if (std::find(k_backends.begin(), k_backends.end(), name) == k_backends.end()) {
+        const std::optional<std::string> guess = closest_match(name, k_backends);
+        backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(k_backends, ", "),
+                                            guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+      }
+    }
     for (const auto& [k, v] : top.table("backends")) {
       std::string name(k.str());
-      if (name != "cpu" && name != "opencl" && name != "cuda") {
-        backends.fail(&v, name, "unknown backend (expected cpu, opencl or cuda)");
-      }
       std::string p = "backends." + name;
       TableReader b(as_table(v, p, file), p, file);
       BackendImpls impls;

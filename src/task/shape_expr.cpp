@@ -109,9 +109,19 @@ int64_t eval(const ShapeExpr::Node& n, const std::map<std::string, int64_t>& dim
       if (it == dims.end()) throw std::out_of_range(fmt::format("dim '{}' is not given", n.name));
       return it->second;
     }
-    case K::add: return eval(*n.lhs, dims) + eval(*n.rhs, dims);
-    case K::sub: return eval(*n.lhs, dims) - eval(*n.rhs, dims);
-    case K::mul: return eval(*n.lhs, dims) * eval(*n.rhs, dims);
+    case K::add:
+    case K::sub:
+    case K::mul: {
+      // Dims come from task.toml: a product that leaves int64_t must be an error, never a wrapped size.
+      const int64_t a = eval(*n.lhs, dims);
+      const int64_t b = eval(*n.rhs, dims);
+      int64_t r = 0;
+      const bool overflow = n.kind == K::add   ? __builtin_add_overflow(a, b, &r)
+                            : n.kind == K::sub ? __builtin_sub_overflow(a, b, &r)
+                                               : __builtin_mul_overflow(a, b, &r);
+      if (overflow) throw std::overflow_error("");
+      return r;
+    }
   }
   throw std::logic_error("unreachable shape node");
 }
@@ -138,7 +148,13 @@ ShapeExpr ShapeExpr::constant(int64_t value) {
   return e;
 }
 
-int64_t ShapeExpr::evaluate(const std::map<std::string, int64_t>& dims) const { return eval(*m_root, dims); }
+int64_t ShapeExpr::evaluate(const std::map<std::string, int64_t>& dims) const {
+  try {
+    return eval(*m_root, dims);
+  } catch (const std::overflow_error&) {
+    throw std::overflow_error(fmt::format("'{}' overflows 64 bits with these dims", m_text));
+  }
+}
 
 void ShapeExpr::collect_names(std::set<std::string>& out) const { names(*m_root, out); }
 

@@ -17,7 +17,8 @@ public:
   static ShapeExpr parse(const std::string& text);
   static ShapeExpr constant(int64_t value);
 
-  // Throws std::out_of_range naming the missing dim.
+  // Throws std::out_of_range naming the missing dim, std::overflow_error naming the expression when a step of it
+  // leaves int64_t.
   int64_t evaluate(const std::map<std::string, int64_t>& dims) const;
   void collect_names(std::set<std::string>& names) const;
   const std::string& text() const { return m_text; }

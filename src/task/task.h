@@ -99,6 +99,11 @@ struct Task {
   const Case* find_case(const std::string& name) const;
 };
 
+// The most bytes the tensors of one case (inputs and outputs together) may take: kwb holds several copies of them at
+// once (input sets and their twins, input slots, expected outputs), and a size past what any machine has would fail
+// deep inside a run (docs/task-format.md).
+inline constexpr uint64_t k_max_case_bytes = uint64_t{16} << 30;
+
 // A concrete tensor of one case: evaluated shape and byte size.
 struct TensorShape {
   std::vector<int64_t> dims;

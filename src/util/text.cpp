@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 
 namespace kwb {
@@ -85,6 +86,41 @@ std::string escape_terminal(std::string_view text) {
   for (char ch : text) e.put(ch, out);
   e.finish(out);
   return out;
+}
+
+namespace {
+
+// Optimal string alignment distance (Damerau-Levenshtein without editing a substring twice).
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+}  // namespace
+
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::optional<std::string> best;
+  size_t best_distance = 0;
+  for (const std::string& c : candidates) {
+    // Keys and names are short; anything long is not a typo worth a quadratic table.
+    if (c.size() > 64 || word.size() > 64) continue;
+    const size_t dist = edit_distance(word, c);
+    if (dist == 0 || dist > 2 || 2 * dist >= std::max(word.size(), c.size())) continue;
+    if (!best || dist < best_distance) {
+      best = c;
+      best_distance = dist;
+    }
+  }
+  return best;
 }
 
 }  // namespace kwb

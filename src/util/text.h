@@ -2,8 +2,10 @@
 // place kwb shows it. HTML escaping lives with the HTML writer (report/svg.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace kwb {
 
@@ -27,5 +29,10 @@ private:
   size_t m_expected = 0;  // its length, from its lead byte
 };
 std::string escape_terminal(std::string_view text);
+
+// For "did you mean ...?": the candidate closest to `word` in edit distance (insertions, deletions, substitutions and
+// swaps of neighbouring characters), if it is close enough to be a typo of it: at most 2 edits, and fewer than half
+// the characters of the longer of the two. Ties go to the earlier candidate.
+std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
 }  // namespace kwb

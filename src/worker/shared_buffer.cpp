@@ -1,6 +1,6 @@
 #include "worker/shared_buffer.h"
 
-#include "task/data.h"
+#include "util/seed.h"
 #include "util/error.h"
 
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 // Test candidate: an honest RMSNorm that leaves out the ABI version marker macro, so the built object exports
-// kwb_run but no kwb_abi_version symbol. The worker must refuse to load it (missing_symbol) instead of guessing
-// which ABI it was written against.
+// kwb_run but no kwb_abi_version symbol. kwb must refuse it after the build (exit 65, naming this file and
+// KWB_CANDIDATE_ABI) instead of guessing which ABI it was written against.
 #include <kwb/kernel.h>
 
 #include <cmath>

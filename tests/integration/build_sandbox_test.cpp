@@ -45,6 +45,10 @@ protected:
   fs::path m_root;
 };
 
+// What an object must export to count as built (builder.h): appended to sources that test something else.
+const std::string k_abi = "\n#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n"
+                          "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call*) { return 0; }\n";
+
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
   std::ofstream(p, std::ios::trunc) << text;
@@ -160,7 +164,7 @@ TEST_F(BuildSandboxTest, an_incbin_of_a_file_in_the_folder_is_a_dependency) {
   const fs::path folder = m_root / "cand";
   write(folder / "blob.bin", "first");
   write(folder / "k.cpp",
-        "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n");
+        "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n" + k_abi);
   Artifact first = build_implementation({folder / "k.cpp"});
   ASSERT_TRUE(first.ok) << first.log;
   if (first.identity.compiler_version.find("clang") != std::string::npos) {
@@ -234,7 +238,7 @@ TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
   write(folder / "scale.h", "#define SCALE 3.0f\n");
   write(folder / "k.cu",
         "#include \"scale.h\"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
-        "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n");
+        "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n" + k_abi);
   BuildRequest request{folder / "k.cu"};
   request.backend = "cuda";
   Artifact a;

@@ -116,8 +116,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"exit.cpp", "exited"}, Misbehaviour{"hang.cpp", "timeout"},
                       Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                       Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
-                      Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"},
-                      Misbehaviour{"no_abi.cpp", "missing_symbol"}),
+                      Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"}),
     [](const auto& info) {
       std::string n = info.param.file;
       return n.substr(0, n.find('.'));
@@ -220,16 +219,16 @@ TEST(check_test, exhaustive_times_out_in_every_case_of_a_hang) {
 }
 
 TEST(check_test, a_failed_load_stops_the_check) {
-  // No kwb_run: nothing can run in any case. The load failure is reported once, and the rest is not run.
-  KwbRun r = check(k_candidates / "no_abi.cpp", {"--case", "decode", "--case", "zeros"});
+  // kwb_setup fails: nothing can run in any case. The load failure is reported once, and the rest is not run.
+  KwbRun r = check(k_candidates / "setup_fails.cpp", {"--case", "decode", "--case", "zeros"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   ASSERT_EQ(r.json["failures"].size(), 1u) << r.json["failures"].dump();
-  EXPECT_EQ(r.json["failures"][0]["reason"], "missing_symbol");
+  EXPECT_EQ(r.json["failures"][0]["reason"], "setup_failed");
   EXPECT_EQ(r.json["not_run"], nlohmann::json::array({"decode"}));  // zeros is smaller and runs first
   expect_consistent_counts(r.json);
   // --exhaustive keeps the old accounting: every later case is a not_run failure, never a pass.
-  KwbRun all = check(k_candidates / "no_abi.cpp", {"--case", "decode", "--case", "zeros", "--exhaustive"});
+  KwbRun all = check(k_candidates / "setup_fails.cpp", {"--case", "decode", "--case", "zeros", "--exhaustive"});
   ASSERT_FALSE(all.json.is_discarded()) << all.output << all.errors;
   EXPECT_EQ(count_reason(all.json, "not_run"), 1u) << all.json["failures"].dump();
   EXPECT_TRUE(all.json["not_run"].empty());

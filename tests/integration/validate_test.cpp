@@ -5,6 +5,7 @@
 #include "pipeline/validate.h"
 #include "task/task.h"
 #include "util/fs.h"
+#include "util/provenance.h"
 #include "util/sha256.h"
 
 #include <gtest/gtest.h>
@@ -140,6 +141,18 @@ TEST_F(ValidateBundle, stage_log_records_every_stage_in_order) {
     EXPECT_EQ(s["stages"][i]["name"], validate_stage_names()[i]);
     EXPECT_NE(s["stages"][i]["status"], "pending");
   }
+}
+
+// Provenance: the plan says which commit kwb was built from and whether the tree held changes that commit lacks
+// (this very build's answer, cmake/provenance.cmake); verify warns about a modified tree and still accepts the bundle.
+TEST_F(ValidateBundle, plan_records_whether_kwb_was_built_from_a_modified_tree) {
+  const nlohmann::json plan = nlohmann::json::parse(read_file(*s_dir / "plan.json"));
+  const Provenance built = build_provenance();
+  EXPECT_EQ(plan["kwb"]["git_sha"], built.git_sha);
+  EXPECT_EQ(plan["kwb"]["git_dirty"], built.git_dirty ? nlohmann::json(*built.git_dirty) : nlohmann::json());
+  KwbRun v = verify(*s_dir);
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.json["warnings"].size(), built.git_dirty.value_or(false) ? 1u : 0u) << v.output;
 }
 
 TEST_F(ValidateBundle, verify_accepts_the_intact_bundle) {

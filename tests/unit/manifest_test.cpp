@@ -1,5 +1,6 @@
 #include "task/task.h"
 #include "util/error.h"
+#include "../valid_task.h"
 
 #include <gtest/gtest.h>
 
@@ -12,39 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // A minimal valid manifest; tests break one thing at a time.
-const char* k_valid = R"(name = "t"
-description = "d"
-oracle = "rmsnorm"
-
-[signature]
-inputs = [
-  { name = "x", dtype = "f32", shape = ["rows", "cols"] },
-  { name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 },
-]
-outputs = [{ name = "y", dtype = "f32", shape = ["rows", "cols"] }]
-scalars = [{ name = "eps", default = 1e-6 }]
-
-[tolerance]
-rtol = 1e-4
-atol = 0.0
-
-[[cases]]
-name = "a"
-role = "timing"
-dims = { rows = 2, cols = 8 }
-distribution = "normal"
-scale = 2.0
-seed = 1
-
-[backends.cpu]
-baseline = "impl.cpp"
-reference = "impl.cpp"
-
-[[backends.cpu.controls]]
-name = "c"
-source = "impl.cpp"
-expect = "numeric_mismatch"
-)";
+const char* const k_valid = kwb::test::k_valid_manifest;
 
 class ManifestTest : public ::testing::Test {
 protected:
@@ -212,6 +181,92 @@ TEST_F(ManifestTest, control_name_that_is_not_a_file_name_is_refused) {
   write_with("name = \"c\"", "name = \"../../x\"");
   std::string msg = load_error();
   EXPECT_NE(msg.find("field 'backends.cpu.controls[0].name'"), std::string::npos) << msg;
+}
+
+// Issue 13: errors a user can act on. Each names the file, the line of what is wrong, the field and the fix.
+
+TEST_F(ManifestTest, dims_whose_tensors_overflow_64_bits_are_rejected_at_the_dims_line) {
+  write_with("dims = { rows = 2, cols = 8 }", "dims = { rows = 4000000000000, cols = 4000000000000 }");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'cases[0].dims'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("tensor 'x'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("overflows"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 20);
+}
+
+TEST_F(ManifestTest, dims_whose_tensors_exceed_the_per_case_limit_give_the_byte_size_and_the_limit) {
+  // 2 f32 tensors of 10^12 elements: 8e12 bytes, no overflow, far over the limit.
+  write_with("dims = { rows = 2, cols = 8 }", "dims = { rows = 1000000, cols = 1000000 }");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'cases[0].dims'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("8000004000000 bytes"), std::string::npos) << msg;  // x, weight and y
+  EXPECT_NE(msg.find("16 GiB"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 20);
+}
+
+TEST_F(ManifestTest, a_case_at_the_per_case_limit_loads) {
+  // x and y: 2 x 2^31 f32 elements = 16 GiB, plus weight (2^16 f32 elements): over by 256 KiB, refused; one row
+  // fewer is within.
+  write_with("dims = { rows = 2, cols = 8 }", "dims = { rows = 32768, cols = 65536 }");
+  EXPECT_NE(load_error().find("field 'cases[0].dims'"), std::string::npos);
+  write_with("dims = { rows = 2, cols = 8 }", "dims = { rows = 32767, cols = 65536 }");
+  EXPECT_NO_THROW(kwb::load_task(m_dir));
+}
+
+TEST_F(ManifestTest, non_finite_or_negative_tolerances_are_rejected_at_their_line) {
+  for (const char* bad : {"inf", "nan", "-inf", "+inf", "-1e-3"}) {
+    write_with("rtol = 1e-4", std::string("rtol = ") + bad);
+    std::string msg = load_error();
+    EXPECT_NE(msg.find("field 'tolerance.rtol'"), std::string::npos) << bad << ": " << msg;
+    EXPECT_NE(msg.find("a finite number >= 0"), std::string::npos) << bad << ": " << msg;
+    expect_location(msg, m_dir, 14);
+    write_with("atol = 0.0", std::string("atol = ") + bad);
+    msg = load_error();
+    EXPECT_NE(msg.find("field 'tolerance.atol'"), std::string::npos) << bad << ": " << msg;
+    expect_location(msg, m_dir, 15);
+  }
+}
+
+TEST_F(ManifestTest, misspelled_table_is_unknown_at_its_line_with_a_suggestion) {
+  write_with("[tolerance]", "[tolerence]");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("unknown field 'tolerence'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'tolerance'?"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 13);
+}
+
+TEST_F(ManifestTest, misspelled_required_key_is_unknown_at_its_line_not_a_missing_field) {
+  write_with("rtol = 1e-4", "rtl = 1e-4");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("unknown field 'tolerance.rtl'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'rtol'?"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 14);
+}
+
+TEST_F(ManifestTest, a_missing_key_is_not_blamed_on_a_similar_valid_one) {
+  // rtol is missing; atol is one letter away from it but is a field of [tolerance] in its own right.
+  write_with("rtol = 1e-4\n", "");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("missing field 'tolerance.rtol'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("atol"), std::string::npos) << msg;
+}
+
+TEST_F(ManifestTest, unknown_optional_key_suggests_the_closest_known_one) {
+  write_with("seed = 1", "seed = 1\nsed = 2");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("unknown field 'cases[0].sed'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'seed'?"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 24);
+}
+
+TEST_F(ManifestTest, unknown_backend_is_reported_at_its_line_with_the_known_ones) {
+  // The controls keep [backends.cpu] alive with no baseline: the unknown name must be reported, not the baseline.
+  write_with("[backends.cpu]", "[backends.cpux]");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("unknown backend 'cpux'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("cpu, opencl, cuda"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'cpu'?"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 25);
 }
 
 TEST(manifest_test, builtin_rmsnorm_task_loads) {

@@ -2,10 +2,13 @@
 // exactly tests/golden/report_decode.md. Set KWB_UPDATE_GOLDEN=1 to rewrite the golden file after an intended
 // change, and review the diff.
 #include "record/bundle_reader.h"
+#include "record/verify.h"
 #include "report/report.h"
 #include "util/fs.h"
 
 #include <gtest/gtest.h>
+
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -53,6 +56,41 @@ TEST(report_test, incomplete_bundle_still_renders_and_says_so) {
   EXPECT_FALSE(b.problems.empty());
   EXPECT_NE(kwb::render_markdown(b).find("NO DECISION (incomplete bundle)"), std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// Provenance: a plan written by a kwb built from a modified tree is a warning in both reports, never silently absent.
+TEST(report_test, a_plan_from_a_modified_tree_is_a_warning) {
+  kwb::BundleData b = kwb::read_bundle(k_golden / "bundle_decode");
+  EXPECT_EQ(kwb::render_markdown(b).find("modified git tree"), std::string::npos);  // the golden plan does not say
+  b.plan["kwb"]["git_dirty"] = true;
+  const std::string warning =
+      "kwb was built from a modified git tree (commit " + b.plan["kwb"]["git_sha"].get<std::string>();
+  EXPECT_NE(kwb::render_markdown(b).find(warning), std::string::npos) << kwb::render_markdown(b);
+  EXPECT_NE(kwb::render_html(b).find(warning), std::string::npos);
+  for (const nlohmann::json& clean : {nlohmann::json(false), nlohmann::json(), nlohmann::json("yes")}) {
+    b.plan["kwb"]["git_dirty"] = clean;
+    EXPECT_EQ(kwb::render_markdown(b).find("modified git tree"), std::string::npos) << clean.dump();
+  }
+}
+
+// verify says so too, as a warning: the same bundle's problems do not change with the flag.
+TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kwb-provenance-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
+  const kwb::VerifyReport intact = kwb::verify_bundle(d);
+  EXPECT_TRUE(intact.warnings.empty());
+  nlohmann::json plan = nlohmann::json::parse(kwb::read_file(d / "plan.json"));
+  plan["kwb"]["git_dirty"] = true;
+  kwb::write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
+  const kwb::VerifyReport dirty = kwb::verify_bundle(d);
+  ASSERT_EQ(dirty.warnings.size(), 1u);
+  EXPECT_EQ(dirty.warnings[0].rfind("plan.json: kwb was built from a modified git tree", 0), 0u) << dirty.warnings[0];
+  for (const std::string& p : dirty.problems) {
+    EXPECT_EQ(p.find("modified"), std::string::npos) << p;  // the edit breaks the plan's digest, nothing more
+  }
+  std::filesystem::remove_all(d);
 }
 
 }  // namespace

@@ -30,3 +30,17 @@ TEST(shape_expr_test, missing_dim_is_reported_by_name) {
     EXPECT_NE(std::string(e.what()).find("rows"), std::string::npos);
   }
 }
+
+TEST(shape_expr_test, overflow_is_an_error_not_a_wrapped_dimension) {
+  const std::map<std::string, int64_t> dims{{"rows", 4'000'000'000'000}, {"cols", 4'000'000'000'000}};
+  for (const char* e : {"rows*cols", "rows*cols+1", "(rows+rows)*cols", "0-rows*cols"}) {
+    try {
+      (void)kwb::ShapeExpr::parse(e).evaluate(dims);
+      ADD_FAILURE() << e << " evaluated";
+    } catch (const std::overflow_error& err) {
+      EXPECT_NE(std::string(err.what()).find("overflows"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find(e), std::string::npos) << err.what();
+    }
+  }
+  EXPECT_EQ(kwb::ShapeExpr::parse("rows*2").evaluate(dims), 8'000'000'000'000);
+}

@@ -1,0 +1,74 @@
+// Issue 13: a bad task or candidate is exit 65 through the real kwb, with the file, the line, the field and the fix
+// on stderr, before anything is built or run.
+#include "../valid_task.h"
+#include "cli_helpers.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <fstream>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct BadTask {
+  const char* name;
+  const char* from;
+  const char* to;
+  int line;
+  const char* message;
+};
+
+class TaskErrorTest : public ::testing::TestWithParam<BadTask> {};
+
+TEST_P(TaskErrorTest, exits_65_with_file_line_field_and_fix) {
+  const BadTask& p = GetParam();
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-{}", ::getpid(), p.name);
+  fs::create_directories(dir);
+  std::ofstream(dir / "impl.cpp") << "// never built\n";
+  std::string text = k_valid_manifest;
+  ASSERT_NE(text.find(p.from), std::string::npos) << p.from;
+  text.replace(text.find(p.from), std::string(p.from).size(), p.to);
+  std::ofstream(dir / "task.toml") << text;
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  EXPECT_EQ(r.exit_code, 65) << r.errors;
+  EXPECT_NE(r.errors.find(fmt::format("{}:{}: ", (fs::canonical(dir) / "task.toml").string(), p.line)),
+            std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find(p.message), std::string::npos) << r.errors;
+  fs::remove_all(dir);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    issue13, TaskErrorTest,
+    ::testing::Values(
+        BadTask{"huge_dims", "dims = { rows = 2, cols = 8 }", "dims = { rows = 4000000000000, cols = 4000000000000 }",
+                20, "field 'cases[0].dims': tensor 'x'"},
+        BadTask{"too_large", "dims = { rows = 2, cols = 8 }", "dims = { rows = 1000000, cols = 1000000 }", 20,
+                "8000004000000 bytes"},
+        BadTask{"rtol_inf", "rtol = 1e-4", "rtol = inf", 14, "field 'tolerance.rtol': must be a finite number >= 0"},
+        BadTask{"atol_nan", "atol = 0.0", "atol = nan", 15, "field 'tolerance.atol': must be a finite number >= 0"},
+        BadTask{"tolerence", "[tolerance]", "[tolerence]", 13, "did you mean 'tolerance'?"},
+        BadTask{"cpux", "[backends.cpu]", "[backends.cpux]", 25, "unknown backend 'cpux'"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A source without KWB_CANDIDATE_ABI is a bad candidate source, like one that does not compile: 65, naming the file
+// and the macro, with no case run.
+TEST(task_errors_test, candidate_without_the_abi_marker_exits_65_naming_the_file) {
+  const fs::path src = k_source_dir / "tests" / "candidates" / "no_abi.cpp";
+  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", src.string(), "--json"});
+  EXPECT_EQ(r.exit_code, 65) << r.output << r.errors;
+  ASSERT_FALSE(r.json.is_discarded()) << r.output;
+  ASSERT_EQ(r.json["failures"].size(), 1u) << r.json["failures"].dump();
+  const std::string detail = r.json["failures"][0]["detail"];
+  EXPECT_NE(detail.find(src.string()), std::string::npos) << detail;
+  EXPECT_NE(detail.find("KWB_CANDIDATE_ABI"), std::string::npos) << detail;
+  EXPECT_TRUE(r.json["cases"].empty()) << r.output;
+}
+
+}  // namespace
+}  // namespace kwb::test
