@@ -1,6 +1,7 @@
 #include "ledger/ledger.h"
 
 #include "util/error.h"
+#include "util/provenance.h"
 
 #include <fmt/format.h>
 #include <sqlite3.h>
@@ -295,7 +296,9 @@ int64_t Ledger::record(const LedgerRun& run) {
   ins.bind(5, run.started.empty() ? utc_now_text() : run.started);
   ins.bind(6, run.finished.empty() ? utc_now_text() : run.finished);
   ins.bind(7, run.outcome).bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
-  ins.bind(10, run.plan_digest).bind(11, run.bundle).bind(12, std::string(KWB_VERSION " " KWB_GIT_SHA));
+  const Provenance built = build_provenance();
+  ins.bind(10, run.plan_digest).bind(11, run.bundle);
+  ins.bind(12, fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
   ins.bind(13, static_cast<int64_t>(::getpid()));
   ins.step();
   const int64_t id = sqlite3_last_insert_rowid(m_db);
