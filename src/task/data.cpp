@@ -60,19 +60,32 @@ uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint6
   return mix_seed(mix_seed(mix_seed(c.seed, input_index + 1), set_index + 1), nonce);
 }
 
+double load_element(DType dtype, const unsigned char* data, size_t i) {
+  if (dtype == DType::f32) {
+    float f;
+    std::memcpy(&f, data + 4 * i, 4);
+    return f;
+  }
+  double d;
+  std::memcpy(&d, data + 8 * i, 8);
+  return d;
+}
+
+void store_element(DType dtype, unsigned char* data, size_t i, double v) {
+  if (dtype == DType::f32) {
+    const float f = static_cast<float>(v);
+    std::memcpy(data + 4 * i, &f, 4);
+  } else {
+    std::memcpy(data + 8 * i, &v, 8);
+  }
+}
+
 void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char> out, uint64_t seed) {
   const size_t width = dtype_size(dtype);
   if (out.size() % width != 0) throw std::invalid_argument("fill_tensor: size is not a multiple of the dtype");
   const size_t n = out.size() / width;
   Rng rng(seed);
-  auto store = [&](size_t i, double v) {
-    if (dtype == DType::f32) {
-      float f = static_cast<float>(v);
-      std::memcpy(out.data() + i * 4, &f, 4);
-    } else {
-      std::memcpy(out.data() + i * 8, &v, 8);
-    }
-  };
+  auto store = [&](size_t i, double v) { store_element(dtype, out.data(), i, v); };
   for (size_t i = 0; i < n; ++i) {
     double v = 0.0;
     switch (dist.kind) {

@@ -29,6 +29,11 @@ uint64_t mix_seed(uint64_t a, uint64_t b);
 // sets of one case never share data, so a replayed output never matches by accident.
 uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce);
 
+// Element `i` of a tensor of `dtype` stored at `data`, as a double (exact: every dtype is a subset of double), and
+// the reverse, rounded to the nearest value of `dtype`. The one place that knows how each dtype is stored.
+double load_element(DType dtype, const unsigned char* data, size_t i);
+void store_element(DType dtype, unsigned char* data, size_t i, double v);
+
 // Fills `out` (elements of `dtype`) from `dist`.
 void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char> out, uint64_t seed);
 

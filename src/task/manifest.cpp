@@ -334,7 +334,16 @@ Task load_task(const fs::path& dir_in) {
   TableReader top(root, "", file);
   task.name = top.string("name");
   task.description = top.string("description");
-  task.oracle = top.string("oracle");
+  if (const std::string named = top.string("oracle"); fs::path(named).extension().empty()) {
+    // The form of kwb's former built-in oracles (oracle = "rmsnorm").
+    top.fail(top.get("oracle"), "oracle",
+             fmt::format("'{}' is not a source file: kwb has no built-in oracles; write the task's reference "
+                         "implementation against include/kwb/oracle.h in a .c or .cpp file in the task folder and "
+                         "name it here (oracle = \"oracle.cpp\"; docs/task-format.md, \"The oracle\")",
+                         named));
+  }
+  task.oracle = resolve_source(top, "oracle", task.dir);
+  task.oracle_sha256 = sha256_file(task.oracle);
   if (auto t = top.get("threads")) {
     if (!t->is_integer() || *t->value<int64_t>() < 1) top.fail(t, "threads", "expected an integer >= 1");
     task.threads = static_cast<int>(*t->value<int64_t>());

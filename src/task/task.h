@@ -89,7 +89,8 @@ struct Task {
   std::string manifest_sha256;
   std::string name;
   std::string description;
-  std::string oracle;
+  std::filesystem::path oracle;  // absolute; the reference implementation (include/kwb/oracle.h)
+  std::string oracle_sha256;     // of its source
   int threads = 1;
   Signature signature;
   Tolerance tolerance;

@@ -1,5 +1,6 @@
 #include "task/task.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +15,7 @@ namespace {
 // A minimal valid manifest; tests break one thing at a time.
 const char* k_valid = R"(name = "t"
 description = "d"
-oracle = "rmsnorm"
+oracle = "oracle.cpp"
 
 [signature]
 inputs = [
@@ -53,6 +54,7 @@ protected:
                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(m_dir);
     std::ofstream(m_dir / "impl.cpp") << "// empty\n";
+    std::ofstream(m_dir / "oracle.cpp") << "// the oracle\n";
   }
   void TearDown() override { fs::remove_all(m_dir); }
 
@@ -93,7 +95,8 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
   write(k_valid);
   kwb::Task t = kwb::load_task(m_dir);
   EXPECT_EQ(t.name, "t");
-  EXPECT_EQ(t.oracle, "rmsnorm");
+  EXPECT_EQ(t.oracle, fs::canonical(m_dir) / "oracle.cpp");
+  EXPECT_EQ(t.oracle_sha256, kwb::sha256_file(m_dir / "oracle.cpp"));
   ASSERT_EQ(t.signature.inputs.size(), 2u);
   EXPECT_EQ(t.signature.inputs[1].distribution->kind, kwb::DistributionKind::uniform);
   EXPECT_DOUBLE_EQ(t.signature.inputs[1].distribution->low, 0.5);
@@ -110,10 +113,28 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
 }
 
 TEST_F(ManifestTest, missing_field_names_the_field) {
-  write_with("oracle = \"rmsnorm\"\n", "");
+  write_with("oracle = \"oracle.cpp\"\n", "");
   std::string msg = load_error();
   EXPECT_NE(msg.find("missing field 'oracle'"), std::string::npos) << msg;
   expect_location(msg, m_dir, 1);
+}
+
+TEST_F(ManifestTest, oracle_must_be_a_file_inside_the_task_folder) {
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"rmsnorm\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'rmsnorm' is not a source file: kwb has no built-in oracles"), std::string::npos) << msg;
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"missing.cpp\"");
+  msg = load_error();
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("source 'missing.cpp' does not exist"), std::string::npos) << msg;
+  const fs::path outside = m_dir.string() + "-outside.cpp";
+  std::ofstream(outside) << "// outside\n";
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"../" + outside.filename().string() + "\"");
+  msg = load_error();
+  fs::remove(outside);
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the task folder"), std::string::npos) << msg;
 }
 
 TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
