@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <utility>
@@ -91,9 +92,11 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
     const size_t count = n == 0 ? 0 : std::min<size_t>(4, 1 + n / 65536);
     for (size_t k = 0; k < count; ++k) {
       const size_t at = static_cast<size_t>(rng.next() % n);
-      // -2x (or 1 for a zero) is far from x at any scale, finite, and keeps the magnitude of the data.
+      // -2x (or 1 for a zero) is far from x at any scale and keeps the magnitude of the data; -x/2 where -2x would
+      // overflow the dtype (a 16-bit one, near its largest values), so that the twin stays finite.
       const double v = load_element(spec.dtype, to.data(), at);
       store_element(spec.dtype, to.data(), at, v == 0.0 ? 1.0 : -2.0 * v);
+      if (std::isinf(load_element(spec.dtype, to.data(), at))) store_element(spec.dtype, to.data(), at, -0.5 * v);
       changed.push_back(fmt::format("{}[{}]", spec.name, at));
     }
     buf.seal();

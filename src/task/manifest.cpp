@@ -17,15 +17,27 @@ namespace fs = std::filesystem;
 
 const char* to_string(DType d) {
   switch (d) {
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
     case DType::f32: return "f32";
     case DType::f64: return "f64";
   }
   return "?";
 }
 
-size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 8; }
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+  }
+  return 8;
+}
 
 std::optional<DType> parse_dtype(const std::string& s) {
+  if (s == "f16") return DType::f16;
+  if (s == "bf16") return DType::bf16;
   if (s == "f32") return DType::f32;
   if (s == "f64") return DType::f64;
   return std::nullopt;

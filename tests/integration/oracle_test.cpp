@@ -240,6 +240,69 @@ TEST_F(OwnOracle, a_task_with_its_own_oracle_passes_check_with_a_stock_kwb) {
   EXPECT_EQ(r.json["verdict"], "PASS");
 }
 
+// The same task with 16-bit tensors: inputs are generated in the dtype, the oracle (unchanged) sees them as doubles,
+// and the candidate's 16-bit outputs are read and compared in their dtype. Tolerances: one rounding of the product
+// to f16 is 2^-11 (4.9e-4) relative; to bf16 through float, at most 2^-8 (3.9e-3).
+std::string sixteen_bit_task(const std::string& dtype, const std::string& rtol) {
+  std::string toml = k_scale_task;
+  for (size_t at; (at = toml.find("\"f32\"")) != std::string::npos;) toml.replace(at, 5, "\"" + dtype + "\"");
+  toml.replace(toml.find("rtol = 1e-6"), 11, "rtol = " + rtol);
+  return toml;
+}
+
+TEST_F(OwnOracle, an_f16_task_passes_check_against_the_same_double_oracle) {
+  write_file_atomic(m_dir / "task.toml", sixteen_bit_task("f16", "1e-3"));
+  write_file_atomic(m_dir / "scale.c", R"(#include "kwb/kernel.h"
+KWB_CANDIDATE_ABI
+int kwb_run(const kwb_call* call) {
+  if (call->inputs[0].dtype.code != kDLFloat || call->inputs[0].dtype.bits != 16) return 1;
+  const _Float16* x = (const _Float16*)call->inputs[0].data;
+  _Float16* y = (_Float16*)call->outputs[0].data;
+  for (int64_t i = 0; i < call->inputs[0].shape[0]; ++i) y[i] = (_Float16)(call->scalars[0].value * (double)x[i]);
+  return 0;
+}
+)");
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json.dump() << r.errors;
+}
+
+TEST_F(OwnOracle, a_bf16_task_passes_check_and_an_unwritten_element_is_found) {
+  write_file_atomic(m_dir / "task.toml", sixteen_bit_task("bf16", "1e-2"));
+  const std::string candidate = R"(#include "kwb/kernel.h"
+#include <string.h>
+KWB_CANDIDATE_ABI
+int kwb_run(const kwb_call* call) {
+  if (call->inputs[0].dtype.code != kDLBfloat || call->inputs[0].dtype.bits != 16) return 1;
+  const uint16_t* x = (const uint16_t*)call->inputs[0].data;
+  uint16_t* y = (uint16_t*)call->outputs[0].data;
+  for (int64_t i = SKIP; i < call->inputs[0].shape[0]; ++i) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    f = (float)(call->scalars[0].value * f);
+    memcpy(&u, &f, 4);
+    y[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return 0;
+}
+)";
+  std::string honest = candidate;
+  honest.replace(honest.find("SKIP"), 4, "0");
+  write_file_atomic(m_dir / "scale.c", honest);
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json.dump() << r.errors;
+
+  std::string lazy = candidate;
+  lazy.replace(lazy.find("SKIP"), 4, "1");
+  write_file_atomic(m_dir / "scale.c", lazy);
+  r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["failures"].at(0).at("reason"), "output_not_written") << r.json.dump();
+}
+
 TEST_F(OwnOracle, a_wrong_candidate_fails_against_the_tasks_own_oracle) {
   // The same oracle, a candidate that forgets the scalar: every element is off by a factor.
   write_file_atomic(m_dir / "scale.c", std::string(k_scale_impl).replace(std::string(k_scale_impl).find("a * x[i]"),

@@ -147,7 +147,7 @@ TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
 TEST_F(ManifestTest, unknown_dtype_lists_the_choices) {
   write_with("dtype = \"f32\", shape = [\"rows\", \"cols\"] }", "dtype = \"f23\", shape = [\"rows\", \"cols\"] }");
   std::string msg = load_error();
-  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f32, f64)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64)"), std::string::npos) << msg;
   expect_location(msg, m_dir, 7);
 }
 
