@@ -23,16 +23,29 @@ namespace fs = std::filesystem;
 const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
 
 // tests/adversarial/tasks/rmsnorm_threads with tasks/rmsnorm's oracle beside it (a task's sources live in its folder),
-// copied once per test process.
+// copied once per test process and removed when it ends.
+class ThreadsTask {
+public:
+  ThreadsTask() : m_dir(fs::temp_directory_path() / ("kwb-threads-task-" + std::to_string(::getpid()))) {
+    fs::remove_all(m_dir);
+    fs::copy(k_adversarial / "tasks" / "rmsnorm_threads", m_dir, fs::copy_options::recursive);
+    fs::copy_file(k_rmsnorm / "oracle.cpp", m_dir / "oracle.cpp");
+  }
+  ~ThreadsTask() {
+    std::error_code ec;
+    fs::remove_all(m_dir, ec);
+  }
+  ThreadsTask(const ThreadsTask&) = delete;
+  ThreadsTask& operator=(const ThreadsTask&) = delete;
+  const fs::path& dir() const { return m_dir; }
+
+private:
+  fs::path m_dir;
+};
+
 fs::path threads_task() {
-  static const fs::path dir = [] {
-    const fs::path to = fs::temp_directory_path() / ("kwb-threads-task-" + std::to_string(::getpid()));
-    fs::remove_all(to);
-    fs::copy(k_adversarial / "tasks" / "rmsnorm_threads", to, fs::copy_options::recursive);
-    fs::copy_file(k_rmsnorm / "oracle.cpp", to / "oracle.cpp");
-    return to;
-  }();
-  return dir;
+  static const ThreadsTask task;
+  return task.dir();
 }
 
 std::set<std::string> reasons(const nlohmann::json& j) {
