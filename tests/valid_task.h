@@ -7,7 +7,7 @@ namespace kwb::test {
 
 inline constexpr const char* k_valid_manifest = R"(name = "t"
 description = "d"
-oracle = "rmsnorm"
+oracle = "oracle.cpp"
 
 [signature]
 inputs = [

@@ -52,6 +52,10 @@ BuildIdentity build_identity_from_json(const nlohmann::json& j) {
 
 namespace {
 
+// What a build makes: an implementation (optimized for this machine) or a task's oracle (built for accuracy, with
+// kwb's adapter compiled in before it).
+enum class BuildPurpose { implementation, oracle };
+
 struct Toolchain {
   std::string compiler;
   std::vector<std::string> flags;       // before the sources
@@ -82,7 +86,7 @@ fs::path cuda_library_dir(const std::string& nvcc) {
   return {};
 }
 
-Toolchain toolchain_for(const fs::path& source, const std::string& backend) {
+Toolchain toolchain_for(const fs::path& source, const std::string& backend, BuildPurpose purpose) {
   const std::string ext = source.extension().string();
   if (backend == "cuda") {
     if (ext != ".cu") {
@@ -105,13 +109,23 @@ Toolchain toolchain_for(const fs::path& source, const std::string& backend) {
   // -march=native: the artifact is judged on this machine; the CPU model is part of the recorded environment.
   // -fvisibility=hidden: only the KWB_EXPORT'ed ABI symbols leave the object.
   std::vector<std::string> common = {"-O3", "-march=native", "-fPIC", "-fvisibility=hidden", "-shared"};
+  if (purpose == BuildPurpose::oracle) {
+    // An oracle is built for accuracy, not speed: every operation rounded as written (no contraction into FMA, no
+    // reassociation, NaN and Inf honoured), for the generic x86-64 (or aarch64) target, so its outputs do not
+    // depend on which CPU built it.
+    common = {"-O2", "-ffp-contract=off", "-fno-fast-math", "-fno-finite-math-only", "-fno-associative-math",
+              "-fPIC", "-fvisibility=hidden", "-shared"};
+  }
   Toolchain t;
   if (ext == ".cpp" || ext == ".cc" || ext == ".cxx") {
     t = {env_or("KWB_CXX", "c++"), {"-std=c++20"}, {}, {}, false};
   } else if (ext == ".c") {
     t = {env_or("KWB_CC", "cc"), {"-std=c11"}, {}, {}, false};
-  } else if (ext == ".cu") {
+  } else if (ext == ".cu" && purpose == BuildPurpose::implementation) {
     throw DataError(fmt::format("{}: a .cu implementation needs --backend cuda", source.string()));
+  } else if (purpose == BuildPurpose::oracle) {
+    throw DataError(fmt::format("{}: unsupported oracle source type '{}' (expected .c, .cpp, .cc or .cxx)",
+                                source.string(), ext));
   } else {
     throw DataError(
         fmt::format("{}: unsupported source type '{}' (expected .c, .cpp, .cc or .cxx; .cu with --backend cuda)",
@@ -276,9 +290,7 @@ Artifact& require_abi_exports(Artifact& art) {
   return art;
 }
 
-}  // namespace
-
-Artifact build_implementation(const BuildRequest& request) {
+Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::string& companion_source) {
   Artifact art;
   if (!fs::is_regular_file(request.source)) {
     throw DataError(fmt::format("{}: implementation source does not exist", request.source.string()));
@@ -294,7 +306,7 @@ Artifact build_implementation(const BuildRequest& request) {
                                 "whole folder): move it into a folder of its own",
                                 art.source.string()));
   }
-  const Toolchain tc = toolchain_for(art.source, request.backend);
+  const Toolchain tc = toolchain_for(art.source, request.backend, purpose);
   const fs::path cuda_lib = tc.nvcc ? cuda_library_dir(tc.compiler) : fs::path();
   const fs::path include_dir = fs::weakly_canonical(abi_include_dir());
 
@@ -308,7 +320,8 @@ Artifact build_implementation(const BuildRequest& request) {
                                                            : "set KWB_CXX / KWB_CC"));
   }
   id.backend = request.backend;
-  id.abi_header_sha256 = sha256_file(include_dir / "kwb" / "kernel.h");
+  id.abi_header_sha256 =
+      sha256_file(include_dir / "kwb" / (purpose == BuildPurpose::oracle ? "oracle.h" : "kernel.h"));
   id.layout_variant = request.layout_variant;
   // The dependency-output flags (-MD -MF, -Wa,--MD) change nothing in the object and are not recorded.
   std::string cmd = tc.compiler;
@@ -316,6 +329,7 @@ Artifact build_implementation(const BuildRequest& request) {
   cmd += " -I<kwb-include>";
   if (tc.nvcc && !cuda_lib.empty()) cmd += " -Xlinker=-rpath,<cuda-lib>";
   if (request.layout_variant > 0) cmd += " <layout-pad>";
+  if (!companion_source.empty()) cmd += " <companion>";
   cmd += " <source>";
   for (const std::string& f : tc.link_flags) cmd += " " + f;
   cmd += " -o <artifact>";
@@ -324,7 +338,8 @@ Artifact build_implementation(const BuildRequest& request) {
   // compiler's real path, the CPU -march=native targets) and the CUDA library folder the rpath names.
   std::vector<std::string> pre_parts = {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256,
                                         id.backend, std::to_string(id.layout_variant),
-                                        layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string()};
+                                        layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string(),
+                                        "companion=" + companion_source};
   for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
   Sha256 pre;
   for (const std::string& part : pre_parts) {
@@ -371,6 +386,12 @@ Artifact build_implementation(const BuildRequest& request) {
     // C++ drivers would compile a .c file as C++; the padding is valid in both (nvcc hands a .c to the host
     // compiler). It comes first: each compile rewrites the depfiles, and the candidate's must be the last.
     argv.push_back(pad.string());
+  }
+  if (!companion_source.empty()) {
+    // Before the source, like the padding, so that the source's depfile is the one left.
+    const fs::path companion = work.path() / "companion.c";
+    write_file_atomic(companion, companion_source);
+    argv.push_back(companion.string());
   }
   argv.push_back(art.source.string());
   argv.insert(argv.end(), tc.link_flags.begin(), tc.link_flags.end());
@@ -464,6 +485,16 @@ Artifact build_implementation(const BuildRequest& request) {
   write_file_atomic(manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
   art.ok = true;
   return require_abi_exports(art);
+}
+
+}  // namespace
+
+Artifact build_implementation(const BuildRequest& request) {
+  return build(request, BuildPurpose::implementation, "");
+}
+
+Artifact build_oracle(const fs::path& source, const std::string& adapter_source) {
+  return build({source, 0, "cpu"}, BuildPurpose::oracle, adapter_source);
 }
 
 }  // namespace kwb

@@ -17,7 +17,7 @@ struct BuildIdentity {
   std::string compiler;           // as invoked (c++, cc, or $KWB_CXX / $KWB_CC)
   std::string compiler_version;   // the version line of `compiler --version` (nvcc: its "release" line)
   std::string backend;            // cpu, opencl or cuda: decides the toolchain flags and link libraries
-  std::string abi_header_sha256;  // kwb/kernel.h the source was compiled against
+  std::string abi_header_sha256;  // kwb/kernel.h (an oracle: kwb/oracle.h) the source was compiled against
   int layout_variant = 0;         // 0: plain build; n > 0: code shifted by layout_pad_bytes(n) (docs/timing.md)
   // Every file the compile read besides the source and the system/toolchain headers (those are covered by
   // compiler_version): (path, sha256), sorted by path. Paths are relative to the source's folder, or
@@ -65,5 +65,11 @@ struct BuildRequest {
 // mode, a manifest under the pre-key (everything but the dependencies) records the last build's dependency list; a
 // lookup re-hashes every recorded file, and any change or missing file is a miss and a rebuild.
 Artifact build_implementation(const BuildRequest& request);
+
+// Builds (or reuses) a task's oracle (include/kwb/oracle.h) the same way, with the cpu toolchain and flags chosen for
+// accuracy instead of speed: -O2, -ffp-contract=off, no fast-math, no -march. `adapter_source`, C that is also valid
+// C++, is compiled into the same object before the oracle (kwb's bridge from the worker's kwb_run to kwb_oracle); its
+// text is part of the identity, and abi_header_sha256 is kwb/oracle.h's.
+Artifact build_oracle(const std::filesystem::path& source, const std::string& adapter_source);
 
 }  // namespace kwb

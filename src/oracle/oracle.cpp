@@ -1,88 +1,327 @@
 #include "oracle/oracle.h"
 
+#include "task/data.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+#include "worker/shared_buffer.h"
+#include "worker/worker_process.h"
+
 #include <fmt/format.h>
 
-#include <cmath>
+#include <algorithm>
+#include <bit>
 #include <cstring>
+#include <limits>
 #include <map>
-#include <stdexcept>
+#include <memory>
+#include <optional>
+#include <utility>
 
 namespace kwb {
 
-size_t TensorView::elements() const {
-  size_t n = 1;
-  for (int64_t d : dims) n *= static_cast<size_t>(d);
-  return n;
-}
-
-double TensorView::at(size_t i) const {
-  if (dtype == DType::f32) {
-    float f;
-    std::memcpy(&f, data + 4 * i, 4);
-    return f;
-  }
-  double d;
-  std::memcpy(&d, data + 8 * i, 8);
-  return d;
-}
-
-void CompensatedSum::add(long double x) {
-  long double t = m_sum + x;
-  if (std::fabs(m_sum) >= std::fabs(x)) {
-    m_c += (m_sum - t) + x;
-  } else {
-    m_c += (x - t) + m_sum;
-  }
-  m_sum = t;
-}
+namespace fs = std::filesystem;
 
 namespace {
 
-// y[r, c] = x[r, c] / sqrt(mean_c x[r, c]^2 + eps) * weight[c], from the definition: one row at a time,
-// squares and their sum in long double (64-bit mantissa on x86) with compensation.
-std::vector<std::vector<double>> rmsnorm(std::span<const TensorView> inputs, std::span<const double> scalars) {
-  if (inputs.size() != 2 || scalars.size() != 1) {
-    throw std::invalid_argument("oracle rmsnorm expects inputs (x, weight) and scalars (eps)");
+// Compiled into the oracle's object before its source (builder.h, build_oracle): the worker calls kwb_run, which
+// hands the call to the author's kwb_oracle as include/kwb/oracle.h describes. Valid C and C++ (a C++ driver compiles
+// it as C++). A failure's message goes to stderr, which the parent reads back from the worker's output.
+constexpr const char* k_adapter_source = R"ADAPTER(/* kwb oracle adapter: kwb_run -> kwb_oracle (include/kwb/oracle.h) */
+#include "kwb/kernel.h"
+#include "kwb/oracle.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+KWB_CANDIDATE_ABI
+
+static int kwb_adapter_fill(const DLTensor* from, const char* const* names, int32_t n, kwb_oracle_tensor* to) {
+  for (int32_t i = 0; i < n; ++i) {
+    int64_t elements = 1;
+    for (int32_t d = 0; d < from[i].ndim; ++d) elements *= from[i].shape[d];
+    if (from[i].dtype.code != kDLFloat || from[i].dtype.bits != 64) return -1;
+    to[i].name = names[i];
+    to[i].ndim = from[i].ndim;
+    to[i].shape = from[i].shape;
+    to[i].elements = elements;
+    to[i].data = (double*)from[i].data;
   }
-  const TensorView& x = inputs[0];
-  const TensorView& w = inputs[1];
-  if (x.dims.empty() || w.dims.size() != 1 || w.dims[0] != x.dims.back()) {
-    throw std::invalid_argument("oracle rmsnorm: weight must be 1-D with the length of x's last axis");
-  }
-  const size_t cols = static_cast<size_t>(x.dims.back());
-  const size_t rows = x.elements() / cols;
-  const long double eps = scalars[0];
-  std::vector<double> y(x.elements());
-  for (size_t r = 0; r < rows; ++r) {
-    CompensatedSum sum;
-    for (size_t c = 0; c < cols; ++c) {
-      long double v = x.at(r * cols + c);
-      sum.add(v * v);
-    }
-    long double inv_rms = 1.0L / std::sqrt(sum.value() / static_cast<long double>(cols) + eps);
-    for (size_t c = 0; c < cols; ++c) {
-      y[r * cols + c] = static_cast<double>(static_cast<long double>(x.at(r * cols + c)) * inv_rms * w.at(c));
-    }
-  }
-  return {std::move(y)};
+  return 0;
 }
 
-const std::map<std::string, OracleFn>& registry() {
-  static const std::map<std::string, OracleFn> oracles = {{"rmsnorm", rmsnorm}};
-  return oracles;
+int kwb_run(const kwb_call* call) {
+  static char message[4096];
+  const int32_t tensors = call->num_inputs + call->num_outputs;
+  kwb_oracle_tensor* all = (kwb_oracle_tensor*)calloc((size_t)tensors + 1, sizeof(kwb_oracle_tensor));
+  const char** names = (const char**)calloc((size_t)call->num_scalars + 1, sizeof(const char*));
+  double* values = (double*)calloc((size_t)call->num_scalars + 1, sizeof(double));
+  kwb_oracle_args args;
+  int rc;
+  if (all == NULL || names == NULL || values == NULL) {
+    fputs("kwb-oracle-error: the adapter could not allocate its argument arrays\n", stderr);
+    return -1;
+  }
+  if (kwb_adapter_fill(call->inputs, call->input_names, call->num_inputs, all) != 0 ||
+      kwb_adapter_fill(call->outputs, call->output_names, call->num_outputs, all + call->num_inputs) != 0) {
+    fputs("kwb-oracle-error: kwb passed a tensor that is not f64\n", stderr);
+    return -1;
+  }
+  for (int32_t i = 0; i < call->num_scalars; ++i) {
+    names[i] = call->scalars[i].name;
+    values[i] = call->scalars[i].value;
+  }
+  memset(&args, 0, sizeof args);
+  memset(message, 0, sizeof message);
+  args.version = KWB_ORACLE_VERSION;
+  args.num_inputs = call->num_inputs;
+  args.inputs = all;
+  args.num_outputs = call->num_outputs;
+  args.outputs = all + call->num_inputs;
+  args.num_scalars = call->num_scalars;
+  args.scalar_names = names;
+  args.scalars = values;
+  args.error = message;
+  args.error_capacity = sizeof message;
+  rc = kwb_oracle(&args);
+  if (rc != 0) {
+    message[sizeof message - 1] = '\0';
+    fprintf(stderr, "kwb-oracle-error: kwb_oracle returned %d: %s\n", rc,
+            message[0] != '\0' ? message : "(no message in args->error)");
+    fflush(stderr);
+  }
+  free(all);
+  free(names);
+  free(values);
+  return rc;
+}
+)ADAPTER";
+
+constexpr const char* k_error_tag = "kwb-oracle-error: ";
+
+std::string relative_name(const Task& task) { return task.oracle.lexically_relative(task.dir).string(); }
+
+// The task's largest case, in elements of every input and output.
+uint64_t largest_case_elements(const Task& task) {
+  uint64_t largest = 0;
+  for (const Case& c : task.cases) {
+    uint64_t n = 0;
+    for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+      for (const TensorSpec& s : *list) n += resolve_shape(s, c).elements();
+    }
+    largest = std::max(largest, n);
+  }
+  return largest;
+}
+
+// One oracle's worker: started at the first call that misses the cache, kept for the next ones, ended after any
+// failure (which stops the verb anyway).
+class OracleRunner {
+public:
+  explicit OracleRunner(const Task& task) : m_task(task), m_artifact(build(task)) {}
+
+  const Artifact& artifact() const { return m_artifact; }
+
+  std::vector<std::vector<double>> run(const OracleCall& call) {
+    if (!m_worker) start();
+    std::vector<SharedBuffer> buffers;
+    std::vector<int> ids;
+    RunRequest request;
+    for (size_t i = 0; i < call.inputs.size(); ++i) {
+      const TensorSpec& spec = m_task.signature.inputs[i];
+      const size_t n = call.input_shapes[i].elements();
+      SharedBuffer buf(fmt::format("kwb-oracle-in-{}", spec.name), n * sizeof(double));
+      auto to = buf.data();
+      for (size_t k = 0; k < n; ++k) {
+        const double v = load_element(spec.dtype, call.inputs[i].data(), k);
+        std::memcpy(to.data() + 8 * k, &v, 8);
+      }
+      buf.seal();
+      request.inputs.push_back({spec.name, next_id(), "f64", call.input_shapes[i].dims});
+      buffers.push_back(std::move(buf));
+    }
+    for (size_t i = 0; i < call.output_shapes.size(); ++i) {
+      const TensorSpec& spec = m_task.signature.outputs[i];
+      SharedBuffer buf(fmt::format("kwb-oracle-out-{}", spec.name), call.output_shapes[i].elements() * sizeof(double));
+      buf.fill_pattern(std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN()), sizeof(double));
+      request.outputs.push_back({spec.name, next_id(), "f64", call.output_shapes[i].dims});
+      buffers.push_back(std::move(buf));
+    }
+    for (const auto* list : {&request.inputs, &request.outputs}) {
+      for (const TensorArg& t : *list) ids.push_back(t.buffer);
+    }
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      if (!m_worker->map(ids[b], buffers[b])) fail(*call.case_, describe(m_worker->death()));
+    }
+    const std::vector<std::string> names = scalar_names();
+    for (size_t s = 0; s < call.scalars.size(); ++s) request.scalars.emplace_back(names.at(s), call.scalars[s]);
+    const RunOutcome out = m_worker->run(request);
+    if (!out.answered) fail(*call.case_, describe(out.death));
+    if (out.rc != 0) fail(*call.case_, error_message(out.rc));
+    if (!m_worker->unmap(ids)) fail(*call.case_, describe(m_worker->death()));
+    std::vector<std::vector<double>> outputs;
+    for (size_t i = 0; i < call.output_shapes.size(); ++i) {
+      const auto bytes = std::as_const(buffers[call.inputs.size() + i]).data();
+      std::vector<double> values(bytes.size() / sizeof(double));
+      std::memcpy(values.data(), bytes.data(), values.size() * sizeof(double));
+      outputs.push_back(std::move(values));
+    }
+    return outputs;
+  }
+
+private:
+  static Artifact build(const Task& task) {
+    Artifact art = build_oracle(task.oracle, k_adapter_source);
+    if (!art.ok) {
+      throw DataError(fmt::format("{}: the task's oracle (field 'oracle' of {}) does not build; fix it so that it "
+                                  "compiles against include/kwb/oracle.h:\n{}",
+                                  task.oracle.string(), task.manifest.string(), art.log));
+    }
+    return art;
+  }
+
+  void start() {
+    const uint64_t elements = largest_case_elements(m_task);
+    m_worker = std::make_unique<WorkerProcess>(worker_executable(), oracle_timeout(elements));
+    WorkerLimits limits;
+    // The worker, the f64 copies of the largest case's tensors several times over (the oracle's own temporaries,
+    // in long double, say), and nothing more: an oracle that allocates without bound fails with resource_limit.
+    limits.address_space_bytes = (uint64_t{2} << 30) + 6 * elements * sizeof(double);
+    limits.cpu_seconds = 3600;
+    DeviceOptions options;
+    options.untimed = true;  // kwb sleeps while the oracle computes
+    const LoadOutcome load = m_worker->load(m_artifact.path, "cpu", 1, m_task.name, limits, options);
+    if (!load.ok) {
+      m_worker.reset();
+      throw DataError(fmt::format("{}: the task's oracle could not be loaded ({}: {})", m_task.oracle.string(),
+                                  load.reason, load.detail));
+    }
+  }
+
+  int next_id() { return m_next_id++; }
+
+  std::vector<std::string> scalar_names() const {
+    std::vector<std::string> names;
+    for (const ScalarSpec& s : m_task.signature.scalars) names.push_back(s.name);
+    return names;
+  }
+
+  std::string describe(const std::optional<WorkerDeath>& death) const {
+    if (!death) return "its worker stopped answering";
+    std::string what = fmt::format("{}: {}", death->reason, death->detail);
+    if (const std::string tail = m_worker->output_tail(1000); !tail.empty()) {
+      what += fmt::format("; its last output:\n{}", tail);
+    }
+    return what;
+  }
+
+  // The adapter's line on stderr, or the tail of the output when the oracle wrote none.
+  std::string error_message(int rc) const {
+    const std::string tail = m_worker->output_tail(8000);
+    const size_t at = tail.rfind(k_error_tag);
+    if (at != std::string::npos) {
+      const size_t begin = at + std::strlen(k_error_tag);
+      return tail.substr(begin, tail.find('\n', begin) - begin);
+    }
+    return fmt::format("kwb_oracle returned {}{}", rc, tail.empty() ? "" : "; its last output:\n" + tail);
+  }
+
+  [[noreturn]] void fail(const Case& c, const std::string& what) {
+    m_worker.reset();
+    throw DataError(fmt::format("{}: the task's oracle failed on case '{}' ({}): {}", m_task.oracle.string(), c.name,
+                                m_task.manifest.string(), what));
+  }
+
+  const Task m_task;  // a copy: the runner outlives the verb's Task
+  Artifact m_artifact;
+  std::unique_ptr<WorkerProcess> m_worker;
+  int m_next_id = 1;
+};
+
+// One runner per oracle source and task manifest, for the life of the process.
+OracleRunner& runner_for(const Task& task) {
+  static std::map<std::string, std::unique_ptr<OracleRunner>> runners;
+  const std::string key = task.oracle.string() + '\n' + task.manifest_sha256;
+  auto it = runners.find(key);
+  if (it == runners.end()) it = runners.emplace(key, std::make_unique<OracleRunner>(task)).first;
+  return *it->second;
+}
+
+fs::path cache_file(const std::string& key) { return cache_dir() / "oracle" / (key + ".f64"); }
+
+// A cached entry: the SHA-256 of the payload (64 hex digits), then the payload, every output's doubles in order.
+// nullopt when absent, of the wrong size or damaged: the oracle then runs again and the entry is rewritten.
+std::optional<std::vector<std::vector<double>>> read_cached(const fs::path& file, const OracleCall& call) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return std::nullopt;
+  const std::string text = read_file(file);
+  size_t total = 0;
+  for (const TensorShape& s : call.output_shapes) total += s.elements();
+  if (text.size() != 64 + total * sizeof(double)) return std::nullopt;
+  const std::string_view payload = std::string_view(text).substr(64);
+  if (sha256_hex(payload) != text.substr(0, 64)) return std::nullopt;
+  std::vector<std::vector<double>> outputs;
+  size_t at = 0;
+  for (const TensorShape& s : call.output_shapes) {
+    std::vector<double> values(s.elements());
+    std::memcpy(values.data(), payload.data() + at, values.size() * sizeof(double));
+    at += values.size() * sizeof(double);
+    outputs.push_back(std::move(values));
+  }
+  return outputs;
+}
+
+void write_cached(const fs::path& file, const std::vector<std::vector<double>>& outputs) {
+  std::string payload;
+  for (const std::vector<double>& o : outputs) {
+    payload.append(reinterpret_cast<const char*>(o.data()), o.size() * sizeof(double));
+  }
+  fs::create_directories(file.parent_path());
+  write_file_atomic(file, sha256_hex(payload) + payload);
 }
 
 }  // namespace
 
-const OracleFn* find_oracle(const std::string& name) {
-  auto it = registry().find(name);
-  return it == registry().end() ? nullptr : &it->second;
+std::chrono::milliseconds oracle_timeout(uint64_t elements) {
+  return std::chrono::milliseconds(10'000 + elements / 1000);
 }
 
-std::vector<std::string> oracle_names() {
-  std::vector<std::string> names;
-  for (const auto& [k, v] : registry()) names.push_back(k);
-  return names;
+const Artifact& oracle_artifact(const Task& task) { return runner_for(task).artifact(); }
+
+nlohmann::json oracle_record(const Task& task) {
+  const Artifact& art = oracle_artifact(task);
+  return {{"source", relative_name(task)}, {"source_sha256", art.identity.source_sha256},
+          {"identity", to_json(art.identity)}};
+}
+
+std::string oracle_cache_key(const Artifact& oracle, const Task& task, const OracleCall& call) {
+  Sha256 h;
+  auto part = [&](std::string_view text) {
+    h.update(text);
+    h.update(std::string_view("\0", 1));
+  };
+  part("kwb.oracle-outputs.1");
+  part(oracle.identity.key);
+  part(oracle.identity.artifact_sha256);
+  for (size_t i = 0; i < call.inputs.size(); ++i) {
+    part(to_string(task.signature.inputs[i].dtype));
+    part(fmt::format("{}", fmt::join(call.input_shapes[i].dims, "x")));
+    part(sha256_hex(call.inputs[i]));
+  }
+  for (double s : call.scalars) part(fmt::format("{:016x}", std::bit_cast<uint64_t>(s)));
+  for (const TensorShape& s : call.output_shapes) part(fmt::format("{}", fmt::join(s.dims, "x")));
+  return h.hex_digest();
+}
+
+std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call) {
+  OracleRunner& runner = runner_for(task);
+  const fs::path file = cache_file(oracle_cache_key(runner.artifact(), task, call));
+  if (auto cached = read_cached(file, call)) return std::move(*cached);
+  std::vector<std::vector<double>> outputs = runner.run(call);
+  write_cached(file, outputs);
+  return outputs;
 }
 
 }  // namespace kwb

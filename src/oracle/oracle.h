@@ -1,42 +1,50 @@
-// Independent oracles: scalar reference math written from each task's definition, in long double with
-// compensated summation. They share no code with any implementation, and run only in the parent.
+// The task's oracle: a reference implementation written by the task's author against include/kwb/oracle.h, built
+// for accuracy (builder.h, build_oracle) and run in a sandboxed kwb-worker of its own, never in this process
+// and never in a worker that loads a candidate. Its outputs reach the parent only as data (doubles in a shared
+// buffer the parent reads), and are cached by (oracle identity, input data) in kwb's cache folder.
+//
+// Every failure of the oracle (it does not compile, crashes, loops past its time limit, returns an error, is not
+// loadable) is a task error: DataError (exit 65) naming the task's oracle file and what happened.
 #pragma once
 
+#include "builder/builder.h"
 #include "task/task.h"
 
-#include <functional>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdint>
 #include <span>
-#include <string>
 #include <vector>
 
 namespace kwb {
 
-struct TensorView {
-  const unsigned char* data = nullptr;
-  DType dtype = DType::f32;
-  std::vector<int64_t> dims;
-  size_t elements() const;
-  double at(size_t i) const;  // element i as double
+// The task's oracle, built (or taken from the artifact cache) once per process and task. Throws DataError with the
+// compiler's output when it does not build.
+const Artifact& oracle_artifact(const Task& task);
+
+// What plan.json records of the oracle: its path in the task folder, its source's SHA-256 and its build identity.
+nlohmann::json oracle_record(const Task& task);
+
+// The input of one oracle call: the input tensors as the candidate sees them (bytes of the task's dtypes), their
+// shapes, the case's scalars, and the shapes the outputs must have.
+struct OracleCall {
+  const Case* case_ = nullptr;
+  std::vector<std::span<const unsigned char>> inputs;
+  std::vector<TensorShape> input_shapes;
+  std::vector<TensorShape> output_shapes;
+  std::vector<double> scalars;
 };
 
-// Computes every output (as double, rounded once from long double) from the inputs and scalars.
-using OracleFn = std::function<std::vector<std::vector<double>>(std::span<const TensorView> inputs,
-                                                                std::span<const double> scalars)>;
+// The oracle's outputs (one vector of doubles per output): from the cache when this oracle has seen these inputs
+// before, else from a run in the oracle's worker.
+std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call);
 
-// nullptr when no oracle has that name.
-const OracleFn* find_oracle(const std::string& name);
-std::vector<std::string> oracle_names();
+// The time one oracle call may take: 10 s plus 1 us per element of the call's inputs and outputs.
+std::chrono::milliseconds oracle_timeout(uint64_t elements);
 
-// Neumaier's variant of Kahan summation (Neumaier 1974): the error stays O(u) independent of n even when terms
-// are larger than the running sum.
-class CompensatedSum {
-public:
-  void add(long double x);
-  long double value() const { return m_sum + m_c; }
-
-private:
-  long double m_sum = 0.0L;
-  long double m_c = 0.0L;
-};
+// Where the outputs of a call are cached, and the key it is cached under: SHA-256 of the oracle's build key and
+// object, the input data, shapes, scalars and output shapes.
+std::string oracle_cache_key(const Artifact& oracle, const Task& task, const OracleCall& call);
 
 }  // namespace kwb

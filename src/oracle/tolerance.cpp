@@ -1,5 +1,7 @@
 #include "oracle/tolerance.h"
 
+#include "task/data.h"
+
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -20,21 +22,11 @@ OutputComparison compare_output(std::span<const unsigned char> got, DType dtype,
   OutputComparison r;
   r.elements = expected.size();
   for (size_t i = 0; i < expected.size(); ++i) {
-    double g;
-    bool is_poison;
-    if (dtype == DType::f32) {
-      float f;
-      uint32_t bits;
-      std::memcpy(&f, got.data() + 4 * i, 4);
-      std::memcpy(&bits, got.data() + 4 * i, 4);
-      is_poison = bits == static_cast<uint32_t>(poison);
-      g = f;
-    } else {
-      uint64_t bits;
-      std::memcpy(&g, got.data() + 8 * i, 8);
-      std::memcpy(&bits, got.data() + 8 * i, 8);
-      is_poison = bits == poison;
-    }
+    // The element's bits (little-endian, zero-extended) against the poison pattern of the same width.
+    uint64_t bits = 0;
+    std::memcpy(&bits, got.data() + width * i, width);
+    const bool is_poison = bits == (width == 8 ? poison : poison & ((uint64_t{1} << (8 * width)) - 1));
+    const double g = load_element(dtype, got.data(), i);
     const double e = expected[i];
     if (is_poison) {
       ++r.poison_left;

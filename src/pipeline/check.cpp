@@ -177,10 +177,13 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
 }  // namespace
 
 std::string check_cache_key(const Task& task, const Artifact& artifact, const CheckOptions& options) {
-  std::vector<std::string> parts = {"kwb.check-cache.2",
+  std::vector<std::string> parts = {"kwb.check-cache.3",
                                     executable_sha256("/proc/self/exe"),
                                     executable_sha256(worker_executable()),
                                     task.manifest_sha256,
+                                    // The oracle decides every expected output (its flags are kwb's, covered by
+                                    // kwb's digest above).
+                                    task.oracle_sha256,
                                     artifact.identity.artifact_sha256,
                                     artifact.identity.source_sha256,
                                     options.backend,

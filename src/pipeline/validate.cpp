@@ -2,6 +2,7 @@
 #include "util/json_text.h"
 
 #include "builder/builder.h"
+#include "oracle/oracle.h"
 #include "record/bundle_writer.h"
 #include "record/environment.h"
 #include "pipeline/check.h"
@@ -264,7 +265,7 @@ private:
           {"dir", m_task.dir.string()},
           {"manifest_sha256", m_task.manifest_sha256},
           {"manifest", read_file(m_task.manifest)},
-          {"oracle", m_task.oracle},
+          {"oracle", oracle_record(m_task)},
           {"tolerance", {{"rtol", m_task.tolerance.rtol}, {"atol", m_task.tolerance.atol}}},
           {"cases", cases}}},
         {"backend", m_opt.backend},

@@ -277,6 +277,18 @@ private:
     if (p.empty()) return;
     const json& task = object_field(p, "task");
     m_plan.task = str_field(task, "name", " of task");
+    // The oracle decided every expected output: the plan (and so its digest) must name its source and build.
+    const json& oracle = object_field(task, "oracle", " of task");
+    const std::string oracle_source = str_field(oracle, "source", " of task.oracle");
+    const std::string oracle_sha = str_field(oracle, "source_sha256", " of task.oracle");
+    if (oracle_sha.size() != 64 || oracle_sha.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      throw FieldError(fmt::format("task.oracle.source_sha256 must be 64 hex digits, is '{}'", oracle_sha));
+    }
+    const json& oracle_id = object_field(oracle, "identity", " of task.oracle");
+    if (str_field(oracle_id, "source_sha256", " of task.oracle.identity") != oracle_sha ||
+        str_field(oracle_id, "key", " of task.oracle.identity").empty()) {
+      throw FieldError("task.oracle.identity does not describe a build of task.oracle.source_sha256");
+    }
     m_plan.backend = str_field(p, "backend");
     for (const json& c : array_field(task, "cases", " of task")) {
       m_plan.case_names.push_back(str_field(c, "name", " of a task case"));
@@ -331,6 +343,8 @@ private:
     m_plan.check_nonce = uint_field(s, "check_nonce", " of seeds");
     m_plan.final_nonce = uint_field(s, "final_nonce", " of seeds");
     m_plan.ok = true;
+    verified(fmt::format("plan.json: the task's oracle {} is recorded with its source digest and build identity",
+                         oracle_source));
     verified(fmt::format("plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
                          "least {} blocks; everything below is bound to these",
                          m_plan.impls.size(), fmt::join(m_plan.workloads, ", "), m_plan.gate_kind,

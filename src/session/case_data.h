@@ -25,7 +25,7 @@ struct InputSet {
   mutable std::unique_ptr<InputSet> twin;
 };
 
-// Throws DataError when the task names an oracle kwb does not have.
+// Expected outputs from the task's oracle (oracle/oracle.h): DataError when the oracle fails.
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce);
 
 // A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to

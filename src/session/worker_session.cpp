@@ -141,9 +141,16 @@ namespace {
 uint64_t make_poison(Rng& rng, DType dtype) {
   for (;;) {
     uint64_t r = rng.next();
-    uint64_t p = dtype == DType::f32 ? (0x7FC00000ull | (r & 0x003FFFFFull)) : (0x7FF8000000000000ull | (r >> 13));
-    bool canonical = dtype == DType::f32 ? p == 0x7FC00000ull : p == 0x7FF8000000000000ull;
-    if (!canonical) return p;
+    // The quiet bit set and a random payload below it; never the canonical quiet NaN a computation produces.
+    uint64_t quiet = 0, payload = 0;
+    switch (dtype) {
+      case DType::f16: quiet = 0x7E00; payload = 0x01FF; break;
+      case DType::bf16: quiet = 0x7FC0; payload = 0x003F; break;
+      case DType::f32: quiet = 0x7FC00000ull; payload = 0x003FFFFFull; break;
+      case DType::f64: quiet = 0x7FF8000000000000ull; payload = 0x0007FFFFFFFFFFFFull; break;
+    }
+    const uint64_t p = quiet | (r & payload);
+    if (p != quiet) return p;
   }
 }
 
@@ -321,14 +328,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
         for (size_t k = 0; k < overlap; ++k) {
           if (within_tolerance(prev_expected[k], set.expected[i][k], m_task.tolerance)) continue;
           ++differing;
-          double got;
-          if (spec.dtype == DType::f32) {
-            float f;
-            std::memcpy(&f, &now[k * width], 4);
-            got = f;
-          } else {
-            std::memcpy(&got, &now[k * width], 8);
-          }
+          const double got = load_element(spec.dtype, now.data(), k);
           if (!within_tolerance(got, prev_expected[k], m_task.tolerance)) continue;
           ++replayed;
           if (!first_replayed) first_replayed = prev_expected[k];

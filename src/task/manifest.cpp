@@ -20,15 +20,27 @@ namespace fs = std::filesystem;
 
 const char* to_string(DType d) {
   switch (d) {
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
     case DType::f32: return "f32";
     case DType::f64: return "f64";
   }
   return "?";
 }
 
-size_t dtype_size(DType d) { return d == DType::f32 ? 4 : 8; }
+size_t dtype_size(DType d) {
+  switch (d) {
+    case DType::f16:
+    case DType::bf16: return 2;
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+  }
+  return 8;
+}
 
 std::optional<DType> parse_dtype(const std::string& s) {
+  if (s == "f16") return DType::f16;
+  if (s == "bf16") return DType::bf16;
   if (s == "f32") return DType::f32;
   if (s == "f64") return DType::f64;
   return std::nullopt;
@@ -398,7 +410,16 @@ Task load_task(const fs::path& dir_in) {
   TableReader top(root, "", file);
   task.name = top.string("name");
   task.description = top.string("description");
-  task.oracle = top.string("oracle");
+  if (const std::string named = top.string("oracle"); fs::path(named).extension().empty()) {
+    // The form of kwb's former built-in oracles (oracle = "rmsnorm").
+    top.fail(top.get("oracle"), "oracle",
+             fmt::format("'{}' is not a source file: kwb has no built-in oracles; write the task's reference "
+                         "implementation against include/kwb/oracle.h in a .c or .cpp file in the task folder and "
+                         "name it here (oracle = \"oracle.cpp\"; docs/task-format.md, \"The oracle\")",
+                         named));
+  }
+  task.oracle = resolve_source(top, "oracle", task.dir);
+  task.oracle_sha256 = sha256_file(task.oracle);
   if (auto t = top.get("threads")) {
     if (!t->is_integer() || *t->value<int64_t>() < 1) top.fail(t, "threads", "expected an integer >= 1");
     task.threads = static_cast<int>(*t->value<int64_t>());

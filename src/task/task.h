@@ -13,11 +13,12 @@
 
 namespace kwb {
 
-enum class DType { f32, f64 };
+// f16: IEEE 754 binary16; bf16: bfloat16 (float32's exponent, 8 significant bits). Conversions: task/data.h.
+enum class DType { f16, bf16, f32, f64 };
 const char* to_string(DType d);
 size_t dtype_size(DType d);
 std::optional<DType> parse_dtype(const std::string& s);
-inline constexpr const char* k_dtype_choices = "f32, f64";
+inline constexpr const char* k_dtype_choices = "f16, bf16, f32, f64";
 
 enum class DistributionKind { normal, uniform, zeros, constant, log_uniform };
 const char* to_string(DistributionKind k);
@@ -89,7 +90,8 @@ struct Task {
   std::string manifest_sha256;
   std::string name;
   std::string description;
-  std::string oracle;
+  std::filesystem::path oracle;  // absolute; the reference implementation (include/kwb/oracle.h)
+  std::string oracle_sha256;     // of its source
   int threads = 1;
   Signature signature;
   Tolerance tolerance;

@@ -147,7 +147,9 @@ inline RunMessage run_message_from_json(const nlohmann::json& m) {
       a.buffer = t.at("buffer").get<int>();
       a.dtype = t.at("dtype").get<std::string>();
       a.shape = t.at("shape").get<std::vector<int64_t>>();
-      if (a.dtype != "f32" && a.dtype != "f64") throw std::runtime_error("run: unknown dtype " + a.dtype);
+      if (a.dtype != "f16" && a.dtype != "bf16" && a.dtype != "f32" && a.dtype != "f64") {
+        throw std::runtime_error("run: unknown dtype " + a.dtype);
+      }
       out.push_back(std::move(a));
     }
     return out;

@@ -88,7 +88,10 @@ std::optional<size_t> SharedBuffer::damaged_canary(uint64_t seed) const {
 
 void SharedBuffer::fill_pattern(uint64_t pattern, size_t width) {
   auto d = data();
-  if (width == 4) {
+  if (width == 2) {
+    const auto p16 = static_cast<uint16_t>(pattern);
+    for (size_t i = 0; i + 2 <= d.size(); i += 2) std::memcpy(d.data() + i, &p16, 2);
+  } else if (width == 4) {
     const auto p32 = static_cast<uint32_t>(pattern);
     for (size_t i = 0; i + 4 <= d.size(); i += 4) std::memcpy(d.data() + i, &p32, 4);
   } else {

@@ -505,7 +505,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
   std::vector<int> fds = {artifact_fd};
   UniqueFd filter;
   // Before the worker starts any thread (its runtime starts them while loading): threads inherit its CPUs.
-  m_spin_for_done = backend == "cpu";
+  m_spin_for_done = backend == "cpu" && !device.untimed;
   place_on_cpus(m_spin_for_done);
   std::filesystem::path load_path = artifact;
   if (m_profile_worker) {

@@ -43,6 +43,9 @@ struct DeviceOptions {
   bool trace = false;              // per-call kernel trace (check, profile); never for timed calls
   bool cold = false;               // flush device caches before each call, outside the timer
   std::string runtime_cache_dir;   // where the device runtime may keep compiled kernels; empty: nowhere
+  // Nothing this worker runs is timed (the task's oracle, oracle/oracle.h): the parent sleeps while a call runs
+  // instead of spinning on its own CPU, and the worker may use every CPU kwb was given, as a device backend's does.
+  bool untimed = false;
 };
 
 // The resource limits a worker confines itself to before loading (worker/sandbox.h). 0: not limited.

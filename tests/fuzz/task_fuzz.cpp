@@ -1,6 +1,6 @@
 // libFuzzer target: the task manifest parser. The input is task.toml, in a folder that also holds the sources a
-// manifest may name (impl.cpp). load_task may only succeed or throw kwb::Error with exit 65 (or 64): never crash,
-// hang, or throw anything else. Seeds: bench/fuzz.sh copies the repository's task.toml files.
+// manifest may name (impl.cpp, oracle.cpp). load_task may only succeed or throw kwb::Error with exit 65 (or 64):
+// never crash, hang, or throw anything else. Seeds: bench/fuzz.sh copies the repository's task.toml files.
 #include "task/task.h"
 #include "util/error.h"
 
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     fs::path d = fs::temp_directory_path() / ("kwb-task-fuzz-" + std::to_string(::getpid()));
     fs::remove_all(d);
     fs::create_directories(d / "cpu" / "controls");
-    for (const char* f : {"impl.cpp", "cpu/baseline.cpp", "cpu/fused.cpp", "cpu/controls/zeros.cpp"}) {
+    for (const char* f : {"impl.cpp", "oracle.cpp", "cpu/baseline.cpp", "cpu/fused.cpp", "cpu/controls/zeros.cpp"}) {
       std::ofstream(d / f) << "// source\n";
     }
     return d;

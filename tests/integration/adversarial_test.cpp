@@ -13,13 +13,40 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace kwb::test {
 namespace {
 
 namespace fs = std::filesystem;
 
 const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
-const fs::path k_threads_task = k_adversarial / "tasks" / "rmsnorm_threads";
+
+// tests/adversarial/tasks/rmsnorm_threads with tasks/rmsnorm's oracle beside it (a task's sources live in its folder),
+// copied once per test process and removed when it ends.
+class ThreadsTask {
+public:
+  ThreadsTask() : m_dir(fs::temp_directory_path() / ("kwb-threads-task-" + std::to_string(::getpid()))) {
+    fs::remove_all(m_dir);
+    fs::copy(k_adversarial / "tasks" / "rmsnorm_threads", m_dir, fs::copy_options::recursive);
+    fs::copy_file(k_rmsnorm / "oracle.cpp", m_dir / "oracle.cpp");
+  }
+  ~ThreadsTask() {
+    std::error_code ec;
+    fs::remove_all(m_dir, ec);
+  }
+  ThreadsTask(const ThreadsTask&) = delete;
+  ThreadsTask& operator=(const ThreadsTask&) = delete;
+  const fs::path& dir() const { return m_dir; }
+
+private:
+  fs::path m_dir;
+};
+
+fs::path threads_task() {
+  static const ThreadsTask task;
+  return task.dir();
+}
 
 std::set<std::string> reasons(const nlohmann::json& j) {
   std::set<std::string> out;
@@ -145,7 +172,7 @@ TEST(adversarial_test, timer_interposition_is_refused_before_any_worker_loads_it
 // ---- where threads are allowed --------------------------------------------------------------------------------
 
 TEST(adversarial_test, background_thread_is_work_after_return_where_threads_are_allowed) {
-  KwbRun r = check(k_threads_task, k_adversarial / "background_thread.cpp", {"--case", "block"});
+  KwbRun r = check(threads_task(), k_adversarial / "background_thread.cpp", {"--case", "block"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(reasons(r.json).contains("work_after_return")) << r.json["failures"].dump();
@@ -153,7 +180,7 @@ TEST(adversarial_test, background_thread_is_work_after_return_where_threads_are_
 }
 
 TEST(adversarial_test, honest_multithreaded_implementation_passes_the_final_check_where_threads_are_allowed) {
-  KwbRun r = check(k_threads_task, k_threads_task / "fused_threads.cpp", {"--held-out"});
+  KwbRun r = check(threads_task(), threads_task() / "fused_threads.cpp", {"--held-out"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.json["failures"].dump();
   EXPECT_EQ(r.json["verdict"], "PASS");

@@ -30,6 +30,7 @@ TEST_P(TaskErrorTest, exits_65_with_file_line_field_and_fix) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-{}", ::getpid(), p.name);
   fs::create_directories(dir);
   std::ofstream(dir / "impl.cpp") << "// never built\n";
+  std::ofstream(dir / "oracle.cpp") << "// never built\n";
   std::string text = k_valid_manifest;
   ASSERT_NE(text.find(p.from), std::string::npos) << p.from;
   text.replace(text.find(p.from), std::string(p.from).size(), p.to);

@@ -514,7 +514,7 @@ TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reas
   const fs::path adversarial = k_source_dir / "tests" / "adversarial";
   const fs::path candidates = k_source_dir / "tests" / "candidates";
   // A task's sources live in its folder.
-  for (const fs::path& f : {k_rmsnorm / "cpu" / "baseline.cpp", k_rmsnorm / "cpu" / "fused.cpp", candidates / "crash.cpp",
+  for (const fs::path& f : {k_rmsnorm / "oracle.cpp", k_rmsnorm / "cpu" / "baseline.cpp", k_rmsnorm / "cpu" / "fused.cpp", candidates / "crash.cpp",
                             adversarial / "infinite_loop.cpp", adversarial / "rmsnorm_common.h"}) {
     fs::copy_file(f, task_dir / f.filename(), fs::copy_options::overwrite_existing);
   }

@@ -49,6 +49,7 @@ class CacheKey : public ::testing::Test {
 protected:
   void SetUp() override {
     m_task.manifest_sha256 = "manifest";
+    m_task.oracle_sha256 = "oracle";
     m_artifact.identity.artifact_sha256 = "artifact";
     m_artifact.identity.source_sha256 = "source";
     m_artifact.identity.key = "identity";
@@ -58,6 +59,13 @@ protected:
   Task m_task;
   Artifact m_artifact;
 };
+
+TEST_F(CacheKey, a_check_is_keyed_on_the_task_oracle_source) {
+  const CheckOptions co;
+  const std::string before = check_cache_key(m_task, m_artifact, co);
+  m_task.oracle_sha256 = "another oracle";
+  EXPECT_NE(check_cache_key(m_task, m_artifact, co), before);
+}
 
 TEST_F(CacheKey, a_check_is_keyed_on_every_runtime_setting_its_workers_get) {
   ScopedEnv threads("POCL_MAX_PTHREAD_COUNT", std::nullopt);

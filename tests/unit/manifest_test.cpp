@@ -1,5 +1,6 @@
 #include "task/task.h"
 #include "util/error.h"
+#include "util/sha256.h"
 #include "../valid_task.h"
 
 #include <gtest/gtest.h>
@@ -22,6 +23,7 @@ protected:
                                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(m_dir);
     std::ofstream(m_dir / "impl.cpp") << "// empty\n";
+    std::ofstream(m_dir / "oracle.cpp") << "// the oracle\n";
   }
   void TearDown() override { fs::remove_all(m_dir); }
 
@@ -62,7 +64,8 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
   write(k_valid);
   kwb::Task t = kwb::load_task(m_dir);
   EXPECT_EQ(t.name, "t");
-  EXPECT_EQ(t.oracle, "rmsnorm");
+  EXPECT_EQ(t.oracle, fs::canonical(m_dir) / "oracle.cpp");
+  EXPECT_EQ(t.oracle_sha256, kwb::sha256_file(m_dir / "oracle.cpp"));
   ASSERT_EQ(t.signature.inputs.size(), 2u);
   EXPECT_EQ(t.signature.inputs[1].distribution->kind, kwb::DistributionKind::uniform);
   EXPECT_DOUBLE_EQ(t.signature.inputs[1].distribution->low, 0.5);
@@ -79,10 +82,28 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
 }
 
 TEST_F(ManifestTest, missing_field_names_the_field) {
-  write_with("oracle = \"rmsnorm\"\n", "");
+  write_with("oracle = \"oracle.cpp\"\n", "");
   std::string msg = load_error();
   EXPECT_NE(msg.find("missing field 'oracle'"), std::string::npos) << msg;
   expect_location(msg, m_dir, 1);
+}
+
+TEST_F(ManifestTest, oracle_must_be_a_file_inside_the_task_folder) {
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"rmsnorm\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'rmsnorm' is not a source file: kwb has no built-in oracles"), std::string::npos) << msg;
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"missing.cpp\"");
+  msg = load_error();
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("source 'missing.cpp' does not exist"), std::string::npos) << msg;
+  const fs::path outside = m_dir.string() + "-outside.cpp";
+  std::ofstream(outside) << "// outside\n";
+  write_with("oracle = \"oracle.cpp\"", "oracle = \"../" + outside.filename().string() + "\"");
+  msg = load_error();
+  fs::remove(outside);
+  EXPECT_NE(msg.find("field 'oracle'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the task folder"), std::string::npos) << msg;
 }
 
 TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
@@ -95,7 +116,7 @@ TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
 TEST_F(ManifestTest, unknown_dtype_lists_the_choices) {
   write_with("dtype = \"f32\", shape = [\"rows\", \"cols\"] }", "dtype = \"f23\", shape = [\"rows\", \"cols\"] }");
   std::string msg = load_error();
-  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f32, f64)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64)"), std::string::npos) << msg;
   expect_location(msg, m_dir, 7);
 }
 

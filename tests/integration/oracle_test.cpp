@@ -1,0 +1,357 @@
+// The oracle is part of the task (include/kwb/oracle.h): tasks/rmsnorm's oracle computes what it computed when it
+// was compiled into kwb; a task in any folder brings its own oracle and passes `kwb check` with a stock kwb; an oracle
+// that crashes, hangs, aborts, returns an error or does not compile is a task error (65) naming its file, and kwb
+// survives it; outputs are cached by (oracle identity, input data).
+#include "cli_helpers.h"
+#include "oracle/oracle.h"
+#include "session/case_data.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <list>
+#include <string>
+#include <vector>
+
+namespace kwb::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// ---- tasks/rmsnorm/oracle.cpp, called in its sandboxed worker -----------------------------------------------------
+
+class RmsnormOracle : public ::testing::Test {
+protected:
+  void SetUp() override {
+    ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+    m_task = load_task(k_rmsnorm);
+  }
+
+  // A call whose input data this fixture keeps until the test ends.
+  OracleCall call(const std::vector<float>& x, const std::vector<float>& w, int64_t rows, int64_t cols, double eps) {
+    const std::vector<float>& xs = m_data.emplace_back(x);
+    const std::vector<float>& ws = m_data.emplace_back(w);
+    OracleCall c;
+    c.case_ = &m_task.cases.front();
+    c.inputs = {{reinterpret_cast<const unsigned char*>(xs.data()), xs.size() * 4},
+                {reinterpret_cast<const unsigned char*>(ws.data()), ws.size() * 4}};
+    c.input_shapes = {{{rows, cols}}, {{cols}}};
+    c.output_shapes = {{{rows, cols}}};
+    c.scalars = {eps};
+    return c;
+  }
+
+  std::vector<double> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int64_t rows, int64_t cols,
+                              double eps) {
+    return oracle_outputs(m_task, call(x, w, rows, cols, eps)).at(0);
+  }
+
+  Task m_task;
+  std::list<std::vector<float>> m_data;
+};
+
+TEST_F(RmsnormOracle, matches_hand_computed_row) {
+  // x = [3, 4]: mean(x^2) = (9 + 16) / 2 = 12.5; eps = 0.25 -> rms = sqrt(12.75); w = [2, 0.5]
+  std::vector<double> y = rmsnorm({3.0f, 4.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
+  EXPECT_NEAR(y[0], 3.0 / std::sqrt(12.75) * 2.0, 1e-15);
+  EXPECT_NEAR(y[1], 4.0 / std::sqrt(12.75) * 0.5, 1e-15);
+}
+
+TEST_F(RmsnormOracle, normalises_each_row_separately) {
+  // Row 0: [1, 1, 1, 1] -> rms 1 (eps 0); row 1: [2, 2, 2, 2] -> rms 2: both normalise to 1 * w.
+  std::vector<double> y = rmsnorm({1, 1, 1, 1, 2, 2, 2, 2}, {1, 2, 3, 4}, 2, 4, 0.0);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_DOUBLE_EQ(y[c], c + 1.0);
+    EXPECT_DOUBLE_EQ(y[4 + c], c + 1.0);
+  }
+}
+
+TEST_F(RmsnormOracle, of_zeros_is_zero_with_eps) {
+  std::vector<double> y = rmsnorm({0, 0, 0}, {1, 1, 1}, 1, 3, 1e-6);
+  for (double v : y) EXPECT_EQ(v, 0.0);
+}
+
+TEST_F(RmsnormOracle, does_not_overflow_where_float_squares_would) {
+  // (1e20)^2 = 1e40 overflows float32 but not long double: the oracle stays exact.
+  std::vector<double> y = rmsnorm({1e20f, -1e20f}, {1, 1}, 1, 2, 0.0);
+  EXPECT_NEAR(y[0], 1.0, 1e-12);
+  EXPECT_NEAR(y[1], -1.0, 1e-12);
+}
+
+TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
+  const fs::path cache = fs::temp_directory_path() / ("kwb-oracle-cache-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const std::string old_cache = std::getenv("KWB_CACHE_DIR") != nullptr ? std::getenv("KWB_CACHE_DIR") : "";
+  ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
+  const OracleCall c = call({3.0f, 4.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
+  const std::vector<double> first = oracle_outputs(m_task, c).at(0);
+  const fs::path entry = cache / "oracle" / (oracle_cache_key(oracle_artifact(m_task), m_task, c) + ".f64");
+  ASSERT_TRUE(fs::is_regular_file(entry));
+
+  // A planted entry with a valid digest is what the next call returns: the oracle did not run again.
+  const std::vector<double> planted = {42.0, -42.0};
+  std::string payload(reinterpret_cast<const char*>(planted.data()), planted.size() * sizeof(double));
+  write_file_atomic(entry, sha256_hex(payload) + payload);
+  EXPECT_EQ(oracle_outputs(m_task, c).at(0), planted);
+
+  // A damaged entry is not trusted: the oracle runs again and rewrites it.
+  payload[0] ^= 1;
+  write_file_atomic(entry, sha256_hex(std::string(64, '0')) + payload);
+  EXPECT_EQ(oracle_outputs(m_task, c).at(0), first);
+
+  // Other data is another entry.
+  const OracleCall other = call({3.0f, 5.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
+  EXPECT_NE(oracle_cache_key(oracle_artifact(m_task), m_task, other),
+            oracle_cache_key(oracle_artifact(m_task), m_task, c));
+  fs::remove_all(cache);
+  if (old_cache.empty()) {
+    ::unsetenv("KWB_CACHE_DIR");
+  } else {
+    ::setenv("KWB_CACHE_DIR", old_cache.c_str(), 1);
+  }
+}
+
+// A twin (session/case_data.h) gets its own expected outputs from the oracle.
+TEST_F(RmsnormOracle, a_twin_differs_from_its_base_in_a_few_elements_and_has_its_own_expected_output) {
+  const Task& task = m_task;
+  const InputSet base = make_input_set(task, *task.find_case("prefill"), 0, 7);
+  const InputSet twin = make_twin(task, base, 99);
+  ASSERT_EQ(twin.inputs.size(), base.inputs.size());
+  for (size_t i = 0; i < base.inputs.size(); ++i) {
+    EXPECT_TRUE(twin.inputs[i].sealed());
+    const auto a = base.inputs[i].data();
+    const auto b = twin.inputs[i].data();
+    ASSERT_EQ(a.size(), b.size());
+    size_t changed = 0;
+    for (size_t k = 0; k < a.size(); k += 4) changed += std::memcmp(&a[k], &b[k], 4) != 0;
+    EXPECT_GE(changed, 1u);
+    EXPECT_LE(changed, 4u);
+    EXPECT_EQ(twin.input_fingerprints[i], fingerprint(b));
+  }
+  size_t differing = 0;
+  for (size_t k = 0; k < base.expected[0].size(); ++k) differing += base.expected[0][k] != twin.expected[0][k];
+  EXPECT_GT(differing, 0u);
+  EXPECT_LT(differing, base.expected[0].size() / 2);
+  EXPECT_NE(twin.twin_detail.find("x["), std::string::npos) << twin.twin_detail;
+}
+
+// ---- a task of its own, in a temporary folder ---------------------------------------------------------------------
+
+// y = a * x, elementwise, f32: the smallest task with its own oracle.
+constexpr const char* k_scale_task = R"(name = "scale"
+description = "y = a * x, elementwise"
+oracle = "oracle.c"
+
+[signature]
+inputs = [{ name = "x", dtype = "f32", shape = ["n"] }]
+outputs = [{ name = "y", dtype = "f32", shape = ["n"] }]
+scalars = [{ name = "a", default = 2.5 }]
+
+# One multiply, rounded once to float32: 1 ulp (6e-8) is the honest error; 1e-6 leaves room.
+[tolerance]
+rtol = 1e-6
+atol = 0.0
+
+[[cases]]
+name = "small"
+role = "correctness"
+dims = { n = 100 }
+distribution = "normal"
+seed = 1
+
+[[cases]]
+name = "odd"
+role = "correctness"
+dims = { n = 1027 }
+distribution = "uniform"
+seed = 2
+scalars = { a = -0.75 }
+
+[backends.cpu]
+baseline = "scale.c"
+reference = "scale.c"
+)";
+
+constexpr const char* k_scale_oracle = R"(#include "kwb/oracle.h"
+
+int kwb_oracle(const kwb_oracle_args* args) {
+  const kwb_oracle_tensor* x = &args->inputs[0];
+  const kwb_oracle_tensor* y = &args->outputs[0];
+  for (int64_t i = 0; i < x->elements; ++i) y->data[i] = args->scalars[0] * x->data[i];
+  return 0;
+}
+)";
+
+constexpr const char* k_scale_impl = R"(#include "kwb/kernel.h"
+
+KWB_CANDIDATE_ABI
+
+int kwb_run(const kwb_call* call) {
+  const float* x = (const float*)call->inputs[0].data;
+  float* y = (float*)call->outputs[0].data;
+  const float a = (float)call->scalars[0].value;
+  int64_t n = call->inputs[0].shape[0];
+  for (int64_t i = 0; i < n; ++i) y[i] = a * x[i];
+  return 0;
+}
+)";
+
+class OwnOracle : public ::testing::Test {
+protected:
+  void SetUp() override {
+    m_dir = fs::temp_directory_path() /
+            ("kwb-own-oracle-" + std::to_string(::getpid()) + "-" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(m_dir);
+    fs::create_directories(m_dir);
+    write_file_atomic(m_dir / "task.toml", k_scale_task);
+    write_file_atomic(m_dir / "scale.c", k_scale_impl);
+  }
+  void TearDown() override { fs::remove_all(m_dir); }
+
+  KwbRun check_with_oracle(const std::string& oracle_source) {
+    write_file_atomic(m_dir / "oracle.c", oracle_source);
+    return run_kwb({"check", m_dir.string(), "--impl", (m_dir / "scale.c").string(), "--json", "--timeout-seconds",
+                    "5"});
+  }
+
+  // A failed oracle: exit 65, the oracle's file named, `what` said, and kwb itself intact (no internal error).
+  void expect_task_error(const KwbRun& r, const std::string& what) {
+    EXPECT_EQ(r.exit_code, 65) << r.errors;
+    EXPECT_NE(r.errors.find((fs::canonical(m_dir) / "oracle.c").string()), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find(what), std::string::npos) << r.errors;
+  }
+
+  fs::path m_dir;
+};
+
+TEST_F(OwnOracle, a_task_with_its_own_oracle_passes_check_with_a_stock_kwb) {
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json.dump() << r.errors;
+  EXPECT_EQ(r.json["verdict"], "PASS");
+}
+
+// The same task with 16-bit tensors: inputs are generated in the dtype, the oracle (unchanged) sees them as doubles,
+// and the candidate's 16-bit outputs are read and compared in their dtype. Tolerances: one rounding of the product
+// to f16 is 2^-11 (4.9e-4) relative; to bf16 through float, at most 2^-8 (3.9e-3).
+std::string sixteen_bit_task(const std::string& dtype, const std::string& rtol) {
+  std::string toml = k_scale_task;
+  for (size_t at; (at = toml.find("\"f32\"")) != std::string::npos;) toml.replace(at, 5, "\"" + dtype + "\"");
+  toml.replace(toml.find("rtol = 1e-6"), 11, "rtol = " + rtol);
+  return toml;
+}
+
+TEST_F(OwnOracle, an_f16_task_passes_check_against_the_same_double_oracle) {
+  write_file_atomic(m_dir / "task.toml", sixteen_bit_task("f16", "1e-3"));
+  write_file_atomic(m_dir / "scale.c", R"(#include "kwb/kernel.h"
+KWB_CANDIDATE_ABI
+int kwb_run(const kwb_call* call) {
+  if (call->inputs[0].dtype.code != kDLFloat || call->inputs[0].dtype.bits != 16) return 1;
+  const _Float16* x = (const _Float16*)call->inputs[0].data;
+  _Float16* y = (_Float16*)call->outputs[0].data;
+  for (int64_t i = 0; i < call->inputs[0].shape[0]; ++i) y[i] = (_Float16)(call->scalars[0].value * (double)x[i]);
+  return 0;
+}
+)");
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json.dump() << r.errors;
+}
+
+TEST_F(OwnOracle, a_bf16_task_passes_check_and_an_unwritten_element_is_found) {
+  write_file_atomic(m_dir / "task.toml", sixteen_bit_task("bf16", "1e-2"));
+  const std::string candidate = R"(#include "kwb/kernel.h"
+#include <string.h>
+KWB_CANDIDATE_ABI
+int kwb_run(const kwb_call* call) {
+  if (call->inputs[0].dtype.code != kDLBfloat || call->inputs[0].dtype.bits != 16) return 1;
+  const uint16_t* x = (const uint16_t*)call->inputs[0].data;
+  uint16_t* y = (uint16_t*)call->outputs[0].data;
+  for (int64_t i = SKIP; i < call->inputs[0].shape[0]; ++i) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    f = (float)(call->scalars[0].value * f);
+    memcpy(&u, &f, 4);
+    y[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  }
+  return 0;
+}
+)";
+  std::string honest = candidate;
+  honest.replace(honest.find("SKIP"), 4, "0");
+  write_file_atomic(m_dir / "scale.c", honest);
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.json.dump() << r.errors;
+
+  std::string lazy = candidate;
+  lazy.replace(lazy.find("SKIP"), 4, "1");
+  write_file_atomic(m_dir / "scale.c", lazy);
+  r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["failures"].at(0).at("reason"), "output_not_written") << r.json.dump();
+}
+
+TEST_F(OwnOracle, a_wrong_candidate_fails_against_the_tasks_own_oracle) {
+  // The same oracle, a candidate that forgets the scalar: every element is off by a factor.
+  write_file_atomic(m_dir / "scale.c", std::string(k_scale_impl).replace(std::string(k_scale_impl).find("a * x[i]"),
+                                                                        8, "x[i]"));
+  KwbRun r = check_with_oracle(k_scale_oracle);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["failures"].at(0).at("reason"), "numeric_mismatch") << r.json.dump();
+}
+
+TEST_F(OwnOracle, an_oracle_that_segfaults_is_a_task_error_naming_it) {
+  KwbRun r = check_with_oracle(R"(#include "kwb/oracle.h"
+int kwb_oracle(const kwb_oracle_args* args) { (void)args; *(volatile int*)0 = 1; return 0; }
+)");
+  expect_task_error(r, "the task's oracle failed on case");
+  EXPECT_NE(r.errors.find("crashed"), std::string::npos) << r.errors;
+}
+
+TEST_F(OwnOracle, an_oracle_that_loops_forever_is_a_task_error_naming_it) {
+  KwbRun r = check_with_oracle(R"(#include "kwb/oracle.h"
+int kwb_oracle(const kwb_oracle_args* args) { (void)args; for (volatile int i = 0;; i = i + 1) {} return 0; }
+)");
+  expect_task_error(r, "timeout");
+}
+
+TEST_F(OwnOracle, an_oracle_that_aborts_is_a_task_error_naming_it) {
+  KwbRun r = check_with_oracle(R"(#include "kwb/oracle.h"
+#include <stdlib.h>
+int kwb_oracle(const kwb_oracle_args* args) { (void)args; abort(); }
+)");
+  expect_task_error(r, "aborted");
+}
+
+TEST_F(OwnOracle, an_oracle_that_returns_an_error_is_a_task_error_quoting_its_message) {
+  KwbRun r = check_with_oracle(R"(#include "kwb/oracle.h"
+#include <stdio.h>
+int kwb_oracle(const kwb_oracle_args* args) {
+  snprintf(args->error, args->error_capacity, "scale wants a scalar named 'b', got '%s'", args->scalar_names[0]);
+  return 7;
+}
+)");
+  expect_task_error(r, "kwb_oracle returned 7: scale wants a scalar named 'b', got 'a'");
+}
+
+TEST_F(OwnOracle, an_oracle_that_does_not_compile_is_a_task_error_with_the_compiler_output) {
+  KwbRun r = check_with_oracle("int kwb_oracle(const kwb_oracle_args* args) { return oops; }\n");
+  expect_task_error(r, "does not build");
+  EXPECT_NE(r.errors.find("oops"), std::string::npos) << r.errors;
+}
+
+}  // namespace
+}  // namespace kwb::test

@@ -1,0 +1,137 @@
+// The 16-bit dtypes (task/data.h): bit patterns of known values, rounding to nearest even straight from double,
+// overflow, subnormals, NaN and infinity; generated inputs that are exactly values of their dtype; unwritten 16-bit
+// outputs found by their poison.
+#include "oracle/tolerance.h"
+#include "task/data.h"
+#include "task/task.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace kwb {
+namespace {
+
+const double k_inf = std::numeric_limits<double>::infinity();
+const double k_nan = std::numeric_limits<double>::quiet_NaN();
+
+TEST(dtype_test, f16_bit_patterns_of_known_values) {
+  EXPECT_EQ(f16_bits(1.0), 0x3C00);
+  EXPECT_EQ(f16_bits(-2.0), 0xC000);
+  EXPECT_EQ(f16_bits(0.0), 0x0000);
+  EXPECT_EQ(f16_bits(-0.0), 0x8000);
+  EXPECT_EQ(f16_bits(65504.0), 0x7BFF);                 // largest finite
+  EXPECT_EQ(f16_bits(std::ldexp(1.0, -14)), 0x0400);    // smallest normal
+  EXPECT_EQ(f16_bits(std::ldexp(1.0, -24)), 0x0001);    // smallest subnormal
+  EXPECT_EQ(f16_bits(std::ldexp(1023.0, -24)), 0x03FF); // largest subnormal
+  EXPECT_EQ(f16_bits(k_inf), 0x7C00);
+  EXPECT_EQ(f16_bits(-k_inf), 0xFC00);
+  EXPECT_EQ(f16_bits(k_nan), 0x7E00);
+}
+
+TEST(dtype_test, bf16_bit_patterns_of_known_values) {
+  EXPECT_EQ(bf16_bits(1.0), 0x3F80);
+  EXPECT_EQ(bf16_bits(-2.0), 0xC000);
+  EXPECT_EQ(bf16_bits(std::ldexp(255.0, 120)), 0x7F7F);  // largest finite, 3.3895e38
+  EXPECT_EQ(bf16_bits(std::ldexp(1.0, -126)), 0x0080);   // smallest normal
+  EXPECT_EQ(bf16_bits(std::ldexp(1.0, -133)), 0x0001);   // smallest subnormal
+  EXPECT_EQ(bf16_bits(k_inf), 0x7F80);
+  EXPECT_EQ(bf16_bits(-k_inf), 0xFF80);
+  EXPECT_EQ(bf16_bits(k_nan), 0x7FC0);
+}
+
+TEST(dtype_test, values_of_bit_patterns_are_exact) {
+  EXPECT_EQ(f16_value(0x3C00), 1.0);
+  EXPECT_EQ(f16_value(0x7BFF), 65504.0);
+  EXPECT_EQ(f16_value(0x0001), std::ldexp(1.0, -24));
+  EXPECT_EQ(f16_value(0x3555), 0.333251953125);
+  EXPECT_EQ(f16_value(0xFC00), -k_inf);
+  EXPECT_TRUE(std::isnan(f16_value(0x7E01)));
+  EXPECT_EQ(bf16_value(0x3F80), 1.0);
+  EXPECT_EQ(bf16_value(0x7F7F), std::ldexp(255.0, 120));
+  EXPECT_EQ(bf16_value(0x0001), std::ldexp(1.0, -133));
+  EXPECT_EQ(bf16_value(0x7F80), k_inf);
+  EXPECT_TRUE(std::isnan(bf16_value(0xFFC1)));
+  // Every pattern that is not NaN converts to a value that converts back to the same pattern.
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const auto bits = static_cast<uint16_t>(b);
+    if (!std::isnan(f16_value(bits))) EXPECT_EQ(f16_bits(f16_value(bits)), bits) << std::hex << b;
+    if (!std::isnan(bf16_value(bits))) EXPECT_EQ(bf16_bits(bf16_value(bits)), bits) << std::hex << b;
+  }
+}
+
+TEST(dtype_test, ties_round_to_even) {
+  // Halfway between 1 (0x3C00, even) and 1 + 2^-10 (0x3C01): to 0x3C00; halfway between 0x3C01 and 0x3C02: up.
+  EXPECT_EQ(f16_bits(1.0 + std::ldexp(1.0, -11)), 0x3C00);
+  EXPECT_EQ(f16_bits(1.0 + 3 * std::ldexp(1.0, -11)), 0x3C02);
+  EXPECT_EQ(bf16_bits(1.0 + std::ldexp(1.0, -8)), 0x3F80);
+  EXPECT_EQ(bf16_bits(1.0 + 3 * std::ldexp(1.0, -8)), 0x3F82);
+  // Among subnormals too: half the smallest subnormal goes to zero, one and a half to two.
+  EXPECT_EQ(f16_bits(std::ldexp(1.0, -25)), 0x0000);
+  EXPECT_EQ(f16_bits(3 * std::ldexp(1.0, -25)), 0x0002);
+  // Just above a tie rounds up: the double is rounded once, not through float (which would make it a tie).
+  EXPECT_EQ(f16_bits(1.0 + std::ldexp(1.0, -11) + std::ldexp(1.0, -40)), 0x3C01);
+}
+
+TEST(dtype_test, beyond_the_largest_finite_value_rounds_to_infinity) {
+  // 65520 is halfway between 65504 (odd significand) and 2^16: ties to even overflow.
+  EXPECT_EQ(f16_bits(65519.99), 0x7BFF);
+  EXPECT_EQ(f16_bits(65520.0), 0x7C00);
+  EXPECT_EQ(f16_bits(-1e10), 0xFC00);
+  EXPECT_EQ(bf16_bits(std::ldexp(511.0, 119)), 0x7F80);  // halfway between 0x7F7F and 2^128
+  EXPECT_EQ(bf16_bits(1e300), 0x7F80);
+}
+
+TEST(dtype_test, load_and_store_go_through_the_same_conversions) {
+  std::vector<unsigned char> bytes(4);
+  store_element(DType::f16, bytes.data(), 1, 65504.0);
+  EXPECT_EQ(load_element(DType::f16, bytes.data(), 1), 65504.0);
+  uint16_t raw;
+  std::memcpy(&raw, bytes.data() + 2, 2);
+  EXPECT_EQ(raw, 0x7BFF);
+  store_element(DType::bf16, bytes.data(), 0, 1.0);
+  std::memcpy(&raw, bytes.data(), 2);
+  EXPECT_EQ(raw, 0x3F80);
+  EXPECT_EQ(dtype_size(DType::f16), 2u);
+  EXPECT_EQ(dtype_size(DType::bf16), 2u);
+  EXPECT_EQ(parse_dtype("bf16"), DType::bf16);
+  EXPECT_STREQ(to_string(DType::f16), "f16");
+}
+
+TEST(dtype_test, generated_inputs_are_values_of_their_dtype) {
+  Distribution d;
+  d.kind = DistributionKind::normal;
+  d.scale = 3.0;
+  for (DType t : {DType::f16, DType::bf16}) {
+    std::vector<unsigned char> bytes(2 * 1000);
+    fill_tensor(d, t, bytes, 11);
+    size_t distinct_from_zero = 0;
+    for (size_t i = 0; i < 1000; ++i) {
+      const double v = load_element(t, bytes.data(), i);
+      ASSERT_TRUE(std::isfinite(v));
+      distinct_from_zero += v != 0.0;
+      // Stored again, the value is the same pattern: it is exactly a value of the dtype.
+      std::vector<unsigned char> again(2);
+      store_element(t, again.data(), 0, v);
+      EXPECT_EQ(std::memcmp(again.data(), bytes.data() + 2 * i, 2), 0);
+    }
+    EXPECT_GT(distinct_from_zero, 990u);
+  }
+}
+
+TEST(dtype_test, an_unwritten_16_bit_output_is_found_by_its_poison) {
+  const uint64_t poison = 0x7E5A;  // an f16 quiet NaN with a payload
+  std::vector<uint16_t> got = {f16_bits(1.0), static_cast<uint16_t>(poison), f16_bits(2.5)};
+  const std::vector<double> expected = {1.0, 2.0, 2.0};
+  const OutputComparison c = compare_output({reinterpret_cast<const unsigned char*>(got.data()), got.size() * 2},
+                                            DType::f16, expected, Tolerance{1e-3, 0.0}, poison);
+  EXPECT_EQ(c.elements, 3u);
+  EXPECT_EQ(c.poison_left, 1u);
+  EXPECT_EQ(c.value_mismatches, 1u);  // 2.5 against 2
+}
+
+}  // namespace
+}  // namespace kwb
