@@ -66,8 +66,8 @@ const std::vector<std::string>& failure_reason_codes() {
       "run_failed",       "setup_failed", "abi_mismatch",   "missing_symbol",      "build_failed",
       "load_failed",      "output_not_written", "not_run", "protocol",
       // docs/threat-model.md
-      "sandbox_violation", "forbidden_symbol", "timing_implausible", "work_after_return", "resource_limit",
-      "work_off_queue", "device_fault"};
+      "sandbox_violation", "forbidden_symbol", "timing_implausible", "work_after_return", "work_outside_timer",
+      "resource_limit", "work_off_queue", "device_fault"};
   return codes;
 }
 
