@@ -273,13 +273,48 @@ std::optional<std::vector<std::vector<double>>> read_cached(const fs::path& file
   return outputs;
 }
 
+// Entries larger than this are never written: a DRAM-sized case (rmsnorm's 8192 x 4096 is 256 MiB of doubles per
+// input set) would fill a disk within a few runs, and such a case's oracle costs well under a second to run again.
+constexpr uintmax_t k_max_cached_entry_bytes = uintmax_t{4} << 20;
+// The whole oracle cache is kept under this; past it, the least recently written entries go first.
+constexpr uintmax_t k_max_cache_bytes = uintmax_t{256} << 20;
+
+// Removes the oldest entries of the oracle cache folder until it holds at most three quarters of
+// k_max_cache_bytes, once it holds more than k_max_cache_bytes.
+void prune_cache(const fs::path& folder) {
+  std::error_code ec;
+  struct Entry {
+    fs::file_time_type written;
+    uintmax_t size;
+    fs::path path;
+  };
+  std::vector<Entry> entries;
+  uintmax_t total = 0;
+  for (const auto& e : fs::directory_iterator(folder, ec)) {
+    if (!e.is_regular_file(ec)) continue;
+    const uintmax_t size = e.file_size(ec);
+    entries.push_back({e.last_write_time(ec), size, e.path()});
+    total += size;
+  }
+  if (total <= k_max_cache_bytes) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.written < b.written; });
+  for (const Entry& e : entries) {
+    if (total <= k_max_cache_bytes / 4 * 3) break;
+    if (fs::remove(e.path, ec)) total -= e.size;
+  }
+}
+
 void write_cached(const fs::path& file, const std::vector<std::vector<double>>& outputs) {
+  uintmax_t bytes = 0;
+  for (const std::vector<double>& o : outputs) bytes += o.size() * sizeof(double);
+  if (bytes > k_max_cached_entry_bytes) return;
   std::string payload;
   for (const std::vector<double>& o : outputs) {
     payload.append(reinterpret_cast<const char*>(o.data()), o.size() * sizeof(double));
   }
   fs::create_directories(file.parent_path());
   write_file_atomic(file, sha256_hex(payload) + payload);
+  prune_cache(file.parent_path());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <chrono>
 #include <list>
 #include <string>
 #include <vector>
@@ -111,6 +112,41 @@ TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
   const OracleCall other = call({3.0f, 5.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
   EXPECT_NE(oracle_cache_key(oracle_artifact(m_task), m_task, other),
             oracle_cache_key(oracle_artifact(m_task), m_task, c));
+  fs::remove_all(cache);
+  if (old_cache.empty()) {
+    ::unsetenv("KWB_CACHE_DIR");
+  } else {
+    ::setenv("KWB_CACHE_DIR", old_cache.c_str(), 1);
+  }
+}
+
+// The cache cannot fill a disk: an entry over 4 MiB of outputs is never written (its oracle runs again), and a
+// folder over 256 MiB loses its oldest entries down to 192 MiB.
+TEST_F(RmsnormOracle, the_cache_keeps_no_large_entry_and_prunes_itself_to_its_bound) {
+  const fs::path cache = fs::temp_directory_path() / ("kwb-oracle-bound-" + std::to_string(::getpid()));
+  fs::remove_all(cache);
+  const std::string old_cache = std::getenv("KWB_CACHE_DIR") != nullptr ? std::getenv("KWB_CACHE_DIR") : "";
+  ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
+  // 600 x 1000 outputs: 4.8 MB of doubles, over the 4 MiB bound.
+  const OracleCall big = call(std::vector<float>(600 * 1000, 1.0f), std::vector<float>(1000, 1.0f), 600, 1000, 1e-6);
+  EXPECT_EQ(oracle_outputs(m_task, big).at(0).size(), 600u * 1000u);
+  EXPECT_FALSE(fs::exists(cache / "oracle" / (oracle_cache_key(oracle_artifact(m_task), m_task, big) + ".f64")));
+  // 300 MiB of old entries, then one small real one: the oldest go, the new one stays.
+  fs::create_directories(cache / "oracle");
+  const std::string filler(std::size_t{10} << 20, 'x');
+  for (int i = 0; i < 30; ++i) {
+    const fs::path f = cache / "oracle" / ("old" + std::to_string(i) + ".f64");
+    write_file_atomic(f, filler);
+    fs::last_write_time(f, fs::file_time_type::clock::now() - std::chrono::hours(1) + std::chrono::seconds(i));
+  }
+  const OracleCall small = call({3.0f, 4.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
+  (void)oracle_outputs(m_task, small);
+  uintmax_t total = 0;
+  for (const auto& e : fs::directory_iterator(cache / "oracle")) total += e.file_size();
+  EXPECT_LE(total, uintmax_t{192} << 20);
+  EXPECT_TRUE(fs::exists(cache / "oracle" / (oracle_cache_key(oracle_artifact(m_task), m_task, small) + ".f64")));
+  EXPECT_FALSE(fs::exists(cache / "oracle" / "old0.f64")) << "the oldest entry goes first";
+  EXPECT_TRUE(fs::exists(cache / "oracle" / "old29.f64")) << "the newest old entry stays";
   fs::remove_all(cache);
   if (old_cache.empty()) {
     ::unsetenv("KWB_CACHE_DIR");
