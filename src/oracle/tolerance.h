@@ -20,16 +20,21 @@ struct OutputComparison {
   size_t value_mismatches = 0;      // finite expected, finite got, outside atol + rtol * |expected|
   size_t nonfinite_mismatches = 0;  // NaN/Inf where the oracle has none, or the oracle's NaN/Inf not reproduced
   size_t poison_left = 0;           // elements still holding this call's poison pattern: never written
-  double max_abs_error = 0.0;
-  double max_rel_error = 0.0;       // over elements with |expected| > 0
+  double max_abs_error = 0.0;       // over finite elements; 0 unless ErrorStats::compute
+  double max_rel_error = 0.0;       // over finite elements with |expected| > 0; 0 unless ErrorStats::compute
   std::optional<ElementReport> first_value_mismatch;
   std::optional<ElementReport> first_nonfinite_mismatch;
 };
 
+// Whether compare_output computes the error maxima (a division per element): check reports them; a timed call's
+// validation only needs the verdict.
+enum class ErrorStats { compute, skip };
+
 // Within tolerance: |got - expected| <= atol + rtol * |expected|. Non-finite values must agree exactly in kind
-// (NaN with NaN, +Inf with +Inf). `poison` is the 32- or 64-bit pattern written before the call.
+// (NaN with NaN, +Inf with +Inf). `poison` is the pattern written before the call, in its low bytes at the dtype's
+// width. The counts and the first mismatches are exact whatever `stats` says.
 OutputComparison compare_output(std::span<const unsigned char> got, DType dtype, std::span<const double> expected,
-                                 const Tolerance& tol, uint64_t poison);
+                                const Tolerance& tol, uint64_t poison, ErrorStats stats = ErrorStats::compute);
 
 bool within_tolerance(double got, double expected, const Tolerance& tol);
 

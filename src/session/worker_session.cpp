@@ -228,10 +228,14 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around
   // this); compared after validation to catch work that goes on after the call.
   const bool watch_outputs = hardened() && host;
-  std::vector<uint64_t> at_return;
   if (watch_outputs) {
     hooks.at_done = [&]() {
-      for (const auto& b : m_outputs.buffers) at_return.push_back(fingerprint(std::as_const(*b).data()));
+      m_at_done.resize(m_outputs.buffers.size());
+      for (size_t i = 0; i < m_outputs.buffers.size(); ++i) {
+        const auto bytes = std::as_const(*m_outputs.buffers[i]).data();
+        m_at_done[i].resize(bytes.size());
+        std::memcpy(m_at_done[i].data(), bytes.data(), bytes.size());
+      }
     };
   }
   RunOutcome out = m_worker->run(req, hooks);
@@ -296,7 +300,8 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
                                                                           buf.layout().nbytes + 1,
                                 *damaged < buf.layout().data_offset ? "before" : "after", spec.name)
                   : "");
-    OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance, poison[i]);
+    OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance, poison[i],
+                                          check_mode ? ErrorStats::compute : ErrorStats::skip);
     res.max_rel_error = std::max(res.max_rel_error, cmp.max_rel_error);
     check(cmp.poison_left == 0, "all_written:" + spec.name, "output_not_written",
           fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
@@ -354,7 +359,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     if (host) {
       const std::string outside = outside_timer(out);
       check(outside.empty(), "work_inside_timer", "work_outside_timer", outside);
-      const std::string busy = work_after_return(at_return, cpu_at_answer, !res.failures.empty());
+      const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
       check(busy.empty(), "settled_at_return", "work_after_return", busy);
     }
   }
@@ -443,11 +448,11 @@ std::string WorkerSession::implausible_device_timing(const RunOutcome& out) cons
   return "";
 }
 
-std::string WorkerSession::work_after_return(const std::vector<uint64_t>& at_return, int64_t cpu_at_answer,
-                                             bool output_failed) {
+std::string WorkerSession::work_after_return(bool at_done, int64_t cpu_at_answer, bool output_failed) {
   auto changed_output = [&]() -> std::string {
-    for (size_t i = 0; i < at_return.size() && i < m_outputs.buffers.size(); ++i) {
-      if (fingerprint(std::as_const(*m_outputs.buffers[i]).data()) != at_return[i]) {
+    for (size_t i = 0; at_done && i < m_at_done.size() && i < m_outputs.buffers.size(); ++i) {
+      const auto now = std::as_const(*m_outputs.buffers[i]).data();
+      if (now.size() != m_at_done[i].size() || std::memcmp(now.data(), m_at_done[i].data(), now.size()) != 0) {
         return fmt::format("output '{}' changed after the call said done (between the capture of the outputs and the "
                            "end of validation): work was still running after the call",
                            m_task.signature.outputs[i].name);
@@ -458,7 +463,7 @@ std::string WorkerSession::work_after_return(const std::vector<uint64_t>& at_ret
   std::string why = changed_output();
   // A thread finishing the output late is why an output can be incomplete at done; where the task allows threads,
   // give it a moment to show itself, so the report names the cause rather than only the symptom.
-  if (why.empty() && output_failed && m_task.threads > 1 && !at_return.empty()) {
+  if (why.empty() && output_failed && m_task.threads > 1 && at_done) {
     for (int i = 0; i < 25 && why.empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       why = changed_output();

@@ -151,7 +151,8 @@ private:
   // The cross-checks of one answered call; each returns why it failed, or "".
   std::string implausible_timing(const RunOutcome& out, const InputSet& set) const;
   std::string outside_timer(const RunOutcome& out);
-  std::string work_after_return(const std::vector<uint64_t>& at_return, int64_t cpu_at_answer, bool output_failed);
+  // at_done: whether outputs were captured at done (into m_at_done) for this call.
+  std::string work_after_return(bool at_done, int64_t cpu_at_answer, bool output_failed);
   // The cross-checks need the plain kwb-worker: under valgrind (the profile worker) clocks and CPU time mean
   // something else.
   bool hardened() const { return m_options.worker_executable.empty() && m_options.wrapper.empty(); }
@@ -173,6 +174,9 @@ private:
   Outputs m_outputs;
   std::unique_ptr<ColdFlush> m_cold_flush;
   std::vector<std::vector<double>> m_previous_expected;
+  // The outputs' bytes as the parent captured them at done (kept across calls: no allocation per call); compared
+  // byte for byte after validation, so no change after done can hide in a hash collision.
+  std::vector<std::vector<unsigned char>> m_at_done;
   std::vector<int64_t> m_pre_cpu, m_post_cpu;  // this worker's exact CPU outside each call's window
   size_t m_calls_watched = 0;
   Rng m_rng;

@@ -67,4 +67,47 @@ TEST(tolerance_test, size_mismatch_is_an_error) {
   EXPECT_THROW(kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, 0), std::invalid_argument);
 }
 
+// The comparison runs in chunks with a vectorized fast pass (tolerance.cpp); its counts, first mismatches and maxima
+// must be exactly those of the element-by-element rules, wherever in a chunk a disagreement falls.
+TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chunk_boundaries) {
+  const size_t n = 10000;  // several chunks and a partial one
+  std::vector<double> expected(n);
+  std::vector<float> got(n);
+  for (size_t i = 0; i < n; ++i) {
+    expected[i] = std::sin(static_cast<double>(i)) * 100.0;
+    got[i] = static_cast<float>(expected[i]);
+  }
+  const uint32_t poison_bits = 0x7FC0ABCDu;
+  float poison;
+  std::memcpy(&poison, &poison_bits, 4);
+  got[2047] = static_cast<float>(expected[2047] * 1.01);  // last element of the first chunk
+  got[2048] = poison;                                     // first element of the second chunk
+  got[5000] = std::numeric_limits<float>::quiet_NaN();
+  expected[7000] = INFINITY;  // finite got against an infinite oracle: never within, whatever rtol * inf says
+  got[9999] = static_cast<float>(expected[9999] * 1.005);  // the partial last chunk
+  for (kwb::ErrorStats stats : {kwb::ErrorStats::compute, kwb::ErrorStats::skip}) {
+    const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits, stats);
+    EXPECT_EQ(c.value_mismatches, 2u);
+    EXPECT_EQ(c.nonfinite_mismatches, 2u);
+    EXPECT_EQ(c.poison_left, 1u);
+    ASSERT_TRUE(c.first_value_mismatch);
+    EXPECT_EQ(c.first_value_mismatch->index, 2047u);
+    ASSERT_TRUE(c.first_nonfinite_mismatch);
+    EXPECT_EQ(c.first_nonfinite_mismatch->index, 5000u);
+  }
+  // The maxima, asked for, cover the clean chunks too: float rounding there, 1% at 2047.
+  const kwb::OutputComparison with = kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits);
+  EXPECT_NEAR(with.max_rel_error, 0.01, 1e-6);
+  got[2047] = static_cast<float>(expected[2047]);
+  got[9999] = static_cast<float>(expected[9999]);
+  got[5000] = static_cast<float>(expected[5000]);
+  got[2048] = static_cast<float>(expected[2048]);
+  expected[7000] = 1.0;
+  got[7000] = 1.0f;
+  const kwb::OutputComparison clean = kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits);
+  EXPECT_EQ(clean.value_mismatches + clean.nonfinite_mismatches + clean.poison_left, 0u);
+  EXPECT_GT(clean.max_rel_error, 0.0);                // float rounding of the sines
+  EXPECT_LE(clean.max_rel_error, 0x1p-24 * 1.0001);  // and no more than float's unit roundoff
+}
+
 }  // namespace
