@@ -151,7 +151,7 @@ struct TimingOptions {
   std::string backend = "cpu";
   std::chrono::milliseconds timeout{defaults::k_timeout};
   int warmups = defaults::k_warmups;
-  int samples = defaults::k_samples;  // 0: chosen per workload from a pilot (docs/timing.md)
+  int samples = defaults::k_samples;  // timed calls per visit; 0: sized per workload by a pilot (docs/timing.md)
   uint64_t nonce = 1;                 // timed data differs from the check's published data
   bool cold = defaults::k_cold;       // flush caches before every timed call, outside the timer (docs/timing.md)
 };
