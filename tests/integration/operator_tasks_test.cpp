@@ -1,7 +1,8 @@
-// End-to-end `kwb check` on the operator tasks added without touching kwb (issue 13): tasks/softmax and tasks/gemm,
-// written only against docs/task-format.md and docs/candidate-abi.md. Each task's baseline and reference must pass
-// every case, and every control its task.toml declares must fail with the reason code it declares; a control added
-// to a task without a test here, or a test left for a control that is gone, fails too.
+// End-to-end `kwb check` on the operator tasks added without touching kwb (issue 13): tasks/softmax,
+// tasks/softmax_bf16 and tasks/gemm, written only against docs/task-format.md and docs/candidate-abi.md. Each
+// task's baseline and reference must pass every case, and every control its task.toml declares must fail with the
+// reason code it declares; a control added to a task without a test here, or a test left for a control that is
+// gone, fails too.
 #include "cli_helpers.h"
 #include "task/task.h"
 
@@ -30,10 +31,14 @@ const std::map<std::string, std::set<std::string>> k_controls = {
     {"softmax",
      {"no_max_subtraction", "sum_off_by_one", "online_no_rescale", "wrong_axis", "zeros", "mutate_input",
       "stale_output_replay"}},
+    {"softmax_bf16", {"bf16_sum", "no_max_subtraction"}},
     {"gemm", {"transposed_b", "k_off_by_one", "bf16_accumulator", "edge_tiles_forgotten", "zeros", "mutate_input"}},
 };
 
-std::filesystem::path task_dir(const std::string& name) { return name == "softmax" ? k_softmax : k_gemm; }
+const std::map<std::string, std::filesystem::path> k_task_dirs = {
+    {"softmax", k_softmax}, {"softmax_bf16", k_softmax_bf16}, {"gemm", k_gemm}};
+
+std::filesystem::path task_dir(const std::string& name) { return k_task_dirs.at(name); }
 
 // ---- baseline and reference pass -------------------------------------------------------------------------------
 
@@ -67,6 +72,8 @@ TEST_P(OperatorTaskImplementationTest, passes_every_case) {
 INSTANTIATE_TEST_SUITE_P(OperatorTasks, OperatorTaskImplementationTest,
                          ::testing::Values(Implementation{"softmax", "baseline"},
                                            Implementation{"softmax", "reference"},
+                                           Implementation{"softmax_bf16", "baseline"},
+                                           Implementation{"softmax_bf16", "reference"},
                                            Implementation{"gemm", "baseline"}, Implementation{"gemm", "reference"}),
                          [](const auto& info) { return std::string(info.param.task) + "_" + info.param.role; });
 
