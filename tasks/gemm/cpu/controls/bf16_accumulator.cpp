@@ -12,7 +12,6 @@
 #include <bit>
 #include <cstdint>
 #include <optional>
-#include <utility>
 
 KWB_CANDIDATE_ABI
 

@@ -7,10 +7,8 @@
 #include <kwb/kernel.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <optional>
-#include <utility>
 
 KWB_CANDIDATE_ABI
 

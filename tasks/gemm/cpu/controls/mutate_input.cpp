@@ -8,7 +8,6 @@
 #include <kwb/kernel.h>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <optional>
 #include <utility>

@@ -9,10 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
-#include <new>
 #include <optional>
-#include <vector>
 
 KWB_CANDIDATE_ABI
 

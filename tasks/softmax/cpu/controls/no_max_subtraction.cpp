@@ -6,13 +6,9 @@
 // `negative_logits` every term is 0 and y = 0 / 0 = NaN, where the oracle has finite outputs: nan_mismatch.
 #include <kwb/kernel.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <limits>
-#include <new>
 #include <optional>
-#include <vector>
 
 KWB_CANDIDATE_ABI
 

@@ -7,13 +7,10 @@
 // them), by factors on `large_logits` and `wide_spread`. It is the typical bug of a hand-written online softmax.
 #include <kwb/kernel.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <optional>
-#include <vector>
 
 KWB_CANDIDATE_ABI
 

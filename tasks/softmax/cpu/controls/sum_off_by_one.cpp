@@ -6,13 +6,10 @@
 // inside rtol; on `many_short_rows` (cols = 5) it is ~20% and cannot.
 #include <kwb/kernel.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <optional>
-#include <vector>
 
 KWB_CANDIDATE_ABI
 

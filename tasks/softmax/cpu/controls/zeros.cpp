@@ -6,12 +6,8 @@
 #include <kwb/kernel.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <limits>
-#include <new>
 #include <optional>
-#include <vector>
 
 KWB_CANDIDATE_ABI
 
