@@ -13,6 +13,9 @@ namespace kwb::test {
 
 inline const std::filesystem::path k_source_dir = KWB_SOURCE_DIR;
 inline const std::filesystem::path k_rmsnorm = k_source_dir / "tasks" / "rmsnorm";
+inline const std::filesystem::path k_softmax = k_source_dir / "tasks" / "softmax";
+inline const std::filesystem::path k_softmax_bf16 = k_source_dir / "tasks" / "softmax_bf16";
+inline const std::filesystem::path k_gemm = k_source_dir / "tasks" / "gemm";
 
 struct KwbRun {
   int exit_code = -1;
