@@ -12,9 +12,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
 
 namespace kwb::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -80,8 +83,23 @@ Action add_check(CLI::App& root) {
     for (const std::string& c : args->cases) {
       if (task.find_case(c) == nullptr) throw UsageError(fmt::format("--case {}: the task has no such case", c));
     }
+    if (args->impl.empty() == args->control.empty()) {
+      throw UsageError("check needs --impl SOURCE, or --control NAME for one of the task's error controls");
+    }
+    const ControlSpec* control = nullptr;
+    if (!args->control.empty()) {
+      std::vector<std::string> names;
+      for (const ControlSpec& c : task.backends.at(args->backend).controls) {
+        names.push_back(c.name);
+        if (c.name == args->control) control = &c;
+      }
+      if (control == nullptr) {
+        throw UsageError(fmt::format("--control {}: the task has no such control on {} (it has: {})", args->control,
+                                     args->backend, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+      }
+    }
     require_backend(args->backend);
-    Artifact art = build_implementation({args->impl, 0, args->backend});
+    Artifact art = build_implementation({control ? control->source : fs::path(args->impl), 0, args->backend});
     CheckOptions opt = check_options(*args);
     CheckReport report = run_check(task, art, opt);
     LedgerRun run;
@@ -95,10 +113,21 @@ Action add_check(CLI::App& root) {
     }
     run.arms.push_back({"implementation", art.source.string(), art.identity.key});
     record_in_ledger(run);
+    const bool expected_reason = control && report.has_reason(control->expect);
     if (args->json) {
-      std::cout << json_text(to_json(report), 2) << "\n";
+      nlohmann::json j = to_json(report);
+      if (control) {
+        j["control"] = {{"name", control->name}, {"expect", control->expect}, {"expected_reason_seen", expected_reason}};
+      }
+      std::cout << json_text(j, 2) << "\n";
     } else {
       print_human(report, art);
+      if (control) {
+        std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
+                                 report.pass()      ? "it PASSED (the check cannot catch this mistake)"
+                                 : expected_reason ? "it was"
+                                                   : "it was rejected, but not for that reason");
+      }
     }
     if (!report.built) return static_cast<int>(ExitCode::data_error);
     return static_cast<int>(report.pass() ? ExitCode::ok : ExitCode::rejected);

@@ -20,6 +20,7 @@ Action add_keep(CLI::App& root);
 Action add_history(CLI::App& root);
 Action add_mcp(CLI::App& root);
 Action add_revalidate(CLI::App& root);
+Action add_new_task(CLI::App& root);
 
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the

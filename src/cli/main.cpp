@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
       {"history", kwb::cli::add_history(app)},
       {"revalidate", kwb::cli::add_revalidate(app)},
       {"mcp", kwb::cli::add_mcp(app)},
+      {"new-task", kwb::cli::add_new_task(app)},
   };
   try {
     app.parse(argc, argv);

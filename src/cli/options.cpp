@@ -23,7 +23,11 @@ void add_backend_option(CLI::App& app, std::string& backend) {
 
 void add_check_options(CLI::App& app, CheckArgs& a) {
   app.add_option("task_dir", a.task_dir, "Task folder (holding task.toml)")->required();
-  app.add_option("--impl", a.impl, "Implementation source (.c/.cpp)")->required();
+  CLI::Option* impl = app.add_option("--impl", a.impl, "Implementation source (.c/.cpp)");
+  CLI::Option* control =
+      app.add_option("--control", a.control, "One of the task's error controls, by name (instead of --impl)");
+  impl->excludes(control);
+  control->excludes(impl);
   add_backend_option(app, a.backend);
   app.add_flag("--json", a.json, "Print one JSON object instead of the table");
   app.add_option("--timeout-seconds", a.timeout_seconds, "Per call")->capture_default_str()

@@ -31,6 +31,7 @@ std::string gate_name(stats::GateKind kind);
 struct CheckArgs {
   std::string task_dir;
   std::string impl;
+  std::string control;  // instead of impl: one of the task's controls, by name
   std::string backend = "cpu";
   bool json = false;
   double timeout_seconds = k_default_timeout_seconds;

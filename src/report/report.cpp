@@ -23,6 +23,15 @@ std::string str(const json& j, const char* key, const std::string& fallback = "-
   return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
 }
 
+// The oracle a bundle's plan names: its source file and the start of its SHA-256 (plan.json task.oracle); a bundle
+// of a kwb whose oracles were built in names it by a string.
+std::string oracle_text(const json& task) {
+  const json oracle = task.value("oracle", json());
+  if (oracle.is_string()) return fmt::format("kwb's built-in '{}'", oracle.get<std::string>());
+  const std::string sha = str(oracle, "source_sha256");
+  return fmt::format("{}, SHA-256 {}", str(oracle, "source"), sha.size() > 12 ? sha.substr(0, 12) + "..." : sha);
+}
+
 std::string pct(const json& w, const char* key) {
   if (!w.contains(key) || !w[key].is_number()) return "-";
   return fmt::format("{:+.2f}%", w[key].get<double>());
@@ -244,8 +253,9 @@ ReportModel build_model(const BundleData& b) {
       fmt::format("Holds for this machine ({}), the {} backend, dtype {} and the workloads above only; other shapes, "
                   "dtypes or machines were not measured.",
                   str(scope, "machine"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes),
-      fmt::format("Correctness is judged against the task's oracle within rtol {} and atol {} on the task's cases and "
-                  "on fresh data at final validation; inputs outside those cases were not tried.",
+      fmt::format("Correctness is judged against the task's oracle ({}) within rtol {} and atol {} on the task's "
+                  "cases and on fresh data at final validation; inputs outside those cases were not tried.",
+                  oracle_text(task),
                   str(task.value("tolerance", json::object()), "rtol"),
                   str(task.value("tolerance", json::object()), "atol")),
       fmt::format("Intervals are per-block log-ratio intervals at the confidence each look spent (alpha {} spread "

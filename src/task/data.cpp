@@ -140,6 +140,8 @@ void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char>
   if (out.size() % width != 0) throw std::invalid_argument("fill_tensor: size is not a multiple of the dtype");
   const size_t n = out.size() / width;
   Rng rng(seed);
+  // The special-value mix draws from a stream of its own, so the other elements are those of the plain law.
+  Rng special(seed ^ 0x5EC1A1F4AC710Eull);
   auto store = [&](size_t i, double v) { store_element(dtype, out.data(), i, v); };
   for (size_t i = 0; i < n; ++i) {
     double v = 0.0;
@@ -154,6 +156,7 @@ void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char>
         break;
       }
     }
+    if (dist.special_fraction > 0.0 && special.uniform01() < dist.special_fraction) v = dist.special_value;
     store(i, v);
   }
 }

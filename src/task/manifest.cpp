@@ -3,6 +3,8 @@
 #include "task/task.h"
 
 #include "util/error.h"
+#include "util/fs.h"
+#include "util/paths.h"
 #include "util/sha256.h"
 #include "util/text.h"
 #include "util/units.h"
@@ -12,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 namespace kwb {
@@ -223,7 +227,8 @@ private:
       "name",   "description", "oracle", "threads", "signature", "tolerance",    "cases", "backends",
       "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
       "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
-      "seed",   "baseline",    "reference", "controls", "source", "expect"};
+      "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
+      "base",   "replace",     "with"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -243,7 +248,7 @@ const toml::table& as_table(const toml::node& n, const std::string& field, const
 std::optional<Distribution> read_distribution(TableReader& r, bool required) {
   auto kind_text = required ? std::optional(r.string("distribution")) : r.optional_string("distribution");
   if (!kind_text) {
-    for (const char* k : {"scale", "mean", "low", "high", "value"}) {
+    for (const char* k : {"scale", "mean", "low", "high", "value", "special_fraction", "special_value"}) {
       if (r.get(k) != nullptr) r.fail(r.get(k), k, "given without 'distribution'");
     }
     return std::nullopt;
@@ -280,6 +285,24 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
   }
   if (d.kind == DistributionKind::normal && !(d.scale > 0)) {
     r.fail(r.get("scale"), "scale", fmt::format("normal needs scale > 0 (got {})", d.scale));
+  }
+  // The special value may be anything a float holds (-inf, nan); its fraction is a probability, and the two come
+  // together.
+  const std::optional<double> fraction = r.optional_number("special_fraction");
+  const std::optional<double> special = r.optional_number("special_value");
+  if (fraction.has_value() != special.has_value()) {
+    const char* given = fraction ? "special_fraction" : "special_value";
+    r.fail(r.get(given), given,
+           "special_fraction and special_value go together: give both (e.g. special_fraction = 0.25, "
+           "special_value = -inf), or neither");
+  }
+  if (fraction) {
+    if (!(*fraction > 0.0 && *fraction <= 1.0)) {
+      r.fail(r.get("special_fraction"), "special_fraction",
+             fmt::format("a probability in (0, 1] (got {})", *fraction));
+    }
+    d.special_fraction = *fraction;
+    d.special_value = *special;
   }
   return d;
 }
@@ -345,6 +368,41 @@ fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& 
                                         rel, resolved.string(), dir.string()));
   }
   return resolved;
+}
+
+// A control written as a change of its base: the base's text with the one occurrence of `replace` replaced by
+// `with`, written once into kwb's cache folder under the SHA-256 of the result (so the same change is the same
+// file, and the build cache finds it), keeping the base's file name. A `replace` that does not occur exactly once is
+// an error at its line: a change that could apply in two places is not reviewable.
+fs::path derived_control_source(TableReader& r, const ControlSpec& ctl) {
+  if (ctl.replace.empty()) r.fail(r.get("replace"), "replace", "the text to replace must not be empty");
+  std::ifstream in(ctl.base, std::ios::binary);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t found = 0, at = std::string::npos;
+  for (size_t pos = text.find(ctl.replace); pos != std::string::npos; pos = text.find(ctl.replace, pos + 1)) {
+    if (found++ == 0) at = pos;
+  }
+  if (found != 1) {
+    r.fail(r.get("replace"), "replace",
+           fmt::format("must occur exactly once in {} (found {} time{}): quote enough of the line to make it unique",
+                       ctl.base.string(), found, found == 1 ? "" : "s"));
+  }
+  std::string changed = text;
+  changed.replace(at, ctl.replace.size(), ctl.with);
+  // Diagnostics of the changed file name the base and its lines (the change may shift the lines after it).
+  changed = fmt::format("#line 1 \"{}\"\n", ctl.base.string()) + changed;
+  const fs::path dir = cache_dir() / "controls" / sha256_hex(changed);
+  const fs::path out = dir / ctl.base.filename();
+  std::error_code ec;
+  if (!fs::is_regular_file(out, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      throw Error(ExitCode::io_error, fmt::format("cannot create {} for control '{}': {}", dir.string(), ctl.name,
+                                                  ec.message()));
+    }
+    write_file_atomic(out, changed);
+  }
+  return out;
 }
 
 // Every tensor of case `c` has positive dimensions, and all of them together fit in k_max_case_bytes, computed
@@ -564,7 +622,18 @@ Task load_task(const fs::path& dir_in) {
             cr.fail(cr.get("name"), "name", fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'",
                                                         ctl.name));
           }
-          ctl.source = resolve_source(cr, "source", task.dir);
+          if ((cr.get("source") != nullptr) == (cr.get("base") != nullptr)) {
+            cr.fail(cr.get("source") != nullptr ? cr.get("source") : nullptr, "source",
+                    "give either 'source' (a file of its own) or 'base', 'replace' and 'with' (a change of one file)");
+          }
+          if (cr.get("source") != nullptr) {
+            ctl.source = resolve_source(cr, "source", task.dir);
+          } else {
+            ctl.base = resolve_source(cr, "base", task.dir);
+            ctl.replace = cr.string("replace");
+            ctl.with = cr.string("with");
+            ctl.source = derived_control_source(cr, ctl);
+          }
           ctl.expect = cr.string("expect");
           const auto& codes = failure_reason_codes();
           if (std::find(codes.begin(), codes.end(), ctl.expect) == codes.end()) {

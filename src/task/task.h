@@ -33,6 +33,10 @@ struct Distribution {
   double low = -1.0;
   double high = 1.0;
   double value = 0.0;
+  // A mix of one special value into the drawn data: each element, independently, is special_value with probability
+  // special_fraction (an attention mask's -inf, a NaN an implementation must propagate). 0: none.
+  double special_fraction = 0.0;
+  double special_value = 0.0;
 };
 
 struct TensorSpec {
@@ -74,8 +78,14 @@ struct Case {
 
 struct ControlSpec {
   std::string name;
-  std::filesystem::path source;  // absolute
+  std::filesystem::path source;  // absolute: the task's file, or (a change of a base) the changed text kwb wrote
   std::string expect;            // the failure reason code the check must report
+  // A control written as a change of another source (docs/task-format.md, "Controls"): `base` with the one
+  // occurrence of `replace` replaced by `with`; `source` is then that text, written once into kwb's cache folder
+  // under its SHA-256. Empty for a control given as a file.
+  std::filesystem::path base;
+  std::string replace;
+  std::string with;
 };
 
 struct BackendImpls {

@@ -135,7 +135,7 @@ done
 # no_eps may also show as nan_mismatch on the zeros case).
 while read -r control reason; do
   step "check control $control" reject 300 "$out/check/control_$control.json" \
-    "$kwb" check "$task" --backend cuda --impl "$cuda/controls/$control.cu" --json
+    "$kwb" check "$task" --backend cuda --control "$control" --json
   if grep -q "\"reason\": *\"$reason\"" "$out/check/control_$control.json"; then
     note "control $control: reported $reason, as expected"
   else

@@ -30,7 +30,7 @@ KwbRun check(const std::filesystem::path& task, const std::filesystem::path& imp
 const std::map<std::string, std::set<std::string>> k_controls = {
     {"softmax",
      {"no_max_subtraction", "sum_off_by_one", "online_no_rescale", "wrong_axis", "zeros", "mutate_input",
-      "stale_output_replay"}},
+      "stale_output_replay", "online_mask_nan"}},
     {"softmax_bf16", {"bf16_sum", "no_max_subtraction"}},
     {"gemm", {"transposed_b", "k_off_by_one", "bf16_accumulator", "edge_tiles_forgotten", "zeros", "mutate_input"}},
 };
@@ -131,6 +131,20 @@ TEST(OperatorTaskControls, an_all_zeros_output_is_a_numeric_mismatch_never_a_rep
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(reasons(r.json), std::set<std::string>{"numeric_mismatch"}) << r.json["failures"].dump();
+}
+
+// `kwb check --control NAME` checks one of the task's controls by name and says whether its reason was seen; an
+// unknown name is a usage error listing the ones the task has.
+TEST(OperatorTaskControls, check_control_by_name_reports_whether_its_reason_was_seen) {
+  KwbRun r = run_kwb({"check", k_softmax.string(), "--control", "online_mask_nan", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.json["control"]["name"], "online_mask_nan");
+  EXPECT_EQ(r.json["control"]["expect"], "nan_mismatch");
+  EXPECT_EQ(r.json["control"]["expected_reason_seen"], true) << r.json["failures"].dump();
+  KwbRun unknown = run_kwb({"check", k_softmax.string(), "--control", "no_such_control"});
+  EXPECT_EQ(unknown.exit_code, 64);
+  EXPECT_NE(unknown.errors.find("online_mask_nan"), std::string::npos) << unknown.errors;
 }
 
 }  // namespace

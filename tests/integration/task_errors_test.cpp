@@ -71,5 +71,24 @@ TEST(task_errors_test, candidate_without_the_abi_marker_exits_65_naming_the_file
   EXPECT_TRUE(r.json["cases"].empty()) << r.output;
 }
 
+// A signature and an oracle that disagree on the tensors (here a third input the rmsnorm oracle does not take) is a
+// task error: 65, naming the oracle's file and quoting the oracle's own message, never kwb's internal error.
+TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_oracle) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-arity", ::getpid());
+  fs::create_directories(dir);
+  fs::copy_file(k_rmsnorm / "oracle.cpp", dir / "oracle.cpp", fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "impl.cpp") << "// never built\n";
+  std::string text = k_valid_manifest;
+  const std::string weight = R"(  { name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 },)";
+  ASSERT_NE(text.find(weight), std::string::npos);
+  text.insert(text.find(weight) + weight.size(), "\n  { name = \"bias\", dtype = \"f32\", shape = [\"cols\"] },");
+  std::ofstream(dir / "task.toml") << text;
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  EXPECT_EQ(r.exit_code, 65) << r.errors;
+  EXPECT_NE(r.errors.find((fs::canonical(dir) / "oracle.cpp").string()), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("rmsnorm expects inputs (x, weight)"), std::string::npos) << r.errors;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kwb::test

@@ -133,5 +133,29 @@ TEST(dtype_test, an_unwritten_16_bit_output_is_found_by_its_poison) {
   EXPECT_EQ(c.value_mismatches, 1u);  // 2.5 against 2
 }
 
+// The special-value mix replaces about special_fraction of the elements and leaves every other element exactly what
+// the plain law draws (its draws come from a stream of their own).
+TEST(special_values, a_mix_replaces_a_fraction_and_leaves_the_rest_as_drawn) {
+  Distribution plain;
+  plain.kind = DistributionKind::normal;
+  Distribution masked = plain;
+  masked.special_fraction = 0.25;
+  masked.special_value = -k_inf;
+  const size_t n = 40000;
+  std::vector<unsigned char> a(n * 4), b(n * 4);
+  fill_tensor(plain, DType::f32, a, 7);
+  fill_tensor(masked, DType::f32, b, 7);
+  size_t special = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = load_element(DType::f32, b.data(), i);
+    if (x == -k_inf) {
+      ++special;
+    } else {
+      EXPECT_EQ(x, load_element(DType::f32, a.data(), i)) << i;
+    }
+  }
+  EXPECT_NEAR(static_cast<double>(special) / n, 0.25, 0.01);  // 0.25 +- 4.6 sd
+}
+
 }  // namespace
 }  // namespace kwb

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 
 namespace fs = std::filesystem;
@@ -288,6 +291,54 @@ TEST_F(ManifestTest, unknown_backend_is_reported_at_its_line_with_the_known_ones
   EXPECT_NE(msg.find("cpu, opencl, cuda"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did you mean 'cpu'?"), std::string::npos) << msg;
   expect_location(msg, m_dir, 25);
+}
+
+// A special-value mix (an attention mask's -inf): both keys, a probability, any float value; each refusal names the
+// key at its line.
+TEST_F(ManifestTest, a_special_value_mix_is_read_and_refused_when_half_given_or_not_a_probability) {
+  write_with("scale = 2.0", "scale = 2.0\nspecial_fraction = 0.25\nspecial_value = -inf");
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_DOUBLE_EQ(t.cases[0].data.special_fraction, 0.25);
+  EXPECT_TRUE(std::isinf(t.cases[0].data.special_value) && t.cases[0].data.special_value < 0);
+
+  write_with("scale = 2.0", "scale = 2.0\nspecial_fraction = 0.25");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("special_fraction and special_value go together"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 23);
+
+  write_with("scale = 2.0", "scale = 2.0\nspecial_fraction = 1.5\nspecial_value = nan");
+  msg = load_error();
+  EXPECT_NE(msg.find("field 'cases[0].special_fraction'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a probability in (0, 1]"), std::string::npos) << msg;
+}
+
+// A control written as a change of another source: the changed text lands in kwb's cache folder, named like the
+// base, with a #line naming the base; a `replace` that does not occur exactly once, or both forms at once, is an
+// error at its line (the control's source is at line 31, so replace is at 32).
+TEST_F(ManifestTest, a_control_given_as_a_change_of_its_base_is_written_once_into_the_cache) {
+  ::setenv("KWB_CACHE_DIR", (m_dir / "cache").c_str(), 1);
+  std::ofstream(m_dir / "impl.cpp") << "float f(float x) { return x + 1.0f; }\n";
+  write_with("source = \"impl.cpp\"", "base = \"impl.cpp\"\nreplace = \"x + 1.0f\"\nwith = \"x\"");
+  const kwb::Task t = kwb::load_task(m_dir);
+  const kwb::ControlSpec& c = t.backends.at("cpu").controls.at(0);
+  EXPECT_EQ(c.base, fs::canonical(m_dir / "impl.cpp"));
+  EXPECT_EQ(c.source.filename(), "impl.cpp");
+  EXPECT_EQ(c.source.parent_path().parent_path(), m_dir / "cache" / "controls");
+  std::ifstream in(c.source);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "#line 1 \"" + c.base.string() + "\"\nfloat f(float x) { return x; }\n");
+  EXPECT_EQ(kwb::load_task(m_dir).backends.at("cpu").controls.at(0).source, c.source);  // same change, same file
+
+  write_with("source = \"impl.cpp\"", "base = \"impl.cpp\"\nreplace = \"y + 2\"\nwith = \"x\"");
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'backends.cpu.controls[0].replace': must occur exactly once"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("found 0 times"), std::string::npos) << msg;
+  expect_location(msg, m_dir, 32);
+
+  write_with("source = \"impl.cpp\"", "source = \"impl.cpp\"\nbase = \"impl.cpp\"");
+  msg = load_error();
+  EXPECT_NE(msg.find("give either 'source'"), std::string::npos) << msg;
+  ::unsetenv("KWB_CACHE_DIR");
 }
 
 TEST(manifest_test, builtin_rmsnorm_task_loads) {
