@@ -46,7 +46,7 @@ struct CheckOptions {
 };
 
 inline constexpr int k_rehearsal_min_calls = 64;
-inline constexpr int k_rehearsal_max_calls = 128;  // above what an automatically sized timing visit makes (<= 104)
+inline constexpr int k_rehearsal_max_calls = 128;  // above what a timing visit makes: 7 by default, <= 104 sized by a pilot
 // Held-out cases are kept below this many bytes of inputs and outputs (the largest dimension is halved until
 // they are): what they test is shapes, not memory bandwidth.
 inline constexpr size_t k_held_out_max_bytes = size_t{16} << 20;

@@ -1,7 +1,9 @@
 // Adversarial candidate. Class: phase detection (GPU MODE NVFP4 post-mortem 2026-03; pygpubench submission_warmup).
-// Cheat: counts the calls it receives for each shape. A correctness check makes a handful of calls per shape; a
-// timing loop makes many. After the 8th call of a shape it stops computing and replays the last result it computed
-// for that shape, so it is honest whenever it believes it is being checked.
+// Cheat: counts the calls it receives for each shape. A correctness check makes a handful of calls per shape (kwb's
+// full check up to 8, where two cases share a shape); a timing loop makes many. After the 8th call of a shape it
+// stops computing and replays the last result it computed for that shape, so it is honest whenever it believes it
+// is being checked. kwb's default timing visit (2 warm-ups and 5 timed calls, each visit a fresh process) never
+// reaches a 9th call, so there it stays honest and gains nothing; with longer visits (--samples 20) it cheats.
 // Defense: every timed output is validated (compare reports INVALID), and the final check (--held-out) rehearses a
 // timing visit (same process, same call pattern, a secret number of calls) with every output validated.
 // Expected reason: numeric_mismatch (kwb check --held-out); INVALID in compare.

@@ -64,18 +64,21 @@ TEST(opencl_test, fused_passes_with_one_kernel) {
   EXPECT_EQ(first_trace(r.json), std::vector<std::string>{"rmsnorm_fused"});
 }
 
-// Each control is the fused kernel with one bug; three small cases are enough to expose every one of them.
+// Each control is the fused kernel with one bug (no_eps and no_weight written in task.toml as a change of
+// opencl/fused.cpp, the others as files); three small cases are enough to expose every one of them. Checked by
+// name, `kwb check --control`, whichever way the task gives it.
 TEST(opencl_test, every_control_is_rejected_for_its_named_reason) {
   const std::vector<std::pair<std::string, std::string>> controls = {
       {"no_eps", "numeric_mismatch"},   {"no_weight", "numeric_mismatch"},   {"wrong_axis", "numeric_mismatch"},
       {"zeros", "numeric_mismatch"},    {"mutate_input", "input_modified"}, {"stale_output_replay", "stale_output"}};
   for (const auto& [name, reason] : controls) {
-    KwbRun r = run_kwb(check_args(k_opencl / "controls" / (name + ".cpp"),
-                                  {"--case", "zeros", "--case", "tiny_magnitude", "--case", "odd_row_length"}));
+    KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--backend", "opencl", "--control", name, "--json", "--case",
+                        "zeros", "--case", "tiny_magnitude", "--case", "odd_row_length"});
     ASSERT_FALSE(r.json.is_discarded()) << name << ": " << r.output << r.errors;
     EXPECT_EQ(r.exit_code, 1) << name;
     EXPECT_EQ(r.json["verdict"], "FAIL") << name;
     EXPECT_TRUE(reasons_of(r.json).contains(reason)) << name << " expected " << reason << ": " << r.output;
+    EXPECT_EQ(r.json["control"]["expected_reason_seen"], true) << name;
   }
 }
 
