@@ -20,7 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
 
 // tests/adversarial/tasks/rmsnorm_threads with tasks/rmsnorm's oracle beside it (a task's sources live in its folder),
 // copied once per test process and removed when it ends.
@@ -29,7 +28,7 @@ public:
   ThreadsTask() : m_dir(fs::temp_directory_path() / ("kwb-threads-task-" + std::to_string(::getpid()))) {
     fs::remove_all(m_dir);
     fs::copy(k_adversarial / "tasks" / "rmsnorm_threads", m_dir, fs::copy_options::recursive);
-    fs::copy_file(k_rmsnorm / "oracle.cpp", m_dir / "oracle.cpp");
+    fs::copy_file(k_rmsnorm_lite / "oracle.cpp", m_dir / "oracle.cpp");
   }
   ~ThreadsTask() {
     std::error_code ec;
@@ -46,12 +45,6 @@ private:
 fs::path threads_task() {
   static const ThreadsTask task;
   return task.dir();
-}
-
-std::set<std::string> reasons(const nlohmann::json& j) {
-  std::set<std::string> out;
-  for (const auto& f : j.at("failures")) out.insert(f.at("reason").get<std::string>());
-  return out;
 }
 
 // The first failure with `reason`, for its detail.
@@ -86,7 +79,7 @@ class AdversaryTest : public ::testing::TestWithParam<Adversary> {};
 
 TEST_P(AdversaryTest, is_rejected_by_check_with_its_reason_and_kwb_survives) {
   const Adversary& a = GetParam();
-  KwbRun r = check(k_rmsnorm, k_adversarial / (std::string(a.name) + ".cpp"), a.args);
+  KwbRun r = check(k_rmsnorm_lite, k_adversarial / (std::string(a.name) + ".cpp"), a.args);
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.errors;
   EXPECT_EQ(r.json["verdict"], "FAIL");
@@ -133,7 +126,7 @@ TEST(adversarial_test, constructor_is_stopped_before_it_writes_its_file) {
   const fs::path dropped = "/tmp/kwb-adversarial-constructor";
   std::error_code ec;
   fs::remove(dropped, ec);
-  KwbRun r = check(k_rmsnorm, k_adversarial / "constructor.cpp", {"--case", "zeros"});
+  KwbRun r = check(k_rmsnorm_lite, k_adversarial / "constructor.cpp", {"--case", "zeros"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_TRUE(reasons(r.json).contains("sandbox_violation")) << r.json["failures"].dump();
   EXPECT_NE(detail_of(r.json, "sandbox_violation").find("while loading"), std::string::npos);
@@ -142,7 +135,7 @@ TEST(adversarial_test, constructor_is_stopped_before_it_writes_its_file) {
 
 TEST(adversarial_test, forged_answer_then_exit_fails_even_as_the_only_call) {
   // Alone, the forged answer arrives while the call is still running: the socket carries no answer then.
-  KwbRun r = check(k_rmsnorm, k_adversarial / "forged_result.cpp", {"--case", "zeros", "--calls", "1"});
+  KwbRun r = check(k_rmsnorm_lite, k_adversarial / "forged_result.cpp", {"--case", "zeros", "--calls", "1"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.json["verdict"], "FAIL");
@@ -150,10 +143,10 @@ TEST(adversarial_test, forged_answer_then_exit_fails_even_as_the_only_call) {
 }
 
 TEST(adversarial_test, phase_detector_passes_the_plain_check_and_fails_the_rehearsed_timing_visit) {
-  KwbRun plain = check(k_rmsnorm, k_adversarial / "phase_detection.cpp", {"--case", "zeros", "--case", "decode"});
+  KwbRun plain = check(k_rmsnorm_lite, k_adversarial / "phase_detection.cpp", {"--case", "zeros", "--case", "decode"});
   ASSERT_FALSE(plain.json.is_discarded()) << plain.output << plain.errors;
   EXPECT_EQ(plain.json["verdict"], "PASS") << plain.json["failures"].dump();
-  KwbRun final_check = check(k_rmsnorm, k_adversarial / "phase_detection.cpp", {"--held-out", "--case", "zeros"});
+  KwbRun final_check = check(k_rmsnorm_lite, k_adversarial / "phase_detection.cpp", {"--held-out", "--case", "zeros"});
   ASSERT_FALSE(final_check.json.is_discarded()) << final_check.output << final_check.errors;
   std::set<std::string> failed_cases;
   for (const auto& f : final_check.json["failures"]) failed_cases.insert(f["case"].get<std::string>());
@@ -161,7 +154,7 @@ TEST(adversarial_test, phase_detector_passes_the_plain_check_and_fails_the_rehea
 }
 
 TEST(adversarial_test, timer_interposition_is_refused_before_any_worker_loads_it) {
-  KwbRun r = check(k_rmsnorm, k_adversarial / "timer_interposition.cpp", {"--case", "zeros", "--case", "decode"});
+  KwbRun r = check(k_rmsnorm_lite, k_adversarial / "timer_interposition.cpp", {"--case", "zeros", "--case", "decode"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   // Refused at load: no case ran a single call, and the check stopped at the first.
   for (const auto& c : r.json["cases"]) EXPECT_EQ(c["calls"], 0) << c.dump();
@@ -191,7 +184,7 @@ TEST(adversarial_test, honest_multithreaded_implementation_passes_the_final_chec
 class HonestTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HonestTest, passes_the_final_check_with_held_out_cases_and_the_rehearsal) {
-  KwbRun r = check(k_rmsnorm, k_rmsnorm / "cpu" / GetParam(), {"--held-out"});
+  KwbRun r = check(k_rmsnorm_lite, k_rmsnorm_lite / "cpu" / GetParam(), {"--held-out"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.json["failures"].dump();
   std::set<std::string> names;
@@ -207,7 +200,7 @@ INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, HonestTest, ::testing::Values("baseline.cp
 // ---- through compare and validate ---------------------------------------------------------------------------------
 
 KwbRun compare(const fs::path& candidate, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"compare", k_rmsnorm.string(), "--candidate", candidate.string(), "--workload",
+  std::vector<std::string> args = {"compare", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--workload",
                                    "decode", "--max-minutes", "0.2", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
@@ -248,7 +241,7 @@ TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
   const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-validate-" + std::to_string(::getpid()));
   fs::remove_all(out);
-  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
+  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
                       "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "7",
                       "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
@@ -269,7 +262,7 @@ TEST(adversarial_test, validate_rejects_code_special_cased_to_the_published_shap
   // held-out cases of the final validation can reject it.
   const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-heldout-" + std::to_string(::getpid()));
   fs::remove_all(out);
-  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate",
+  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate",
                       (k_adversarial / "hard_coded_shapes.cpp").string(), "--output-dir", out.string(), "--workload",
                       "decode", "--max-minutes", "0.1", "--seed", "5", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;

@@ -24,7 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
 const fs::path k_with_header = k_source_dir / "tests" / "candidates" / "with_header";
 const std::string k_note = "kwb: builds run in a sandbox that can read only the toolchain";
 
@@ -258,7 +257,7 @@ TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
 // with exit 69 and says why; it never compiles unsandboxed. Simulated with util-linux unshare: in a user namespace
 // that allows one more, an unprivileged process whose bwrap needs a second.
 TEST_F(BuildSandboxTest, without_namespaces_the_build_is_unavailable_never_unsandboxed) {
-  const std::string inner = fmt::format("{} check {} --impl {} --json", KWB_BINARY, k_rmsnorm.string(),
+  const std::string inner = fmt::format("{} check {} --impl {} --json", KWB_BINARY, k_rmsnorm_lite.string(),
                                         (k_with_header / "kernel.cpp").string());
   const std::string script =
       "echo 1 > /proc/sys/user/max_user_namespaces || exit 99; unshare -U sh -c 'test $(id -u) != 0 || exit 98; " +
@@ -277,7 +276,7 @@ TEST_F(BuildSandboxTest, without_namespaces_the_build_is_unavailable_never_unsan
 // none of the file they tried to read.
 TEST_F(BuildSandboxTest, check_rejects_the_build_time_readers_as_build_failures) {
   for (const char* name : {"build_include_outside.cpp", "build_incbin_outside.cpp"}) {
-    KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_adversarial / name).string(), "--json"});
+    KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_adversarial / name).string(), "--json"});
     EXPECT_EQ(r.exit_code, 65) << name << r.output << r.errors;
     ASSERT_FALSE(r.json.is_discarded()) << r.output;
     ASSERT_EQ(r.json["failures"].size(), 1u) << r.output;
@@ -292,7 +291,7 @@ TEST_F(BuildSandboxTest, check_rejects_the_build_time_readers_as_build_failures)
 // again, and the plan (the identity in the report) lists it.
 TEST_F(BuildSandboxTest, check_after_editing_a_folder_header_rebuilds_and_fails) {
   const fs::path source = copy_with_header(m_root / "cand");
-  const std::vector<std::string> args = {"check", k_rmsnorm.string(), "--impl", source.string(), "--json",
+  const std::vector<std::string> args = {"check", k_rmsnorm_lite.string(), "--impl", source.string(), "--json",
                                          "--case", "zeros", "--case", "decode"};
   KwbRun pass = run_kwb(args);
   ASSERT_EQ(pass.exit_code, 0) << pass.output << pass.errors;

@@ -13,20 +13,16 @@ namespace {
 
 const std::filesystem::path k_candidates = k_source_dir / "tests" / "candidates";
 
-std::set<std::string> reasons(const nlohmann::json& j) {
-  std::set<std::string> out;
-  for (const auto& f : j.at("failures")) out.insert(f.at("reason").get<std::string>());
-  return out;
-}
-
-KwbRun check(const std::filesystem::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"check", k_rmsnorm.string(), "--impl", impl.string(), "--json"};
+KwbRun check(const std::filesystem::path& impl, std::vector<std::string> extra = {},
+             const std::filesystem::path& task = k_rmsnorm_lite) {
+  std::vector<std::string> args = {"check", task.string(), "--impl", impl.string(), "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
 
+// The shipped task whole, its DRAM-sized case included.
 TEST(check_test, fused_reference_passes_with_at_least_300_assertions) {
-  KwbRun r = check(k_rmsnorm / "cpu" / "fused.cpp");
+  KwbRun r = check(k_rmsnorm / "cpu" / "fused.cpp", {}, k_rmsnorm);
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.json["schema"], "kwb.check");
@@ -39,14 +35,14 @@ TEST(check_test, fused_reference_passes_with_at_least_300_assertions) {
 }
 
 TEST(check_test, multipass_baseline_passes_with_at_least_300_assertions) {
-  KwbRun r = check(k_rmsnorm / "cpu" / "baseline.cpp");
+  KwbRun r = check(k_rmsnorm / "cpu" / "baseline.cpp", {}, k_rmsnorm);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.json["verdict"], "PASS");
   EXPECT_GE(r.json["assertions"]["passed"].get<int>(), 300);
 }
 
 TEST(check_test, human_output_ends_with_the_assertion_summary) {
-  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string(), "--case",
+  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case",
                       "odd_row_length"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // 4 calls x 12 assertions (completed, returned_zero, descriptors_intact, 2 x input_unchanged, no_write_outside,
@@ -60,7 +56,7 @@ TEST(check_test, human_output_ends_with_the_assertion_summary) {
 class ControlTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ControlTest, control_is_rejected_for_its_named_reason) {
-  kwb::Task task = kwb::load_task(k_rmsnorm);
+  kwb::Task task = kwb::load_task(k_rmsnorm_lite);
   const kwb::ControlSpec* spec = nullptr;
   for (const auto& c : task.backends.at("cpu").controls) {
     if (c.name == GetParam()) spec = &c;
@@ -149,7 +145,7 @@ std::vector<std::string> case_names(const nlohmann::json& j) {
 }
 
 TEST(check_test, a_hang_stops_the_check_at_the_first_timeout_and_lists_the_cases_not_run) {
-  const size_t all = kwb::load_task(k_rmsnorm).cases.size();
+  const size_t all = kwb::load_task(k_rmsnorm_lite).cases.size();
   KwbRun r = check(k_source_dir / "tests" / "adversarial" / "infinite_loop.cpp", {"--timeout-seconds", "2"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -169,13 +165,13 @@ TEST(check_test, a_hang_stops_the_check_at_the_first_timeout_and_lists_the_cases
   std::set<std::string> named(r.json["not_run"].begin(), r.json["not_run"].end());
   named.insert(r.json["cases"][0]["name"].get<std::string>());
   std::set<std::string> published;
-  for (const auto& c : kwb::load_task(k_rmsnorm).cases) published.insert(c.name);
+  for (const auto& c : kwb::load_task(k_rmsnorm_lite).cases) published.insert(c.name);
   EXPECT_EQ(named, published);
   expect_consistent_counts(r.json);
 }
 
 TEST(check_test, a_crash_stops_the_check_and_the_text_names_the_cases_not_run) {
-  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_candidates / "crash.cpp").string(), "--case",
+  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_candidates / "crash.cpp").string(), "--case",
                       "decode", "--case", "zeros", "--case", "many_short_rows"});
   EXPECT_EQ(r.exit_code, 1) << r.output;
   // Smallest inputs first: zeros (4 x 256) runs and crashes; many_short_rows (612 x 7) and decode (1 x 4096 plus
@@ -188,7 +184,7 @@ TEST(check_test, a_crash_stops_the_check_and_the_text_names_the_cases_not_run) {
 
 TEST(check_test, exhaustive_gives_each_crashed_case_a_fresh_worker) {
   // With --exhaustive a crash in one case does not stop the others: each is tried and fails on its own.
-  const size_t all = kwb::load_task(k_rmsnorm).cases.size();
+  const size_t all = kwb::load_task(k_rmsnorm_lite).cases.size();
   KwbRun r = check(k_candidates / "crash.cpp", {"--exhaustive"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -237,7 +233,7 @@ TEST(check_test, a_failed_load_stops_the_check) {
 
 TEST(check_test, an_output_mismatch_does_not_stop_the_check) {
   // Only a worker failure stops a check: a wrong answer from a live worker leaves every case to run.
-  KwbRun r = check(k_rmsnorm / "cpu" / "controls" / "no_weight.cpp", {"--case", "decode", "--case", "zeros"});
+  KwbRun r = check(k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp", {"--case", "decode", "--case", "zeros"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.json["cases"].size(), 2u);
@@ -259,7 +255,7 @@ TEST(check_test, malformed_manifest_exits_65_with_file_and_line) {
   auto dir = std::filesystem::temp_directory_path() / ("kwb-bad-task-" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "task.toml") << "name = \"x\"\ndescription = \"y\"\noracle = 3\n";
-  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 65);
   EXPECT_NE(r.errors.find("task.toml:3: field 'oracle': expected a string, got an integer"), std::string::npos)
       << r.errors;
@@ -267,15 +263,15 @@ TEST(check_test, malformed_manifest_exits_65_with_file_and_line) {
 }
 
 TEST(check_test, usage_errors_exit_64) {
-  EXPECT_EQ(run_kwb({"check", k_rmsnorm.string()}).exit_code, 64);  // --impl missing
+  EXPECT_EQ(run_kwb({"check", k_rmsnorm_lite.string()}).exit_code, 64);  // --impl missing
   EXPECT_EQ(run_kwb({"frobnicate"}).exit_code, 64);
-  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string(), "--case",
+  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case",
                       "nope"});
   EXPECT_EQ(r.exit_code, 64);
 }
 
 TEST(check_test, missing_implementation_source_is_bad_input) {
-  KwbRun r = check(k_rmsnorm / "cpu" / "does_not_exist.cpp");
+  KwbRun r = check(k_rmsnorm_lite / "cpu" / "does_not_exist.cpp");
   EXPECT_EQ(r.exit_code, 65);
   EXPECT_NE(r.errors.find("does_not_exist.cpp"), std::string::npos) << r.errors;
 }
@@ -284,7 +280,7 @@ TEST(check_test, unavailable_backend_exits_69_before_anything_is_built) {
   // No CUDA device is visible (CUDA_VISIBLE_DEVICES reaches the worker), whether or not this machine has a GPU:
   // the verb stops with 69 and says why, and never crashes or reports a check.
   ::setenv("CUDA_VISIBLE_DEVICES", "", 1);
-  KwbRun r = check(k_rmsnorm / "cuda" / "fused.cu", {"--backend", "cuda"});
+  KwbRun r = check(k_rmsnorm_lite / "cuda" / "fused.cu", {"--backend", "cuda"});
   ::unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(r.exit_code, 69) << r.output << r.errors;
   EXPECT_NE(r.errors.find("CUDA"), std::string::npos) << r.errors;

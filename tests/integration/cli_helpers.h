@@ -3,19 +3,25 @@
 
 #include "util/subprocess.h"
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace kwb::test {
 
 inline const std::filesystem::path k_source_dir = KWB_SOURCE_DIR;
+// The shipped RMSNorm task, and the copy most tests run (tests/CMakeLists.txt): the same minus its DRAM-sized case.
 inline const std::filesystem::path k_rmsnorm = k_source_dir / "tasks" / "rmsnorm";
+inline const std::filesystem::path k_rmsnorm_lite = KWB_RMSNORM_LITE;
 inline const std::filesystem::path k_softmax = k_source_dir / "tasks" / "softmax";
 inline const std::filesystem::path k_softmax_bf16 = k_source_dir / "tasks" / "softmax_bf16";
 inline const std::filesystem::path k_gemm = k_source_dir / "tasks" / "gemm";
+inline const std::filesystem::path k_adversarial = k_source_dir / "tests" / "adversarial";
 
 struct KwbRun {
   int exit_code = -1;
@@ -24,7 +30,21 @@ struct KwbRun {
   nlohmann::json json;   // stdout parsed, when it is one JSON document
 };
 
+// In the tests CTest runs in parallel (KWB_TEST_UNTIMED set, tests/CMakeLists.txt), starting a verb that times is
+// the test's failure: it belongs in the serial group, where nothing else runs beside its timing.
+inline void require_untimed_or_serial(const std::vector<std::string>& args) {
+  const char* untimed = std::getenv("KWB_TEST_UNTIMED");
+  if (untimed == nullptr || args.empty()) return;
+  for (const char* verb : {"compare", "validate", "mcp"}) {
+    if (args.front() == verb) {
+      ADD_FAILURE() << "kwb " << verb << " times things, and this test runs in parallel with others: add it to "
+                    << "KWB_TIMED_TESTS in tests/CMakeLists.txt";
+    }
+  }
+}
+
 inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
+  require_untimed_or_serial(args);
   args.insert(args.begin(), KWB_BINARY);
   CommandResult r = run_command(args, timeout, StderrMode::separate);
   KwbRun out;
@@ -32,6 +52,14 @@ inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeou
   out.output = r.output;
   out.errors = r.errors;
   out.json = nlohmann::json::parse(r.output, nullptr, false);
+  return out;
+}
+
+// The reasons of a list of failures, or of the "failures" list of a report that has one (check, profile).
+inline std::set<std::string> reasons(const nlohmann::json& j) {
+  const nlohmann::json& failures = j.is_object() ? j.at("failures") : j;
+  std::set<std::string> out;
+  for (const auto& f : failures) out.insert(f.at("reason").get<std::string>());
   return out;
 }
 

@@ -19,8 +19,8 @@ std::filesystem::path fresh_dir(const std::string& name) {
 
 TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   auto dir = fresh_dir("refused");
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate",
-                      (k_rmsnorm / "cpu" / "controls" / "no_weight.cpp").string(), "--output-dir", dir.string(),
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
+                      (k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp").string(), "--output-dir", dir.string(),
                       "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.exit_code, 1);
@@ -37,7 +37,7 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
 
 TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
   auto dir = fresh_dir("ab");
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "decode", "--workload", "prefill", "--min-improvement-pct", "10", "--max-minutes",
                       "0.5", "--output-dir", dir.string(), "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
@@ -81,7 +81,7 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
 }
 
 TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct", "5",
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct", "5",
                       "--max-minutes", "0.25", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.json["mode"], "aa");
@@ -104,7 +104,7 @@ TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
 // call stays valid (the flush's CPU time is not charged to the call: no timing_implausible), the result is recorded
 // as cold, and reading 2 MiB from memory instead of cache leaves fused (one pass) still far ahead of the baseline.
 TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "prefill", "--max-minutes", "0.1", "--samples", "4", "--cold", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.output;
@@ -115,9 +115,9 @@ TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
 }
 
 TEST(compare_cli_test, aa_with_a_candidate_is_a_usage_error) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--aa", "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--aa", "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 64);
-  EXPECT_EQ(run_kwb({"compare", k_rmsnorm.string()}).exit_code, 64);
+  EXPECT_EQ(run_kwb({"compare", k_rmsnorm_lite.string()}).exit_code, 64);
 }
 
 }  // namespace

@@ -37,7 +37,6 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
 
 // One line of /proc/PID/stat.
 struct Proc {
@@ -192,7 +191,7 @@ protected:
 using interrupt_test = AdoptingTest;
 
 TEST_F(interrupt_test, sigterm_ends_the_hanging_worker_and_kwb_exits_143) {
-  BackgroundKwb kwb({"check", k_rmsnorm.string(), "--impl", (k_adversarial / "infinite_loop.cpp").string(), "--json",
+  BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_adversarial / "infinite_loop.cpp").string(), "--json",
                      "--timeout-seconds", "3600", "--case", "decode"});
   ASSERT_GT(kwb.pid(), 0);
   ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "kwb-worker", spinning_ticks()); }, 300s))
@@ -205,7 +204,7 @@ TEST_F(interrupt_test, sigterm_ends_the_hanging_worker_and_kwb_exits_143) {
 }
 
 TEST_F(interrupt_test, sigkill_leaves_no_worker_behind) {
-  BackgroundKwb kwb({"compare", k_rmsnorm.string(), "--candidate", (k_adversarial / "infinite_loop.cpp").string(),
+  BackgroundKwb kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "infinite_loop.cpp").string(),
                      "--workload", "decode", "--json", "--timeout-seconds", "3600"});
   ASSERT_GT(kwb.pid(), 0);
   ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "kwb-worker", spinning_ticks()); }, 300s))
@@ -229,7 +228,7 @@ TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
   fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                           fs::perms::others_read | fs::perms::others_exec);
   {
-    BackgroundKwb kwb({"check", k_rmsnorm.string(), "--impl", (k_rmsnorm / "cpu" / "baseline.cpp").string(), "--json",
+    BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(), "--json",
                        "--case", "decode"},
                       {"KWB_CXX=" + cc.string()});
     ASSERT_GT(kwb.pid(), 0);
@@ -266,7 +265,7 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
   const fs::path out = fs::temp_directory_path() / ("kwb-interrupted-bundle-" + std::to_string(::getpid()));
   std::error_code ec;
   fs::remove_all(out, ec);
-  BackgroundKwb kwb({"validate", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+  BackgroundKwb kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "30", "--json"});
   ASSERT_GT(kwb.pid(), 0);
   auto stage_status = [&](const std::string& name) -> std::string {

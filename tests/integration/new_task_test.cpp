@@ -31,12 +31,6 @@ protected:
   fs::path m_root;
 };
 
-std::set<std::string> reasons(const nlohmann::json& j) {
-  std::set<std::string> out;
-  for (const auto& f : j.at("failures")) out.insert(f.at("reason").get<std::string>());
-  return out;
-}
-
 TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_the_repository) {
   const fs::path task = m_root / "axpy";
   KwbRun made = run_kwb({"new-task", task.string()});

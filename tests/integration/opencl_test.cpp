@@ -16,10 +16,10 @@
 namespace kwb::test {
 namespace {
 
-const std::filesystem::path k_opencl = k_rmsnorm / "opencl";
+const std::filesystem::path k_opencl = k_rmsnorm_lite / "opencl";
 
 std::vector<std::string> check_args(const std::filesystem::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"check", k_rmsnorm.string(), "--backend", "opencl", "--impl", impl.string(), "--json"};
+  std::vector<std::string> a = {"check", k_rmsnorm_lite.string(), "--backend", "opencl", "--impl", impl.string(), "--json"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -72,7 +72,7 @@ TEST(opencl_test, every_control_is_rejected_for_its_named_reason) {
       {"no_eps", "numeric_mismatch"},   {"no_weight", "numeric_mismatch"},   {"wrong_axis", "numeric_mismatch"},
       {"zeros", "numeric_mismatch"},    {"mutate_input", "input_modified"}, {"stale_output_replay", "stale_output"}};
   for (const auto& [name, reason] : controls) {
-    KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--backend", "opencl", "--control", name, "--json", "--case",
+    KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--backend", "opencl", "--control", name, "--json", "--case",
                         "zeros", "--case", "tiny_magnitude", "--case", "odd_row_length"});
     ASSERT_FALSE(r.json.is_discarded()) << name << ": " << r.output << r.errors;
     EXPECT_EQ(r.exit_code, 1) << name;
@@ -172,7 +172,7 @@ TEST(opencl_test, a_rewrite_of_the_drivers_dispatch_table_is_a_sandbox_violation
     EXPECT_NE(detail.find("clFinish"), std::string::npos) << detail;
     EXPECT_NE(detail.find("clGetEventProfilingInfo"), std::string::npos) << detail;
   }
-  KwbRun c = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--baseline",
+  KwbRun c = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--baseline",
                       (k_opencl / "fused.cpp").string(), "--candidate", attack.string(), "--workload", "decode",
                       "--max-minutes", "0.1", "--json"});
   ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
@@ -184,7 +184,7 @@ TEST(opencl_test, a_rewrite_of_the_drivers_dispatch_table_is_a_sandbox_violation
 
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
   for (const auto& [file, kernels] : {std::pair<std::string, size_t>{"baseline.cpp", 6}, {"fused.cpp", 1}}) {
-    KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--backend", "opencl", "--impl", (k_opencl / file).string(),
+    KwbRun r = run_kwb({"profile", k_rmsnorm_lite.string(), "--backend", "opencl", "--impl", (k_opencl / file).string(),
                         "--workload", "prefill", "--json"});
     ASSERT_FALSE(r.json.is_discarded()) << file << ": " << r.output << r.errors;
     EXPECT_EQ(r.exit_code, 0) << file << ": " << r.errors;
@@ -208,7 +208,7 @@ TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused)
 TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
   const auto dir = std::filesystem::temp_directory_path() / ("kwb-opencl-compare-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--candidate",
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate",
                       (k_opencl / "fused.cpp").string(), "--workload", "prefill", "--max-minutes", "0.3",
                       "--output-dir", dir.string(), "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
@@ -241,7 +241,7 @@ TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
 // Cold mode: a fill of twice the device's cache before every call, outside the timer. It must leave every call
 // valid, and be recorded.
 TEST(opencl_test, cold_mode_compares_and_is_recorded) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm.string(), "--backend", "opencl", "--candidate",
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate",
                       (k_opencl / "fused.cpp").string(), "--workload", "decode", "--max-minutes", "0.1", "--samples",
                       "4", "--cold", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
@@ -272,7 +272,13 @@ TEST(opencl_test, an_out_of_range_device_index_is_a_usage_error) {
 // PoCL leaves an empty tempfile_XXXXXX in its cache directory every time it starts; kwb removes such leftovers once
 // the worker is gone, so an implementation's runtime directory keeps its compiled kernels and nothing per worker.
 TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_kernels) {
-  // This process computes the directory's key as kwb does: same environment, same worker executable.
+  // A cache of its own: other tests run beside this one, and a PoCL worker of theirs that is still running has its
+  // tempfile in the shared cache. This process computes the directory's key as kwb does: same environment, same
+  // worker executable.
+  const std::string cache = (std::filesystem::temp_directory_path() / ("kwb-ocl-cache-" + std::to_string(::getpid())));
+  const char* old_cache = std::getenv("KWB_CACHE_DIR");
+  const std::string restore = old_cache != nullptr ? old_cache : "";
+  ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
   ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
   std::string identity;
   for (int run = 0; run < 2; ++run) {
@@ -286,6 +292,12 @@ TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_
   EXPECT_FALSE(std::filesystem::is_empty(dir)) << dir << ": the compiled kernels are kept";
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     EXPECT_FALSE(e.path().filename().string().starts_with("tempfile_")) << e.path();
+  }
+  std::filesystem::remove_all(cache);
+  if (restore.empty()) {
+    ::unsetenv("KWB_CACHE_DIR");
+  } else {
+    ::setenv("KWB_CACHE_DIR", restore.c_str(), 1);
   }
 }
 

@@ -16,12 +16,6 @@
 namespace kwb::test {
 namespace {
 
-std::set<std::string> reasons(const nlohmann::json& j) {
-  std::set<std::string> out;
-  for (const auto& f : j.at("failures")) out.insert(f.at("reason").get<std::string>());
-  return out;
-}
-
 KwbRun check(const std::filesystem::path& task, const std::filesystem::path& impl) {
   return run_kwb({"check", task.string(), "--impl", impl.string(), "--json"});
 }

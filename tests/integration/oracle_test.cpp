@@ -33,7 +33,7 @@ class RmsnormOracle : public ::testing::Test {
 protected:
   void SetUp() override {
     ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
-    m_task = load_task(k_rmsnorm);
+    m_task = load_task(k_rmsnorm_lite);
   }
 
   // A call whose input data this fixture keeps until the test ends.

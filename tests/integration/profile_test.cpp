@@ -13,7 +13,7 @@ namespace {
 const std::filesystem::path k_candidates = k_source_dir / "tests" / "candidates";
 
 KwbRun profile(const std::filesystem::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"profile", k_rmsnorm.string(), "--impl", impl.string(), "--workload", "decode",
+  std::vector<std::string> args = {"profile", k_rmsnorm_lite.string(), "--impl", impl.string(), "--workload", "decode",
                                    "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
@@ -46,7 +46,7 @@ private:
 
 TEST(profile_test, baseline_instruction_counts_repeat_exactly_and_show_the_six_passes) {
   SKIP_WITHOUT_VALGRIND();
-  KwbRun first = profile(k_rmsnorm / "cpu" / "baseline.cpp");
+  KwbRun first = profile(k_rmsnorm_lite / "cpu" / "baseline.cpp");
   ASSERT_FALSE(first.json.is_discarded()) << first.output << first.errors;
   ASSERT_EQ(first.exit_code, 0) << first.output << first.errors;
   EXPECT_EQ(first.json["schema"], "kwb.profile");
@@ -57,7 +57,7 @@ TEST(profile_test, baseline_instruction_counts_repeat_exactly_and_show_the_six_p
   EXPECT_EQ(instr.at("calls"), 2);
   EXPECT_GT(instr.at("instructions_per_call").get<double>(), 0.0);
 
-  KwbRun second = profile(k_rmsnorm / "cpu" / "baseline.cpp");
+  KwbRun second = profile(k_rmsnorm_lite / "cpu" / "baseline.cpp");
   ASSERT_EQ(second.exit_code, 0) << second.output << second.errors;
   // Same binary, same input, same harness: the same instructions, to the instruction, call by call.
   EXPECT_EQ(instructions_per_call(first), instructions_per_call(second));
@@ -86,7 +86,7 @@ TEST(profile_test, baseline_instruction_counts_repeat_exactly_and_show_the_six_p
 
 TEST(profile_test, fused_allocates_nothing_and_runs_as_one_function) {
   SKIP_WITHOUT_VALGRIND();
-  KwbRun r = profile(k_rmsnorm / "cpu" / "fused.cpp");
+  KwbRun r = profile(k_rmsnorm_lite / "cpu" / "fused.cpp");
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   ASSERT_EQ(r.exit_code, 0) << r.output << r.errors;
   const nlohmann::json& alloc = decode(r).at("allocations");
@@ -130,7 +130,7 @@ TEST(profile_test, instrumentation_window_holds_exactly_the_known_work) {
 }
 
 TEST(profile_test, rejected_implementation_is_refused_with_its_reasons_and_no_numbers) {
-  KwbRun r = profile(k_rmsnorm / "cpu" / "controls" / "no_weight.cpp");
+  KwbRun r = profile(k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp");
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.json["schema"], "kwb.profile");
@@ -139,8 +139,8 @@ TEST(profile_test, rejected_implementation_is_refused_with_its_reasons_and_no_nu
   EXPECT_EQ(r.json["check"]["verdict"], "FAIL");
   EXPECT_FALSE(r.json.contains("workloads")) << "a rejected implementation must get no profile numbers";
 
-  KwbRun human = run_kwb({"profile", k_rmsnorm.string(), "--impl",
-                          (k_rmsnorm / "cpu" / "controls" / "no_weight.cpp").string(), "--workload", "decode"});
+  KwbRun human = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl",
+                          (k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp").string(), "--workload", "decode"});
   EXPECT_EQ(human.exit_code, 1);
   EXPECT_NE(human.output.find("profile refused"), std::string::npos) << human.output;
   EXPECT_NE(human.output.find("numeric_mismatch"), std::string::npos) << human.output;
@@ -149,7 +149,7 @@ TEST(profile_test, rejected_implementation_is_refused_with_its_reasons_and_no_nu
 
 TEST(profile_test, without_valgrind_says_so_and_still_reports_allocations_and_bandwidth) {
   ScopedEnv no_valgrind("KWB_VALGRIND", "/nonexistent/valgrind");
-  KwbRun r = profile(k_rmsnorm / "cpu" / "baseline.cpp");
+  KwbRun r = profile(k_rmsnorm_lite / "cpu" / "baseline.cpp");
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_EQ(r.json["valgrind"]["found"], false);
@@ -160,13 +160,13 @@ TEST(profile_test, without_valgrind_says_so_and_still_reports_allocations_and_ba
   EXPECT_EQ(decode(r).at("allocations").at("count_per_call").get<double>(), 4.0);
   EXPECT_TRUE(decode(r).at("roofline").at("measured").get<bool>());
 
-  KwbRun strict = profile(k_rmsnorm / "cpu" / "baseline.cpp", {"--require-valgrind"});
+  KwbRun strict = profile(k_rmsnorm_lite / "cpu" / "baseline.cpp", {"--require-valgrind"});
   EXPECT_EQ(strict.exit_code, 69);
 }
 
 TEST(profile_test, human_output_has_the_table_the_passes_and_the_descriptive_label) {
   SKIP_WITHOUT_VALGRIND();
-  KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--impl", (k_rmsnorm / "cpu" / "baseline.cpp").string(),
+  KwbRun r = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(),
                       "--workload", "decode"});
   EXPECT_EQ(r.exit_code, 0) << r.output << r.errors;
   for (const char* s : {"instr/call", "allocs/call", "GB/s", "of probe", "*pass_row_mean", "descriptive only"}) {
@@ -175,7 +175,7 @@ TEST(profile_test, human_output_has_the_table_the_passes_and_the_descriptive_lab
 }
 
 TEST(profile_test, unknown_workload_is_a_usage_error) {
-  KwbRun r = run_kwb({"profile", k_rmsnorm.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+  KwbRun r = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "nope"});
   EXPECT_EQ(r.exit_code, 64) << r.errors;
 }

@@ -35,7 +35,7 @@ TEST_P(TaskErrorTest, exits_65_with_file_line_field_and_fix) {
   ASSERT_NE(text.find(p.from), std::string::npos) << p.from;
   text.replace(text.find(p.from), std::string(p.from).size(), p.to);
   std::ofstream(dir / "task.toml") << text;
-  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 65) << r.errors;
   EXPECT_NE(r.errors.find(fmt::format("{}:{}: ", (fs::canonical(dir) / "task.toml").string(), p.line)),
             std::string::npos)
@@ -61,7 +61,7 @@ INSTANTIATE_TEST_SUITE_P(
 // and the macro, with no case run.
 TEST(task_errors_test, candidate_without_the_abi_marker_exits_65_naming_the_file) {
   const fs::path src = k_source_dir / "tests" / "candidates" / "no_abi.cpp";
-  KwbRun r = run_kwb({"check", k_rmsnorm.string(), "--impl", src.string(), "--json"});
+  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", src.string(), "--json"});
   EXPECT_EQ(r.exit_code, 65) << r.output << r.errors;
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   ASSERT_EQ(r.json["failures"].size(), 1u) << r.json["failures"].dump();
@@ -76,14 +76,14 @@ TEST(task_errors_test, candidate_without_the_abi_marker_exits_65_naming_the_file
 TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_oracle) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-arity", ::getpid());
   fs::create_directories(dir);
-  fs::copy_file(k_rmsnorm / "oracle.cpp", dir / "oracle.cpp", fs::copy_options::overwrite_existing);
+  fs::copy_file(k_rmsnorm_lite / "oracle.cpp", dir / "oracle.cpp", fs::copy_options::overwrite_existing);
   std::ofstream(dir / "impl.cpp") << "// never built\n";
   std::string text = k_valid_manifest;
   const std::string weight = R"(  { name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 },)";
   ASSERT_NE(text.find(weight), std::string::npos);
   text.insert(text.find(weight) + weight.size(), "\n  { name = \"bias\", dtype = \"f32\", shape = [\"cols\"] },");
   std::ofstream(dir / "task.toml") << text;
-  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm / "cpu" / "fused.cpp").string()});
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 65) << r.errors;
   EXPECT_NE(r.errors.find((fs::canonical(dir) / "oracle.cpp").string()), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("rmsnorm expects inputs (x, weight)"), std::string::npos) << r.errors;

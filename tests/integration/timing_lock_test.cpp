@@ -33,7 +33,7 @@ protected:
 
   std::vector<std::string> lock_env() const { return {"KWB_TIMING_LOCK=" + (m_dir / "timing.lock").string()}; }
   static std::vector<std::string> compare_args() {
-    return {"compare", k_rmsnorm.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(), "--workload",
+    return {"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload",
             "decode", "--max-minutes", "0.05", "--json"};
   }
 

@@ -17,14 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path k_adversarial = k_source_dir / "tests" / "adversarial";
-
-std::set<std::string> reasons(const nlohmann::json& failures) {
-  std::set<std::string> out;
-  for (const auto& f : failures) out.insert(f.at("reason").get<std::string>());
-  return out;
-}
-
 // Every failure of a compare report: those of its workloads, and those behind a refusal (the pre-timing check).
 std::set<std::string> compare_reasons(const nlohmann::json& j) {
   std::set<std::string> out;
@@ -45,14 +37,14 @@ bool mentions_any(const std::set<std::string>& got, const std::vector<std::strin
 }
 
 KwbRun compare(const fs::path& candidate, const std::string& workload, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"compare", k_rmsnorm.string(), "--candidate", candidate.string(), "--workload",
+  std::vector<std::string> args = {"compare", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--workload",
                                    workload, "--max-minutes", "0.2", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
 
 KwbRun check(const fs::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"check", k_rmsnorm.string(), "--impl", impl.string(), "--json",
+  std::vector<std::string> args = {"check", k_rmsnorm_lite.string(), "--impl", impl.string(), "--json",
                                    "--timeout-seconds", "10", "--case", "zeros", "--case", "decode", "--case",
                                    "prefill"};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -113,7 +105,7 @@ TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
 }
 
 TEST(trusted_timing_test, cold_mode_is_the_parents_flush_and_times_both_arms) {
-  KwbRun r = compare(k_rmsnorm / "cpu" / "fused.cpp", "prefill", {"--cold"});
+  KwbRun r = compare(k_rmsnorm_lite / "cpu" / "fused.cpp", "prefill", {"--cold"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["cold"], true);
   ASSERT_EQ(r.json["workloads"].size(), 1u) << r.output;
@@ -127,7 +119,7 @@ TEST(trusted_timing_test, the_profile_worker_cannot_start_a_daemon_that_outlives
   fs::remove(marker, ec);
   const fs::path out = fs::temp_directory_path() / ("kwb-profile-escape-" + std::to_string(::getpid()));
   fs::remove_all(out, ec);
-  KwbRun r = run_kwb({"validate", k_rmsnorm.string(), "--candidate", (k_adversarial / "profile_escape.cpp").string(),
+  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "profile_escape.cpp").string(),
                       "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.exit_code, 70) << r.errors;
@@ -145,7 +137,7 @@ TEST(trusted_timing_test, no_worker_runs_as_root) {
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["verdict"], "REFUSED") << r.output;
   for (const auto& w : r.json["workloads"]) EXPECT_TRUE(w["failures"].empty()) << w["failures"].dump();
-  KwbRun p = run_kwb({"profile", k_rmsnorm.string(), "--impl", probe.string(), "--workload", "decode", "--json"});
+  KwbRun p = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl", probe.string(), "--workload", "decode", "--json"});
   ASSERT_FALSE(p.json.is_discarded()) << p.output << p.errors;
   EXPECT_EQ(p.exit_code, 0) << p.output << p.errors;
 }

@@ -40,7 +40,7 @@ fs::path scratch(const std::string& name) {
 // 2-vCPU VM where the default +-1% (docs/timing.md) may take longer than the budget.
 std::vector<std::string> validate_args(const fs::path& candidate, const fs::path& out,
                                        std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"validate", k_rmsnorm.string(), "--candidate", candidate.string(), "--output-dir",
+  std::vector<std::string> a = {"validate", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--output-dir",
                                 out.string(), "--workload", "decode", "--max-minutes", "0.1", "--max-aa-difference-pct",
                                 "5", "--seed", "11", "--json"};
   a.insert(a.end(), extra.begin(), extra.end());
@@ -61,7 +61,7 @@ protected:
     ::flock(lock, LOCK_EX);
     if (!fs::exists(result)) {
       fs::remove_all(*s_dir);
-      KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "fused.cpp", *s_dir));
+      KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "fused.cpp", *s_dir));
       write_file_atomic(result, nlohmann::json{{"exit_code", r.exit_code}, {"output", r.output}, {"errors", r.errors}}.dump());
     }
     ::flock(lock, LOCK_UN);
@@ -425,14 +425,14 @@ TEST_F(ValidateBundle, report_refuses_a_bundle_with_planted_symlinks) {
 TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_with_a_decision) {
   const fs::path root = scratch("outside-task");
   fs::create_directories(root);
-  fs::copy(k_rmsnorm, root / "task", fs::copy_options::recursive);
+  fs::copy(k_rmsnorm_lite, root / "task", fs::copy_options::recursive);
   std::ofstream(root / "outside.cpp") << "// not the task's\n";
   std::string toml = read_file(root / "task" / "task.toml");
   toml.replace(toml.find("cpu/controls/no_eps.cpp"), std::string("cpu/controls/no_eps.cpp").size(), "../outside.cpp");
   write_file_atomic(root / "task" / "task.toml", toml);
   const fs::path out = root / "bundle";
   // The command refuses the task before it starts a run.
-  KwbRun r = run_kwb({"validate", (root / "task").string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(),
+  KwbRun r = run_kwb({"validate", (root / "task").string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--output-dir", out.string(), "--json"});
   EXPECT_EQ(r.exit_code, 65) << r.errors;
   EXPECT_NE(r.errors.find("backends.cpu.controls[0].source"), std::string::npos) << r.errors;
@@ -441,7 +441,7 @@ TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_wit
   // and reports the input error's code.
   ValidateOptions o;
   o.task_dir = root / "task";
-  o.candidate = k_rmsnorm / "cpu" / "fused.cpp";
+  o.candidate = k_rmsnorm_lite / "cpu" / "fused.cpp";
   o.output_dir = out;
   ValidateResult v = run_validate(o, ValidateObserver{});
   ASSERT_TRUE(v.input_error_code.has_value());
@@ -471,7 +471,7 @@ TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
   fs::path d = scratch("exists");
   fs::create_directories(d);
   std::ofstream(d / "something") << "x";
-  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "fused.cpp", d));
+  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "fused.cpp", d));
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_NE(r.errors.find("never overwritten"), std::string::npos) << r.errors;
   EXPECT_EQ(read_file(d / "something"), "x");
@@ -480,7 +480,7 @@ TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
 
 TEST(validate_test, control_as_candidate_is_rejected_at_check_with_no_metric) {
   fs::path d = scratch("control");
-  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "controls" / "wrong_axis.cpp", d));
+  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "controls" / "wrong_axis.cpp", d));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE");
   EXPECT_EQ(r.exit_code, 1);
@@ -495,7 +495,7 @@ TEST(validate_test, control_as_candidate_is_rejected_at_check_with_no_metric) {
 
 TEST(validate_test, baseline_as_candidate_is_not_kept) {
   fs::path d = scratch("self");
-  KwbRun r = run_kwb(validate_args(k_rmsnorm / "cpu" / "baseline.cpp", d, {"--min-improvement-pct", "5"}));
+  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "baseline.cpp", d, {"--min-improvement-pct", "5"}));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["decision"], "KEEP_CANDIDATE");
   EXPECT_NE(r.exit_code, 0);
@@ -509,12 +509,12 @@ TEST(validate_test, baseline_as_candidate_is_not_kept) {
 TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reason_they_showed) {
   const fs::path task_dir = scratch("control-task");
   fs::create_directories(task_dir);
-  std::string manifest = read_file(k_rmsnorm / "task.toml");
+  std::string manifest = read_file(k_rmsnorm_lite / "task.toml");
   manifest = manifest.substr(0, manifest.find("[backends.cpu]"));
   const fs::path adversarial = k_source_dir / "tests" / "adversarial";
   const fs::path candidates = k_source_dir / "tests" / "candidates";
   // A task's sources live in its folder.
-  for (const fs::path& f : {k_rmsnorm / "oracle.cpp", k_rmsnorm / "cpu" / "baseline.cpp", k_rmsnorm / "cpu" / "fused.cpp", candidates / "crash.cpp",
+  for (const fs::path& f : {k_rmsnorm_lite / "oracle.cpp", k_rmsnorm_lite / "cpu" / "baseline.cpp", k_rmsnorm_lite / "cpu" / "fused.cpp", candidates / "crash.cpp",
                             adversarial / "infinite_loop.cpp", adversarial / "rmsnorm_common.h"}) {
     fs::copy_file(f, task_dir / f.filename(), fs::copy_options::overwrite_existing);
   }
@@ -567,7 +567,7 @@ TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reas
 // kill -9 in the middle: every completed stage stays readable, and verify says the bundle is incomplete.
 TEST(validate_test, interrupted_run_keeps_every_completed_stage) {
   fs::path d = scratch("killed");
-  std::vector<std::string> args = validate_args(k_rmsnorm / "cpu" / "fused.cpp", d);
+  std::vector<std::string> args = validate_args(k_rmsnorm_lite / "cpu" / "fused.cpp", d);
   args.insert(args.begin(), KWB_BINARY);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -606,8 +606,8 @@ TEST(validate_test, artifact_changed_after_freeze_makes_the_run_invalid) {
   ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
   fs::path d = scratch("identity");
   ValidateOptions o;
-  o.task_dir = k_rmsnorm;
-  o.candidate = k_rmsnorm / "cpu" / "fused.cpp";
+  o.task_dir = k_rmsnorm_lite;
+  o.candidate = k_rmsnorm_lite / "cpu" / "fused.cpp";
   o.output_dir = d;
   o.workloads = {"decode"};
   o.budget.max_seconds = 5;

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Runs kwb for real and validates every JSON it writes against schemas/<schema>.schema.json.
 
-Usage: check_schemas.py KWB_BINARY SOURCE_DIR
+Usage: check_schemas.py KWB_BINARY SOURCE_DIR [TASK_DIR]
+
+TASK_DIR is the RMSNorm task to run (default SOURCE_DIR/tasks/rmsnorm; CTest passes the copy without the DRAM case).
 
 Each output is matched to its schema by its own "schema" field, and so is every object nested in it that carries
 one (plan.json's environment, a profile's bandwidth_probe). Fails when an output does not validate, when an output
@@ -118,13 +120,13 @@ class Checker:
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__, file=sys.stderr)
         return 64
     kwb = str(Path(sys.argv[1]).resolve())
     src = Path(sys.argv[2]).resolve()
     checker = Checker(make_validators(load_schemas(src / "schemas")))
-    task = src / "tasks" / "rmsnorm"
+    task = Path(sys.argv[3]).resolve() if len(sys.argv) == 4 else src / "tasks" / "rmsnorm"
     fused = task / "cpu" / "fused.cpp"
     control = task / "cpu" / "controls" / "no_eps.cpp"
     t0 = time.monotonic()

@@ -20,7 +20,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path k_source = KWB_SOURCE_DIR;
+const fs::path k_repository = KWB_SOURCE_DIR;
 
 // Sets (or, with nullopt, removes) an environment variable for the scope.
 class ScopedEnv {
@@ -140,7 +140,7 @@ TEST_F(CacheKey, a_device_runtime_cache_is_keyed_on_the_workers_runtime_settings
 TEST(CacheKeyBuild, an_artifact_is_keyed_on_the_path_its_compile_gets) {
   const fs::path cache = fs::temp_directory_path() / ("kwb-cache-key-test-" + std::to_string(::getpid()));
   ScopedEnv cache_dir("KWB_CACHE_DIR", cache.string());
-  const fs::path src = k_source / "tasks" / "rmsnorm" / "cpu" / "baseline.cpp";
+  const fs::path src = k_repository / "tasks" / "rmsnorm" / "cpu" / "baseline.cpp";
   const Artifact first = build_implementation({src, 0, "cpu"});
   ASSERT_TRUE(first.ok) << first.log;
   const Artifact again = build_implementation({src, 0, "cpu"});
