@@ -2,7 +2,10 @@
 """`kwb mcp` driven by a real MCP client: the Python `mcp` SDK (a test-only dependency from PyPI, installed by
 scripts/test.sh into build/<preset>/mcp-venv).
 
-    mcp_client_test.py KWB_BINARY SOURCE_DIR
+    mcp_client_test.py KWB_BINARY SOURCE_DIR [TASK_DIR]
+
+TASK_DIR is the RMSNorm task to call the tools on (default tasks/rmsnorm under SOURCE_DIR, the server's folder;
+CTest passes the copy without the DRAM case).
 
 It initializes, lists the tools, lists the tasks, sends a call with a missing argument (a JSON-RPC error naming
 the field), checks a control (rejected, with reasons and no metric), validates the fused RMSNorm (KEEP_CANDIDATE,
@@ -46,7 +49,7 @@ def processes_with(marker):
     return found
 
 
-async def run(kwb, src, tmp):
+async def run(kwb, src, tmp, task):
     env = {"KWB_LEDGER": os.path.join(tmp, "ledger.sqlite"), "KWB_TIMING_LOCK": os.path.join(tmp, "timing.lock")}
     server = StdioServerParameters(command=kwb, args=["mcp"], env=env, cwd=src)
     async with stdio_client(server) as (read, write):
@@ -64,19 +67,19 @@ async def run(kwb, src, tmp):
             require("rmsnorm" in names, "list_tasks finds rmsnorm")
 
             try:
-                await s.call_tool("check", {"task": "tasks/rmsnorm"})
+                await s.call_tool("check", {"task": task})
                 require(False, "a call without 'impl' is refused")
             except MCPError as e:
                 require(e.error.code == -32602 and "'impl'" in e.error.message,
                         f"a call without 'impl' is a JSON-RPC invalid-params error naming it: {e.error.message}")
             try:
-                await s.call_tool("check", {"task": "tasks/rmsnorm", "impl": 7})
+                await s.call_tool("check", {"task": task, "impl": 7})
                 require(False, "a number for 'impl' is refused")
             except MCPError as e:
                 require(e.error.code == -32602 and "'impl'" in e.error.message, "a wrongly typed argument is refused")
 
-            control = await s.call_tool("check", {"task": "tasks/rmsnorm",
-                                                  "impl": "tasks/rmsnorm/cpu/controls/no_weight.cpp",
+            control = await s.call_tool("check", {"task": task,
+                                                  "impl": f"{task}/cpu/controls/no_weight.cpp",
                                                   "cases": ["normal_scale4", "uniform_offset"]})
             sc = control.structured_content
             require(not control.is_error and sc["verdict"] == "FAIL", "the control is rejected (a result, not an error)")
@@ -91,7 +94,7 @@ async def run(kwb, src, tmp):
                 progress.append(message)
 
             bundle = os.path.join(tmp, "bundle")
-            v = await s.call_tool("validate", {"task": "tasks/rmsnorm", "candidate": "tasks/rmsnorm/cpu/fused.cpp",
+            v = await s.call_tool("validate", {"task": task, "candidate": f"{task}/cpu/fused.cpp",
                                                "output_dir": bundle, "workloads": ["decode"], "max_minutes": 0.15,
                                                "max_aa_difference_pct": 25, "against_incumbent": True},
                                   progress_callback=on_progress)
@@ -106,7 +109,7 @@ async def run(kwb, src, tmp):
             require(verified.structured_content["ok"] is True, "the bundle verifies")
             kept = await s.call_tool("keep", {"bundle": bundle})
             require(kept.structured_content["kept"] is True, f"keep: {kept.content[0].text}")
-            history = await s.call_tool("history", {"task": "tasks/rmsnorm"})
+            history = await s.call_tool("history", {"task": task})
             lineage = history.structured_content["lineage"]
             require(len(lineage) == 2 and lineage[1]["source"].endswith("fused.cpp"),
                     "history shows the baseline and the kept fused kernel")
@@ -115,14 +118,14 @@ async def run(kwb, src, tmp):
             marker_dir = os.path.join(tmp, "cancel-me")
             os.makedirs(marker_dir)
             baseline = os.path.join(marker_dir, "baseline.cpp")
-            shutil.copy(os.path.join(src, "tasks/rmsnorm/cpu/baseline.cpp"), baseline)
+            shutil.copy(os.path.join(src, task, "cpu/baseline.cpp"), baseline)
             started = asyncio.Event()
 
             async def on_compare_progress(p, total, message):
                 started.set()
 
             call = asyncio.create_task(s.call_tool(
-                "compare", {"task": "tasks/rmsnorm", "candidate": "tasks/rmsnorm/cpu/fused.cpp",
+                "compare", {"task": task, "candidate": f"{task}/cpu/fused.cpp",
                             "baseline": baseline, "workloads": ["decode"], "max_minutes": 5},
                 progress_callback=on_compare_progress))
             await asyncio.wait_for(started.wait(), 120)
@@ -141,13 +144,14 @@ async def run(kwb, src, tmp):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         print(__doc__)
         return 64
     kwb, src = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    task = os.path.abspath(sys.argv[3]) if len(sys.argv) == 4 else "tasks/rmsnorm"
     tmp = tempfile.mkdtemp(prefix="kwb-mcp-test-")
     try:
-        asyncio.run(asyncio.wait_for(run(kwb, src, tmp), 600))
+        asyncio.run(asyncio.wait_for(run(kwb, src, tmp, task), 600))
     except BaseException as e:  # noqa: BLE001 - any failure is the test's failure, with its step
         while isinstance(e, BaseExceptionGroup) and len(e.exceptions) == 1:
             e = e.exceptions[0]  # the SDK's task groups wrap what went wrong
