@@ -3,10 +3,8 @@
 
 #include "util/subprocess.h"
 
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -30,21 +28,7 @@ struct KwbRun {
   nlohmann::json json;   // stdout parsed, when it is one JSON document
 };
 
-// In the tests CTest runs in parallel (KWB_TEST_UNTIMED set, tests/CMakeLists.txt), starting a verb that times is
-// the test's failure: it belongs in the serial group, where nothing else runs beside its timing.
-inline void require_untimed_or_serial(const std::vector<std::string>& args) {
-  const char* untimed = std::getenv("KWB_TEST_UNTIMED");
-  if (untimed == nullptr || args.empty()) return;
-  for (const char* verb : {"compare", "validate", "mcp"}) {
-    if (args.front() == verb) {
-      ADD_FAILURE() << "kwb " << verb << " times things, and this test runs in parallel with others: add it to "
-                    << "KWB_TIMED_TESTS in tests/CMakeLists.txt";
-    }
-  }
-}
-
 inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
-  require_untimed_or_serial(args);
   args.insert(args.begin(), KWB_BINARY);
   CommandResult r = run_command(args, timeout, StderrMode::separate);
   KwbRun out;

@@ -8,7 +8,8 @@ TASK_DIR is the RMSNorm task to run (default SOURCE_DIR/tasks/rmsnorm; CTest pas
 Each output is matched to its schema by its own "schema" field, and so is every object nested in it that carries
 one (plan.json's environment, a profile's bandwidth_probe). Fails when an output does not validate, when an output
 names a schema that has no file, when a bundle file carries no "schema", and when a schema file is never exercised.
-The runs use short budgets and their own ledger, timing lock and cache, all in a temporary folder.
+The runs use short budgets, and their own ledger and timing lock in a temporary folder; the artifact cache is
+$KWB_CACHE_DIR when set (CTest sets the tests' own), else one in that folder.
 """
 
 import json
@@ -134,8 +135,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kwb-schemas-") as tmp:
         tmp = Path(tmp)
         bundle = tmp / "b"
+        cache = Path(os.environ.get("KWB_CACHE_DIR") or tmp / "cache")
         env = dict(os.environ, KWB_LEDGER=str(tmp / "ledger.sqlite"), KWB_TIMING_LOCK=str(tmp / "timing.lock"),
-                   KWB_CACHE_DIR=str(tmp / "cache"))
+                   KWB_CACHE_DIR=str(cache))
 
         def run(label, args, exit_codes):
             """Runs kwb and returns its stdout parsed as JSON (None after a failure, already recorded)."""
@@ -182,7 +184,7 @@ def main():
         run("profile (refused)", ["profile", str(task), "--impl", str(control), "--workload", "decode", "--json"], {1})
         # The cache's records that carry a schema: check reports (compare's) and the bandwidth probe (profile's).
         for sub in ("checks", "bandwidth"):
-            files = sorted((tmp / "cache" / sub).glob("*.json"))
+            files = sorted((cache / sub).glob("*.json"))
             if not files:
                 checker.error(f"cache {sub}/", "no JSON files (did the cache layout change?)")
             for path in files:
