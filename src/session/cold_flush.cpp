@@ -10,6 +10,11 @@ namespace {
 constexpr size_t k_line = 64;
 }
 
+ColdFlush& ColdFlush::shared() {
+  static ColdFlush instance;
+  return instance;
+}
+
 ColdFlush::ColdFlush() {
   long llc = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (llc <= 0) llc = ::sysconf(_SC_LEVEL2_CACHE_SIZE);

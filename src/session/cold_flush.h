@@ -13,6 +13,10 @@ namespace kwb {
 
 class ColdFlush {
 public:
+  // The process's one eviction buffer, made on first use. A worker session lives for one visit, and allocating and
+  // faulting in twice the last-level cache for every visit cost more than the visit's calls.
+  static ColdFlush& shared();
+
   ColdFlush();
   // Flushes each range's lines, then evicts the last-level cache.
   void flush(const std::vector<std::span<const unsigned char>>& ranges);

@@ -2,6 +2,7 @@
 
 #include "builder/elf_inspect.h"
 #include "oracle/tolerance.h"
+#include "session/cold_flush.h"
 #include "util/error.h"
 #include "util/paths.h"
 
@@ -218,11 +219,10 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
       m_outputs.buffers[i]->write_canaries(canary_seed[i]);
     }
     if (m_options.cold && host) {
-      if (!m_cold_flush) m_cold_flush = std::make_unique<ColdFlush>();
       std::vector<std::span<const unsigned char>> ranges;
       for (const auto& b : m_slots.buffers) ranges.push_back(std::as_const(*b).data());
       for (const auto& b : m_outputs.buffers) ranges.push_back(std::as_const(*b).data());
-      m_cold_flush->flush(ranges);
+      ColdFlush::shared().flush(ranges);
     }
   };
   // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around

@@ -8,7 +8,6 @@
 
 #include "builder/builder.h"
 #include "session/case_data.h"
-#include "session/cold_flush.h"
 #include "task/data.h"
 #include "task/task.h"
 #include "worker/worker_process.h"
@@ -172,7 +171,6 @@ private:
   Slots m_slots;
   std::string m_outputs_case;
   Outputs m_outputs;
-  std::unique_ptr<ColdFlush> m_cold_flush;
   std::vector<std::vector<double>> m_previous_expected;
   // The outputs' bytes as the parent captured them at done (kept across calls: no allocation per call); compared
   // byte for byte after validation, so no change after done can hide in a hash collision.

@@ -61,11 +61,13 @@ protected:
     fs::remove_all(m_dir);
   }
 
+  // Two layouts per arm, not eight: the ledger is this test's subject, and every generation's pool is built fresh.
   std::vector<std::string> validate_args(const std::string& candidate, const std::string& bundle,
                                          bool against_incumbent) const {
     std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_task / "cpu" / candidate).string(),
                                   "--output-dir", (m_dir / bundle).string(), "--workload", "decode",
-                                  "--max-minutes", "0.15", "--max-aa-difference-pct", "25", "--json"};
+                                  "--max-minutes", "0.15", "--max-aa-difference-pct", "25", "--layouts", "2",
+                                  "--json"};
     if (against_incumbent) a.push_back("--against=incumbent");
     return a;
   }

@@ -242,8 +242,8 @@ TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
 // valid, and be recorded.
 TEST(opencl_test, cold_mode_compares_and_is_recorded) {
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate",
-                      (k_opencl / "fused.cpp").string(), "--workload", "decode", "--max-minutes", "0.1", "--samples",
-                      "4", "--cold", "--json"});
+                      (k_opencl / "fused.cpp").string(), "--workload", "decode", "--max-minutes", "0.1", "--warmups",
+                      "1", "--samples", "1", "--cold", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["cold"], true);
   EXPECT_EQ(r.json["backend"], "opencl");

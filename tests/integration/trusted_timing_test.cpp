@@ -104,15 +104,6 @@ TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
   EXPECT_TRUE(named) << r.json["failures"].dump();
 }
 
-TEST(trusted_timing_test, cold_mode_is_the_parents_flush_and_times_both_arms) {
-  KwbRun r = compare(k_rmsnorm_lite / "cpu" / "fused.cpp", "prefill", {"--cold"});
-  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
-  EXPECT_EQ(r.json["cold"], true);
-  ASSERT_EQ(r.json["workloads"].size(), 1u) << r.output;
-  EXPECT_TRUE(r.json["workloads"][0]["failures"].empty()) << r.json["workloads"][0]["failures"].dump();
-  EXPECT_FALSE(r.json["workloads"][0]["improvement_pct"].is_null());
-}
-
 TEST(trusted_timing_test, the_profile_worker_cannot_start_a_daemon_that_outlives_it) {
   const fs::path marker = "/tmp/kwb-profile-escape";
   std::error_code ec;
