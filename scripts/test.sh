@@ -3,12 +3,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-ci}"
-bash scripts/build.sh "$preset" >/dev/null
+bash scripts/setup.sh
 # The MCP client the mcp_client test drives kwb mcp with: a test-only tool from PyPI, in a virtual environment of
-# the build folder (the product itself depends on nothing from PyPI).
+# the build folder (the product itself depends on nothing from PyPI). Installed while kwb builds: it waits on the
+# network more than on the CPU.
 venv="build/$preset/mcp-venv"
-if ! "$venv/bin/python" -c "import mcp" 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/mcp/requirements.txt
+make_venv() {
+  if ! "$venv/bin/python" -c "import mcp" 2>/dev/null; then
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/mcp/requirements.txt
+  fi
+}
+mkdir -p build
+make_venv > "build/$preset-venv.log" 2>&1 &
+venv_pid=$!
+if ! bash scripts/build.sh "$preset" >/dev/null; then
+  wait "$venv_pid" || true
+  exit 1
+fi
+if ! wait "$venv_pid"; then
+  cat "build/$preset-venv.log" >&2
+  echo "scripts/test.sh: could not install the MCP client into $venv (log above)" >&2
+  exit 1
 fi
 ctest --preset "$preset" -j "$(nproc)"
