@@ -4,6 +4,7 @@
 #include "builder/build_sandbox.h"
 #include "builder/depfile.h"
 #include "builder/elf_inspect.h"
+#include "util/backend_names.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -296,8 +297,8 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
     throw DataError(fmt::format("{}: implementation source does not exist", request.source.string()));
   }
   art.source = fs::canonical(request.source);
-  if (request.backend != "cpu" && request.backend != "opencl" && request.backend != "cuda") {
-    throw UsageError(fmt::format("unknown backend '{}' (expected cpu, opencl or cuda)", request.backend));
+  if (!is_backend_name(request.backend)) {
+    throw UsageError(fmt::format("unknown backend '{}' (expected {})", request.backend, fmt::join(k_backend_names, ", ")));
   }
   // The compiler may read the source's whole folder: a source directly in / would expose everything.
   const fs::path folder = art.source.parent_path();

@@ -183,8 +183,7 @@ Action add_profile(CLI::App& root) {
                  "bytes moved and achieved bandwidth (descriptive; checks it first)");
   app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
   app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
-  app->add_option("--backend", args->backend, "cpu, opencl or cuda")->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+  add_backend_option(*app, args->backend);
   app->add_option("--workload", args->workloads, "Only this case (repeatable; default: every timing case)");
   app->add_flag("--json", args->json, "Print one JSON object (schema kwb.profile) instead of the tables");
   app->add_option("--timeout-seconds", args->timeout_seconds, "Per call (x50 under valgrind)")

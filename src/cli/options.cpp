@@ -1,5 +1,7 @@
 #include "cli/options.h"
 
+#include "util/backend_names.h"
+
 namespace kwb::cli {
 
 std::chrono::milliseconds timeout_from_seconds(double seconds) {
@@ -8,14 +10,14 @@ std::chrono::milliseconds timeout_from_seconds(double seconds) {
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
 
+void add_backend_option(CLI::App& app, std::string& backend) {
+  app.add_option("--backend", backend, "cpu, opencl or cuda")->capture_default_str()
+      ->check(CLI::IsMember(backend_names()));
+}
+
 namespace {
 
 stats::GateKind gate_kind(const std::string& name) { return name == "point" ? stats::GateKind::point : stats::GateKind::ci; }
-
-void add_backend_option(CLI::App& app, std::string& backend) {
-  app.add_option("--backend", backend, "cpu, opencl or cuda")->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
-}
 
 }  // namespace
 

@@ -22,6 +22,8 @@ namespace kwb::cli {
 // --timeout-seconds takes seconds.
 inline constexpr double k_default_timeout_seconds = std::chrono::duration<double>(defaults::k_timeout).count();
 std::chrono::milliseconds timeout_from_seconds(double seconds);
+// --backend, one of util/backend_names.h.
+void add_backend_option(CLI::App& app, std::string& backend);
 
 // "ci" or "point", as --gate spells them.
 std::string gate_name(stats::GateKind kind);

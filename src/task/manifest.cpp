@@ -2,6 +2,7 @@
 // file, the line and what was expected, never a silent default (a typo'd `rtoll` must not leave rtol at 0).
 #include "task/task.h"
 
+#include "util/backend_names.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -591,10 +592,10 @@ Task load_task(const fs::path& dir_in) {
     TableReader backends(top.table("backends"), "backends", file);
     // Names first: [[backends.cpu.controls]] next to a misspelled [backends.cpux] must not read as a cpu section
     // without a baseline.
-    static const std::vector<std::string> k_backends = {"cpu", "opencl", "cuda"};
+    const std::vector<std::string> k_backends = backend_names();
     for (const auto& [k, v] : top.table("backends")) {
       const std::string name(k.str());
-      if (std::find(k_backends.begin(), k_backends.end(), name) == k_backends.end()) {
+      if (!is_backend_name(name)) {
         const std::optional<std::string> guess = closest_match(name, k_backends);
         backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(k_backends, ", "),
                                             guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
