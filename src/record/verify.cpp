@@ -278,6 +278,14 @@ private:
     const json& task = object_field(p, "task");
     m_plan.task = str_field(task, "name", " of task");
     // The oracle decided every expected output: the plan (and so its digest) must name its source and build.
+    if (const json& named = field(task, "oracle", " of task"); named.is_string()) {
+      // kwb before oracles were task code wrote the name of an oracle compiled into it, and no identity.
+      throw FieldError(fmt::format(
+          "task.oracle is the name '{}', not a record of the task's oracle: the bundle was written by a kwb from "
+          "before a task's oracle was its own code, and records nothing of the oracle to re-check; verify it with "
+          "the kwb that wrote it (plan.json's kwb.git_sha), or validate again with this one",
+          named.get<std::string>()));
+    }
     const json& oracle = object_field(task, "oracle", " of task");
     const std::string oracle_source = str_field(oracle, "source", " of task.oracle");
     const std::string oracle_sha = str_field(oracle, "source_sha256", " of task.oracle");

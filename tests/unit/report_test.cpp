@@ -93,4 +93,25 @@ TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
   std::filesystem::remove_all(d);
 }
 
-}  // namespace
+}  // namespace// A bundle from before the oracle was task code names a built-in oracle ("oracle": "rmsnorm"): verify says which
+// kwb wrote it and what to do, rather than only that a field has the wrong type.
+TEST(VerifyOldBundle, an_oracle_given_by_name_says_the_bundle_predates_oracles_as_task_code) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kwb-old-oracle-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
+  nlohmann::json plan = nlohmann::json::parse(kwb::read_file(d / "plan.json"));
+  plan["task"]["oracle"] = "rmsnorm";
+  kwb::write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
+  const kwb::VerifyReport r = kwb::verify_bundle(d);
+  EXPECT_FALSE(r.ok());
+  bool said = false;
+  for (const std::string& p : r.problems) {
+    said = said || (p.starts_with("plan.json: task.oracle is the name 'rmsnorm'") &&
+                    p.find("verify it with the kwb that wrote it") != std::string::npos);
+  }
+  EXPECT_TRUE(said) << ::testing::PrintToString(r.problems);
+  std::filesystem::remove_all(d);
+}
+
+
