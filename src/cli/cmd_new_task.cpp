@@ -96,10 +96,15 @@ baseline = "cpu/baseline.cpp"
 reference = "cpu/reference.cpp"
 
 # An error control: a wrong implementation that must be rejected for the named reason. validate checks every
-# control; one that passes, or fails for another reason, makes its decision INVALID.
+# control; one that passes, or fails for another reason, makes its decision INVALID. This one is a change of the
+# reference (base, replace, with): the scalar a forgotten, y = x + z. Every case has a != 1, so it errs by
+# |(a - 1) x| on nearly every element. A mistake that changes the code's structure gets a file of its own instead:
+# source = "cpu/controls/NAME.cpp".
 [[backends.cpu.controls]]
 name = "forgets_a"
-source = "cpu/controls/forgets_a.cpp"
+base = "cpu/reference.cpp"
+replace = "c.y[i] = c.a * c.x[i] + c.z[i];"
+with = "c.y[i] = c.x[i] + c.z[i];"
 expect = "numeric_mismatch"
 )kwb";
 
@@ -220,29 +225,6 @@ extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
 }
 )kwb";
 
-constexpr const char* k_control = R"kwb(// Error control for the @NAME@ task. Must be rejected by the check with: numeric_mismatch.
-//
-// Defect: the reference with the scalar a forgotten, y = x + z instead of a * x + z. Every case has a != 1, so this errs by
-// |(a - 1) x| on nearly every element.
-#include <kwb/kernel.h>
-
-#include <cstdint>
-
-KWB_CANDIDATE_ABI
-
-namespace {
-
-@UNPACK@
-}  // namespace
-
-extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
-  Call c;
-  if (!unpack(*call, c)) return 1;
-  for (int64_t i = 0; i < c.n; ++i) c.y[i] = c.x[i] + c.z[i];
-  return 0;
-}
-)kwb";
-
 std::string fill(std::string text, const std::string& name) {
   auto replace_all = [&](const std::string& from, const std::string& to) {
     for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
@@ -291,7 +273,6 @@ Action add_new_task(CLI::App& root) {
         {"oracle.cpp", k_oracle},
         {"cpu/baseline.cpp", k_baseline},
         {"cpu/reference.cpp", k_reference},
-        {"cpu/controls/forgets_a.cpp", k_control},
     };
     for (const auto& [relative, text] : files) {
       const fs::path path = root_dir / relative;
@@ -301,10 +282,10 @@ Action add_new_task(CLI::App& root) {
       write_file_atomic(path, fill(text, task_name));
     }
     const std::string d = root_dir.string();
-    std::cout << fmt::format("wrote task '{1}' in {0}/: task.toml, oracle.cpp, cpu/baseline.cpp, cpu/reference.cpp, "
-                             "cpu/controls/forgets_a.cpp\n\nnext:\n"
+    std::cout << fmt::format("wrote task '{1}' in {0}/: task.toml (with the control forgets_a, a change of the "
+                             "reference), oracle.cpp, cpu/baseline.cpp, cpu/reference.cpp\n\nnext:\n"
                              "  kwb check {0} --impl {0}/cpu/baseline.cpp\n"
-                             "  kwb check {0} --impl {0}/cpu/controls/forgets_a.cpp     # must FAIL: numeric_mismatch\n"
+                             "  kwb check {0} --control forgets_a     # must FAIL: numeric_mismatch\n"
                              "  kwb validate {0} --candidate {0}/cpu/reference.cpp --output-dir bundles/{1}\n"
                              "then make it yours: docs/task-format.md\n",
                              d, task_name);

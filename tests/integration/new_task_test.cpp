@@ -36,10 +36,11 @@ TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_
   KwbRun made = run_kwb({"new-task", task.string()});
   ASSERT_EQ(made.exit_code, 0) << made.output << made.errors;
   EXPECT_NE(made.output.find("kwb check " + task.string()), std::string::npos) << made.output;
-  for (const char* f : {"task.toml", "oracle.cpp", "cpu/baseline.cpp", "cpu/reference.cpp",
-                        "cpu/controls/forgets_a.cpp"}) {
+  for (const char* f : {"task.toml", "oracle.cpp", "cpu/baseline.cpp", "cpu/reference.cpp"}) {
     EXPECT_TRUE(fs::is_regular_file(task / f)) << f;
   }
+  // The control is a change of the reference, written in task.toml: no copy of the reference.
+  EXPECT_FALSE(fs::exists(task / "cpu" / "controls"));
 
   for (const char* impl : {"cpu/baseline.cpp", "cpu/reference.cpp"}) {
     KwbRun r = run_kwb({"check", task.string(), "--impl", (task / impl).string(), "--json"});
@@ -48,10 +49,11 @@ TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_
     EXPECT_EQ(r.json["verdict"], "PASS") << impl;
     EXPECT_EQ(r.json["cases"].size(), 4u) << impl;
   }
-  KwbRun control = run_kwb({"check", task.string(), "--impl", (task / "cpu/controls/forgets_a.cpp").string(), "--json"});
+  KwbRun control = run_kwb({"check", task.string(), "--control", "forgets_a", "--json"});
   ASSERT_FALSE(control.json.is_discarded()) << control.output << control.errors;
   EXPECT_EQ(control.exit_code, 1);
   EXPECT_EQ(reasons(control.json), std::set<std::string>{"numeric_mismatch"}) << control.json["failures"].dump();
+  EXPECT_EQ(control.json["control"]["expected_reason_seen"], true) << control.json["control"].dump();
 
   // compare: a decided or undecided comparison, never an error, on the generated workload.
   KwbRun cmp = run_kwb({"compare", task.string(), "--candidate", (task / "cpu/reference.cpp").string(), "--workload",
