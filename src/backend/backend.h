@@ -20,6 +20,7 @@
 #pragma once
 
 #include "kwb/kernel.h"
+#include "util/backend_kind.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -79,7 +80,7 @@ struct RuntimeSandboxNeeds {
 class Backend {
 public:
   virtual ~Backend() = default;
-  virtual const char* name() const = 0;
+  virtual BackendKind id() const = 0;  // kwb's own name for it (kind() is the ABI's)
   virtual kwb_backend kind() const = 0;
   virtual DLDevice device() const = 0;
   // Platform, device and driver, for the evidence ("PoCL 3.1 / pthread-skylake-avx512 / OpenCL 3.0").
@@ -114,8 +115,8 @@ public:
 };
 
 // Throws Error(ExitCode::unavailable) naming what is missing (no OpenCL platform, no CUDA device, a kwb built
-// without the backend), UsageError for an unknown name.
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options);
+// without the backend).
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& options);
 
 // One per backend file; make_backend dispatches.
 std::unique_ptr<Backend> make_cpu_backend(const BackendOptions& options);

@@ -10,7 +10,7 @@ class CpuBackend final : public Backend {
 public:
   explicit CpuBackend(const BackendOptions&) {}
 
-  const char* name() const override { return "cpu"; }
+  BackendKind id() const override { return BackendKind::cpu; }
   kwb_backend kind() const override { return KWB_BACKEND_CPU; }
   DLDevice device() const override { return DLDevice{kDLCPU, 0}; }
   std::string description() const override { return "host CPU"; }

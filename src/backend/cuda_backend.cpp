@@ -546,7 +546,7 @@ public:
   CudaBackend(const CudaBackend&) = delete;  // owns the stream, the events and the device buffers
   CudaBackend& operator=(const CudaBackend&) = delete;
 
-  const char* name() const override { return "cuda"; }
+  BackendKind id() const override { return BackendKind::cuda; }
   kwb_backend kind() const override { return KWB_BACKEND_CUDA; }
   DLDevice device() const override { return DLDevice{kDLCUDA, m_ordinal}; }
   std::string description() const override { return m_description; }

@@ -126,7 +126,7 @@ public:
   OpenClBackend(const OpenClBackend&) = delete;  // owns the context, the queue and the buffers
   OpenClBackend& operator=(const OpenClBackend&) = delete;
 
-  const char* name() const override { return "opencl"; }
+  BackendKind id() const override { return BackendKind::opencl; }
   kwb_backend kind() const override { return KWB_BACKEND_OPENCL; }
   DLDevice device() const override { return DLDevice{kDLOpenCL, 0}; }
   std::string description() const override { return m_description; }

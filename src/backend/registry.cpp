@@ -1,17 +1,15 @@
-// make_backend: the one place that maps a backend name to its implementation file.
+// make_backend: the one place that maps a backend to its implementation file.
 #include "backend/backend.h"
-
-#include "util/error.h"
-
-#include <fmt/format.h>
 
 namespace kwb {
 
-std::unique_ptr<Backend> make_backend(const std::string& name, const BackendOptions& options) {
-  if (name == "cpu") return make_cpu_backend(options);
-  if (name == "opencl") return make_opencl_backend(options);
-  if (name == "cuda") return make_cuda_backend(options);
-  throw UsageError(fmt::format("unknown backend '{}' (expected cpu, opencl or cuda)", name));
+std::unique_ptr<Backend> make_backend(BackendKind kind, const BackendOptions& options) {
+  switch (kind) {
+    case BackendKind::cpu: return make_cpu_backend(options);
+    case BackendKind::opencl: return make_opencl_backend(options);
+    case BackendKind::cuda: return make_cuda_backend(options);
+  }
+  return nullptr;  // unreachable: the switch covers every kind (-Wswitch)
 }
 
 }  // namespace kwb

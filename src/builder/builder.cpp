@@ -4,7 +4,7 @@
 #include "builder/build_sandbox.h"
 #include "builder/depfile.h"
 #include "builder/elf_inspect.h"
-#include "util/backend_names.h"
+#include "util/backend_kind.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -30,7 +30,7 @@ nlohmann::json to_json(const BuildIdentity& id) {
   return {{"source_sha256", id.source_sha256},     {"command", id.command},
           {"compiler", id.compiler},               {"compiler_version", id.compiler_version},
           {"abi_header_sha256", id.abi_header_sha256}, {"layout_variant", id.layout_variant},
-          {"backend", id.backend},                 {"dependencies", deps},
+          {"backend", to_string(id.backend)},                 {"dependencies", deps},
           {"key", id.key},                         {"artifact_sha256", id.artifact_sha256}};
 }
 
@@ -40,7 +40,7 @@ BuildIdentity build_identity_from_json(const nlohmann::json& j) {
   id.command = j.value("command", "");
   id.compiler = j.value("compiler", "");
   id.compiler_version = j.value("compiler_version", "");
-  id.backend = j.value("backend", "");
+  id.backend = parse_backend_field(j.value("backend", ""), "build identity: backend");
   id.abi_header_sha256 = j.value("abi_header_sha256", "");
   id.layout_variant = j.value("layout_variant", 0);
   if (auto it = j.find("dependencies"); it != j.end() && it->is_array()) {
@@ -87,9 +87,9 @@ fs::path cuda_library_dir(const std::string& nvcc) {
   return {};
 }
 
-Toolchain toolchain_for(const fs::path& source, const std::string& backend, BuildPurpose purpose) {
+Toolchain toolchain_for(const fs::path& source, BackendKind backend, BuildPurpose purpose) {
   const std::string ext = source.extension().string();
-  if (backend == "cuda") {
+  if (backend == BackendKind::cuda) {
     if (ext != ".cu") {
       throw DataError(fmt::format("{}: a cuda implementation must be a .cu file (got '{}')", source.string(), ext));
     }
@@ -133,7 +133,7 @@ Toolchain toolchain_for(const fs::path& source, const std::string& backend, Buil
                     source.string(), ext));
   }
   t.flags.insert(t.flags.end(), common.begin(), common.end());
-  if (backend == "opencl") {
+  if (backend == BackendKind::opencl) {
     // Host code against the OpenCL 3.0 headers, linked to the ICD loader (libOpenCL.so.1), which the worker has
     // already opened: the candidate's OpenCL calls bind to the worker's bookkeeping first (backend/opencl_intercept.cpp).
     t.flags.push_back("-DCL_TARGET_OPENCL_VERSION=300");
@@ -297,9 +297,6 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
     throw DataError(fmt::format("{}: implementation source does not exist", request.source.string()));
   }
   art.source = fs::canonical(request.source);
-  if (!is_backend_name(request.backend)) {
-    throw UsageError(fmt::format("unknown backend '{}' (expected {})", request.backend, fmt::join(k_backend_names, ", ")));
-  }
   // The compiler may read the source's whole folder: a source directly in / would expose everything.
   const fs::path folder = art.source.parent_path();
   if (folder == folder.root_path()) {
@@ -338,7 +335,7 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
   // The key also covers what reaches the compile besides the command (build_environment_identity: PATH, the
   // compiler's real path, the CPU -march=native targets) and the CUDA library folder the rpath names.
   std::vector<std::string> pre_parts = {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256,
-                                        id.backend, std::to_string(id.layout_variant),
+                                        std::string(to_string(id.backend)), std::to_string(id.layout_variant),
                                         layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string(),
                                         "companion=" + companion_source};
   for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
@@ -495,7 +492,7 @@ Artifact build_implementation(const BuildRequest& request) {
 }
 
 Artifact build_oracle(const fs::path& source, const std::string& adapter_source) {
-  return build({source, 0, "cpu"}, BuildPurpose::oracle, adapter_source);
+  return build({source, 0, BackendKind::cpu}, BuildPurpose::oracle, adapter_source);
 }
 
 }  // namespace kwb

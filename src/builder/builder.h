@@ -2,6 +2,8 @@
 // The build is part of what is judged: the same source with other flags is another implementation.
 #pragma once
 
+#include "util/backend_kind.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -16,7 +18,7 @@ struct BuildIdentity {
   std::string command;            // the command line with <source>, <artifact>, <kwb-include> placeholders
   std::string compiler;           // as invoked (c++, cc, or $KWB_CXX / $KWB_CC)
   std::string compiler_version;   // the version line of `compiler --version` (nvcc: its "release" line)
-  std::string backend;            // cpu, opencl or cuda: decides the toolchain flags and link libraries
+  BackendKind backend = BackendKind::cpu;  // decides the toolchain flags and link libraries
   std::string abi_header_sha256;  // kwb/kernel.h (an oracle: kwb/oracle.h) the source was compiled against
   int layout_variant = 0;         // 0: plain build; n > 0: code shifted by layout_pad_bytes(n) (docs/timing.md)
   // Every file the compile read besides the source and the system/toolchain headers (those are covered by
@@ -52,7 +54,7 @@ inline size_t layout_pad_bytes(int variant) {
 struct BuildRequest {
   std::filesystem::path source;
   int layout_variant = 0;
-  std::string backend = "cpu";  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
+  BackendKind backend = BackendKind::cpu;  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
 };
 
 // Builds (or reuses from the cache, after re-hashing the cached object) one implementation. The compiler runs in

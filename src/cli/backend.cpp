@@ -8,8 +8,8 @@
 
 namespace kwb::cli {
 
-std::string require_backend(const std::string& backend) {
-  if (backend == "cpu") return "";
+std::string require_backend(BackendKind backend) {
+  if (!is_device(backend)) return "";
   const std::string device = probe_backend(worker_executable(), backend);
   std::cerr << fmt::format("kwb: backend {}: {}\n", backend, device);
   return device;

@@ -73,7 +73,7 @@ Action add_compare(CLI::App& root) {
     }
     if (!a->aa && a->candidate.empty()) throw UsageError("compare needs --candidate SOURCE (or --aa for A/A)");
     if (a->aa && !a->candidate.empty()) throw UsageError("--aa compares the baseline with itself: drop --candidate");
-    const std::string& backend = a->timing.backend;
+    const BackendKind backend = a->timing.backend;
     const std::string baseline = a->baseline.empty() ? task.backends.at(backend).baseline.string() : a->baseline;
 
     require_backend(backend);

@@ -114,7 +114,7 @@ std::filesystem::path verified_source(const Incumbent& i) {
 
 }  // namespace
 
-std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend) {
+std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendKind backend) {
   const std::optional<std::filesystem::path> path = ledger_path();
   if (!path) return std::nullopt;
   const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, backend);
@@ -176,11 +176,11 @@ Action add_keep(CLI::App& root) {
 
 Action add_history(CLI::App& root) {
   auto task_dir = std::make_shared<std::string>();
-  auto backend = std::make_shared<std::string>("cpu");
+  auto backend = std::make_shared<BackendKind>(BackendKind::cpu);
   auto json = std::make_shared<bool>(false);
   CLI::App* app = root.add_subcommand("history", "The lineage of a task's kept implementations, from the ledger");
   app->add_option("task_dir", *task_dir, "Task folder (holding task.toml)")->required();
-  app->add_option("--backend", *backend, "Backend")->capture_default_str();
+  add_backend_option(*app, *backend);
   app->add_flag("--json", *json, "Print the history as JSON");
   return [task_dir, backend, json]() {
     const Task task = load_task(*task_dir);
@@ -196,8 +196,10 @@ Action add_history(CLI::App& root) {
                      {"outcome", run.outcome}, {"reasons", run.reasons}, {"bundle", run.bundle},
                      {"plan_digest", run.plan_digest}, {"timing_holds", run.timing_holds}});
       }
-      nlohmann::json j = {{"schema", "kwb.history"}, {"schema_version", 1}, {"task", task.name},
-                          {"backend", *backend}, {"ledger", ledger.path().string()}, {"lineage", l}, {"runs", r}};
+      nlohmann::json j = {{"schema", "kwb.history"},        {"schema_version", 1},
+                          {"task", task.name},                {"backend", to_string(*backend)},
+                          {"ledger", ledger.path().string()}, {"lineage", l},
+                          {"runs", r}};
       if (!line.empty()) {
         if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
           j["measured_over_baseline"] = {{"improvement_pct", summary_improvement_pct(m->workloads)},

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 struct ProfileArgs {
   std::string task_dir;
   std::string impl;
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::vector<std::string> workloads;
   bool json = false;
   bool require_valgrind = false;
@@ -66,7 +66,7 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
   std::cout << fmt::format("kwb profile: task {}, implementation {}\n", r.task, r.implementation);
   std::cout << fmt::format("  artifact sha256 {}; check PASS ({} assertions)\n",
                            r.identity.artifact_sha256.substr(0, 16), check.passed);
-  if (r.backend == "cpu") std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
+  if (!is_device(r.backend)) std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
                            r.valgrind.found ? "callgrind (" + r.valgrind.version + "), collected inside kwb_run only"
                                             : "unavailable: " + r.valgrind.reason);
   for (const WorkloadProfile& w : r.workloads) {
@@ -100,7 +100,7 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
                              "alloc bytes/call", "hw instr/call", "min bytes", "median", "GB/s", "of probe"},
                             rows);
 
-  if (r.backend != "cpu") {
+  if (is_device(r.backend)) {
     std::cout << "\ndevice commands per call (the worker's trace; device time per launch, median):\n";
     for (const WorkloadProfile& w : r.workloads) {
       const DeviceProfile& d = w.device;
@@ -119,12 +119,12 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
     }
     if (!r.workloads.empty()) std::cout << "  trace: " << r.workloads.front().device.mechanism << "\n";
   }
-  if (r.backend == "cpu") {
+  if (!is_device(r.backend)) {
     std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
                  "own code)\n";
   }
   for (const WorkloadProfile& w : r.workloads) {
-    if (r.backend != "cpu") break;
+    if (is_device(r.backend)) break;
     const InstructionProfile& ip = w.instructions;
     if (!ip.available) {
       std::cout << fmt::format("  {}: unavailable: {}\n", w.name, ip.unavailable_reason);

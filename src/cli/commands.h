@@ -1,6 +1,8 @@
 // One file per verb. Each adds its subcommand to the root app and returns the action to run when it is chosen.
 #pragma once
 
+#include "util/backend_kind.h"
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -25,7 +27,7 @@ Action add_new_task(CLI::App& root);
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the
 // device's description ("" for cpu).
-std::string require_backend(const std::string& backend);
+std::string require_backend(BackendKind backend);
 
 // The command line as given, for provenance (plan.json records it).
 inline std::vector<std::string> g_argv;

@@ -23,7 +23,7 @@ LedgerRun ledger_run(const Task& task, const CompareReport& report);
 
 // The current incumbent's source for `task` on `backend`, or nullopt when nothing was kept (the task's baseline is
 // the incumbent then). DataError when the incumbent's source was changed or removed since it was kept.
-std::optional<std::filesystem::path> incumbent_source(const Task& task, const std::string& backend);
+std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendKind backend);
 
 // kwb validate's body: checks the arguments, runs the workflow, prints, records the bundle as `ledger_kind`.
 int validate_command(const ValidateArgs& a, const std::string& ledger_kind);

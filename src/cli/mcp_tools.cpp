@@ -280,7 +280,7 @@ nlohmann::json list_tasks(const nlohmann::json& args) {
     try {
       const Task t = load_task(dir);
       nlohmann::json backends = nlohmann::json::array();
-      for (const auto& [b, impls] : t.backends) backends.push_back(b);
+      for (const auto& [b, impls] : t.backends) backends.push_back(to_string(b));
       nlohmann::json workloads = nlohmann::json::array();
       for (const Case& c : t.cases) {
         if (c.role == CaseRole::timing) workloads.push_back(c.name);

@@ -1,6 +1,6 @@
 #include "cli/options.h"
 
-#include "util/backend_names.h"
+#include "util/backend_kind.h"
 
 namespace kwb::cli {
 
@@ -10,9 +10,13 @@ std::chrono::milliseconds timeout_from_seconds(double seconds) {
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
 
-void add_backend_option(CLI::App& app, std::string& backend) {
-  app.add_option("--backend", backend, "cpu, opencl or cuda")->capture_default_str()
-      ->check(CLI::IsMember(backend_names()));
+void add_backend_option(CLI::App& app, BackendKind& backend) {
+  // The name is checked first, so the callback's parse cannot fail.
+  app.add_option_function<std::string>(
+         "--backend", [&backend](const std::string& name) { backend = parse_backend(name).value(); },
+         "cpu, opencl or cuda")
+      ->check(CLI::IsMember(backend_names()))
+      ->default_str(std::string(to_string(backend)));
 }
 
 namespace {

@@ -22,8 +22,8 @@ namespace kwb::cli {
 // --timeout-seconds takes seconds.
 inline constexpr double k_default_timeout_seconds = std::chrono::duration<double>(defaults::k_timeout).count();
 std::chrono::milliseconds timeout_from_seconds(double seconds);
-// --backend, one of util/backend_names.h.
-void add_backend_option(CLI::App& app, std::string& backend);
+// --backend, one of util/backend_kind.h.
+void add_backend_option(CLI::App& app, BackendKind& backend);
 
 // "ci" or "point", as --gate spells them.
 std::string gate_name(stats::GateKind kind);
@@ -34,7 +34,7 @@ struct CheckArgs {
   std::string task_dir;
   std::string impl;
   std::string control;  // instead of impl: one of the task's controls, by name
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   bool json = false;
   double timeout_seconds = k_default_timeout_seconds;
   uint64_t seed = 0;
@@ -50,7 +50,7 @@ CheckOptions check_options(const CheckArgs& a);
 // ---- what compare and validate share: gates, budgets, timing, and the checks they run ----------------------------------
 
 struct TimingArgs {
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::string gate = gate_name(defaults::k_gate);
   double min_improvement_pct = defaults::k_min_improvement_pct;
   double max_aa_difference_pct = defaults::k_max_aa_difference_pct;

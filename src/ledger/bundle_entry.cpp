@@ -29,7 +29,7 @@ std::string text_at(const nlohmann::json& j, const nlohmann::json::json_pointer&
 
 // Whether the bundle's baseline is the one its task declares for the backend (the manifest the plan embeds, resolved
 // against the task folder the plan names), which is what generation 0 of a lineage must be.
-bool is_task_baseline(const nlohmann::json& plan, const std::string& backend, const std::string& source) {
+bool is_task_baseline(const nlohmann::json& plan, BackendKind backend, const std::string& source) {
   const std::string manifest = text_at(plan, "/task/manifest"_json_pointer);
   const std::string dir = text_at(plan, "/task/dir"_json_pointer);
   toml::table parsed;
@@ -38,7 +38,7 @@ bool is_task_baseline(const nlohmann::json& plan, const std::string& backend, co
   } catch (const toml::parse_error&) {
     return false;
   }
-  const std::optional<std::string> declared = parsed["backends"][backend]["baseline"].value<std::string>();
+  const std::optional<std::string> declared = parsed["backends"][to_string(backend)]["baseline"].value<std::string>();
   if (!declared || dir.empty()) return false;
   return (std::filesystem::path(dir) / *declared).lexically_normal() == std::filesystem::path(source).lexically_normal();
 }
@@ -57,8 +57,9 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   r.kind = "validate";
   r.task = text_at(b.plan, "/task/name"_json_pointer);
   r.task_dir = text_at(b.plan, "/task/dir"_json_pointer);
-  r.backend = b.plan.value("backend", "");
-  if (r.task.empty() || r.backend.empty()) missing(bundle, "plan.json names no task or backend");
+  const std::optional<BackendKind> backend = parse_backend(b.plan.value("backend", ""));
+  if (r.task.empty() || !backend) missing(bundle, "plan.json names no task or no backend kwb knows");
+  r.backend = *backend;
   r.started = b.plan.value("created", "");
   r.finished = b.decision.value("created", "");
   r.outcome = b.decision.value("decision", "");

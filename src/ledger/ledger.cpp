@@ -87,6 +87,7 @@ public:
     sqlite3_bind_text(m_stmt, i, s.c_str(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
     return *this;
   }
+  Statement& bind(int i, BackendKind b) { return bind(i, std::string(to_string(b))); }
   Statement& bind(int i, int64_t v) {
     sqlite3_bind_int64(m_stmt, i, v);
     return *this;
@@ -320,7 +321,7 @@ int64_t Ledger::record(const LedgerRun& run) {
   return id;
 }
 
-std::vector<LedgerRun> Ledger::runs(const std::string& task, const std::string& backend) const {
+std::vector<LedgerRun> Ledger::runs(const std::string& task, BackendKind backend) const {
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
@@ -333,7 +334,7 @@ std::vector<LedgerRun> Ledger::runs(const std::string& task, const std::string& 
     r.kind = s.text(1);
     r.task = s.text(2);
     r.task_dir = s.text(3);
-    r.backend = s.text(4);
+    r.backend = parse_backend_field(s.text(4), m_path.string() + ": runs.backend");
     r.started = s.text(5);
     r.finished = s.text(6);
     r.outcome = s.text(7);
@@ -361,7 +362,7 @@ std::vector<LedgerRun> Ledger::runs(const std::string& task, const std::string& 
   return out;
 }
 
-std::vector<Incumbent> Ledger::lineage(const std::string& task, const std::string& backend) const {
+std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind backend) const {
   std::vector<Incumbent> out;
   Statement s(m_db,
               "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct "
@@ -388,7 +389,7 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, const std::strin
   return out;
 }
 
-Ledger::Promotion Ledger::promote(const std::string& task, const std::string& backend,
+Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
                                   const std::string& decided_against, const Incumbent& generation0,
                                   Incumbent candidate) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });

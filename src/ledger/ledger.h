@@ -12,6 +12,8 @@
 //               the generation before it.
 #pragma once
 
+#include "util/backend_kind.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -45,7 +47,7 @@ struct LedgerRun {
   std::string kind;      // check, compare, validate, keep
   std::string task;
   std::string task_dir;
-  std::string backend;
+  BackendKind backend = BackendKind::cpu;
   std::string started;   // UTC, ISO 8601
   std::string finished;
   std::string outcome;   // check/compare verdict, validate decision, keep result
@@ -60,7 +62,7 @@ struct LedgerRun {
 
 struct Incumbent {
   std::string task;
-  std::string backend;
+  BackendKind backend = BackendKind::cpu;
   int generation = 0;
   std::string identity;       // build key
   std::string source;         // where the source was when it was kept
@@ -92,10 +94,10 @@ public:
 
   // Appends a run in one transaction; returns its id.
   int64_t record(const LedgerRun& run);
-  std::vector<LedgerRun> runs(const std::string& task, const std::string& backend) const;
+  std::vector<LedgerRun> runs(const std::string& task, BackendKind backend) const;
 
   // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept.
-  std::vector<Incumbent> lineage(const std::string& task, const std::string& backend) const;
+  std::vector<Incumbent> lineage(const std::string& task, BackendKind backend) const;
 
   // Keeps `candidate` as the next generation, in one transaction that first reads the lineage: `decided_against`
   // (the identity of the baseline the bundle decided against) must be the current incumbent's identity, or, when
@@ -105,7 +107,7 @@ public:
     std::optional<Incumbent> kept;
     std::string refused;
   };
-  Promotion promote(const std::string& task, const std::string& backend, const std::string& decided_against,
+  Promotion promote(const std::string& task, BackendKind backend, const std::string& decided_against,
                     const Incumbent& generation0, Incumbent candidate);
 
 private:

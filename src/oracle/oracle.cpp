@@ -192,7 +192,7 @@ private:
     limits.cpu_seconds = 3600;
     DeviceOptions options;
     options.untimed = true;  // kwb sleeps while the oracle computes
-    const LoadOutcome load = m_worker->load(m_artifact.path, "cpu", 1, m_task.name, limits, options);
+    const LoadOutcome load = m_worker->load(m_artifact.path, BackendKind::cpu, 1, m_task.name, limits, options);
     if (!load.ok) {
       m_worker.reset();
       throw DataError(fmt::format("{}: the task's oracle could not be loaded ({}: {})", m_task.oracle.string(),

@@ -186,7 +186,7 @@ std::string check_cache_key(const Task& task, const Artifact& artifact, const Ch
                                     task.oracle_sha256,
                                     artifact.identity.artifact_sha256,
                                     artifact.identity.source_sha256,
-                                    options.backend,
+                                    std::string(to_string(options.backend)),
                                     std::to_string(options.timeout.count()),
                                     std::to_string(options.nonce),
                                     std::to_string(options.calls_per_case),
@@ -231,7 +231,7 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
   so.backend = options.backend;
   so.timeout = options.timeout;
   so.poison_seed = mix_seed(options.nonce, 0xC4EC);
-  so.trace = options.backend != "cpu";  // the kernel trace is cheap next to validation, and says what ran
+  so.trace = is_device(options.backend);  // the kernel trace is cheap next to validation, and says what ran
   report.backend = options.backend;
   WorkerSession session(task, artifact, so);
   bool load_failed = false;
@@ -374,7 +374,7 @@ nlohmann::json to_json(const CheckReport& r) {
   return {{"schema", k_check_schema},
           {"schema_version", k_check_schema_version},
           {"task", r.task},
-          {"backend", r.backend},
+          {"backend", to_string(r.backend)},
           {"device", r.device},
           {"implementation", {{"path", r.implementation}, {"identity", to_json(r.identity)}, {"built", r.built}}},
           {"cases", cases},
@@ -390,7 +390,7 @@ nlohmann::json to_json(const CheckReport& r) {
 CheckReport check_report_from_json(const nlohmann::json& j) {
   CheckReport r;
   r.task = j.at("task");
-  r.backend = j.value("backend", std::string("cpu"));
+  r.backend = parse_backend_field(j.value("backend", std::string("cpu")), "check report: backend");
   r.device = j.value("device", std::string());
   r.implementation = j.at("implementation").at("path");
   r.built = j.at("implementation").at("built");

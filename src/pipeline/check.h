@@ -27,7 +27,7 @@ inline constexpr const char* k_check_schema = "kwb.check";
 inline constexpr int k_check_schema_version = 2;  // 2: the "request" block (nonce, held_out, stop_after_reason)
 
 struct CheckOptions {
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::chrono::milliseconds timeout{defaults::k_timeout};  // per call
   uint64_t nonce = 0;        // 0: the published seeds; otherwise fresh data (final validation)
   int calls_per_case = defaults::k_check_calls;  // each with its own input set; halved over k_large_case_bytes
@@ -74,7 +74,7 @@ struct CaseReport {
 
 struct CheckReport {
   std::string task;
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::string device;  // the backend's description of its device; empty for cpu
   std::string implementation;
   BuildIdentity identity;

@@ -397,7 +397,7 @@ nlohmann::json to_json(const CompareReport& r) {
                          {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
                          {"timed_samples_used", samples}}},
                        {"seed", r.seed},
-                       {"backend", r.timing.backend},
+                       {"backend", to_string(r.timing.backend)},
                        {"cold", r.timing.cold},
                        {"arms", arms},
                        {"refused", r.refused},
@@ -446,10 +446,10 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
   return stats::layout_sensitivity(medians, layouts, seed);
 }
 
-bool layout_offsets(const std::string& backend, int layouts) { return backend == "cpu" && layouts > 1; }
+bool layout_offsets(BackendKind backend, int layouts) { return !is_device(backend) && layouts > 1; }
 
-int default_layouts(const std::string& backend) {
-  return backend == "cpu" ? stats::k_cpu_layouts : stats::k_device_layouts;
+int default_layouts(BackendKind backend) {
+  return !is_device(backend) ? stats::k_cpu_layouts : stats::k_device_layouts;
 }
 
 nlohmann::json to_json(const stats::LayoutSensitivity& l) {

@@ -148,7 +148,7 @@ double visit_statistic(const ArmVisit& visit);
 
 // Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
 struct TimingOptions {
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::chrono::milliseconds timeout{defaults::k_timeout};
   int warmups = defaults::k_warmups;
   int samples = defaults::k_samples;  // timed calls per visit; 0: sized per workload by a pilot (docs/timing.md)
@@ -215,10 +215,10 @@ struct CompareReport {
 std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
 
 // Builds per arm in a layout pool by default: stats::k_cpu_layouts on cpu, stats::k_device_layouts on devices.
-int default_layouts(const std::string& backend);
+int default_layouts(BackendKind backend);
 // Whether visits also draw stack and tensor offsets (cpu with more than one layout; device tensors are the
 // driver's).
-bool layout_offsets(const std::string& backend, int layouts);
+bool layout_offsets(BackendKind backend, int layouts);
 nlohmann::json to_json(const stats::LayoutSensitivity& l);
 // The layout sensitivity of one arm in one workload, from its visits' medians (verify re-derives it the same way
 // from samples.csv). The seed is the workload's, xor the arm's index.

@@ -33,9 +33,14 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   const std::filesystem::path file = cache_dir() / "checks" / (check_cache_key(task, art, co) + ".json");
   if (art.ok && std::filesystem::exists(file)) {
     nlohmann::json j = nlohmann::json::parse(read_file(file), nullptr, false);
-    if (!j.is_discarded()) {
-      cached = true;
-      return check_report_from_json(j);
+    // A damaged entry (a field missing, of another type, a backend kwb does not know) is checked again and replaced.
+    try {
+      if (!j.is_discarded()) {
+        CheckReport r = check_report_from_json(j);
+        cached = true;
+        return r;
+      }
+    } catch (const std::exception&) {
     }
   }
   CheckReport r = run_check(task, art, co);

@@ -29,7 +29,7 @@ struct ValidateOptions {
   std::filesystem::path candidate;
   std::filesystem::path baseline;  // empty: the task's baseline for the backend
   std::filesystem::path output_dir;
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::string device;  // the backend's description of its device (empty for cpu), for the plan and the report
   GateConfig gate;                 // mode is set per stage
   Budget budget;

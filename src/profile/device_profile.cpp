@@ -18,8 +18,8 @@ namespace {
 constexpr int k_device_warmups = 2;
 constexpr int k_device_calls = 5;
 
-std::string trace_mechanism(const std::string& backend) {
-  if (backend == "opencl") {
+std::string trace_mechanism(BackendKind backend) {
+  if (backend == BackendKind::opencl) {
     return "kwb-worker's exported clEnqueue* wrappers; one profiling event per command on the call's "
            "CL_QUEUE_PROFILING_ENABLE queue (check and profile only, never timed calls)";
   }

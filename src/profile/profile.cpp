@@ -426,7 +426,7 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
     say(o, fmt::format("{}: generating inputs and the oracle's outputs", c->name));
     const InputSet set = make_input_set(task, *c, 0, o.nonce);
 
-    if (o.backend != "cpu") {
+    if (is_device(o.backend)) {
       // Device backends: the kernel trace replaces callgrind and the host-side probes, which would describe the
       // runtime's host code, not the kernels (docs/profile.md).
       const std::string host_only = fmt::format("not measured for the {} backend: the host-side tools would count "
@@ -442,7 +442,8 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
                            o.timing_calls));
         // Fraction of the host memory probe only where the device is this CPU (OpenCL on PoCL's CPU device is;
         // a GPU's memory is not what the probe measures).
-        timing_pass(task, artifact, set, o, o.backend == "opencl" ? report.bandwidth.peak_gb_per_s : 0.0, wp);
+        const double peak = o.backend == BackendKind::opencl ? report.bandwidth.peak_gb_per_s : 0.0;
+        timing_pass(task, artifact, set, o, peak, wp);
       } else {
         wp.roofline.unavailable_reason = "not run: the implementation failed validation while being profiled";
       }
@@ -628,7 +629,7 @@ nlohmann::json to_json(const ProfileReport& r) {
           {"schema_version", k_profile_schema_version},
           {"descriptive", "a profile describes; it never changes a decision"},
           {"task", r.task},
-          {"backend", r.backend},
+          {"backend", to_string(r.backend)},
           {"implementation", {{"path", r.implementation}, {"identity", to_json(r.identity)}}},
           {"valgrind",
            {{"found", r.valgrind.found},
@@ -698,7 +699,7 @@ std::string profile_markdown(const ProfileReport& r) {
                       rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
                       rl.measured && rl.peak_gb_per_s > 0 ? fmt::format("{:.2f}", rl.fraction) : "n/a");
   }
-  if (r.backend != "cpu") {
+  if (is_device(r.backend)) {
     md += device_trace_markdown(r);
     return md;
   }

@@ -38,7 +38,7 @@ inline constexpr int k_profile_schema_version = 1;
 inline constexpr uint64_t k_large_workload_bytes = 64ull << 20;
 
 struct ProfileOptions {
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   std::vector<std::string> workloads;  // case names; empty: every timing case
   // Per call; x50 under valgrind. No default here: callers pass the user's value or pipeline/defaults.h's.
   std::chrono::milliseconds timeout{0};
@@ -165,7 +165,7 @@ struct ProfileReport {
   std::string task;
   std::string implementation;
   BuildIdentity identity;
-  std::string backend;
+  BackendKind backend = BackendKind::cpu;
   ValgrindInstall valgrind;
   BandwidthProbe bandwidth;
   std::vector<WorkloadProfile> workloads;

@@ -11,6 +11,7 @@
 #include "stats/sequential.h"
 #include "stats/random.h"
 #include "task/data.h"
+#include "util/backend_kind.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -298,6 +299,10 @@ private:
       throw FieldError("task.oracle.identity does not describe a build of task.oracle.source_sha256");
     }
     m_plan.backend = str_field(p, "backend");
+    if (!parse_backend(m_plan.backend)) {
+      throw FieldError(
+          fmt::format("backend '{}' is not one kwb knows ({})", m_plan.backend, fmt::join(backend_names(), ", ")));
+    }
     for (const json& c : array_field(task, "cases", " of task")) {
       m_plan.case_names.push_back(str_field(c, "name", " of a task case"));
       if (str_field(c, "role", " of a task case") == "timing") m_plan.timing_cases.push_back(m_plan.case_names.back());

@@ -48,7 +48,7 @@ struct CallResult {
 enum class CallMode { check, timing };
 
 struct SessionOptions {
-  std::string backend = "cpu";
+  BackendKind backend = BackendKind::cpu;
   // Per call. No default here: every caller passes the user's value or pipeline/defaults.h's.
   std::chrono::milliseconds timeout{0};
   uint64_t poison_seed = 0;  // poison and canaries derive from it; fresh per call
@@ -156,7 +156,7 @@ private:
   // something else.
   bool hardened() const { return m_options.worker_executable.empty() && m_options.wrapper.empty(); }
   // Tensors live in device memory; the runtime's own threads work for the call (docs/backends.md).
-  bool device_backend() const { return m_options.backend != "cpu"; }
+  bool device_backend() const { return is_device(m_options.backend); }
   std::string implausible_device_timing(const RunOutcome& out) const;
   WorkerLimits limits() const;
   int next_id() { return ++m_last_id; }

@@ -2,7 +2,7 @@
 // file, the line and what was expected, never a silent default (a typo'd `rtoll` must not leave rtol at 0).
 #include "task/task.h"
 
-#include "util/backend_names.h"
+#include "util/backend_kind.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -592,12 +592,12 @@ Task load_task(const fs::path& dir_in) {
     TableReader backends(top.table("backends"), "backends", file);
     // Names first: [[backends.cpu.controls]] next to a misspelled [backends.cpux] must not read as a cpu section
     // without a baseline.
-    const std::vector<std::string> k_backends = backend_names();
+    const std::vector<std::string> names = backend_names();
     for (const auto& [k, v] : top.table("backends")) {
       const std::string name(k.str());
-      if (!is_backend_name(name)) {
-        const std::optional<std::string> guess = closest_match(name, k_backends);
-        backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(k_backends, ", "),
+      if (!parse_backend(name)) {
+        const std::optional<std::string> guess = closest_match(name, names);
+        backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(names, ", "),
                                             guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
       }
     }
@@ -647,7 +647,7 @@ Task load_task(const fs::path& dir_in) {
       }
       b.reject_unknown_keys();
       backends.get(name);
-      task.backends[name] = std::move(impls);
+      task.backends[*parse_backend(name)] = std::move(impls);
     }
   }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "task/shape_expr.h"
+#include "util/backend_kind.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -106,7 +107,7 @@ struct Task {
   Signature signature;
   Tolerance tolerance;
   std::vector<Case> cases;
-  std::map<std::string, BackendImpls> backends;
+  std::map<BackendKind, BackendImpls> backends;
 
   const Case* find_case(const std::string& name) const;
 };

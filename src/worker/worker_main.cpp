@@ -271,6 +271,13 @@ private:
     return {{"type", "error"}, {"reason", reason}, {"detail", detail}};
   }
 
+  // The parent names the backend as text (worker/protocol.h); only kwb's own names are accepted.
+  static BackendKind backend_kind(const nlohmann::json& m) {
+    const std::string name = m.at("backend").get<std::string>();
+    if (std::optional<BackendKind> kind = parse_backend(name)) return *kind;
+    throw std::runtime_error("unknown backend '" + name + "'");
+  }
+
   static BackendOptions backend_options(const nlohmann::json& m) {
     BackendOptions o;
     o.trace = m.value("trace", false);
@@ -282,8 +289,8 @@ private:
   // Opens the backend and says what it found, loading nothing: the parent asks this once before a verb starts,
   // so a missing driver or device is reported as such (exit 69) rather than as a failing implementation.
   nlohmann::json probe(const nlohmann::json& m) {
-    auto backend = make_backend(m.at("backend").get<std::string>(), backend_options(m));
-    return {{"type", "probed"}, {"backend", backend->name()}, {"description", backend->description()}};
+    auto backend = make_backend(backend_kind(m), backend_options(m));
+    return {{"type", "probed"}, {"backend", to_string(backend->id())}, {"description", backend->description()}};
   }
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
@@ -305,7 +312,7 @@ private:
 #endif
     // The device runtime starts before the sandbox goes up: opening a driver reads files and starts threads that
     // no implementation may do on its own.
-    m_backend = make_backend(m.at("backend").get<std::string>(), backend_options(m));
+    m_backend = make_backend(backend_kind(m), backend_options(m));
     m_task = m.at("task").get<std::string>();
 #ifdef KWB_PROFILE_WORKER
     // Under valgrind: a deny-list of its own (worker/sandbox.h, enter_profile_sandbox) before the implementation's

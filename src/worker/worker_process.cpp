@@ -419,9 +419,9 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) 
 
 }  // namespace
 
-std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key) {
+std::string worker_runtime_cache_key(BackendKind backend, const std::string& identity_key) {
   Sha256 h;
-  std::vector<std::string> parts = {"kwb.runtime-cache.1", backend, identity_key,
+  std::vector<std::string> parts = {"kwb.runtime-cache.1", std::string(to_string(backend)), identity_key,
                                     executable_sha256(worker_executable())};
   for (std::string& e : worker_environment_identity()) parts.push_back(std::move(e));
   for (const std::string& part : parts) {
@@ -431,18 +431,18 @@ std::string worker_runtime_cache_key(const std::string& backend, const std::stri
   return h.hex_digest();
 }
 
-std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key) {
+std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::string& key) {
   namespace fs = std::filesystem;
   const std::optional<WorkerUser> user = unprivileged_worker_user();
   if (!user) {
-    const fs::path dir = cache_dir() / "device-kernels" / backend / key;
+    const fs::path dir = cache_dir() / "device-kernels" / to_string(backend) / key;
     fs::create_directories(dir);
     return dir;
   }
   // Root: the worker runs as nobody and cannot reach kwb's cache under root's home. Its directory lives under
   // /var/tmp, below a root-owned folder that nobody can write (checked, never followed if it is a symlink), and
   // only the last component belongs to the worker's user.
-  const fs::path at = root_owned_path({backend, key});
+  const fs::path at = root_owned_path({std::string(to_string(backend)), key});
   (void)::mkdir(at.c_str(), 0700);
   struct stat st {};
   if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
@@ -470,12 +470,12 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
   return copy;
 }
 
-std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend) {
+std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind backend) {
   WorkerProcess w(worker_exe, std::chrono::seconds(60));
   // A device runtime may need a writable directory to start at all (PoCL's kernel cache).
-  const std::string dir = backend == "cpu" ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
+  const std::string dir = !is_device(backend) ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
   w.m_runtime_cache_dir = dir;
-  auto reply = w.request({{"type", "probe"}, {"backend", backend}, {"runtime_cache_dir", dir}});
+  auto reply = w.request({{"type", "probe"}, {"backend", to_string(backend)}, {"runtime_cache_dir", dir}});
   if (!reply) {
     throw Error(ExitCode::unavailable,
                 fmt::format("backend '{}': the worker died while opening it: {}", backend, w.m_death->detail));
@@ -492,7 +492,7 @@ std::string probe_backend(const std::filesystem::path& worker_exe, const std::st
   return reply->value("description", std::string());
 }
 
-LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std::string& backend, int threads,
+LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKind backend, int threads,
                                 const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
   m_runtime_cache_dir = device.runtime_cache_dir;
@@ -505,7 +505,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
   std::vector<int> fds = {artifact_fd};
   UniqueFd filter;
   // Before the worker starts any thread (its runtime starts them while loading): threads inherit its CPUs.
-  m_spin_for_done = backend == "cpu" && !device.untimed;
+  m_spin_for_done = !is_device(backend) && !device.untimed;
   place_on_cpus(m_spin_for_done);
   std::filesystem::path load_path = artifact;
   if (m_profile_worker) {
@@ -515,7 +515,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, const std
     // is copied where nobody may read (and not write) it, at a path fixed by its content.
     if (unprivileged_worker_user()) load_path = readable_copy(artifact);
   }
-  auto reply = request({{"type", protocol::k_load}, {"artifact", load_path.string()}, {"backend", backend},
+  auto reply = request({{"type", protocol::k_load}, {"artifact", load_path.string()}, {"backend", to_string(backend)},
                         {"threads", threads}, {"task", task},
                         {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds},
                         {"trace", device.trace}, {"cold", device.cold},

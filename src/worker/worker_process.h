@@ -3,6 +3,7 @@
 // parent from shared memory and validated there.
 #pragma once
 
+#include "util/backend_kind.h"
 #include "worker/channel.h"
 #include "worker/protocol.h"
 #include "worker/shared_buffer.h"
@@ -129,17 +130,17 @@ struct RunOutcome {
 
 // Starts a worker that opens `backend` and loads nothing: the device's description, or Error(unavailable) with
 // the worker's explanation (no driver, no device, a kwb built without the backend).
-std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
+std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind backend);
 
 // The directory a worker's device runtime may write (PoCL's kernel cache), private to one `key`
 // (worker_runtime_cache_key); created here, and owned by the worker's user when kwb runs as root
 // (util/worker_user.h).
-std::filesystem::path worker_runtime_cache_dir(const std::string& backend, const std::string& key);
+std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::string& key);
 
 // The key of the runtime directory of an implementation identity (BuildIdentity::key): that identity, the backend,
 // kwb-worker's own digest and worker_environment_identity(). A runtime setting (POCL_*, a device selection) or a
 // rebuilt worker gets a directory of its own, never kernels compiled under another.
-std::string worker_runtime_cache_key(const std::string& backend, const std::string& identity_key);
+std::string worker_runtime_cache_key(BackendKind backend, const std::string& identity_key);
 
 // A copy of `artifact` that the worker's user can read but not write, under a root-owned folder of /var/tmp at a
 // path fixed by the object's digest: for the profile worker run by root (valgrind reads symbols by file name).
@@ -171,7 +172,7 @@ public:
   bool alive() const { return m_pid > 0 && !m_death; }
   const std::optional<WorkerDeath>& death() const { return m_death; }
 
-  LoadOutcome load(const std::filesystem::path& artifact, const std::string& backend, int threads,
+  LoadOutcome load(const std::filesystem::path& artifact, BackendKind backend, int threads,
                    const std::string& task, const WorkerLimits& limits = {}, const DeviceOptions& device = {});
   // Maps buffers into the worker. Returns false when the worker died (see death()).
   bool map(int id, const SharedBuffer& buffer);
@@ -207,7 +208,7 @@ private:
     uint64_t region_begin, region_end, data_begin, data_end;
   };
 
-  friend std::string probe_backend(const std::filesystem::path& worker_exe, const std::string& backend);
+  friend std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind backend);
   std::optional<nlohmann::json> request(const nlohmann::json& message, std::span<const int> fds = {});
   // Waits until the control page holds `word`: false (and death() set) when the worker died, timed out, or sent a
   // message instead. `spin` keeps this thread busy (the short windows); otherwise it sleeps on the futex.

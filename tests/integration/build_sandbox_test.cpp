@@ -239,7 +239,7 @@ TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
         "#include \"scale.h\"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
         "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n" + k_abi);
   BuildRequest request{folder / "k.cu"};
-  request.backend = "cuda";
+  request.backend = BackendKind::cuda;
   Artifact a;
   try {
     a = build_implementation(request);

@@ -58,7 +58,7 @@ class ControlTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ControlTest, control_is_rejected_for_its_named_reason) {
   kwb::Task task = kwb::load_task(k_rmsnorm_lite);
   const kwb::ControlSpec* spec = nullptr;
-  for (const auto& c : task.backends.at("cpu").controls) {
+  for (const auto& c : task.backends.at(BackendKind::cpu).controls) {
     if (c.name == GetParam()) spec = &c;
   }
   ASSERT_NE(spec, nullptr);
@@ -76,7 +76,7 @@ INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, ControlTest,
 TEST(check_test, task_ships_every_control_the_tests_cover) {
   std::set<std::string> names;
   const kwb::Task task = kwb::load_task(k_rmsnorm);
-  for (const auto& c : task.backends.at("cpu").controls) names.insert(c.name);
+  for (const auto& c : task.backends.at(BackendKind::cpu).controls) names.insert(c.name);
   EXPECT_EQ(names, (std::set<std::string>{"no_eps", "no_weight", "wrong_axis", "zeros", "mutate_input",
                                           "stale_output_replay"}));
 }
@@ -268,6 +268,22 @@ TEST(check_test, usage_errors_exit_64) {
   KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case",
                       "nope"});
   EXPECT_EQ(r.exit_code, 64);
+}
+
+TEST(check_test, every_verb_refuses_a_backend_kwb_does_not_know_before_reading_anything) {
+  // `history --backend` once took any text and answered "nothing kept yet" for a backend that cannot exist.
+  const std::string task = k_rmsnorm_lite.string();
+  const std::string impl = (k_rmsnorm_lite / "cpu" / "fused.cpp").string();
+  const std::vector<std::vector<std::string>> verbs = {
+      {"check", task, "--impl", impl}, {"compare", task, "--candidate", impl}, {"validate", task, "--candidate", impl},
+      {"profile", task, "--impl", impl}, {"history", task}};
+  for (std::vector<std::string> args : verbs) {
+    args.insert(args.end(), {"--backend", "metal"});
+    KwbRun r = run_kwb(args);
+    EXPECT_EQ(r.exit_code, 64) << args[0] << ": " << r.errors;
+    EXPECT_NE(r.errors.find("metal"), std::string::npos) << args[0] << ": " << r.errors;
+    EXPECT_NE(r.errors.find("cpu"), std::string::npos) << args[0] << " names the backends kwb knows: " << r.errors;
+  }
 }
 
 TEST(check_test, missing_implementation_source_is_bad_input) {

@@ -287,7 +287,8 @@ TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_
     ASSERT_EQ(r.exit_code, 0) << r.output;
     identity = r.json["implementation"]["identity"]["key"].get<std::string>();
   }
-  const std::filesystem::path dir = worker_runtime_cache_dir("opencl", worker_runtime_cache_key("opencl", identity));
+  const std::filesystem::path dir =
+      worker_runtime_cache_dir(BackendKind::opencl, worker_runtime_cache_key(BackendKind::opencl, identity));
   ::unsetenv("KWB_WORKER");
   EXPECT_FALSE(std::filesystem::is_empty(dir)) << dir << ": the compiled kernels are kept";
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -48,7 +48,7 @@ class OperatorTaskImplementationTest : public ::testing::TestWithParam<Implement
 TEST_P(OperatorTaskImplementationTest, passes_every_case) {
   const std::filesystem::path dir = task_dir(GetParam().task);
   const kwb::Task task = kwb::load_task(dir);
-  const kwb::BackendImpls& cpu = task.backends.at("cpu");
+  const kwb::BackendImpls& cpu = task.backends.at(BackendKind::cpu);
   const std::filesystem::path impl = std::string(GetParam().role) == "baseline" ? cpu.baseline : cpu.reference;
   KwbRun r = check(dir, impl);
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
@@ -79,8 +79,8 @@ class OperatorTaskReferenceTest : public ::testing::TestWithParam<const char*> {
 TEST_P(OperatorTaskReferenceTest, passes_the_final_check_with_held_out_shapes) {
   const std::filesystem::path dir = task_dir(GetParam());
   const kwb::Task task = kwb::load_task(dir);
-  KwbRun r = run_kwb({"check", dir.string(), "--impl", task.backends.at("cpu").reference.string(), "--held-out",
-                      "--json"});
+  const std::string reference = task.backends.at(BackendKind::cpu).reference.string();
+  KwbRun r = run_kwb({"check", dir.string(), "--impl", reference, "--held-out", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.json["failures"].dump();
   EXPECT_EQ(r.json["verdict"], "PASS") << r.json["failures"].dump();
@@ -105,7 +105,7 @@ class OperatorTaskControlTest : public ::testing::TestWithParam<Control> {};
 TEST_P(OperatorTaskControlTest, is_rejected_for_its_named_reason) {
   const kwb::Task task = kwb::load_task(task_dir(GetParam().task));
   const kwb::ControlSpec* spec = nullptr;
-  for (const auto& c : task.backends.at("cpu").controls) {
+  for (const auto& c : task.backends.at(BackendKind::cpu).controls) {
     if (c.name == GetParam().name) spec = &c;
   }
   ASSERT_NE(spec, nullptr) << GetParam().task << " declares no control " << GetParam().name;
@@ -132,7 +132,7 @@ TEST(OperatorTaskControls, each_task_ships_exactly_the_controls_tested) {
   for (const auto& [name, expected] : k_controls) {
     const kwb::Task task = kwb::load_task(task_dir(name));
     std::set<std::string> names;
-    for (const auto& c : task.backends.at("cpu").controls) names.insert(c.name);
+    for (const auto& c : task.backends.at(BackendKind::cpu).controls) names.insert(c.name);
     EXPECT_EQ(names, expected) << name;
   }
 }

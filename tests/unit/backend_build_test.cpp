@@ -24,7 +24,7 @@ std::vector<fs::path> cuda_sources() {
   // The task's controls written as a change of another source (base/replace/with) are built from the changed text
   // kwb writes into its cache folder.
   const Task task = load_task(k_source / "tasks" / "rmsnorm");
-  for (const ControlSpec& c : task.backends.at("cuda").controls) {
+  for (const ControlSpec& c : task.backends.at(BackendKind::cuda).controls) {
     if (!c.base.empty()) out.push_back(c.source);
   }
   for (const fs::path& dir : {k_source / "tasks" / "rmsnorm" / "cuda", k_source / "tests" / "adversarial" / "cuda"}) {
@@ -56,14 +56,14 @@ TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_c
   for (const fs::path& src : sources) {
     Artifact art;
     try {
-      art = build_implementation({src, 0, "cuda"});
+      art = build_implementation({src, 0, BackendKind::cuda});
     } catch (const Error& e) {
       if (e.code() == ExitCode::unavailable) GTEST_SKIP() << "no CUDA toolkit on this machine: " << e.what();
       throw;
     }
     ASSERT_TRUE(art.ok) << src << ":\n" << art.log;
     const BuildIdentity& id = art.identity;
-    EXPECT_EQ(id.backend, "cuda");
+    EXPECT_EQ(id.backend, BackendKind::cuda);
     EXPECT_NE(id.compiler_version.find("release"), std::string::npos) << id.compiler_version;
     EXPECT_NE(id.command.find("-cudart=shared"), std::string::npos) << id.command;  // one runtime with the worker
     EXPECT_NE(id.command.find("-gencode=arch=compute_"), std::string::npos) << id.command;
@@ -73,23 +73,24 @@ TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_c
 }
 
 TEST_F(BackendBuild, a_cu_file_needs_the_cuda_backend_and_cuda_needs_a_cu_file) {
-  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cuda" / "fused.cu", 0, "cpu"}), DataError);
-  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp", 0, "cuda"}), DataError);
-  EXPECT_THROW(build_implementation({k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp", 0, "metal"}), UsageError);
+  const fs::path cu = k_source / "tasks" / "rmsnorm" / "cuda" / "fused.cu";
+  const fs::path cpp = k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp";
+  EXPECT_THROW(build_implementation({cu, 0, BackendKind::cpu}), DataError);
+  EXPECT_THROW(build_implementation({cpp, 0, BackendKind::cuda}), DataError);
 }
 
 // The backend is part of the identity: the same source built for cpu and for opencl (which links the ICD loader)
 // are two implementations with two cache entries.
 TEST_F(BackendBuild, opencl_host_code_links_the_icd_loader_and_has_its_own_identity) {
   const fs::path src = k_source / "tasks" / "rmsnorm" / "opencl" / "fused.cpp";
-  Artifact ocl = build_implementation({src, 0, "opencl"});
+  Artifact ocl = build_implementation({src, 0, BackendKind::opencl});
   ASSERT_TRUE(ocl.ok) << ocl.log;
   EXPECT_NE(ocl.identity.command.find("-lOpenCL"), std::string::npos) << ocl.identity.command;
   EXPECT_NE(ocl.identity.command.find("-DCL_TARGET_OPENCL_VERSION=300"), std::string::npos);
-  EXPECT_EQ(ocl.identity.backend, "opencl");
+  EXPECT_EQ(ocl.identity.backend, BackendKind::opencl);
   const fs::path cpu_src = k_source / "tasks" / "rmsnorm" / "cpu" / "fused.cpp";
-  Artifact a = build_implementation({cpu_src, 0, "cpu"});
-  Artifact b = build_implementation({cpu_src, 0, "opencl"});
+  Artifact a = build_implementation({cpu_src, 0, BackendKind::cpu});
+  Artifact b = build_implementation({cpu_src, 0, BackendKind::opencl});
   ASSERT_TRUE(a.ok && b.ok);
   EXPECT_NE(a.identity.key, b.identity.key);
 }

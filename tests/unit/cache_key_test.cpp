@@ -98,7 +98,7 @@ TEST_F(CacheKey, a_check_is_keyed_on_every_option) {
   ScopedEnv threads("POCL_MAX_PTHREAD_COUNT", std::nullopt);
   std::set<std::string> keys = {check_cache_key(m_task, m_artifact, CheckOptions{})};
   const std::vector<std::function<void(CheckOptions&)>> changes = {
-      [](CheckOptions& o) { o.backend = "opencl"; },
+      [](CheckOptions& o) { o.backend = BackendKind::opencl; },
       [](CheckOptions& o) { o.timeout = std::chrono::seconds(5); },
       [](CheckOptions& o) { o.nonce = 7; },
       [](CheckOptions& o) { o.calls_per_case = 2; },
@@ -121,18 +121,18 @@ TEST_F(CacheKey, a_check_is_keyed_on_every_option) {
 
 TEST_F(CacheKey, a_device_runtime_cache_is_keyed_on_the_workers_runtime_settings) {
   ScopedEnv threads("POCL_MAX_PTHREAD_COUNT", std::nullopt);
-  const std::string by_default = worker_runtime_cache_key("opencl", "identity");
-  EXPECT_EQ(worker_runtime_cache_key("opencl", "identity"), by_default);
-  EXPECT_NE(worker_runtime_cache_key("opencl", "another identity"), by_default);
-  EXPECT_NE(worker_runtime_cache_key("cuda", "identity"), by_default);
+  const std::string by_default = worker_runtime_cache_key(BackendKind::opencl, "identity");
+  EXPECT_EQ(worker_runtime_cache_key(BackendKind::opencl, "identity"), by_default);
+  EXPECT_NE(worker_runtime_cache_key(BackendKind::opencl, "another identity"), by_default);
+  EXPECT_NE(worker_runtime_cache_key(BackendKind::cuda, "identity"), by_default);
   threads.set("1");
-  const std::string one_thread = worker_runtime_cache_key("opencl", "identity");
+  const std::string one_thread = worker_runtime_cache_key(BackendKind::opencl, "identity");
   EXPECT_NE(one_thread, by_default);
   {
     ScopedEnv device("KWB_OPENCL_DEVICE", "1");
-    EXPECT_NE(worker_runtime_cache_key("opencl", "identity"), one_thread);
+    EXPECT_NE(worker_runtime_cache_key(BackendKind::opencl, "identity"), one_thread);
   }
-  EXPECT_EQ(worker_runtime_cache_key("opencl", "identity"), one_thread);
+  EXPECT_EQ(worker_runtime_cache_key(BackendKind::opencl, "identity"), one_thread);
 }
 
 // The compiler driver finds the assembler and the linker on PATH, which the build sandbox passes on: another PATH is
@@ -141,9 +141,9 @@ TEST(CacheKeyBuild, an_artifact_is_keyed_on_the_path_its_compile_gets) {
   const fs::path cache = fs::temp_directory_path() / ("kwb-cache-key-test-" + std::to_string(::getpid()));
   ScopedEnv cache_dir("KWB_CACHE_DIR", cache.string());
   const fs::path src = k_repository / "tasks" / "rmsnorm" / "cpu" / "baseline.cpp";
-  const Artifact first = build_implementation({src, 0, "cpu"});
+  const Artifact first = build_implementation({src, 0, BackendKind::cpu});
   ASSERT_TRUE(first.ok) << first.log;
-  const Artifact again = build_implementation({src, 0, "cpu"});
+  const Artifact again = build_implementation({src, 0, BackendKind::cpu});
   ASSERT_TRUE(again.ok) << again.log;
   EXPECT_TRUE(again.from_cache);
   EXPECT_EQ(again.identity.key, first.identity.key);
@@ -152,7 +152,7 @@ TEST(CacheKeyBuild, an_artifact_is_keyed_on_the_path_its_compile_gets) {
     fs::create_directories(empty);
     const char* path = std::getenv("PATH");
     ScopedEnv other_path("PATH", empty.string() + ":" + (path != nullptr ? path : "/usr/bin:/bin"));
-    const Artifact other = build_implementation({src, 0, "cpu"});
+    const Artifact other = build_implementation({src, 0, BackendKind::cpu});
     ASSERT_TRUE(other.ok) << other.log;
     EXPECT_FALSE(other.from_cache);
     EXPECT_NE(other.identity.key, first.identity.key);

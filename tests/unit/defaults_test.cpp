@@ -20,7 +20,7 @@ void expect_table(const GateConfig& g, const Budget& b, const TimingOptions& t) 
   EXPECT_EQ(b.min_blocks, defaults::k_repetitions);
   EXPECT_EQ(b.max_blocks, defaults::k_max_blocks);
   EXPECT_EQ(b.max_seconds, defaults::k_max_minutes * 60.0);
-  EXPECT_EQ(t.backend, "cpu");
+  EXPECT_EQ(t.backend, BackendKind::cpu);
   EXPECT_EQ(t.timeout, defaults::k_timeout);
   EXPECT_EQ(t.warmups, defaults::k_warmups);
   EXPECT_EQ(t.samples, defaults::k_samples);

@@ -68,7 +68,7 @@ TEST(depfile_test, identity_json_round_trips_with_its_dependencies) {
   id.command = "c++ -O3 <source> -o <artifact>";
   id.compiler = "c++";
   id.compiler_version = "c++ 12";
-  id.backend = "cpu";
+  id.backend = BackendKind::cpu;
   id.abi_header_sha256 = "a";
   id.layout_variant = 2;
   id.dependencies = {{"<kwb-include>/kwb/kernel.h", "k"}, {"local.h", "l"}};

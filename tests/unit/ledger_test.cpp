@@ -78,7 +78,7 @@ TEST_F(LedgerTest, a_run_is_read_back_with_its_arms_workloads_and_timing_holds) 
   r.kind = "compare";
   r.task = "rmsnorm";
   r.task_dir = "/tasks/rmsnorm";
-  r.backend = "cpu";
+  r.backend = BackendKind::cpu;
   r.outcome = "PASS";
   r.reasons = {"decode: whole interval >= 0%"};
   r.arms = {{"A", "/a.cpp", "key-a"}, {"B", "/b.cpp", "key-b"}};
@@ -86,9 +86,9 @@ TEST_F(LedgerTest, a_run_is_read_back_with_its_arms_workloads_and_timing_holds) 
   r.timing_holds = nlohmann::json::array({{{"acquired_unix_ns", 1}, {"released_unix_ns", 2}}});
   const int64_t id = l.record(r);
   LedgerRun other = r;
-  other.backend = "opencl";
+  other.backend = BackendKind::opencl;
   l.record(other);
-  const std::vector<LedgerRun> runs = Ledger::open(file()).runs("rmsnorm", "cpu");
+  const std::vector<LedgerRun> runs = Ledger::open(file()).runs("rmsnorm", BackendKind::cpu);
   ASSERT_EQ(runs.size(), 1u);
   const LedgerRun& got = runs[0];
   EXPECT_EQ(got.id, id);
@@ -108,34 +108,34 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
   Ledger l = Ledger::open(file());
   const Incumbent g0 = impl("k0", "/t/baseline.cpp");
   // Nothing kept yet: the bundle must have decided against the task's baseline.
-  Ledger::Promotion wrong = l.promote("rmsnorm", "cpu", "k-other", g0, kept("k1", "/c1.cpp", 50, 50));
+  Ledger::Promotion wrong = l.promote("rmsnorm", BackendKind::cpu, "k-other", g0, kept("k1", "/c1.cpp", 50, 50));
   EXPECT_FALSE(wrong.kept);
   EXPECT_NE(wrong.refused.find("nothing of task rmsnorm on cpu has been kept yet"), std::string::npos)
       << wrong.refused;
-  EXPECT_TRUE(l.lineage("rmsnorm", "cpu").empty()) << "a refused promotion writes nothing";
+  EXPECT_TRUE(l.lineage("rmsnorm", BackendKind::cpu).empty()) << "a refused promotion writes nothing";
 
-  Ledger::Promotion p1 = l.promote("rmsnorm", "cpu", "k0", g0, kept("k1", "/c1.cpp", 50, 50));
+  Ledger::Promotion p1 = l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k1", "/c1.cpp", 50, 50));
   ASSERT_TRUE(p1.kept) << p1.refused;
   EXPECT_EQ(p1.kept->generation, 1);
   EXPECT_NEAR(p1.kept->improvement_pct, 50.0, 1e-9);
 
   // Decided against generation 0, after generation 1 was kept: stale.
-  Ledger::Promotion stale = l.promote("rmsnorm", "cpu", "k0", g0, kept("k2", "/c2.cpp", 30, 30));
+  Ledger::Promotion stale = l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k2", "/c2.cpp", 30, 30));
   EXPECT_FALSE(stale.kept);
   EXPECT_NE(stale.refused.find("stale bundle: it decided against generation 0"), std::string::npos) << stale.refused;
   EXPECT_NE(stale.refused.find("is now generation 1"), std::string::npos) << stale.refused;
 
   // Workloads +21% and +19%: their geometric mean, sqrt(1.21 * 1.19) - 1 = +19.997%.
-  Ledger::Promotion p2 = l.promote("rmsnorm", "cpu", "k1", g0, kept("k2", "/c2.cpp", 21, 19));
+  Ledger::Promotion p2 = l.promote("rmsnorm", BackendKind::cpu, "k1", g0, kept("k2", "/c2.cpp", 21, 19));
   ASSERT_TRUE(p2.kept) << p2.refused;
   EXPECT_EQ(p2.kept->generation, 2);
   EXPECT_NEAR(p2.kept->improvement_pct, (std::sqrt(1.21 * 1.19) - 1) * 100, 1e-9);
 
-  Ledger::Promotion again = l.promote("rmsnorm", "cpu", "k2", g0, kept("k1", "/c1.cpp", 5, 5));
+  Ledger::Promotion again = l.promote("rmsnorm", BackendKind::cpu, "k2", g0, kept("k1", "/c1.cpp", 5, 5));
   EXPECT_FALSE(again.kept);
   EXPECT_NE(again.refused.find("already generation 1"), std::string::npos) << again.refused;
 
-  const std::vector<Incumbent> line = Ledger::open(file()).lineage("rmsnorm", "cpu");
+  const std::vector<Incumbent> line = Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu);
   ASSERT_EQ(line.size(), 3u);
   EXPECT_EQ(line[0].source, "/t/baseline.cpp");
   EXPECT_EQ(line[0].cumulative_pct, 0.0);
@@ -144,7 +144,7 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
   EXPECT_EQ(line[2].bundle, "/bundles/k2");
   ASSERT_EQ(line[2].workloads.size(), 2u);
   EXPECT_DOUBLE_EQ(*line[2].workloads[0].improvement_pct, 21.0);
-  EXPECT_TRUE(l.lineage("rmsnorm", "opencl").empty()) << "lineages are per backend";
+  EXPECT_TRUE(l.lineage("rmsnorm", BackendKind::opencl).empty()) << "lineages are per backend";
 }
 
 TEST_F(LedgerTest, the_ledger_path_comes_from_kwb_ledger_and_none_turns_recording_off) {

@@ -79,8 +79,8 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
   EXPECT_EQ(t.cases[0].dims.at("cols"), 8);
   EXPECT_DOUBLE_EQ(t.cases[0].data.scale, 2.0);
   EXPECT_EQ(t.cases[0].seed, 1u);
-  ASSERT_EQ(t.backends.at("cpu").controls.size(), 1u);
-  EXPECT_EQ(t.backends.at("cpu").controls[0].expect, "numeric_mismatch");
+  ASSERT_EQ(t.backends.at(kwb::BackendKind::cpu).controls.size(), 1u);
+  EXPECT_EQ(t.backends.at(kwb::BackendKind::cpu).controls[0].expect, "numeric_mismatch");
   EXPECT_EQ(t.manifest_sha256.size(), 64u);
 }
 
@@ -320,14 +320,15 @@ TEST_F(ManifestTest, a_control_given_as_a_change_of_its_base_is_written_once_int
   std::ofstream(m_dir / "impl.cpp") << "float f(float x) { return x + 1.0f; }\n";
   write_with("source = \"impl.cpp\"", "base = \"impl.cpp\"\nreplace = \"x + 1.0f\"\nwith = \"x\"");
   const kwb::Task t = kwb::load_task(m_dir);
-  const kwb::ControlSpec& c = t.backends.at("cpu").controls.at(0);
+  const kwb::ControlSpec& c = t.backends.at(kwb::BackendKind::cpu).controls.at(0);
   EXPECT_EQ(c.base, fs::canonical(m_dir / "impl.cpp"));
   EXPECT_EQ(c.source.filename(), "impl.cpp");
   EXPECT_EQ(c.source.parent_path().parent_path(), m_dir / "cache" / "controls");
   std::ifstream in(c.source);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(text, "#line 1 \"" + c.base.string() + "\"\nfloat f(float x) { return x; }\n");
-  EXPECT_EQ(kwb::load_task(m_dir).backends.at("cpu").controls.at(0).source, c.source);  // same change, same file
+  // The same change gives the same file.
+  EXPECT_EQ(kwb::load_task(m_dir).backends.at(kwb::BackendKind::cpu).controls.at(0).source, c.source);
 
   write_with("source = \"impl.cpp\"", "base = \"impl.cpp\"\nreplace = \"y + 2\"\nwith = \"x\"");
   std::string msg = load_error();
@@ -346,7 +347,7 @@ TEST(manifest_test, builtin_rmsnorm_task_loads) {
   size_t timing = 0;
   for (const kwb::Case& c : t.cases) timing += c.role == kwb::CaseRole::timing;
   EXPECT_EQ(timing, 3u);
-  EXPECT_GE(t.backends.at("cpu").controls.size(), 6u);
+  EXPECT_GE(t.backends.at(kwb::BackendKind::cpu).controls.size(), 6u);
 }
 
 }  // namespace

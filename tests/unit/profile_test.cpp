@@ -209,7 +209,7 @@ TEST(profile_test, json_and_markdown_render_unavailable_measurements_as_such) {
   ProfileReport r;
   r.task = "rmsnorm";
   r.implementation = "/x/baseline.cpp";
-  r.backend = "cpu";
+  r.backend = BackendKind::cpu;
   r.valgrind.reason = "valgrind not found on PATH";
   r.bandwidth.peak_gb_per_s = 20.0;
   WorkloadProfile w;

@@ -1,4 +1,5 @@
 #include "task/data.h"
+#include "util/backend_kind.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/sha256.h"
@@ -14,6 +15,21 @@
 TEST(util_test, sha256_known_vectors) {
   EXPECT_EQ(kwb::sha256_hex(std::string_view("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   EXPECT_EQ(kwb::sha256_hex(std::string_view("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(util_test, a_backend_name_parses_to_its_kind_and_back_and_nothing_else_parses) {
+  for (kwb::BackendKind b : kwb::k_backends) EXPECT_EQ(kwb::parse_backend(kwb::to_string(b)), b);
+  EXPECT_EQ(kwb::backend_names(), (std::vector<std::string>{"cpu", "opencl", "cuda"}));
+  EXPECT_EQ(fmt::format("{}", kwb::BackendKind::opencl), "opencl");
+  for (std::string_view bad : {"", "CPU", "cpu ", "metal", "cud"}) EXPECT_FALSE(kwb::parse_backend(bad)) << bad;
+  EXPECT_FALSE(kwb::is_device(kwb::BackendKind::cpu));
+  EXPECT_TRUE(kwb::is_device(kwb::BackendKind::cuda));
+  try {
+    kwb::parse_backend_field("metal", "plan.json: backend");
+    FAIL() << "an unknown name in a file kwb reads back must be refused";
+  } catch (const kwb::DataError& e) {
+    EXPECT_EQ(std::string(e.what()), "plan.json: backend: unknown backend 'metal' (kwb knows cpu, opencl and cuda)");
+  }
 }
 
 TEST(util_test, atomic_write_replaces_whole_file_and_leaves_no_temporary) {
