@@ -279,10 +279,10 @@ std::vector<std::string> forbidden_exports(const ElfInspection& inspection) {
 
 LoadRefusal refuse_to_load(const fs::path& artifact) {
   ElfInspection r = inspect_shared_object(artifact);
-  if (!r.ok) return {"load_failed", fmt::format("{}: {}", artifact.string(), r.error)};
+  if (!r.ok) return {FailureReason::load_failed, fmt::format("{}: {}", artifact.string(), r.error)};
   std::vector<std::string> bad = forbidden_exports(r);
   if (bad.empty()) return {};
-  return {"forbidden_symbol",
+  return {FailureReason::forbidden_symbol,
           fmt::format("the implementation defines and exports {}; an implementation may export only kwb_* symbols "
                       "and must not interpose on the C/C++ runtime or on clocks (give other functions internal "
                       "linkage: static, an anonymous namespace, or hidden visibility)",

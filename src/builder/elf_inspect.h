@@ -5,7 +5,10 @@
 // or on the libraries it shares with it, and is refused with `forbidden_symbol` (docs/threat-model.md).
 #pragma once
 
+#include "util/failure_reason.h"
+
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,9 +34,9 @@ ElfInspection inspect_shared_object(const std::filesystem::path& path);
 std::vector<std::string> forbidden_exports(const ElfInspection& inspection);
 
 // Why a worker must not load `artifact`: reason `forbidden_symbol` (with every offending export in the detail), or
-// `load_failed` when it is not a shared object the inspection can read. An empty reason: it may be loaded.
+// `load_failed` when it is not a shared object the inspection can read. No reason: it may be loaded.
 struct LoadRefusal {
-  std::string reason;
+  std::optional<FailureReason> reason;
   std::string detail;
 };
 LoadRefusal refuse_to_load(const std::filesystem::path& artifact);

@@ -108,16 +108,16 @@ Action add_check(CLI::App& root) {
     run.task_dir = task.dir.string();
     run.backend = args->backend;
     run.outcome = !report.built ? "BUILD_FAILED" : report.pass() ? "PASS" : "FAIL";
-    for (const Failure& f : report.failures) {
-      if (std::find(run.reasons.begin(), run.reasons.end(), f.reason) == run.reasons.end()) run.reasons.push_back(f.reason);
-    }
+    run.reasons = distinct_reasons(report.failures);
     run.arms.push_back({"implementation", art.source.string(), art.identity.key});
     record_in_ledger(run);
     const bool expected_reason = control && report.has_reason(control->expect);
     if (args->json) {
       nlohmann::json j = to_json(report);
       if (control) {
-        j["control"] = {{"name", control->name}, {"expect", control->expect}, {"expected_reason_seen", expected_reason}};
+        j["control"] = {{"name", control->name},
+                        {"expect", to_string(control->expect)},
+                        {"expected_reason_seen", expected_reason}};
       }
       std::cout << json_text(j, 2) << "\n";
     } else {

@@ -14,8 +14,7 @@
 
 namespace kwb {
 
-bool CheckReport::has_reason(const std::string& reason) const {
-  if (reason.empty()) return false;
+bool CheckReport::has_reason(FailureReason reason) const {
   for (const Failure& f : failures) {
     if (f.reason == reason) return true;
   }
@@ -40,7 +39,7 @@ CheckReport build_failure_report(const Task& task, const Artifact& artifact) {
   r.built = false;
   r.build_log = artifact.log;
   r.failed = 1;
-  r.failures.push_back({"", -1, "builds", "build_failed", artifact.log});
+  r.failures.push_back({"", -1, "builds", FailureReason::build_failed, artifact.log});
   return r;
 }
 
@@ -112,7 +111,7 @@ void add_call(CaseReport& cr, CheckReport& report, CallResult& res) {
 // A failure whatever the worker's exit status. Counted in `cr`.
 void record_late_death(const WorkerSession& session, CaseReport& cr, CheckReport& report) {
   const std::optional<WorkerDeath> d = session.death();
-  report.failures.push_back({cr.name, -1, "said_goodbye", d ? d->reason : "exited",
+  report.failures.push_back({cr.name, -1, "said_goodbye", d ? d->reason : FailureReason::exited,
                              "after its last answer: " + (d ? d->detail : std::string("the worker was gone"))});
   ++cr.failed;
 }
@@ -190,7 +189,7 @@ std::string check_cache_key(const Task& task, const Artifact& artifact, const Ch
                                     std::to_string(options.timeout.count()),
                                     std::to_string(options.nonce),
                                     std::to_string(options.calls_per_case),
-                                    options.stop_after_reason,
+                                    to_string(options.stop_after_reason),
                                     options.held_out ? "held_out" : "published",
                                     options.exhaustive ? "exhaustive" : "stops at a worker failure",
                                     fmt::format("{} only-cases", options.only_cases.size())};
@@ -277,8 +276,8 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
   };
   for (size_t i = 0; i < order.size(); ++i) {
     const Case& c = *order[i];
-    if (report.has_reason(options.stop_after_reason)) {
-      stop(i, fmt::format("the expected reason '{}' appeared", options.stop_after_reason));
+    if (options.stop_after_reason && report.has_reason(*options.stop_after_reason)) {
+      stop(i, fmt::format("the expected reason '{}' appeared", *options.stop_after_reason));
       break;
     }
     const bool is_held_out = c.name.ends_with("~held_out");
@@ -291,7 +290,7 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
     if (load_failed) {
       // Only when exhaustive: nothing can run; missing data is a failure, never a pass.
       ++cr.failed;
-      report.failures.push_back({c.name, -1, "ran", "not_run", "the implementation could not be loaded"});
+      report.failures.push_back({c.name, -1, "ran", FailureReason::not_run, "the implementation could not be loaded"});
     } else {
       if (!session.alive()) {
         LoadOutcome lo = session.start();
@@ -368,8 +367,7 @@ nlohmann::json to_json(const CheckReport& r) {
   }
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : r.failures) {
-    failures.push_back({{"case", f.case_name}, {"call", f.call}, {"assertion", f.assertion}, {"reason", f.reason},
-                        {"detail", f.detail}});
+    failures.push_back(to_json(f));
   }
   return {{"schema", k_check_schema},
           {"schema_version", k_check_schema_version},
@@ -381,7 +379,8 @@ nlohmann::json to_json(const CheckReport& r) {
           {"assertions", {{"passed", r.passed}, {"failed", r.failed}}},
           {"failures", failures},
           {"stopped_early", r.stopped_early},
-          {"request", {{"nonce", r.nonce}, {"held_out", r.held_out}, {"stop_after_reason", r.stop_after_reason}}},
+          {"request",
+           {{"nonce", r.nonce}, {"held_out", r.held_out}, {"stop_after_reason", to_string(r.stop_after_reason)}}},
           {"stop_reason", r.stop_reason},
           {"not_run", r.not_run},
           {"verdict", r.pass() ? "PASS" : "FAIL"}};
@@ -411,13 +410,18 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
   r.passed = j.at("assertions").at("passed");
   r.failed = j.at("assertions").at("failed");
   for (const auto& f : j.at("failures")) {
-    r.failures.push_back({f.at("case"), f.at("call"), f.at("assertion"), f.at("reason"), f.at("detail")});
+    const std::string reason = f.at("reason");
+    r.failures.push_back({f.at("case"), f.at("call"), f.at("assertion"),
+                          parse_failure_reason_field(reason, "check report: failures.reason"), f.at("detail")});
   }
   r.stopped_early = j.value("stopped_early", false);
   if (j.contains("request")) {
     r.nonce = j.at("request").at("nonce");
     r.held_out = j.at("request").at("held_out");
-    r.stop_after_reason = j.at("request").at("stop_after_reason");
+    const std::string stop_after = j.at("request").at("stop_after_reason");
+    if (!stop_after.empty()) {
+      r.stop_after_reason = parse_failure_reason_field(stop_after, "check report: request.stop_after_reason");
+    }
   }
   r.stop_reason = j.value("stop_reason", std::string());
   r.not_run = j.value("not_run", std::vector<std::string>());
@@ -426,10 +430,7 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
 
 std::optional<std::string> timing_refusal(const CheckReport& r) {
   if (r.pass()) return std::nullopt;
-  std::vector<std::string> reasons;
-  for (const Failure& f : r.failures) {
-    if (std::find(reasons.begin(), reasons.end(), f.reason) == reasons.end()) reasons.push_back(f.reason);
-  }
+  std::vector<std::string> reasons = distinct_reasons(r.failures);
   if (reasons.empty()) reasons.push_back("no assertion passed");
   return fmt::format("{} failed its check: {} ({} assertions failed); no metric is reported for rejected code",
                      r.implementation, fmt::join(reasons, ", "), r.failed);

@@ -33,7 +33,7 @@ struct CheckOptions {
   int calls_per_case = defaults::k_check_calls;  // each with its own input set; halved over k_large_case_bytes
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
-  std::string stop_after_reason;
+  std::optional<FailureReason> stop_after_reason;
   // Run every case even after the worker failed in one (see the top of this file); output mismatches never stop
   // a check.
   bool exhaustive = defaults::k_exhaustive;
@@ -93,9 +93,9 @@ struct CheckReport {
   // the published data (nonce 0) cannot stand in for the final re-check (fresh nonce, held-out shapes).
   uint64_t nonce = 0;
   bool held_out = false;
-  std::string stop_after_reason;
+  std::optional<FailureReason> stop_after_reason;
   bool pass() const { return built && failed == 0 && passed > 0; }
-  bool has_reason(const std::string& reason) const;
+  bool has_reason(FailureReason reason) const;
 };
 
 CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOptions& options);

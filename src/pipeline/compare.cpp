@@ -111,7 +111,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       // An output failed validation during timing: no metric may come from this comparison.
       res.verdict = "INVALID";
       res.reason = fmt::format("block {}: an arm failed validation during timing ({}); no metric is reported",
-                               block, res.failures.empty() ? "?" : res.failures.front().reason);
+                               block, res.failures.empty() ? "?" : to_string(res.failures.front().reason));
       res.seconds = clock.seconds() - start;
       res.estimate.reset();
       return res;
@@ -294,7 +294,8 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
   if (!session.shutdown() && v.valid) {
     v.valid = false;
     const auto death = session.death();
-    v.failures.push_back({m_case->name, warmups + samples, "said_goodbye", death ? death->reason : "exited",
+    const FailureReason reason = death ? death->reason : FailureReason::exited;
+    v.failures.push_back({m_case->name, warmups + samples, "said_goodbye", reason,
                           death ? death->detail : "the worker did not confirm its calls at shutdown"});
   }
   return v;
@@ -355,8 +356,7 @@ nlohmann::json to_json(const WorkloadResult& w) {
   j["log_ratios"] = w.log_ratios;
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : w.failures) {
-    failures.push_back({{"case", f.case_name}, {"call", f.call}, {"assertion", f.assertion}, {"reason", f.reason},
-                        {"detail", f.detail}});
+    failures.push_back(to_json(f));
   }
   j["failures"] = failures;
   return j;

@@ -47,7 +47,9 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   // A CPU watch that fired can be the machine's doing (another heavy process, stolen VM time): such a report is
   // used for this run and never kept, so the next run checks again.
   const bool machine_sensitive = std::any_of(r.failures.begin(), r.failures.end(),
-                                             [](const Failure& f) { return f.reason == "work_outside_timer"; });
+                                             [](const Failure& f) {
+                                               return f.reason == FailureReason::work_outside_timer;
+                                             });
   if (art.ok && !machine_sensitive) {
     std::filesystem::create_directories(file.parent_path());
     write_file_atomic(file, json_text(to_json(r)) + "\n");

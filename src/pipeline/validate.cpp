@@ -51,7 +51,7 @@ std::string utc_now() {
 struct Impl {
   std::string role;  // baseline, candidate, control; baseline_layout and candidate_layout for the padded builds
   std::string name;
-  std::string expect;  // controls only
+  std::optional<FailureReason> expect;  // controls only
   Artifact artifact;
   std::string bundle_source;    // relative path inside the bundle
   std::string bundle_artifact;  // relative path inside the bundle ("" when the build failed)
@@ -208,15 +208,16 @@ private:
     m_final_nonce = mix_seed(m_seed, 0xF1);
     if (m_final_nonce == 0) m_final_nonce = 1;
 
-    m_impls.push_back({"baseline", "baseline", "", build_implementation({baseline, 0, m_opt.backend}), "", "", 0});
-    m_impls.push_back({"candidate", "candidate", "", build_implementation({m_opt.candidate, 0, m_opt.backend}), "", "", 0});
+    m_impls.push_back({"baseline", "baseline", {}, build_implementation({baseline, 0, m_opt.backend}), "", "", 0});
+    m_impls.push_back(
+        {"candidate", "candidate", {}, build_implementation({m_opt.candidate, 0, m_opt.backend}), "", "", 0});
     // Each arm's layout pool (docs/timing.md, "Layout"): the plain build above, then padded builds. Only the plain
     // build is checked; every output of every timed call, in every layout, is validated.
     m_layouts = m_opt.layouts > 0 ? m_opt.layouts : default_layouts(m_opt.backend);
     for (int v = 1; v < m_layouts; ++v) {
-      m_impls.push_back({"baseline_layout", fmt::format("baseline@{}", v), "",
+      m_impls.push_back({"baseline_layout", fmt::format("baseline@{}", v), {},
                          build_implementation({baseline, v, m_opt.backend}), "", "", v});
-      m_impls.push_back({"candidate_layout", fmt::format("candidate@{}", v), "",
+      m_impls.push_back({"candidate_layout", fmt::format("candidate@{}", v), {},
                          build_implementation({m_opt.candidate, v, m_opt.backend}), "", "", v});
     }
     for (const ControlSpec& c : bi.controls) {
@@ -234,7 +235,7 @@ private:
       }
       impls.push_back({{"role", im.role},
                        {"name", im.name},
-                       {"expect", im.expect},
+                       {"expect", to_string(im.expect)},
                        {"source", im.artifact.source.string()},
                        {"bundle_source", im.bundle_source},
                        {"bundle_artifact", im.bundle_artifact},
@@ -333,8 +334,8 @@ private:
     throw InternalError("no implementation with role " + role);
   }
 
-  CheckReport check(Impl& im, const std::string& file, uint64_t nonce, const std::string& stop_after = "",
-                    bool held_out = false) {
+  CheckReport check(Impl& im, const std::string& file, uint64_t nonce,
+                    std::optional<FailureReason> stop_after = std::nullopt, bool held_out = false) {
     require_identity(im);
     CheckOptions co;
     co.held_out = held_out;
@@ -412,17 +413,15 @@ private:
     size_t good = 0;
     for (Impl& im : m_impls) {
       if (im.role != "control") continue;
-      CheckReport r = check(im, "checks/control_" + im.name + ".json", 0, im.expect);
-      ControlOutcome o{im.name, im.expect, !r.pass(), r.has_reason(im.expect), timing_refusal(r).has_value()};
+      const FailureReason expect = im.expect.value();  // every control has one (task/manifest.cpp)
+      CheckReport r = check(im, "checks/control_" + im.name + ".json", 0, expect);
+      ControlOutcome o{im.name, expect, !r.pass(), r.has_reason(expect), timing_refusal(r).has_value()};
       m_inputs.controls.push_back(o);
-      std::vector<std::string> reasons;
-      for (const Failure& f : r.failures) {
-        if (std::find(reasons.begin(), reasons.end(), f.reason) == reasons.end()) reasons.push_back(f.reason);
-      }
+      const std::vector<std::string> reasons = distinct_reasons(r.failures);
       const bool ok = o.rejected && o.expected_reason_seen && o.timing_refused;
       good += ok;
       list.push_back({{"name", o.name},
-                      {"expect", o.expect},
+                      {"expect", to_string(o.expect)},
                       {"rejected", o.rejected},
                       {"reasons", reasons},
                       {"expected_reason_seen", o.expected_reason_seen},
@@ -555,7 +554,7 @@ private:
       // Fresh data, plus held-out shapes the candidate never saw and a rehearsed timing visit of secret length:
       // code special-cased to the published workloads, or honest only while it believes it is being checked,
       // fails here.
-      CheckReport r = check(impl("candidate"), "checks/candidate_final.json", m_final_nonce, "", true);
+      CheckReport r = check(impl("candidate"), "checks/candidate_final.json", m_final_nonce, std::nullopt, true);
       pass = r.pass();
       m_inputs.final_check_pass = pass;
       check_text = check_summary(r);

@@ -610,8 +610,7 @@ nlohmann::json to_json(const WorkloadProfile& w) {
   }
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : w.failures) {
-    failures.push_back({{"case", f.case_name}, {"call", f.call}, {"assertion", f.assertion}, {"reason", f.reason},
-                        {"detail", f.detail}});
+    failures.push_back(to_json(f));
   }
   nlohmann::json j = {{"name", w.name},         {"dims", w.dims},           {"instructions", instr},
                       {"allocations", alloc},   {"hardware_counters", hw},  {"roofline", roof},

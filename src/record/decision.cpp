@@ -99,7 +99,7 @@ std::vector<WorkloadVerdict> verdicts_from(const nlohmann::json& a) {
 nlohmann::json to_json(const DecisionInputs& in) {
   nlohmann::json controls = nlohmann::json::array();
   for (const ControlOutcome& c : in.controls) {
-    controls.push_back({{"name", c.name}, {"expect", c.expect}, {"rejected", c.rejected},
+    controls.push_back({{"name", c.name}, {"expect", to_string(c.expect)}, {"rejected", c.rejected},
                         {"expected_reason_seen", c.expected_reason_seen}, {"timing_refused", c.timing_refused}});
   }
   return {{"baseline_check_pass", opt(in.baseline_check_pass)},
@@ -120,8 +120,9 @@ DecisionInputs decision_inputs_from_json(const nlohmann::json& j) {
   in.baseline_copy_check_pass = opt_bool(j, "baseline_copy_check_pass");
   in.candidate_check_pass = opt_bool(j, "candidate_check_pass");
   for (const auto& c : j.at("controls")) {
-    in.controls.push_back({c.at("name"), c.at("expect"), c.at("rejected"), c.at("expected_reason_seen"),
-                           c.at("timing_refused")});
+    const std::string expect = c.at("expect");
+    in.controls.push_back({c.at("name"), parse_failure_reason_field(expect, "decision inputs: controls.expect"),
+                           c.at("rejected"), c.at("expected_reason_seen"), c.at("timing_refused")});
   }
   in.aa = verdicts_from(j.at("aa"));
   in.ab = verdicts_from(j.at("ab"));

@@ -2,6 +2,8 @@
 // what it re-derives from the bundle, so a decision that does not follow from the evidence is caught.
 #pragma once
 
+#include "util/failure_reason.h"
+
 #include <nlohmann/json.hpp>
 
 #include <optional>
@@ -12,7 +14,7 @@ namespace kwb {
 
 struct ControlOutcome {
   std::string name;
-  std::string expect;             // the reason the control must provoke
+  FailureReason expect = FailureReason::numeric_mismatch;  // the reason the control must provoke
   bool rejected = false;          // its check failed
   bool expected_reason_seen = false;
   bool timing_refused = false;    // a timing request for it yielded no metric

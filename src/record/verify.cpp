@@ -525,10 +525,16 @@ private:
         }
         continue;
       }
+      const std::optional<FailureReason> expect = parse_failure_reason(pc.expect);
+      if (!expect) {
+        problem(fmt::format("plan.json: control '{}' expects '{}', which is not a failure reason kwb knows", pc.name,
+                            pc.expect));
+        continue;
+      }
       const bool rejected = !m_check_pass.at("control_" + pc.name);
       bool seen = false;
       for (const json& f : array_field(it->second, "failures")) seen = seen || f.value("reason", "") == pc.expect;
-      ControlOutcome o{pc.name, pc.expect, rejected, seen, rejected};
+      ControlOutcome o{pc.name, *expect, rejected, seen, rejected};
       m_inputs.controls.push_back(o);
       killed += rejected && seen;
       if (m_b.controls.empty()) continue;

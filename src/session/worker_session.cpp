@@ -18,6 +18,23 @@
 
 namespace kwb {
 
+nlohmann::json to_json(const Failure& f) {
+  return {{"case", f.case_name},
+          {"call", f.call},
+          {"assertion", f.assertion},
+          {"reason", to_string(f.reason)},
+          {"detail", f.detail}};
+}
+
+std::vector<std::string> distinct_reasons(const std::vector<Failure>& failures) {
+  std::vector<std::string> names;
+  for (const Failure& f : failures) {
+    const std::string name(to_string(f.reason));
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
 WorkerSession::WorkerSession(const Task& task, const Artifact& artifact, const SessionOptions& options)
     : m_task(task), m_artifact(artifact), m_options(options), m_rng(mix_seed(options.poison_seed, 0x5E55)),
       m_secret(unpredictable_seed()) {
@@ -55,9 +72,9 @@ LoadOutcome WorkerSession::start() {
   m_outputs_case.clear();
   m_previous_expected.clear();
   // Before any process exists: an artifact that interposes on the runtime or on clocks is never loaded.
-  if (LoadRefusal refusal = refuse_to_load(m_artifact.path); !refusal.reason.empty()) {
+  if (LoadRefusal refusal = refuse_to_load(m_artifact.path); refusal.reason) {
     LoadOutcome out;
-    out.reason = refusal.reason;
+    out.reason = *refusal.reason;
     out.detail = refusal.detail;
     return out;
   }
@@ -77,7 +94,6 @@ LoadOutcome WorkerSession::start() {
   }
   LoadOutcome out =
       m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits(), device);
-  if (out.reason == "backend_unavailable") throw Error(ExitCode::unavailable, out.detail);
   return out;
 }
 
@@ -171,8 +187,8 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   const bool check_mode = mode == CallMode::check;
   CallResult res;
   const std::string& case_name = requested.case_->name;
-  auto fail = [&](std::string assertion, std::string reason, std::string detail) {
-    res.failures.push_back({case_name, call_index, std::move(assertion), std::move(reason), std::move(detail)});
+  auto fail = [&](std::string assertion, FailureReason reason, std::string detail) {
+    res.failures.push_back({case_name, call_index, std::move(assertion), reason, std::move(detail)});
   };
   auto died = [&]() {
     const WorkerDeath& d = *m_worker->death();
@@ -248,15 +264,15 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   res.kernels = out.kernels;
   ++res.passed;  // completed
 
-  auto check = [&](bool ok, std::string assertion, std::string reason, std::string detail) {
+  auto check = [&](bool ok, std::string assertion, FailureReason reason, std::string detail) {
     if (ok) {
       ++res.passed;
     } else {
-      fail(std::move(assertion), std::move(reason), std::move(detail));
+      fail(std::move(assertion), reason, std::move(detail));
     }
   };
-  check(out.rc == 0, "returned_zero", "run_failed", fmt::format("kwb_run returned {}", out.rc));
-  check(out.descriptors_intact, "descriptors_intact", "shape_mismatch",
+  check(out.rc == 0, "returned_zero", FailureReason::run_failed, fmt::format("kwb_run returned {}", out.rc));
+  check(out.descriptors_intact, "descriptors_intact", FailureReason::shape_mismatch,
         "the implementation changed a tensor descriptor (data pointer, shape, dtype or strides)");
   if (check_mode) {
     CallResult inputs = verify_inputs(set, call_index);
@@ -269,14 +285,14 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
       const std::string& name = m_task.signature.inputs[i].name;
       const auto& modified = out.inputs_modified_on_device;
       check(std::find(modified.begin(), modified.end(), name) == modified.end(), "input_unchanged:" + name,
-            "input_modified", fmt::format("input '{}' changed on the device during the call", name));
+            FailureReason::input_modified, fmt::format("input '{}' changed on the device during the call", name));
     }
     // The device counterpart of the canaries: guard bytes around every device tensor, checked by the worker.
     for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
       for (const TensorSpec& spec : *list) {
         const auto& over = out.written_outside_on_device;
         check(std::find(over.begin(), over.end(), spec.name) == over.end(), "no_write_outside_on_device:" + spec.name,
-              "out_of_bounds_write",
+              FailureReason::out_of_bounds_write,
               fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it",
                           spec.name));
       }
@@ -284,16 +300,17 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     // All of a call's device work goes on the queue/stream kwb hands it (docs/candidate-abi.md): work elsewhere
     // is what escapes a stream-synchronized timer in other harnesses. kwb's synchronization covers it anyway; the
     // implementation is rejected for trying.
-    check(out.off_stream_commands == 0, "on_call_stream", "work_off_queue", out.off_stream_detail);
+    check(out.off_stream_commands == 0, "on_call_stream", FailureReason::work_off_queue, out.off_stream_detail);
     // The device runtime's own state in the worker (the OpenCL driver's dispatch table) is kwb's, not the
     // implementation's: rewriting it is tampering, whatever the outputs.
-    check(out.runtime_tampered.empty(), "device_runtime_intact", "sandbox_violation", out.runtime_tampered);
+    check(out.runtime_tampered.empty(), "device_runtime_intact", FailureReason::sandbox_violation,
+          out.runtime_tampered);
   }
   for (size_t i = 0; i < n_out; ++i) {
     const TensorSpec& spec = m_task.signature.outputs[i];
     const SharedBuffer& buf = *m_outputs.buffers[i];
     auto damaged = buf.damaged_canary(canary_seed[i]);
-    check(!damaged, "no_write_outside:" + spec.name, "out_of_bounds_write",
+    check(!damaged, "no_write_outside:" + spec.name, FailureReason::out_of_bounds_write,
           damaged ? fmt::format("bytes {} {} the data of output '{}' were overwritten",
                                 *damaged < buf.layout().data_offset ? buf.layout().data_offset - *damaged
                                                                     : *damaged - buf.layout().data_offset -
@@ -303,14 +320,14 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
     OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance, poison[i],
                                           check_mode ? ErrorStats::compute : ErrorStats::skip);
     res.max_rel_error = std::max(res.max_rel_error, cmp.max_rel_error);
-    check(cmp.poison_left == 0, "all_written:" + spec.name, "output_not_written",
+    check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
           fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
-    check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, "nan_mismatch",
+    check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,
           cmp.first_nonfinite_mismatch
               ? fmt::format("{} elements of '{}' disagree with the oracle on NaN/Inf; {}", cmp.nonfinite_mismatches,
                             spec.name, describe(*cmp.first_nonfinite_mismatch, set.output_shapes[i].dims))
               : "");
-    std::string reason = "numeric_mismatch";
+    FailureReason reason = FailureReason::numeric_mismatch;
     std::string detail;
     if (cmp.value_mismatches > 0) {
       detail = fmt::format("{} of {} elements of '{}' outside atol {:g} + rtol {:g} * |expected|; {}",
@@ -343,7 +360,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
           varied = varied || !within_tolerance(got, *first_replayed, m_task.tolerance);
         }
         if (varied && replayed * 2 > differing) {
-          reason = "stale_output";
+          reason = FailureReason::stale_output;
           detail = fmt::format("{} of the {} elements of '{}' where this call's result must differ from the previous "
                                "call's reproduce the previous call's result (which had other inputs): the "
                                "implementation replays old results; {}",
@@ -358,12 +375,12 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   }
   if (hardened()) {
     const std::string lie = out.device ? implausible_device_timing(out) : implausible_timing(out, set);
-    check(lie.empty(), "timing_plausible", "timing_implausible", lie);
+    check(lie.empty(), "timing_plausible", FailureReason::timing_implausible, lie);
     if (host) {
       const std::string outside = outside_timer(out);
-      check(outside.empty(), "work_inside_timer", "work_outside_timer", outside);
+      check(outside.empty(), "work_inside_timer", FailureReason::work_outside_timer, outside);
       const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
-      check(busy.empty(), "settled_at_return", "work_after_return", busy);
+      check(busy.empty(), "settled_at_return", FailureReason::work_after_return, busy);
     }
   }
   if (check_mode) m_previous_expected = set.expected;
@@ -494,7 +511,7 @@ CallResult WorkerSession::verify_inputs(const InputSet& set, int call_index) {
     if (fingerprint(bytes) == set.input_fingerprints[i]) {
       ++res.passed;
     } else {
-      res.failures.push_back({set.case_->name, call_index, "input_unchanged:" + name, "input_modified",
+      res.failures.push_back({set.case_->name, call_index, "input_unchanged:" + name, FailureReason::input_modified,
                               fmt::format("input '{}' changed during the call", name)});
     }
   }

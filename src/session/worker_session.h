@@ -26,9 +26,14 @@ struct Failure {
   std::string case_name;
   int call = -1;           // the call's index within its case, -1 when not tied to one call
   std::string assertion;   // what was asserted, e.g. "within_tolerance:y"
-  std::string reason;      // stable code: numeric_mismatch, crashed, ...
+  FailureReason reason = FailureReason::crashed;
   std::string detail;      // for people
 };
+
+// {case, call, assertion, reason, detail}: how check reports and compare results write a failure.
+nlohmann::json to_json(const Failure& f);
+// The reasons among `failures`, each once, in the order they first appear.
+std::vector<std::string> distinct_reasons(const std::vector<Failure>& failures);
 
 struct CallResult {
   bool completed = false;  // the worker answered

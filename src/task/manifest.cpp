@@ -64,18 +64,6 @@ const char* to_string(DistributionKind k) {
 
 const char* to_string(CaseRole r) { return r == CaseRole::timing ? "timing" : "correctness"; }
 
-const std::vector<std::string>& failure_reason_codes() {
-  static const std::vector<std::string> codes = {
-      "numeric_mismatch", "nan_mismatch", "input_modified", "out_of_bounds_write", "stale_output",
-      "crashed",          "aborted",      "exited",         "timeout",             "shape_mismatch",
-      "run_failed",       "setup_failed", "abi_mismatch",   "missing_symbol",      "build_failed",
-      "load_failed",      "output_not_written", "not_run", "protocol",
-      // docs/threat-model.md
-      "sandbox_violation", "forbidden_symbol", "timing_implausible", "work_after_return", "work_outside_timer",
-      "resource_limit", "work_off_queue", "device_fault"};
-  return codes;
-}
-
 size_t TensorShape::elements() const {
   size_t n = 1;
   for (int64_t d : dims) n *= static_cast<size_t>(d);
@@ -635,12 +623,16 @@ Task load_task(const fs::path& dir_in) {
             ctl.with = cr.string("with");
             ctl.source = derived_control_source(cr, ctl);
           }
-          ctl.expect = cr.string("expect");
-          const auto& codes = failure_reason_codes();
-          if (std::find(codes.begin(), codes.end(), ctl.expect) == codes.end()) {
+          const std::string expect = cr.string("expect");
+          const std::optional<FailureReason> reason = parse_failure_reason(expect);
+          if (!reason) {
+            const std::optional<std::string> guess = closest_match(expect, failure_reason_names());
             cr.fail(cr.get("expect"), "expect",
-                    fmt::format("unknown failure reason '{}' (expected one of {})", ctl.expect, fmt::join(codes, ", ")));
+                    fmt::format("unknown failure reason '{}' (expected one of {}){}", expect,
+                                fmt::join(failure_reason_names(), ", "),
+                                guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
           }
+          ctl.expect = *reason;
           cr.reject_unknown_keys();
           impls.controls.push_back(std::move(ctl));
         }

@@ -4,6 +4,7 @@
 
 #include "task/shape_expr.h"
 #include "util/backend_kind.h"
+#include "util/failure_reason.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -80,7 +81,7 @@ struct Case {
 struct ControlSpec {
   std::string name;
   std::filesystem::path source;  // absolute: the task's file, or (a change of a base) the changed text kwb wrote
-  std::string expect;            // the failure reason code the check must report
+  FailureReason expect = FailureReason::numeric_mismatch;  // the reason the check must report
   // A control written as a change of another source (docs/task-format.md, "Controls"): `base` with the one
   // occurrence of `replace` replaced by `with`; `source` is then that text, written once into kwb's cache folder
   // under its SHA-256. Empty for a control given as a file.
@@ -126,9 +127,6 @@ TensorShape resolve_shape(const TensorSpec& spec, const Case& c);
 
 // The scalar values of a case, in signature order.
 std::vector<double> resolve_scalars(const Signature& sig, const Case& c);
-
-// Reason codes a check failure can carry; controls must name one of them.
-const std::vector<std::string>& failure_reason_codes();
 
 // Loads and validates DIR/task.toml. Throws DataError naming the file, line, field and the fix.
 Task load_task(const std::filesystem::path& dir);

@@ -42,6 +42,17 @@ inline BackendKind parse_backend_field(std::string_view name, std::string_view w
   throw DataError(fmt::format("{}: unknown backend '{}' (kwb knows cpu, opencl and cuda)", where, name));
 }
 
+// nlohmann/json finds these by ADL: a BackendKind is written and read by name, never as its integer (the library's
+// default for an enum), and reading a name kwb does not know throws.
+template <typename BasicJson>
+void to_json(BasicJson& j, const BackendKind& b) {
+  j = std::string(to_string(b));
+}
+template <typename BasicJson>
+void from_json(const BasicJson& j, BackendKind& b) {
+  b = parse_backend_field(j.template get<std::string>(), "JSON backend");
+}
+
 // A device backend: the driver places device code, kernels are queued and traced, profile has no host counters.
 constexpr bool is_device(BackendKind b) { return b != BackendKind::cpu; }
 

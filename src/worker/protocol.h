@@ -89,6 +89,11 @@ inline constexpr const char* k_ran = "ran";
 inline constexpr const char* k_bye = "bye";
 inline constexpr const char* k_error = "error";
 inline constexpr const char* k_fault = "fault";
+// An error's reason is a failure reason's name (util/failure_reason.h), or one of these two, which are not the
+// implementation's doing: the backend cannot start on this machine (no driver, no device), or the user's device
+// selection names nothing there.
+inline constexpr const char* k_backend_unavailable = "backend_unavailable";
+inline constexpr const char* k_backend_usage = "backend_usage";
 
 // Reading a message from the other end without trusting its shape: a field of another type reads as absent, never as
 // an exception (an answer forged by the candidate must be the candidate's protocol failure, not kwb's error).

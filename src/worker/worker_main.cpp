@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "kwb/kernel.h"
 #include "util/error.h"
+#include "util/failure_reason.h"
 #include "util/fd.h"
 #include "worker/buffer_layout.h"
 #include "util/worker_user.h"
@@ -250,25 +251,26 @@ public:
           (void)m_channel.send({{"type", "bye"}, {"calls", m_calls}});
           return rc;
         } else {
-          reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", "unknown message type " + type}};
+          reply = error(FailureReason::protocol, "unknown message type " + type);
         }
       } catch (const Error& e) {
         // A backend that cannot start here (no driver, no device) is not the implementation's fault: the parent
         // stops with exit 69 and this message.
-        const char* reason = e.code() == ExitCode::unavailable ? "backend_unavailable"
-                             : e.code() == ExitCode::usage     ? "backend_usage"  // KWB_OPENCL_DEVICE=99, say
-                                                               : "protocol";
-        reply = {{"type", "error"}, {"reason", reason}, {"detail", e.what()}};
+        // A device selection that names nothing (KWB_OPENCL_DEVICE=99, say) is the user's to fix.
+        const std::string_view reason = e.code() == ExitCode::unavailable ? protocol::k_backend_unavailable
+                                        : e.code() == ExitCode::usage     ? protocol::k_backend_usage
+                                                                          : to_string(FailureReason::protocol);
+        reply = {{"type", protocol::k_error}, {"reason", reason}, {"detail", e.what()}};
       } catch (const std::exception& e) {
-        reply = {{"type", "error"}, {"reason", "protocol"}, {"detail", e.what()}};
+        reply = error(FailureReason::protocol, e.what());
       }
       if (!m_channel.send(reply)) return finish();
     }
   }
 
 private:
-  nlohmann::json error(const std::string& reason, const std::string& detail) {
-    return {{"type", "error"}, {"reason", reason}, {"detail", detail}};
+  nlohmann::json error(FailureReason reason, const std::string& detail) {
+    return {{"type", protocol::k_error}, {"reason", to_string(reason)}, {"detail", detail}};
   }
 
   // The parent names the backend as text (worker/protocol.h); only kwb's own names are accepted.
@@ -294,13 +296,15 @@ private:
   }
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
-    if (m_backend) return error("protocol", "load: an implementation is already loaded");
+    if (m_backend) return error(FailureReason::protocol, "load: an implementation is already loaded");
     // The artifact arrives as a descriptor the parent opened (a worker started by root runs as nobody and cannot
     // reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
 #ifdef KWB_PROFILE_WORKER
-    if (fds.size() != 2) return error("protocol", "load: expected the artifact's and the filter's descriptors");
+    if (fds.size() != 2) {
+      return error(FailureReason::protocol, "load: expected the artifact's and the filter's descriptors");
+    }
 #else
-    if (fds.size() != 1) return error("protocol", "load: expected the artifact's descriptor");
+    if (fds.size() != 1) return error(FailureReason::protocol, "load: expected the artifact's descriptor");
 #endif
     m_artifact_fd = std::move(fds[0]);
 #ifdef KWB_PROFILE_WORKER
@@ -318,7 +322,8 @@ private:
     // Under valgrind: a deny-list of its own (worker/sandbox.h, enter_profile_sandbox) before the implementation's
     // constructors run.
     if (std::string e = enter_profile_sandbox(fds[1].get(), m_profile_features); !e.empty()) {
-      return error("load_failed", "the profile worker could not enter its sandbox (" + e + "); nothing was loaded");
+      return error(FailureReason::load_failed,
+                   "the profile worker could not enter its sandbox (" + e + "); nothing was loaded");
     }
 #else
     // The sandbox goes up before dlopen, because the implementation's constructors (and IFUNC resolvers) run
@@ -330,22 +335,26 @@ private:
     policy.runtime = m_backend->sandbox_needs();
     m_sandbox = std::make_unique<Sandbox>(policy);
     if (std::string e = m_sandbox->enter_load_phase(path); !e.empty()) {
-      return error("load_failed", "the worker could not enter its sandbox (" + e + "); nothing was loaded");
+      return error(FailureReason::load_failed,
+                   "the worker could not enter its sandbox (" + e + "); nothing was loaded");
     }
 #endif
     // Constructors of the implementation run here, inside this worker, never in the parent.
     m_handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (m_handle == nullptr) return error("load_failed", ::dlerror());
+    if (m_handle == nullptr) return error(FailureReason::load_failed, ::dlerror());
     auto* abi = static_cast<const uint32_t*>(::dlsym(m_handle, "kwb_abi_version"));
     if (abi == nullptr) {
-      return error("missing_symbol", "kwb_abi_version is not exported: put KWB_CANDIDATE_ABI at file scope");
+      return error(FailureReason::missing_symbol,
+                   "kwb_abi_version is not exported: put KWB_CANDIDATE_ABI at file scope");
     }
     if (*abi != KWB_ABI_VERSION) {
-      return error("abi_mismatch", "implementation built for ABI " + std::to_string(*abi) + ", kwb speaks " +
-                                       std::to_string(KWB_ABI_VERSION));
+      return error(FailureReason::abi_mismatch, "implementation built for ABI " + std::to_string(*abi) +
+                                                    ", kwb speaks " + std::to_string(KWB_ABI_VERSION));
     }
     m_run = reinterpret_cast<kwb_run_fn>(::dlsym(m_handle, "kwb_run"));
-    if (m_run == nullptr) return error("missing_symbol", "kwb_run is not exported (declare it extern \"C\" KWB_EXPORT)");
+    if (m_run == nullptr) {
+      return error(FailureReason::missing_symbol, "kwb_run is not exported (declare it extern \"C\" KWB_EXPORT)");
+    }
     m_teardown = reinterpret_cast<kwb_teardown_fn>(::dlsym(m_handle, "kwb_teardown"));
     auto setup = reinterpret_cast<kwb_setup_fn>(::dlsym(m_handle, "kwb_setup"));
     if (setup != nullptr) {
@@ -355,11 +364,11 @@ private:
       ctx.task_name = m_task.c_str();
       m_backend->fill_context(ctx);
       int rc = setup(&ctx);
-      if (rc != 0) return error("setup_failed", "kwb_setup returned " + std::to_string(rc));
+      if (rc != 0) return error(FailureReason::setup_failed, "kwb_setup returned " + std::to_string(rc));
     }
 #ifndef KWB_PROFILE_WORKER
     if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
-      return error("load_failed", "the worker could not enter its run sandbox (" + e + ")");
+      return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
     }
     return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()},
             {"device", m_backend->description()}};
@@ -452,7 +461,7 @@ private:
     try {
       return run_call(m);
     } catch (const Error& e) {
-      return error("device_fault", e.what());
+      return error(FailureReason::device_fault, e.what());
     }
   }
 
@@ -488,7 +497,7 @@ private:
   // says done and sleeps until the parent has captured the outputs; only then does it do its untimed device work
   // and answer on the socket.
   nlohmann::json run_call(const nlohmann::json& m) {
-    if (m_run == nullptr) return error("protocol", "run before load");
+    if (m_run == nullptr) return error(FailureReason::protocol, "run before load");
     const protocol::RunMessage msg = protocol::run_message_from_json(m);
     TensorArgs in, out;
     build_tensors(msg.inputs, in);
@@ -525,7 +534,7 @@ private:
     protocol::futex_wake(state);  // a parent that sleeps while it waits for armed
     while (state.load(std::memory_order_acquire) == armed) protocol::futex_wait(state, armed);
     if (state.load(std::memory_order_acquire) != protocol::state_word(seq, protocol::Phase::wake)) {
-      return error("protocol", "run: the control page is not in the wake phase of this call");
+      return error(FailureReason::protocol, "run: the control page is not in the wake phase of this call");
     }
     // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, and the
     // outputs back after it: the parent validates exactly what the device computed. None of it is timed.
@@ -558,7 +567,7 @@ private:
     // what ran afterwards). Say so instead of overwriting the parent's next phase.
     uint32_t expected_go = go;
     if (!state.compare_exchange_strong(expected_go, done, std::memory_order_acq_rel)) {
-      return error("protocol", "the control page left the go phase while kwb_run ran (it read " +
+      return error(FailureReason::protocol, "the control page left the go phase while kwb_run ran (it read " +
                                    std::to_string(expected_go) + "): something in the worker wrote it");
     }
     protocol::futex_wake(state);  // a parent that sleeps through a long call

@@ -272,7 +272,7 @@ int WorkerProcess::kill_and_reap() {
 void WorkerProcess::fail_protocol(const std::string& detail) {
   if (m_pid > 0) (void)kill_and_reap();
   WorkerDeath d;
-  d.reason = "protocol";
+  d.reason = FailureReason::protocol;
   d.detail = detail + "; worker killed";
   const std::string tail = output_tail(600);
   if (!tail.empty()) d.detail += "; its last output: " + tail;
@@ -289,29 +289,31 @@ std::string WorkerProcess::output_tail(size_t max_bytes) const {
   return s;
 }
 
-std::string WorkerProcess::classify_fault(uint64_t address) const {
+FailureReason WorkerProcess::classify_fault(uint64_t address) const {
   for (const Region& r : m_regions) {
     if (address < r.region_begin || address >= r.region_end) continue;
-    if (!r.writable) return "input_modified";
-    if (address < r.data_begin || address >= r.data_end) return "out_of_bounds_write";
-    return "crashed";
+    if (!r.writable) return FailureReason::input_modified;
+    if (address < r.data_begin || address >= r.data_end) return FailureReason::out_of_bounds_write;
+    return FailureReason::crashed;
   }
-  return "crashed";
+  return FailureReason::crashed;
 }
 
 void WorkerProcess::record_death(Channel::Status status, const std::string& malformed_detail) {
   WorkerDeath d;
+  // A timeout and a malformed message are classified by how they were found; any other death by how it ended.
+  const bool classified = status == Channel::Status::timeout || status == Channel::Status::malformed;
   int wstatus = 0;
   if (status == Channel::Status::timeout) {
     ::kill(-m_pid, SIGKILL);
     ::kill(m_pid, SIGKILL);
-    d.reason = "timeout";
+    d.reason = FailureReason::timeout;
     d.detail = fmt::format("no answer within {:.1f} s; worker killed", static_cast<double>(m_timeout.count()) / 1000.0);
   }
   if (status == Channel::Status::malformed) {
     ::kill(-m_pid, SIGKILL);
     ::kill(m_pid, SIGKILL);
-    d.reason = "protocol";
+    d.reason = FailureReason::protocol;
     d.detail = "worker sent a malformed message (" + malformed_detail + "); worker killed";
   }
   // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
@@ -330,14 +332,14 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   // A worker killed by kwb's own interruption handler, or found dead while kwb is being interrupted, is kwb's doing:
   // never the candidate's failure, and nothing is recorded of it.
   if (const int sig = interrupt_signal(); sig != 0) throw Interrupted(sig);
-  if (d.reason.empty()) {
+  if (!classified) {
     if (WIFSIGNALED(wstatus)) {
       d.signal = WTERMSIG(wstatus);
-      d.reason = d.signal == SIGABRT ? "aborted" : "crashed";
+      d.reason = d.signal == SIGABRT ? FailureReason::aborted : FailureReason::crashed;
       d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
       if (d.signal == SIGSYS) {
         // The seccomp filter (worker/sandbox.h) denied a system call; the worker's handler names it.
-        d.reason = "sandbox_violation";
+        d.reason = FailureReason::sandbox_violation;
         if (m_fault && protocol::unsigned_field(*m_fault, "syscall")) {
           const int nr = static_cast<int>(*protocol::unsigned_field(*m_fault, "syscall"));
           char* name = ::seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
@@ -348,11 +350,11 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
           d.detail = "the sandbox denied a system call; the worker was killed (SIGSYS)";
         }
       } else if (d.signal == SIGXCPU || d.signal == SIGXFSZ) {
-        d.reason = "resource_limit";
+        d.reason = FailureReason::resource_limit;
         d.detail += d.signal == SIGXCPU ? ": the worker's CPU-time limit (RLIMIT_CPU) was reached"
                                         : ": the worker's output file-size limit (RLIMIT_FSIZE) was reached";
       } else if (m_fault && protocol::text_field(*m_fault, "resource") == "memory") {
-        d.reason = "resource_limit";
+        d.reason = FailureReason::resource_limit;
         d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
       } else if (m_fault) {
         d.fault_address = protocol::unsigned_field(*m_fault, "address").value_or(0);
@@ -361,10 +363,10 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
       }
     } else if (WIFEXITED(wstatus)) {
       d.exit_code = WEXITSTATUS(wstatus);
-      d.reason = "exited";
+      d.reason = FailureReason::exited;
       d.detail = fmt::format("worker exited with status {} in the middle of a request", d.exit_code);
     } else {
-      d.reason = "crashed";
+      d.reason = FailureReason::crashed;
       d.detail = "worker disappeared";
     }
   }
@@ -484,8 +486,8 @@ std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind b
     std::string detail = protocol::text_field(*reply, "detail");
     if (detail.empty()) detail = "no detail";
     const std::string reason = protocol::text_field(*reply, "reason");
-    if (reason == "backend_unavailable") throw Error(ExitCode::unavailable, detail);
-    if (reason == "backend_usage") throw UsageError(detail);
+    if (reason == protocol::k_backend_unavailable) throw Error(ExitCode::unavailable, detail);
+    if (reason == protocol::k_backend_usage) throw UsageError(detail);
     throw Error(ExitCode::unavailable, fmt::format("backend '{}' could not be opened: {}", backend, detail));
   }
   (void)w.shutdown();
@@ -527,19 +529,21 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
     return out;
   }
   if (reply->value("type", "") != protocol::k_loaded) {
-    // Reasons the worker may give for a load it refused; anything else is a forged or garbled answer.
-    static const char* const k_load_reasons[] = {"load_failed", "missing_symbol", "abi_mismatch", "setup_failed",
-                                                 "backend_unavailable", "backend_usage", "protocol"};
-    const auto reason = reply->find("reason");
     const auto detail = reply->find("detail");
-    out.reason = "protocol";
-    if (reply->value("type", "") == protocol::k_error && reason != reply->end() && reason->is_string()) {
-      for (const char* r : k_load_reasons) {
-        if (*reason == r) out.reason = r;
-      }
-    }
     out.detail = detail != reply->end() && detail->is_string() ? detail->get<std::string>()
                                                                 : "unexpected answer to load: " + reply->dump().substr(0, 200);
+    const std::string said =
+        reply->value("type", "") == protocol::k_error ? protocol::text_field(*reply, "reason") : std::string();
+    // Not the implementation's doing: a driver or device missing here, a device selection that names nothing.
+    if (said == protocol::k_backend_unavailable) throw Error(ExitCode::unavailable, out.detail);
+    if (said == protocol::k_backend_usage) throw UsageError(out.detail);
+    // Reasons the worker may give for a load it refused; anything else is a forged or garbled answer.
+    static constexpr FailureReason k_load_reasons[] = {FailureReason::load_failed, FailureReason::missing_symbol,
+                                                       FailureReason::abi_mismatch, FailureReason::setup_failed};
+    const std::optional<FailureReason> reason = parse_failure_reason(said);
+    const bool expected = reason && std::find(std::begin(k_load_reasons), std::end(k_load_reasons), *reason) !=
+                                        std::end(k_load_reasons);
+    out.reason = expected ? *reason : FailureReason::protocol;
     return out;
   }
   out.ok = true;
@@ -639,10 +643,10 @@ bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_p
         continue;
       }
       if (r.message.value("type", "") == protocol::k_error &&
-          protocol::text_field(r.message, "reason") == "device_fault") {
+          parse_failure_reason(protocol::text_field(r.message, "reason")) == FailureReason::device_fault) {
         WorkerDeath d;
         fail_protocol("");
-        d.reason = "device_fault";
+        d.reason = FailureReason::device_fault;
         d.detail = "the device runtime failed during the call: " + protocol::text_field(r.message, "detail");
         m_death = d;
         return false;
@@ -721,10 +725,11 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   auto reply = request_reply(deadline);
   if (!reply) return fail();
   if (reply->value("type", "") != protocol::k_ran || protocol::unsigned_field(*reply, "call") != call) {
-    if (reply->value("type", "") == protocol::k_error && protocol::text_field(*reply, "reason") == "device_fault") {
+    if (reply->value("type", "") == protocol::k_error &&
+        parse_failure_reason(protocol::text_field(*reply, "reason")) == FailureReason::device_fault) {
       fail_protocol("");
       WorkerDeath d;
-      d.reason = "device_fault";
+      d.reason = FailureReason::device_fault;
       d.detail = "the device runtime failed during the call: " + protocol::text_field(*reply, "detail");
       m_death = d;
     } else {
@@ -796,7 +801,7 @@ bool WorkerProcess::shutdown() {
                   calls->is_number_unsigned() && calls->get<uint64_t>() == m_calls;
   if (!complete) {
     WorkerDeath d;
-    d.reason = "protocol";
+    d.reason = FailureReason::protocol;
     d.detail = fmt::format("the worker's goodbye does not account for the {} run requests it was sent: {}", m_calls,
                            reply->dump().substr(0, 200));
     m_death = d;

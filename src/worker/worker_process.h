@@ -4,6 +4,7 @@
 #pragma once
 
 #include "util/backend_kind.h"
+#include "util/failure_reason.h"
 #include "worker/channel.h"
 #include "worker/protocol.h"
 #include "worker/shared_buffer.h"
@@ -20,10 +21,10 @@
 
 namespace kwb {
 
-// How a worker stopped answering. `reason` is a failure reason code (crashed, aborted, exited, timeout,
-// input_modified, out_of_bounds_write, sandbox_violation, resource_limit, protocol...).
+// How a worker stopped answering (crashed, aborted, exited, timeout, input_modified, out_of_bounds_write,
+// sandbox_violation, resource_limit, protocol...).
 struct WorkerDeath {
-  std::string reason;
+  FailureReason reason = FailureReason::crashed;
   std::string detail;
   int signal = 0;
   int exit_code = -1;
@@ -33,7 +34,8 @@ struct WorkerDeath {
 // An answer from the worker, or how it died instead.
 struct LoadOutcome {
   bool ok = false;
-  std::string reason;  // load_failed, missing_symbol, abi_mismatch, setup_failed, forbidden_symbol, or a death reason
+  // When not ok: load_failed, missing_symbol, abi_mismatch, setup_failed, forbidden_symbol, or a death reason.
+  FailureReason reason = FailureReason::load_failed;
   std::string detail;
   std::vector<std::string> sandbox;  // what the worker reports in force (worker/sandbox.h), for the record
   std::string device;                // the backend's description of its device (backend/backend.h)
@@ -230,7 +232,7 @@ private:
   std::optional<int> try_reap();
   // Kills the worker's process group and reaps it: its wait status.
   int kill_and_reap();
-  std::string classify_fault(uint64_t address) const;
+  FailureReason classify_fault(uint64_t address) const;
 
   std::chrono::milliseconds m_timeout;
   bool m_profile_worker = false;  // kwb-profile-worker: its load carries its seccomp program

@@ -113,8 +113,8 @@ TEST_P(OperatorTaskControlTest, is_rejected_for_its_named_reason) {
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_EQ(r.json["verdict"], "FAIL");
-  EXPECT_TRUE(reasons(r.json).contains(spec->expect))
-      << "expected " << spec->expect << ", got " << r.json["failures"].dump();
+  const std::string expect(to_string(spec->expect));
+  EXPECT_TRUE(reasons(r.json).contains(expect)) << "expected " << expect << ", got " << r.json["failures"].dump();
 }
 
 std::vector<Control> all_controls() {

@@ -103,7 +103,7 @@ TEST_F(CacheKey, a_check_is_keyed_on_every_option) {
       [](CheckOptions& o) { o.nonce = 7; },
       [](CheckOptions& o) { o.calls_per_case = 2; },
       [](CheckOptions& o) { o.only_cases = {"decode"}; },
-      [](CheckOptions& o) { o.stop_after_reason = "crashed"; },
+      [](CheckOptions& o) { o.stop_after_reason = FailureReason::crashed; },
       [](CheckOptions& o) { o.held_out = true; },
   };
   for (const auto& change : changes) {

@@ -39,7 +39,7 @@ public:
     if (fail_at_block >= 0 && block == fail_at_block && arm == 1) {
       v.valid = false;
       v.samples.back().output_valid = false;
-      v.failures.push_back({workload, samples - 1, "within_tolerance:y", "numeric_mismatch", "synthetic"});
+      v.failures.push_back({workload, samples - 1, "within_tolerance:y", FailureReason::numeric_mismatch, "synthetic"});
     }
     ++produced;
     produced_samples += v.samples.size();
@@ -143,7 +143,7 @@ TEST(compare_test, invalid_output_during_timing_gives_invalid_and_no_metric) {
   EXPECT_EQ(r.result.verdict, "INVALID");
   EXPECT_FALSE(r.result.estimate);
   ASSERT_EQ(r.result.failures.size(), 1u);
-  EXPECT_EQ(r.result.failures[0].reason, "numeric_mismatch");
+  EXPECT_EQ(r.result.failures[0].reason, FailureReason::numeric_mismatch);
   // The samples measured up to and including the failing visit are all still there.
   EXPECT_EQ(r.samples.size(), runner.produced_samples);
   nlohmann::json j = to_json(r.result);

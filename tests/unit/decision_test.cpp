@@ -10,7 +10,7 @@ DecisionInputs all_good() {
   in.baseline_check_pass = true;
   in.baseline_copy_check_pass = true;
   in.candidate_check_pass = true;
-  in.controls = {{"no_eps", "numeric_mismatch", true, true, true}};
+  in.controls = {{"no_eps", FailureReason::numeric_mismatch, true, true, true}};
   in.aa = {{"decode", "PASS"}, {"prefill", "PASS"}};
   in.ab = {{"decode", "PASS"}, {"prefill", "PASS"}};
   in.final_check_pass = true;

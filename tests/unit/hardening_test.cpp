@@ -59,7 +59,7 @@ TEST(elf_inspect_test, malformed_files_are_reported_not_crashed_on) {
   ElfInspection r = inspect_shared_object(text);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("not an ELF"), std::string::npos) << r.error;
-  EXPECT_EQ(refuse_to_load(text).reason, "load_failed");
+  EXPECT_EQ(refuse_to_load(text).reason, FailureReason::load_failed);
 
   std::string libm;
   ::dl_iterate_phdr(find_libm, &libm);

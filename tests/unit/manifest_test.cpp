@@ -80,7 +80,7 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
   EXPECT_DOUBLE_EQ(t.cases[0].data.scale, 2.0);
   EXPECT_EQ(t.cases[0].seed, 1u);
   ASSERT_EQ(t.backends.at(kwb::BackendKind::cpu).controls.size(), 1u);
-  EXPECT_EQ(t.backends.at(kwb::BackendKind::cpu).controls[0].expect, "numeric_mismatch");
+  EXPECT_EQ(t.backends.at(kwb::BackendKind::cpu).controls[0].expect, kwb::FailureReason::numeric_mismatch);
   EXPECT_EQ(t.manifest_sha256.size(), 64u);
 }
 

@@ -1,13 +1,16 @@
 #include "task/data.h"
 #include "util/backend_kind.h"
+#include "util/failure_reason.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/sha256.h"
 #include "worker/shared_buffer.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <set>
 #include <filesystem>
 #include <sys/mman.h>
 #include <utility>
@@ -24,12 +27,31 @@ TEST(util_test, a_backend_name_parses_to_its_kind_and_back_and_nothing_else_pars
   for (std::string_view bad : {"", "CPU", "cpu ", "metal", "cud"}) EXPECT_FALSE(kwb::parse_backend(bad)) << bad;
   EXPECT_FALSE(kwb::is_device(kwb::BackendKind::cpu));
   EXPECT_TRUE(kwb::is_device(kwb::BackendKind::cuda));
+  // JSON holds names: nlohmann's default would write an enum as its integer and read any integer back.
+  EXPECT_EQ(nlohmann::json(kwb::BackendKind::cuda), "cuda");
+  EXPECT_EQ(nlohmann::json({{"reason", kwb::FailureReason::stale_output}}).dump(), R"({"reason":"stale_output"})");
+  EXPECT_EQ(nlohmann::json("timeout").get<kwb::FailureReason>(), kwb::FailureReason::timeout);
+  EXPECT_THROW(nlohmann::json("metal").get<kwb::BackendKind>(), kwb::DataError);
+  EXPECT_THROW(nlohmann::json("slow").get<kwb::FailureReason>(), kwb::DataError);
   try {
     kwb::parse_backend_field("metal", "plan.json: backend");
     FAIL() << "an unknown name in a file kwb reads back must be refused";
   } catch (const kwb::DataError& e) {
     EXPECT_EQ(std::string(e.what()), "plan.json: backend: unknown backend 'metal' (kwb knows cpu, opencl and cuda)");
   }
+}
+
+TEST(util_test, every_failure_reason_has_its_own_name_and_parses_back) {
+  std::set<std::string> names;
+  for (size_t i = 0; i < std::size(kwb::k_failure_reason_names); ++i) {
+    const auto r = static_cast<kwb::FailureReason>(i);
+    EXPECT_TRUE(names.insert(std::string(kwb::to_string(r))).second) << kwb::to_string(r);
+    EXPECT_EQ(kwb::parse_failure_reason(kwb::to_string(r)), r);
+  }
+  EXPECT_EQ(kwb::to_string(kwb::FailureReason::work_outside_timer), "work_outside_timer");
+  EXPECT_EQ(kwb::to_string(std::optional<kwb::FailureReason>()), "");
+  EXPECT_FALSE(kwb::parse_failure_reason("numeric mismatch"));
+  EXPECT_FALSE(kwb::parse_failure_reason(""));
 }
 
 TEST(util_test, atomic_write_replaces_whole_file_and_leaves_no_temporary) {
