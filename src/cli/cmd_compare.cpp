@@ -37,10 +37,10 @@ void print_human(const CompareReport& r) {
       rows.push_back({w.name, pct(w.estimate->improvement_pct),
                       fmt::format("[{}, {}]", pct(w.estimate->ci_low_pct), pct(w.estimate->ci_high_pct)),
                       fmt::format("{:.2f}%", w.estimate->mde_pct), std::to_string(w.blocks),
-                      std::to_string(w.timed_samples), fmt::format("{:.1f}", w.seconds), w.verdict});
+                      std::to_string(w.timed_samples), fmt::format("{:.1f}", w.seconds), fmt::format("{}", w.verdict)});
     } else {
       rows.push_back({w.name, "-", "-", "-", std::to_string(w.blocks), std::to_string(w.timed_samples),
-                      fmt::format("{:.1f}", w.seconds), w.verdict});
+                      fmt::format("{:.1f}", w.seconds), fmt::format("{}", w.verdict)});
     }
   }
   std::cout << "\n"
@@ -52,10 +52,15 @@ void print_human(const CompareReport& r) {
   std::cout << fmt::format("\nverdict: {}\n", r.verdict);
 }
 
-int exit_code_for(const std::string& verdict) {
-  if (verdict == "PASS") return static_cast<int>(ExitCode::ok);
-  if (verdict == "FAIL" || verdict == "REFUSED") return static_cast<int>(ExitCode::rejected);
-  if (verdict == "INCONCLUSIVE") return static_cast<int>(ExitCode::inconclusive);
+int exit_code_for(stats::Verdict verdict) {
+  switch (verdict) {
+    case stats::Verdict::pass: return static_cast<int>(ExitCode::ok);
+    case stats::Verdict::fail:
+    case stats::Verdict::refused: return static_cast<int>(ExitCode::rejected);
+    case stats::Verdict::inconclusive: return static_cast<int>(ExitCode::inconclusive);
+    case stats::Verdict::invalid:
+    case stats::Verdict::interrupted: break;
+  }
   return static_cast<int>(ExitCode::invalid);
 }
 

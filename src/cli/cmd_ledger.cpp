@@ -74,14 +74,14 @@ LedgerRun ledger_run(const Task& task, const CompareReport& report) {
   run.task = task.name;
   run.task_dir = task.dir.string();
   run.backend = report.timing.backend;
-  run.outcome = report.verdict;
+  run.outcome = stats::to_string(report.verdict);
   run.reasons = report.refused;
   for (size_t i = 0; i < report.arm_labels.size() && i < report.arm_paths.size(); ++i) {
     run.arms.push_back({report.arm_labels[i], report.arm_paths[i],
                         i < report.arm_identities.size() ? report.arm_identities[i].key : ""});
   }
   for (const WorkloadResult& w : report.workloads) {
-    LedgerWorkload lw{w.name, w.verdict, std::nullopt, std::nullopt, std::nullopt};
+    LedgerWorkload lw{w.name, std::string(stats::to_string(w.verdict)), std::nullopt, std::nullopt, std::nullopt};
     if (w.estimate) {
       lw.improvement_pct = w.estimate->improvement_pct;
       lw.ci_low_pct = w.estimate->ci_low_pct;

@@ -1,6 +1,7 @@
 #include "ledger/bundle_entry.h"
 
 #include "record/bundle_reader.h"
+#include "record/decision.h"
 #include "record/verify.h"
 #include "util/error.h"
 
@@ -102,7 +103,7 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
   keep.kind = "keep";
   keep.started.clear();
   keep.finished.clear();
-  if (run.outcome != "KEEP_CANDIDATE") {
+  if (parse_decision(run.outcome) != DecisionKind::keep_candidate) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
     out.message = fmt::format("{} decided {}, not KEEP_CANDIDATE: its candidate is not kept", bundle.string(),
                               run.outcome);

@@ -48,6 +48,9 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
       case stats::Verdict::inconclusive:
         return fmt::format("A' vs A {}: interval not resolved within +-{}% (MDE {:.2f}%)", ci,
                            g.max_aa_difference_pct, e.mde_pct);
+      case stats::Verdict::invalid:
+      case stats::Verdict::refused:
+      case stats::Verdict::interrupted: break;
     }
   }
   if (g.kind == stats::GateKind::point) {
@@ -60,8 +63,11 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
     case stats::Verdict::inconclusive:
       return fmt::format("improvement {}: interval straddles {}% (MDE {:.2f}%)", ci, g.min_improvement_pct,
                          e.mde_pct);
+    case stats::Verdict::invalid:
+    case stats::Verdict::refused:
+    case stats::Verdict::interrupted: break;
   }
-  return "";
+  throw InternalError(fmt::format("verdict_reason: a gate never answers {}", stats::to_string(v)));
 }
 
 }  // namespace
@@ -109,7 +115,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     }
     if (!ok) {
       // An output failed validation during timing: no metric may come from this comparison.
-      res.verdict = "INVALID";
+      res.verdict = stats::Verdict::invalid;
       res.reason = fmt::format("block {}: an arm failed validation during timing ({}); no metric is reported",
                                block, res.failures.empty() ? "?" : to_string(res.failures.front().reason));
       res.seconds = clock.seconds() - start;
@@ -142,7 +148,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   const size_t looks_before = procedure.looks().size();
   const std::optional<stats::SequentialLook> outcome = procedure.finish();
   if (!outcome) {
-    res.verdict = "INCONCLUSIVE";
+    res.verdict = stats::Verdict::inconclusive;
     res.reason = fmt::format("only {} block(s) fit in the budget of {:.0f} s; no interval can be formed", res.blocks,
                              budget.max_seconds);
     res.estimate.reset();
@@ -154,14 +160,13 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   }
   res.estimate = outcome->estimate;
   const stats::Verdict decided = outcome->verdict;
-  res.verdict = std::string(stats::to_string(decided));
+  res.verdict = decided;
   res.reason = verdict_reason(*res.estimate, gate, decided);
   if (res.stopped_by_budget && decided == stats::Verdict::inconclusive) {
     res.reason += fmt::format("; budget ended after {:.1f} s", res.seconds);
   }
   if (gate.mode == CompareMode::aa) {
-    res.faster_verdict = std::string(
-        stats::to_string(stats::improvement_verdict(*res.estimate, gate.min_improvement_pct, stats::GateKind::ci)));
+    res.faster_verdict = stats::improvement_verdict(*res.estimate, gate.min_improvement_pct, stats::GateKind::ci);
   }
   return res;
 }
@@ -303,15 +308,17 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
 
 // ---- reporting ------------------------------------------------------------------------------------------------
 
-std::string overall_verdict(const std::vector<WorkloadResult>& workloads) {
-  if (workloads.empty()) return "INCONCLUSIVE";
-  auto any = [&](const char* v) {
+stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads) {
+  using stats::Verdict;
+  if (workloads.empty()) return Verdict::inconclusive;
+  auto any = [&](Verdict v) {
     return std::any_of(workloads.begin(), workloads.end(), [&](const WorkloadResult& w) { return w.verdict == v; });
   };
-  if (any("INVALID")) return "INVALID";
-  if (any("FAIL")) return "FAIL";
-  if (any("INCONCLUSIVE")) return "INCONCLUSIVE";
-  return "PASS";
+  if (any(Verdict::invalid)) return Verdict::invalid;
+  if (any(Verdict::fail)) return Verdict::fail;
+  const bool all_pass = std::all_of(workloads.begin(), workloads.end(),
+                                    [](const WorkloadResult& w) { return w.verdict == Verdict::pass; });
+  return all_pass ? Verdict::pass : Verdict::inconclusive;
 }
 
 nlohmann::json to_json(const WorkloadResult& w) {
@@ -340,12 +347,12 @@ nlohmann::json to_json(const WorkloadResult& w) {
   } else {
     for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct", "mde_pct"}) j[k] = nullptr;
   }
-  if (!w.faster_verdict.empty()) j["faster_verdict"] = w.faster_verdict;
+  if (w.faster_verdict) j["faster_verdict"] = *w.faster_verdict;
   nlohmann::json looks = nlohmann::json::array();
   for (const Look& l : w.looks) {
     looks.push_back({{"blocks", l.blocks}, {"confidence", l.confidence}, {"improvement_pct", l.improvement_pct},
                      {"ci_low_pct", l.ci_low_pct}, {"ci_high_pct", l.ci_high_pct},
-                     {"verdict", std::string(stats::to_string(l.verdict))}});
+                     {"verdict", l.verdict}});
   }
   j["looks"] = looks;
   j["block_median_ns"] = {{"reference", w.block_median_a}, {"other", w.block_median_b}};

@@ -104,10 +104,10 @@ struct Look {
 
 struct WorkloadResult {
   std::string name;
-  std::string verdict;             // PASS, FAIL, INCONCLUSIVE, INVALID
+  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
   std::string reason;              // why, for people
   std::optional<stats::EffectEstimate> estimate;  // absent when no metric may be reported (INVALID) or no data
-  std::string faster_verdict;      // A/A only: what the improvement gate at min_improvement_pct would say
+  std::optional<stats::Verdict> faster_verdict;  // A/A only: what the improvement gate at min_improvement_pct would say
   size_t blocks = 0;
   size_t timed_samples = 0;
   int samples_per_visit = 0;
@@ -202,7 +202,9 @@ struct CompareReport {
   std::vector<std::vector<BuildIdentity>> arm_layouts;    // each arm's layout pool, the plain build first
   std::vector<WorkloadResult> workloads;
   std::vector<Sample> samples;
-  std::string verdict;      // PASS when every workload passes; else FAIL > INVALID > INCONCLUSIVE by precedence
+  // pass when every workload passes; else invalid > fail > inconclusive by precedence (overall_verdict); refused
+  // when an arm failed its check, interrupted when kwb was.
+  stats::Verdict verdict = stats::Verdict::inconclusive;
   std::vector<std::string> refused;  // reasons timing was refused (an arm failed its check)
   nlohmann::json checks = nlohmann::json::array();  // the pre-timing check of each arm (cached by identity or not)
   // The signal's name when kwb was interrupted during the comparison (verdict INTERRUPTED): what is here was
@@ -212,7 +214,7 @@ struct CompareReport {
   std::optional<TimingLockRecord> timing_lock;
 };
 
-std::string overall_verdict(const std::vector<WorkloadResult>& workloads);
+stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads);
 
 // Builds per arm in a layout pool by default: stats::k_cpu_layouts on cpu, stats::k_device_layouts on devices.
 int default_layouts(BackendKind backend);

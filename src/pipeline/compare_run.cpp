@@ -92,7 +92,7 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     }
   }
   if (!report.refused.empty()) {
-    report.verdict = "REFUSED";
+    report.verdict = stats::Verdict::refused;
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
     return;
   }
@@ -153,7 +153,7 @@ CompareReport run_compare(const Task& task, const CompareRequest& req, const Pro
     // Every completed visit's samples are in the report (run_sequential_comparison appends them as they come); the
     // visit that was running when the signal came is lost with its worker.
     report.interrupted = i.signal_name();
-    report.verdict = "INTERRUPTED";
+    report.verdict = stats::Verdict::interrupted;
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
     if (req.on_interrupted) req.on_interrupted(report);
     throw;

@@ -510,10 +510,10 @@ private:
       m_inputs.aa.push_back({w.name, w.verdict});
       parts.push_back(fmt::format("{} {}", w.name, w.verdict));
     }
-    m_stage_failed = c.verdict != "PASS";
+    m_stage_failed = c.verdict != stats::Verdict::pass;
     // An inconclusive A/A does not stop A/B (its verdict will be INCONCLUSIVE anyway, and the data is useful);
     // a failed one does: measurements on a broken noise floor mean nothing.
-    if (c.verdict == "INCONCLUSIVE") m_stage_failed = false;
+    if (c.verdict == stats::Verdict::inconclusive) m_stage_failed = false;
     return fmt::format("A vs A over {} layouts: {}", m_layouts, fmt::join(parts, ", "));
   }
 
@@ -525,7 +525,7 @@ private:
       parts.push_back(w.estimate ? fmt::format("{} {:+.1f}% {}", w.name, w.estimate->improvement_pct, w.verdict)
                                  : fmt::format("{} {}", w.name, w.verdict));
     }
-    m_stage_failed = c.verdict != "PASS";
+    m_stage_failed = c.verdict != stats::Verdict::pass;
     return fmt::format("B vs A: {}", fmt::join(parts, ", "));
   }
 
@@ -602,7 +602,7 @@ private:
                        {"inputs", to_json(m_inputs)},
                        {"created", utc_now()}};
     m_bundle.write_json("decision.json", m_decision_json);
-    return m_decision.decision;
+    return std::string(to_string(m_decision.decision));
   }
 
   const ValidateOptions& m_opt;

@@ -7,6 +7,24 @@ namespace kwb {
 // Precedence: INVALID (the referee itself cannot be trusted: broken baseline, weak grader, changed artifacts,
 // broken noise floor) before KEEP_BASELINE (the candidate is wrong or not fast enough) before INCONCLUSIVE (the
 // data could not settle it) before KEEP_CANDIDATE (everything passed). Missing evidence is never a pass.
+std::string_view to_string(DecisionKind d) {
+  switch (d) {
+    case DecisionKind::keep_candidate: return "KEEP_CANDIDATE";
+    case DecisionKind::keep_baseline: return "KEEP_BASELINE";
+    case DecisionKind::inconclusive: return "INCONCLUSIVE";
+    case DecisionKind::invalid: return "INVALID";
+  }
+  return "?";
+}
+
+std::optional<DecisionKind> parse_decision(std::string_view name) {
+  for (DecisionKind d : {DecisionKind::keep_candidate, DecisionKind::keep_baseline, DecisionKind::inconclusive,
+                         DecisionKind::invalid}) {
+    if (to_string(d) == name) return d;
+  }
+  return std::nullopt;
+}
+
 Decision decide(const DecisionInputs& in) {
   std::vector<std::string> invalid, reject, unsure;
   for (const std::string& e : in.stage_errors) invalid.push_back("stage error: " + e);
@@ -38,23 +56,23 @@ Decision decide(const DecisionInputs& in) {
     }
     if (in.aa.empty()) unsure.push_back("no A/A calibration");
     for (const WorkloadVerdict& w : in.aa) {
-      if (w.verdict == "FAIL") {
+      if (w.verdict == stats::Verdict::fail) {
         invalid.push_back(fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
                                       "broken on this machine",
                                       w.workload));
-      } else if (w.verdict == "INVALID") {
+      } else if (w.verdict == stats::Verdict::invalid) {
         invalid.push_back(fmt::format("A/A on '{}' failed validation during timing", w.workload));
-      } else if (w.verdict != "PASS") {
+      } else if (w.verdict != stats::Verdict::pass) {
         unsure.push_back(fmt::format("A/A on '{}' could not confirm the noise floor within bounds", w.workload));
       }
     }
     if (in.ab.empty()) unsure.push_back("no A/B comparison");
     for (const WorkloadVerdict& w : in.ab) {
-      if (w.verdict == "FAIL") {
+      if (w.verdict == stats::Verdict::fail) {
         reject.push_back(fmt::format("'{}': the candidate does not clear the improvement bar", w.workload));
-      } else if (w.verdict == "INVALID") {
+      } else if (w.verdict == stats::Verdict::invalid) {
         reject.push_back(fmt::format("'{}': a candidate output failed validation during timing", w.workload));
-      } else if (w.verdict != "PASS") {
+      } else if (w.verdict != stats::Verdict::pass) {
         unsure.push_back(fmt::format("'{}': the interval does not settle the improvement bar", w.workload));
       }
     }
@@ -67,13 +85,13 @@ Decision decide(const DecisionInputs& in) {
 
   Decision d;
   if (!invalid.empty()) {
-    d = {"INVALID", invalid, 3};
+    d = {DecisionKind::invalid, invalid, 3};
   } else if (!reject.empty()) {
-    d = {"KEEP_BASELINE", reject, 1};
+    d = {DecisionKind::keep_baseline, reject, 1};
   } else if (!unsure.empty()) {
-    d = {"INCONCLUSIVE", unsure, 2};
+    d = {DecisionKind::inconclusive, unsure, 2};
   } else {
-    d = {"KEEP_CANDIDATE", {"every check, control, calibration and workload gate passed"}, 0};
+    d = {DecisionKind::keep_candidate, {"every check, control, calibration and workload gate passed"}, 0};
   }
   return d;
 }

@@ -2,12 +2,16 @@
 // what it re-derives from the bundle, so a decision that does not follow from the evidence is caught.
 #pragma once
 
+#include "stats/gate.h"
+#include "util/error.h"
 #include "util/failure_reason.h"
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kwb {
@@ -22,7 +26,7 @@ struct ControlOutcome {
 
 struct WorkloadVerdict {
   std::string workload;
-  std::string verdict;  // PASS, FAIL, INCONCLUSIVE, INVALID
+  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
 };
 
 struct DecisionInputs {
@@ -38,8 +42,28 @@ struct DecisionInputs {
   std::vector<std::string> stage_errors;  // a stage that could not run for reasons outside the implementations
 };
 
+// What validate decides (docs/decision.md): the candidate replaces the baseline, or it does not, or the evidence
+// cannot settle it, or the evidence itself is broken.
+enum class DecisionKind { keep_candidate, keep_baseline, inconclusive, invalid };
+
+std::string_view to_string(DecisionKind d);  // "KEEP_CANDIDATE", "KEEP_BASELINE", "INCONCLUSIVE", "INVALID"
+std::optional<DecisionKind> parse_decision(std::string_view name);
+
+// JSON holds the name (util/backend_kind.h says why).
+template <typename BasicJson>
+void to_json(BasicJson& j, const DecisionKind& d) {
+  j = std::string(to_string(d));
+}
+template <typename BasicJson>
+void from_json(const BasicJson& j, DecisionKind& d) {
+  const std::string name = j.template get<std::string>();
+  const std::optional<DecisionKind> parsed = parse_decision(name);
+  if (!parsed) throw DataError("JSON decision: unknown decision '" + name + "'");
+  d = *parsed;
+}
+
 struct Decision {
-  std::string decision;  // KEEP_CANDIDATE, KEEP_BASELINE, INCONCLUSIVE, INVALID
+  DecisionKind decision = DecisionKind::invalid;
   std::vector<std::string> reasons;
   int exit_code = 3;
 };
@@ -50,3 +74,10 @@ nlohmann::json to_json(const DecisionInputs& in);
 DecisionInputs decision_inputs_from_json(const nlohmann::json& j);
 
 }  // namespace kwb
+
+template <>
+struct fmt::formatter<kwb::DecisionKind> : fmt::formatter<std::string_view> {
+  auto format(kwb::DecisionKind d, format_context& ctx) const -> decltype(ctx.out()) {
+    return fmt::formatter<std::string_view>::format(kwb::to_string(d), ctx);
+  }
+};

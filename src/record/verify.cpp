@@ -622,7 +622,10 @@ private:
     }
     auto& out = aa ? m_inputs.aa : m_inputs.ab;
     for (const std::string& planned : m_plan.workloads) {
-      if (std::find(names.begin(), names.end(), planned) == names.end()) out.push_back({planned, "MISSING"});
+      // Missing evidence is never a pass: the decision replays it as inconclusive.
+      if (std::find(names.begin(), names.end(), planned) == names.end()) {
+        out.push_back({planned, stats::Verdict::inconclusive});
+      }
     }
     const json& workloads = array_field(*cmp, "workloads");
     for (size_t wi = 0; wi < workloads.size(); ++wi) {
@@ -664,7 +667,7 @@ private:
     if (verdict == "INVALID") {
       if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
-      out.push_back({name, verdict});
+      out.push_back({name, stats::Verdict::invalid});
       return;
     }
     if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
@@ -707,7 +710,7 @@ private:
       }
     }
     if (!complete) {
-      out.push_back({name, "UNVERIFIABLE"});
+      out.push_back({name, stats::Verdict::inconclusive});  // unverifiable: never a pass
       return;
     }
     // Replay the decision procedure on the re-derived ratios, with the plan's gate: it must not have decided before
@@ -726,7 +729,8 @@ private:
       est = outcome->estimate;
       v = outcome->verdict;
     }
-    const std::string derived = v ? std::string(stats::to_string(*v)) : "INCONCLUSIVE";
+    const stats::Verdict derived_verdict = v.value_or(stats::Verdict::inconclusive);
+    const std::string derived(stats::to_string(derived_verdict));
     if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
     if (est) {
       for (auto [key, value] : {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
@@ -736,7 +740,7 @@ private:
         }
       }
     }
-    out.push_back({name, derived});
+    out.push_back({name, derived_verdict});
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
                          d.size(), derived, timed));
   }
@@ -841,7 +845,7 @@ private:
     if (ran("aa")) require(m_b.aa.has_value(), "aa", "comparisons/aa.json");
     const bool aa_allows_ab = both_pass && m_b.aa &&
                               std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
-                                return w.verdict == "FAIL" || w.verdict == "INVALID";
+                                return w.verdict == stats::Verdict::fail || w.verdict == stats::Verdict::invalid;
                               });
     if (aa_allows_ab && !ran("ab") && status["ab"] != "error") {
       problem(fmt::format("stages.json: the A/B stage is '{}' although the A/A calibration allowed it", status["ab"]));
@@ -892,7 +896,7 @@ private:
     }
     const Decision d = decide(m_inputs);
     const std::string recorded_decision = str_field(m_b.decision, "decision");
-    if (recorded_decision != d.decision) {
+    if (recorded_decision != to_string(d.decision)) {
       problem(fmt::format("decision.json: decision {} does not follow from the evidence, which gives {} ({})",
                           recorded_decision, d.decision, fmt::join(d.reasons, "; ")));
     } else if (!m_b.decision.contains("exit_code") || m_b.decision["exit_code"] != d.exit_code) {

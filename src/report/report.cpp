@@ -1,5 +1,6 @@
 #include "report/report.h"
 
+#include "record/decision.h"
 #include "report/svg.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -329,9 +330,12 @@ std::string render_html(const BundleData& b) {
   const json gates = b.plan.value("gates", json::object());
   const double bar = gates.value("min_improvement_pct", 0.0);
   const double aa_bound = gates.value("max_aa_difference_pct", 1.0);
-  const std::string color = m.decision == "KEEP_CANDIDATE" ? "#1a7f37" : m.decision == "KEEP_BASELINE" ? "#9a6700"
-                                                                       : m.decision == "INCONCLUSIVE"  ? "#57606a"
-                                                                                                        : "#cf222e";
+  // Red for INVALID and for anything the bundle says that is not a decision.
+  const std::optional<DecisionKind> decision = parse_decision(m.decision);
+  const std::string color = decision == DecisionKind::keep_candidate ? "#1a7f37"
+                            : decision == DecisionKind::keep_baseline ? "#9a6700"
+                            : decision == DecisionKind::inconclusive  ? "#57606a"
+                                                                      : "#cf222e";
   std::string out =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + svg::escape(m.title) +
       "</title>\n<style>body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:24px auto;padding:0 16px;"

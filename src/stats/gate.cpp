@@ -1,6 +1,9 @@
 #include "stats/gate.h"
 
 #include "stats/checks.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
 
 #include <cmath>
 #include <stdexcept>
@@ -13,8 +16,24 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::pass: return "PASS";
     case Verdict::fail: return "FAIL";
     case Verdict::inconclusive: return "INCONCLUSIVE";
+    case Verdict::invalid: return "INVALID";
+    case Verdict::refused: return "REFUSED";
+    case Verdict::interrupted: return "INTERRUPTED";
   }
   throw std::invalid_argument("to_string: unknown Verdict " + std::to_string(static_cast<int>(verdict)));
+}
+
+std::optional<Verdict> parse_verdict(std::string_view name) {
+  for (Verdict v : {Verdict::pass, Verdict::fail, Verdict::inconclusive, Verdict::invalid, Verdict::refused,
+                    Verdict::interrupted}) {
+    if (to_string(v) == name) return v;
+  }
+  return std::nullopt;
+}
+
+Verdict parse_verdict_field(std::string_view name, std::string_view where) {
+  if (std::optional<Verdict> v = parse_verdict(name)) return *v;
+  throw DataError(fmt::format("{}: unknown verdict '{}'", where, name));
 }
 
 Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind) {

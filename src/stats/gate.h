@@ -4,14 +4,34 @@
 
 #include "stats/effect.h"
 
+#include <fmt/format.h>
+
+#include <optional>
+#include <string>
 #include <string_view>
 
 namespace kwb::stats {
 
 enum class GateKind { ci, point };
-enum class Verdict { pass, fail, inconclusive };
+// A workload's or a comparison's verdict. The gates below answer pass, fail or inconclusive; the pipeline adds why
+// a comparison has no metric: invalid (an output failed validation while timed), refused (an arm failed its check
+// before timing), interrupted (kwb was stopped by a signal).
+enum class Verdict { pass, fail, inconclusive, invalid, refused, interrupted };
 
-std::string_view to_string(Verdict verdict);  // "PASS", "FAIL", "INCONCLUSIVE"
+std::string_view to_string(Verdict verdict);  // "PASS", "FAIL", "INCONCLUSIVE", "INVALID", "REFUSED", "INTERRUPTED"
+std::optional<Verdict> parse_verdict(std::string_view name);
+// A name in a file kwb reads back: one it does not know throws DataError naming `where`.
+Verdict parse_verdict_field(std::string_view name, std::string_view where);
+
+// JSON holds the name (util/backend_kind.h says why).
+template <typename BasicJson>
+void to_json(BasicJson& j, const Verdict& v) {
+  j = std::string(to_string(v));
+}
+template <typename BasicJson>
+void from_json(const BasicJson& j, Verdict& v) {
+  v = parse_verdict_field(j.template get<std::string>(), "JSON verdict");
+}
 
 // Is the candidate faster by at least X = min_improvement_pct?
 // ci:    PASS when ci_low_pct >= X, FAIL when ci_high_pct < X, else INCONCLUSIVE.
@@ -25,3 +45,10 @@ Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement
 Verdict aa_verdict(const EffectEstimate& effect, double max_aa_difference_pct);
 
 }  // namespace kwb::stats
+
+template <>
+struct fmt::formatter<kwb::stats::Verdict> : fmt::formatter<std::string_view> {
+  auto format(kwb::stats::Verdict v, format_context& ctx) const -> decltype(ctx.out()) {
+    return fmt::formatter<std::string_view>::format(kwb::stats::to_string(v), ctx);
+  }
+};

@@ -622,7 +622,7 @@ TEST(validate_test, artifact_changed_after_freeze_makes_the_run_invalid) {
     std::ofstream(d / tampered, std::ios::app) << "appended after freeze";
   };
   ValidateResult r = run_validate(o, obs);
-  EXPECT_EQ(r.decision.decision, "INVALID");
+  EXPECT_EQ(r.decision.decision, DecisionKind::invalid);
   ASSERT_FALSE(tampered.empty());
   bool named = false;
   for (const std::string& reason : r.decision.reasons) {

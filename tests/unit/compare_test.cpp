@@ -84,7 +84,7 @@ TEST(compare_test, clear_improvement_passes_at_the_first_look) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.8, 0.01, 1);  // B is 20% faster
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
-  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::pass) << r.result.reason;
   EXPECT_EQ(r.result.blocks, 10u);
   ASSERT_TRUE(r.result.estimate);
   EXPECT_NEAR(r.result.estimate->improvement_pct, 20.0, 0.5);
@@ -96,7 +96,7 @@ TEST(compare_test, improvement_below_the_bar_fails) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.8, 0.01, 2);
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 30.0, 1.0, 0.05});
-  EXPECT_EQ(r.result.verdict, "FAIL") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::fail) << r.result.reason;
   EXPECT_LT(r.result.estimate->ci_high_pct, 30.0);
 }
 
@@ -104,7 +104,7 @@ TEST(compare_test, effect_at_the_bar_is_inconclusive_when_the_budget_ends) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.9, 0.02, 3);  // exactly 10% faster: no interval can clear or miss 10%
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {10, 100000, 5.0});
-  EXPECT_EQ(r.result.verdict, "INCONCLUSIVE") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::inconclusive) << r.result.reason;
   EXPECT_TRUE(r.result.stopped_by_budget);
   EXPECT_LE(clock.seconds() - 1000.0, 5.0 + 1e-9);  // never starts a block that cannot finish in the budget
   EXPECT_NE(r.result.reason.find("MDE"), std::string::npos);
@@ -140,7 +140,7 @@ TEST(compare_test, invalid_output_during_timing_gives_invalid_and_no_metric) {
   SyntheticRunner runner(clock, 0.8, 0.01, 5);
   runner.fail_at_block = 3;
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
-  EXPECT_EQ(r.result.verdict, "INVALID");
+  EXPECT_EQ(r.result.verdict, stats::Verdict::invalid);
   EXPECT_FALSE(r.result.estimate);
   ASSERT_EQ(r.result.failures.size(), 1u);
   EXPECT_EQ(r.result.failures[0].reason, FailureReason::numeric_mismatch);
@@ -154,17 +154,17 @@ TEST(compare_test, aa_identical_arms_pass_equivalence_and_are_not_faster) {
   FakeClock clock;
   SyntheticRunner runner(clock, 1.0, 0.01, 6);
   Outcome r = run(runner, clock, {CompareMode::aa, stats::GateKind::ci, 0.0, 1.0, 0.05});
-  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::pass) << r.result.reason;
   EXPECT_LE(r.result.estimate->ci_high_pct, 1.0);
   EXPECT_GE(r.result.estimate->ci_low_pct, -1.0);
-  EXPECT_NE(r.result.faster_verdict, "PASS");
+  EXPECT_NE(r.result.faster_verdict, stats::Verdict::pass);
 }
 
 TEST(compare_test, aa_with_a_real_difference_fails_equivalence) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.95, 0.005, 7);  // "A'" 5% faster than A: the noise floor is broken
   Outcome r = run(runner, clock, {CompareMode::aa, stats::GateKind::ci, 0.0, 1.0, 0.05});
-  EXPECT_EQ(r.result.verdict, "FAIL") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::fail) << r.result.reason;
 }
 
 TEST(compare_test, point_gate_decides_once_at_the_first_look) {
@@ -172,7 +172,7 @@ TEST(compare_test, point_gate_decides_once_at_the_first_look) {
   SyntheticRunner runner(clock, 0.9, 0.05, 8);
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::point, 5.0, 1.0, 0.05});
   EXPECT_EQ(r.result.blocks, 10u);
-  EXPECT_EQ(r.result.verdict, r.result.estimate->improvement_pct >= 5.0 ? "PASS" : "FAIL");
+  EXPECT_EQ(r.result.verdict, r.result.estimate->improvement_pct >= 5.0 ? stats::Verdict::pass : stats::Verdict::fail);
 }
 
 TEST(compare_test, repetitions_are_a_floor_the_budget_cannot_cut) {
@@ -181,14 +181,14 @@ TEST(compare_test, repetitions_are_a_floor_the_budget_cannot_cut) {
   runner.visit_seconds = 10.0;  // 20 s per block against a 25 s budget
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {5, 100000, 25.0});
   EXPECT_EQ(r.result.blocks, 5u);
-  EXPECT_EQ(r.result.verdict, "PASS") << r.result.reason;
+  EXPECT_EQ(r.result.verdict, stats::Verdict::pass) << r.result.reason;
 }
 
 TEST(compare_test, a_block_cap_below_two_reports_no_interval) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.8, 0.01, 9);
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {1, 1, 25.0});
-  EXPECT_EQ(r.result.verdict, "INCONCLUSIVE");
+  EXPECT_EQ(r.result.verdict, stats::Verdict::inconclusive);
   EXPECT_EQ(r.result.blocks, 1u);
   EXPECT_FALSE(r.result.estimate);
 }
@@ -216,16 +216,19 @@ TEST(compare_test, samples_csv_has_a_row_per_sample) {
 }
 
 TEST(compare_test, overall_verdict_precedence) {
-  auto w = [](const char* v) {
+  using stats::Verdict;
+  auto w = [](Verdict v) {
     WorkloadResult r;
     r.verdict = v;
     return r;
   };
-  EXPECT_EQ(overall_verdict({w("PASS"), w("PASS")}), "PASS");
-  EXPECT_EQ(overall_verdict({w("PASS"), w("INCONCLUSIVE")}), "INCONCLUSIVE");
-  EXPECT_EQ(overall_verdict({w("INCONCLUSIVE"), w("FAIL")}), "FAIL");
-  EXPECT_EQ(overall_verdict({w("FAIL"), w("INVALID")}), "INVALID");
-  EXPECT_EQ(overall_verdict({}), "INCONCLUSIVE");
+  EXPECT_EQ(overall_verdict({w(Verdict::pass), w(Verdict::pass)}), Verdict::pass);
+  EXPECT_EQ(overall_verdict({w(Verdict::pass), w(Verdict::inconclusive)}), Verdict::inconclusive);
+  EXPECT_EQ(overall_verdict({w(Verdict::inconclusive), w(Verdict::fail)}), Verdict::fail);
+  EXPECT_EQ(overall_verdict({w(Verdict::fail), w(Verdict::invalid)}), Verdict::invalid);
+  EXPECT_EQ(overall_verdict({}), Verdict::inconclusive);
+  // A verdict that is not a workload's (refused, interrupted) never reads as a pass.
+  EXPECT_EQ(overall_verdict({w(Verdict::pass), w(Verdict::refused)}), Verdict::inconclusive);
 }
 
 }  // namespace
