@@ -128,10 +128,7 @@ Action add_revalidate(CLI::App& root) {
       "revalidate", "Validate the task's incumbent against its original baseline (generation 0): the compounded "
                     "improvement, measured instead of multiplied");
   app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
-  app->add_option("--output-dir", a->output_dir, "Evidence bundle folder (must not exist yet)")->required();
-  add_timing_options(*app, a->timing);
-  app->add_option("--seed", a->seed, "Seed for everything random (default: drawn and recorded in the plan)");
-  app->add_flag("--json", a->json, "Print decision.json");
+  add_validate_run_options(*app, *a);
   return [a]() {
     const Task task = load_task(a->task_dir);
     const std::optional<std::filesystem::path> path = ledger_path();

@@ -39,6 +39,8 @@ const Param k_max_minutes{"max_minutes", Kind::number, false, "--max-minutes",
                           "Timing budget per workload comparison, in minutes"};
 const Param k_min_improvement{"min_improvement_pct", Kind::number, false, "--min-improvement-pct",
                               "Improvement the candidate must show on every workload (default 0)"};
+const Param k_no_profile{"no_profile", Kind::boolean, false, "--no-profile",
+                         "Skip the profile stage (descriptive; the decision never depends on it)"};
 const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
                      "A/A: largest |A' vs A| accepted as the noise floor (default 1)"};
 
@@ -70,7 +72,7 @@ const std::vector<Tool>& tools() {
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"against_incumbent", Kind::boolean, false, "--against=incumbent",
          "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa,
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_no_profile,
         {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
       {"profile", "profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
@@ -88,7 +90,7 @@ const std::vector<Tool>& tools() {
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
        {k_task, {"output_dir", Kind::string, true, "--output-dir", "Evidence bundle folder (must not exist yet)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa,
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_no_profile,
         {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
       {"history", "history", "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend}},

@@ -147,9 +147,16 @@ void add_validate_options(CLI::App& app, ValidateArgs& a) {
                  "incumbent: the baseline is the task's incumbent in the ledger (kwb keep; the task's baseline when "
                  "nothing was kept)")
       ->check(CLI::IsMember({"incumbent"}));
+  add_validate_run_options(app, a);
+}
+
+void add_validate_run_options(CLI::App& app, ValidateArgs& a) {
   app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
   add_timing_options(app, a.timing);
   app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)");
+  app.add_flag("--no-profile", a.no_profile,
+               "Skip the profile stage: it is descriptive, the decision never depends on it, and under valgrind it "
+               "is the slowest part of a short validate");
   app.add_flag("--json", a.json, "Print decision.json");
 }
 
@@ -167,6 +174,7 @@ ValidateOptions validate_options(const ValidateArgs& a) {
   o.workloads = a.timing.workloads;
   o.exhaustive_checks = a.timing.exhaustive;
   o.layouts = a.timing.layouts;
+  o.profile = !a.no_profile;
   return o;
 }
 

@@ -98,10 +98,13 @@ struct ValidateArgs {
   bool json = false;
   std::optional<uint64_t> seed;  // none: drawn at random and recorded in the plan
   std::string against;           // "incumbent": the baseline is the ledger's incumbent (cli/ledger.h)
+  bool no_profile = false;
   TimingArgs timing;
 };
 
 void add_validate_options(CLI::App& app, ValidateArgs& a);
+// What validate and revalidate share: the bundle folder, the timing options, the seed, --no-profile, --json.
+void add_validate_run_options(CLI::App& app, ValidateArgs& a);
 // Everything but the device and argv, which the verb fills in.
 ValidateOptions validate_options(const ValidateArgs& a);
 

@@ -83,7 +83,9 @@ public:
         }
       });
       bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
-      stage(2, [&] { return profile(); }, frozen);
+      stage(2, [&] { return profile(); }, frozen && m_opt.profile,
+            frozen ? "skipped: --no-profile (the profile is descriptive; the decision never depends on it)"
+                   : "skipped: an earlier stage it depends on failed");
       bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
       stage(4, [&] { return controls(); }, frozen);
       const bool timing_allowed = baseline_ok && candidate_ok;
@@ -273,6 +275,7 @@ private:
         {"device", m_opt.device},
         {"cold", m_opt.timing.cold},
         {"exhaustive_checks", m_opt.exhaustive_checks},
+        {"profile", m_opt.profile},
         // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
         // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
         {"worker_environment", worker_environment()},
@@ -398,6 +401,7 @@ private:
     m_inputs.candidate_check_pass = r.pass();
     m_stage_failed = !r.pass();
     if (auto why = timing_refusal(r)) return check_summary(r) + "; timing and profiling refused";
+    if (!m_opt.profile) return check_summary(r) + "; not profiled (--no-profile)";
     std::string profiled;
     try {
       profiled = "; profile " + profile_one("candidate");

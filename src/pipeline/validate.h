@@ -38,6 +38,9 @@ struct ValidateOptions {
   std::vector<std::string> workloads;
   int layouts = 0;                 // builds per arm in the layout pool; 0: default_layouts(backend)
   bool exhaustive_checks = defaults::k_exhaustive;  // every check runs every case (CheckOptions::exhaustive)
+  // Profile baseline and candidate (the profile stage, and the candidate's after its check). Descriptive only: the
+  // decision never depends on it, and under valgrind it is the slowest part of a short validate.
+  bool profile = true;
   std::vector<std::string> argv;
 };
 

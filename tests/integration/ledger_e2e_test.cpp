@@ -61,13 +61,14 @@ protected:
     fs::remove_all(m_dir);
   }
 
-  // Two layouts per arm, not eight: the ledger is this test's subject, and every generation's pool is built fresh.
+  // Two layouts per arm, not eight, and no profile: the ledger is this test's subject, and every generation's pool
+  // is built fresh.
   std::vector<std::string> validate_args(const std::string& candidate, const std::string& bundle,
                                          bool against_incumbent) const {
     std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_task / "cpu" / candidate).string(),
                                   "--output-dir", (m_dir / bundle).string(), "--workload", "decode",
                                   "--max-minutes", "0.15", "--max-aa-difference-pct", "25", "--layouts", "2",
-                                  "--json"};
+                                  "--no-profile", "--json"};
     if (against_incumbent) a.push_back("--against=incumbent");
     return a;
   }
@@ -79,6 +80,16 @@ protected:
 TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_bundle_is_refused) {
   KwbRun v1 = run_kwb(validate_args("baseline.cpp", "gen1", true));
   ASSERT_EQ(v1.json.value("decision", ""), "KEEP_CANDIDATE") << v1.output << v1.errors;
+  // --no-profile is in the plan and in stages.json with its reason, and nothing was profiled.
+  EXPECT_EQ(nlohmann::json::parse(read_file(m_dir / "gen1" / "plan.json"))["profile"], false);
+  const nlohmann::json stages = nlohmann::json::parse(read_file(m_dir / "gen1" / "stages.json"));
+  bool profile_skipped = false;
+  for (const auto& s : stages["stages"]) {
+    if (s["name"] != "profile") continue;
+    profile_skipped = s["status"] == "skipped" && s["summary"].get<std::string>().find("--no-profile") != std::string::npos;
+  }
+  EXPECT_TRUE(profile_skipped) << stages.dump();
+  EXPECT_FALSE(fs::exists(m_dir / "gen1" / "profile"));
   KwbRun k1 = run_kwb({"keep", (m_dir / "gen1").string(), "--json"});
   ASSERT_EQ(k1.exit_code, 0) << k1.output << k1.errors;
   EXPECT_EQ(k1.json["incumbent"]["generation"], 1) << k1.output;
