@@ -5,7 +5,8 @@
 // user it ran as (it would then read any file, or ptrace the baseline's timing workers to slow them).
 // Defense: every process that loads candidate code is sandboxed; the profile worker gets a deny-list (no fork,
 // no setsid, no ptrace, no signals to others; EPERM) and runs as nobody when kwb is root.
-// Expected: validate completes; no marker file exists afterwards; no process of it survives.
+// Expected: profile (and validate's profile stage, the same code in the same worker) completes; no marker file
+// exists afterwards; no process of it survives.
 #include "rmsnorm_common.h"
 
 #include <fcntl.h>

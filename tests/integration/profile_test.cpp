@@ -174,6 +174,19 @@ TEST(profile_test, human_output_has_the_table_the_passes_and_the_descriptive_lab
   }
 }
 
+// tests/adversarial/profile_escape.cpp behaves wherever /proc/self/maps cannot be opened (the timing worker) and
+// forks a daemon that leaves a marker where it can (the profile worker). The profile stage of validate is this same
+// run_profile in this same worker; here it runs without the timed stages, so beside the other parallel tests.
+TEST(profile_test, the_profile_worker_cannot_start_a_daemon_that_outlives_it) {
+  const std::filesystem::path marker = "/tmp/kwb-profile-escape";
+  std::error_code ec;
+  std::filesystem::remove(marker, ec);
+  KwbRun r = profile(k_adversarial / "profile_escape.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << "the fork is refused (EPERM) and the candidate goes on: " << r.errors;
+  EXPECT_FALSE(std::filesystem::exists(marker)) << read_file(marker);
+}
+
 TEST(profile_test, unknown_workload_is_a_usage_error) {
   KwbRun r = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "nope"});

@@ -495,7 +495,8 @@ TEST(validate_test, control_as_candidate_is_rejected_at_check_with_no_metric) {
 
 TEST(validate_test, baseline_as_candidate_is_not_kept) {
   fs::path d = scratch("self");
-  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "baseline.cpp", d, {"--min-improvement-pct", "5"}));
+  KwbRun r = run_kwb(
+      validate_args(k_rmsnorm_lite / "cpu" / "baseline.cpp", d, {"--min-improvement-pct", "5", "--no-profile"}));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["decision"], "KEEP_CANDIDATE");
   EXPECT_NE(r.exit_code, 0);
