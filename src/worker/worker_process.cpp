@@ -534,9 +534,13 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
                                                                 : "unexpected answer to load: " + reply->dump().substr(0, 200);
     const std::string said =
         reply->value("type", "") == protocol::k_error ? protocol::text_field(*reply, "reason") : std::string();
-    // Not the implementation's doing: a driver or device missing here, a device selection that names nothing.
-    if (said == protocol::k_backend_unavailable) throw Error(ExitCode::unavailable, out.detail);
-    if (said == protocol::k_backend_usage) throw UsageError(out.detail);
+    // The worker opens the backend before it loads the implementation, but the implementation's constructors can
+    // write this same answer (tests/adversarial/forged_backend_error.cpp). A device backend that was probed fine
+    // before the verb (probe_backend) and is unavailable at load is the machine's doing: exit 69, no verdict (a
+    // forgery of it can deny a verdict, never win one). A usage error (a device selection that names nothing) is
+    // caught by the probe, and on cpu nothing can be unavailable: such answers at load are forged, and fall through
+    // to the implementation's protocol failure.
+    if (said == protocol::k_backend_unavailable && is_device(backend)) throw Error(ExitCode::unavailable, out.detail);
     // Reasons the worker may give for a load it refused; anything else is a forged or garbled answer.
     static constexpr FailureReason k_load_reasons[] = {FailureReason::load_failed, FailureReason::missing_symbol,
                                                        FailureReason::abi_mismatch, FailureReason::setup_failed};

@@ -92,6 +92,15 @@ TEST(trusted_timing_test, forged_protocol_messages_are_the_candidates_failure_ne
   EXPECT_TRUE(reasons(r.json["failures"]).contains("protocol")) << r.json["failures"].dump();
 }
 
+TEST(trusted_timing_test, a_forged_backend_error_at_load_is_the_candidates_failure_not_the_users) {
+  KwbRun r = check(k_adversarial / "forged_backend_error.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  EXPECT_TRUE(reasons(r.json["failures"]).contains("protocol")) << r.json["failures"].dump();
+  EXPECT_EQ(r.errors.find("no such device"), std::string::npos) << "the candidate's text is not kwb's message";
+}
+
 TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
   KwbRun r = check(k_adversarial / "signal_routing.cpp");
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
