@@ -50,7 +50,11 @@ void print_summary(const ValidateResult& r) {
   if (!rows.empty()) {
     std::cout << "\n" << format_table({"workload", "B vs A (improvement)", "gate", "A' vs A", "A/A"}, rows);
   }
-  std::cout << fmt::format("\nDECISION: {}\n", r.decision.decision);
+  if (r.decision_json.is_null() || r.decision_json.empty()) {
+    std::cout << "\nDECISION: none (the decision stage did not finish; stages.json says why)\n";
+  } else {
+    std::cout << fmt::format("\nDECISION: {}\n", r.decision.decision);
+  }
   for (const std::string& reason : r.decision.reasons) std::cout << "  - " << reason << "\n";
   std::cout << fmt::format("\nbundle: {}\nplan digest: {}\nreport: {}\n", r.bundle.string(), r.plan_digest,
                            (r.bundle / "report.md").string());

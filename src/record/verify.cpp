@@ -93,6 +93,7 @@ struct Plan {
   int layouts = 1;          // builds per arm in the layout pool
   bool layout_offsets = false;
   size_t tensors = 0;
+  bool profile = true;      // false: --no-profile (absent: profiled)
 
   // The arm's layout pool in layout order: the plain build, then role + "_layout" builds.
   std::vector<const PlannedImpl*> pool(const std::string& role) const {
@@ -299,6 +300,7 @@ private:
       throw FieldError("task.oracle.identity does not describe a build of task.oracle.source_sha256");
     }
     m_plan.backend = str_field(p, "backend");
+    m_plan.profile = !p.contains("profile") || bool_field(p, "profile");
     if (!parse_backend(m_plan.backend)) {
       throw FieldError(
           fmt::format("backend '{}' is not one kwb knows ({})", m_plan.backend, fmt::join(backend_names(), ", ")));
@@ -816,7 +818,7 @@ private:
   }
 
   // What the stages say they did must have left its evidence; a stage may be skipped only when what it depends on
-  // failed. Deleting a file is then a problem, never a different decision.
+  // failed, or (the profile) when the plan says so. Deleting a file is then a problem, never a different decision.
   void required_evidence() {
     std::map<std::string, std::string> status;
     for (const json& s : array_field(m_b.stages, "stages")) status[str_field(s, "name", " of a stage")] = str_field(s, "status", " of a stage");
@@ -829,6 +831,13 @@ private:
     };
     for (const auto& [name, st] : status) {
       if (st == "pending" || st == "running") problem(fmt::format("stages.json: stage {} is still '{}' in a decided bundle", name, st));
+    }
+    const std::string profile = status.contains("profile") ? status.at("profile") : "missing";
+    if (!m_plan.profile && profile != "skipped") {
+      problem(fmt::format("stages.json: stage profile is '{}' although the plan says --no-profile", profile));
+    }
+    if (m_plan.profile && profile == "skipped" && status["freeze"] == "ok") {
+      problem("stages.json: stage profile was skipped although the plan froze and asks for a profile");
     }
     if (ran("check_baseline")) require(m_b.checks.contains("baseline"), "check_baseline", "checks/baseline.json");
     if (ran("check_candidate")) require(m_b.checks.contains("candidate"), "check_candidate", "checks/candidate.json");
