@@ -47,6 +47,10 @@ std::vector<std::string> validate_args(const fs::path& candidate, const fs::path
   return a;
 }
 
+// For a candidate refused at its check: nothing is timed, so two layouts (not eight builds per arm) and no profile
+// change nothing the test looks at.
+const std::vector<std::string> k_refused_fast = {"--layouts", "2", "--no-profile"};
+
 class ValidateBundle : public ::testing::Test {
 protected:
   // ctest runs each test in its own process; the real run happens once per kwb binary and is shared through the
@@ -456,7 +460,7 @@ TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_wit
 // written, and the decision keeps the baseline.
 TEST(validate_test, candidate_printing_invalid_utf8_is_rejected_with_its_check_recorded) {
   const fs::path d = scratch("utf8");
-  KwbRun r = run_kwb(validate_args(k_source_dir / "tests" / "adversarial" / "invalid_utf8.cpp", d));
+  KwbRun r = run_kwb(validate_args(k_source_dir / "tests" / "adversarial" / "invalid_utf8.cpp", d, k_refused_fast));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.errors;
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.json.dump(2);
@@ -480,7 +484,7 @@ TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
 
 TEST(validate_test, control_as_candidate_is_rejected_at_check_with_no_metric) {
   fs::path d = scratch("control");
-  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "controls" / "wrong_axis.cpp", d));
+  KwbRun r = run_kwb(validate_args(k_rmsnorm_lite / "cpu" / "controls" / "wrong_axis.cpp", d, k_refused_fast));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE");
   EXPECT_EQ(r.exit_code, 1);
@@ -529,8 +533,8 @@ TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reas
   // The candidate crashes too, so its check fails and nothing is timed.
   const fs::path d = scratch("control-failfast");
   KwbRun r = run_kwb({"validate", task_dir.string(), "--candidate", (candidates / "crash.cpp").string(),
-                      "--output-dir", d.string(), "--workload", "decode", "--timeout-seconds", "5", "--seed", "13",
-                      "--json"});
+                      "--output-dir", d.string(), "--workload", "decode", "--timeout-seconds", "2", "--seed", "13",
+                      "--layouts", "2", "--no-profile", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["decision"], "INVALID") << r.json.dump(2);
   EXPECT_NE(r.json["reasons"].dump().find("control 'crashes_first' was rejected, but not for 'numeric_mismatch'"),
