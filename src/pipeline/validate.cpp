@@ -363,6 +363,7 @@ private:
   std::string check_baseline() {
     CheckReport r = check(impl("baseline"), "checks/baseline.json", 0);
     m_inputs.baseline_check_pass = r.pass();
+    m_inputs.min_improvement_pct = m_opt.gate.min_improvement_pct;
     m_stage_failed = !r.pass();
     return check_summary(r);
   }
@@ -507,11 +508,20 @@ private:
     m_bundle.write_text("samples.csv", csv);
   }
 
+  static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
+    WorkloadVerdict v{w.name, w.verdict, std::nullopt, std::nullopt};
+    if (w.estimate) {
+      v.ci_low_pct = w.estimate->ci_low_pct;
+      v.ci_high_pct = w.estimate->ci_high_pct;
+    }
+    return v;
+  }
+
   std::string aa() {
     CompareReport c = compare(CompareMode::aa, "baseline", "A'");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
-      m_inputs.aa.push_back({w.name, w.verdict});
+      m_inputs.aa.push_back(workload_verdict(w));
       parts.push_back(fmt::format("{} {}", w.name, w.verdict));
     }
     m_stage_failed = c.verdict != stats::Verdict::pass;
@@ -525,7 +535,7 @@ private:
     CompareReport c = compare(CompareMode::ab, "candidate", "B");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
-      m_inputs.ab.push_back({w.name, w.verdict});
+      m_inputs.ab.push_back(workload_verdict(w));
       parts.push_back(w.estimate ? fmt::format("{} {:+.1f}% {}", w.name, w.estimate->improvement_pct, w.verdict)
                                  : fmt::format("{} {}", w.name, w.verdict));
     }

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace kwb {
 
 // Precedence: INVALID (the referee itself cannot be trusted: broken baseline, weak grader, changed artifacts,
@@ -25,8 +28,18 @@ std::optional<DecisionKind> parse_decision(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, const WorkloadVerdict& aa) {
+  if (!ab.ci_low_pct || !aa.ci_low_pct || !aa.ci_high_pct) return std::nullopt;
+  const double ratio = 1.0 - *ab.ci_low_pct / 100.0;  // the slowest t_B / t_A the A/B interval allows
+  const double lo = 1.0 - *aa.ci_high_pct / 100.0, hi = 1.0 - *aa.ci_low_pct / 100.0;  // A/A's t_A' / t_A
+  if (!(ratio > 0.0) || !(lo > 0.0) || !(hi > 0.0)) return std::nullopt;
+  const double bias = std::max(std::abs(std::log(lo)), std::abs(std::log(hi)));
+  return 100.0 * (1.0 - ratio * std::exp(bias));
+}
+
 Decision decide(const DecisionInputs& in) {
   std::vector<std::string> invalid, reject, unsure;
+  std::vector<std::string> notes;  // why a KEEP_CANDIDATE stands although an A/A did not settle
   for (const std::string& e : in.stage_errors) invalid.push_back("stage error: " + e);
   for (const std::string& m : in.identity_mismatches) invalid.push_back("identity mismatch: " + m);
   for (const std::string& m : in.environment_mismatches) invalid.push_back("environment changed: " + m);
@@ -55,6 +68,12 @@ Decision decide(const DecisionInputs& in) {
       invalid.push_back("the separately built baseline copy (A') fails the check");
     }
     if (in.aa.empty()) unsure.push_back("no A/A calibration");
+    auto ab_of = [&](const std::string& workload) -> const WorkloadVerdict* {
+      for (const WorkloadVerdict& w : in.ab) {
+        if (w.workload == workload) return &w;
+      }
+      return nullptr;
+    };
     for (const WorkloadVerdict& w : in.aa) {
       if (w.verdict == stats::Verdict::fail) {
         invalid.push_back(fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
@@ -63,7 +82,22 @@ Decision decide(const DecisionInputs& in) {
       } else if (w.verdict == stats::Verdict::invalid) {
         invalid.push_back(fmt::format("A/A on '{}' failed validation during timing", w.workload));
       } else if (w.verdict != stats::Verdict::pass) {
-        unsure.push_back(fmt::format("A/A on '{}' could not confirm the noise floor within bounds", w.workload));
+        // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
+        // candidate clears the bar even when charged the worst bias in it, the calibration cannot change this
+        // workload's outcome (docs/timing.md, "When the A/A does not settle").
+        const WorkloadVerdict* ab = ab_of(w.workload);
+        const std::optional<double> net =
+            ab && ab->verdict == stats::Verdict::pass ? improvement_net_of_aa_bias(*ab, w) : std::nullopt;
+        if (w.verdict == stats::Verdict::inconclusive && net && *net >= in.min_improvement_pct) {
+          notes.push_back(fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
+                                      "but charged the worst bias in it the candidate still improves by at least "
+                                      "{:+.2f}%, at or above the bar of {}%",
+                                      w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in.min_improvement_pct));
+        } else {
+          unsure.push_back(fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
+                                       "interval is not small next to the A/B margin over the bar",
+                                       w.workload));
+        }
       }
     }
     if (in.ab.empty()) unsure.push_back("no A/B comparison");
@@ -91,7 +125,10 @@ Decision decide(const DecisionInputs& in) {
   } else if (!unsure.empty()) {
     d = {DecisionKind::inconclusive, unsure, 2};
   } else {
-    d = {DecisionKind::keep_candidate, {"every check, control, calibration and workload gate passed"}, 0};
+    std::vector<std::string> why = {notes.empty() ? "every check, control, calibration and workload gate passed"
+                                                  : "every check, control and workload gate passed"};
+    why.insert(why.end(), notes.begin(), notes.end());
+    d = {DecisionKind::keep_candidate, why, 0};
   }
   return d;
 }
@@ -102,14 +139,26 @@ std::optional<bool> opt_bool(const nlohmann::json& j, const char* k) {
   if (!j.contains(k) || j[k].is_null()) return std::nullopt;
   return j[k].get<bool>();
 }
+nlohmann::json opt(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
+std::optional<double> opt_double(const nlohmann::json& j, const char* k) {
+  if (!j.contains(k) || j[k].is_null()) return std::nullopt;
+  return j[k].get<double>();
+}
 nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& w : v) a.push_back({{"workload", w.workload}, {"verdict", w.verdict}});
+  for (const auto& w : v) {
+    a.push_back({{"workload", w.workload},
+                 {"verdict", w.verdict},
+                 {"ci_low_pct", opt(w.ci_low_pct)},
+                 {"ci_high_pct", opt(w.ci_high_pct)}});
+  }
   return a;
 }
 std::vector<WorkloadVerdict> verdicts_from(const nlohmann::json& a) {
   std::vector<WorkloadVerdict> v;
-  for (const auto& w : a) v.push_back({w.at("workload"), w.at("verdict")});
+  for (const auto& w : a) {
+    v.push_back({w.at("workload"), w.at("verdict"), opt_double(w, "ci_low_pct"), opt_double(w, "ci_high_pct")});
+  }
   return v;
 }
 }  // namespace
@@ -126,6 +175,7 @@ nlohmann::json to_json(const DecisionInputs& in) {
           {"controls", controls},
           {"aa", verdicts(in.aa)},
           {"ab", verdicts(in.ab)},
+          {"min_improvement_pct", in.min_improvement_pct},
           {"final_check_pass", opt(in.final_check_pass)},
           {"identity_mismatches", in.identity_mismatches},
           {"environment_mismatches", in.environment_mismatches},
@@ -144,6 +194,7 @@ DecisionInputs decision_inputs_from_json(const nlohmann::json& j) {
   }
   in.aa = verdicts_from(j.at("aa"));
   in.ab = verdicts_from(j.at("ab"));
+  in.min_improvement_pct = j.value("min_improvement_pct", 0.0);
   in.final_check_pass = opt_bool(j, "final_check_pass");
   in.identity_mismatches = j.at("identity_mismatches").get<std::vector<std::string>>();
   in.environment_mismatches = j.at("environment_mismatches").get<std::vector<std::string>>();

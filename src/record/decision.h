@@ -27,6 +27,8 @@ struct ControlOutcome {
 struct WorkloadVerdict {
   std::string workload;
   stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
+  // The interval of the improvement estimate (percent), when the comparison has one.
+  std::optional<double> ci_low_pct, ci_high_pct;
 };
 
 struct DecisionInputs {
@@ -36,6 +38,7 @@ struct DecisionInputs {
   std::vector<ControlOutcome> controls;
   std::vector<WorkloadVerdict> aa;  // empty when the stage did not run
   std::vector<WorkloadVerdict> ab;
+  double min_improvement_pct = 0.0;  // the plan's bar, which the A/B gate used
   std::optional<bool> final_check_pass;
   std::vector<std::string> identity_mismatches;
   std::vector<std::string> environment_mismatches;
@@ -69,6 +72,11 @@ struct Decision {
 };
 
 Decision decide(const DecisionInputs& in);
+
+// The least improvement (percent) the A/B interval allows once the worst harness bias the A/A interval allows is
+// charged against the candidate: with r = t_B / t_A <= 1 - ab.ci_low / 100 and a bias factor up to
+// exp(max |log(1 - aa / 100)|) over the A/A interval's ends, 100 * (1 - r * factor). None without both intervals.
+std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, const WorkloadVerdict& aa);
 
 nlohmann::json to_json(const DecisionInputs& in);
 DecisionInputs decision_inputs_from_json(const nlohmann::json& j);

@@ -626,7 +626,7 @@ private:
     for (const std::string& planned : m_plan.workloads) {
       // Missing evidence is never a pass: the decision replays it as inconclusive.
       if (std::find(names.begin(), names.end(), planned) == names.end()) {
-        out.push_back({planned, stats::Verdict::inconclusive});
+        out.push_back({planned, stats::Verdict::inconclusive, std::nullopt, std::nullopt});
       }
     }
     const json& workloads = array_field(*cmp, "workloads");
@@ -669,7 +669,7 @@ private:
     if (verdict == "INVALID") {
       if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
-      out.push_back({name, stats::Verdict::invalid});
+      out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt});
       return;
     }
     if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
@@ -712,7 +712,7 @@ private:
       }
     }
     if (!complete) {
-      out.push_back({name, stats::Verdict::inconclusive});  // unverifiable: never a pass
+      out.push_back({name, stats::Verdict::inconclusive, std::nullopt, std::nullopt});  // unverifiable: never a pass
       return;
     }
     // Replay the decision procedure on the re-derived ratios, with the plan's gate: it must not have decided before
@@ -742,7 +742,8 @@ private:
         }
       }
     }
-    out.push_back({name, derived_verdict});
+    out.push_back({name, derived_verdict, est ? std::optional(est->ci_low_pct) : std::nullopt,
+                   est ? std::optional(est->ci_high_pct) : std::nullopt});
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
                          d.size(), derived, timed));
   }
@@ -876,6 +877,7 @@ private:
     m_inputs.baseline_check_pass = pass_of("baseline");
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.final_check_pass = pass_of("candidate_final");
+    m_inputs.min_improvement_pct = m_plan.min_improvement_pct;
     if (!m_b.final_.empty()) {
       for (const json& m : array_field(m_b.final_, "identity_mismatches")) {
         if (!m.is_string()) throw FieldError("final.json: identity_mismatches must list strings");
