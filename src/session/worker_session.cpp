@@ -69,6 +69,7 @@ LoadOutcome WorkerSession::start() {
   m_pre_cpu.clear();
   m_post_cpu.clear();
   m_calls_watched = 0;
+  m_post_excess_ns = 0;
   m_outputs_case.clear();
   m_previous_expected.clear();
   // Before any process exists: an artifact that interposes on the runtime or on clocks is never loaded.
@@ -426,9 +427,16 @@ std::string WorkerSession::outside_timer(const RunOutcome& out) {
                        static_cast<double>(out.reaction_ns) / 1e3);
   }
   if (out.post_cpu_ns > k_post_cpu_bound_ns) {
-    return fmt::format("the worker used {:.1f} us of CPU after it said done, while the outputs were captured and it "
-                       "only had to go to sleep (bound {:.0f} us): work after the timer stopped",
-                       static_cast<double>(out.post_cpu_ns) / 1e3, static_cast<double>(k_post_cpu_bound_ns) / 1e3);
+    // One such call per worker is forgiven (an interrupt, a lost vCPU: worker_session.h); a second is work.
+    if (m_post_excess_ns == 0) {
+      m_post_excess_ns = out.post_cpu_ns;
+    } else {
+      return fmt::format("the worker used {:.1f} us of CPU after it said done, while the outputs were captured and it "
+                         "only had to go to sleep (bound {:.0f} us; an earlier call of this worker used {:.1f} us, "
+                         "and only one is forgiven): work after the timer stopped",
+                         static_cast<double>(out.post_cpu_ns) / 1e3, static_cast<double>(k_post_cpu_bound_ns) / 1e3,
+                         static_cast<double>(m_post_excess_ns) / 1e3);
+    }
   }
   if (++m_calls_watched <= k_median_skip_calls) return "";
   m_pre_cpu.push_back(std::max<int64_t>(0, out.pre_cpu_ns - out.reaction_ns));

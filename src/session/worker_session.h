@@ -113,16 +113,23 @@ public:
   // every visit has at least 2 warm-ups + 3 samples): it must stay near what waking and sleeping cost. Work moved
   // out of the timer on most calls shows there even where it is smaller than one call's noise, and the visit
   // statistic is itself a median, so work moved out on fewer than half the calls cannot move it.
-  // After done the bound per call can stay tight: an honest worker is asleep within microseconds, and stolen time
-  // is only charged to a running task. Before go it spins (running), so stolen time lands there.
+  // After done an honest worker is asleep within microseconds, so the bound per call is tight, but not for every
+  // call: on its way to sleep a worker can still meet an interrupt or lose its vCPU, and the guest charges that to
+  // it (567 us and 2204 us were seen on the honest fused RMSNorm, about one validate in ten on a 2-vCPU VM, each
+  // failing the check or the comparison of an honest kernel). So the first call of a worker beyond the bound is
+  // forgiven and a second is work; the median below still judges every call. Before go the worker spins (running),
+  // so stolen time lands there far more often, and only gross work is refused per call.
   static constexpr int64_t k_pre_cpu_bound_ns = 100'000'000;
   static constexpr int64_t k_post_cpu_bound_ns = 500'000;
   // Measured here (2-vCPU VM, per-call windows printed by a debug build): beyond the parent's reaction an honest worker uses 0.6-0.9 us
   // (p50) before go and ~1.5 us after done when alone; with a second kwb timing at once p50 1.6-2 us, p90 11-49 us.
   // Before go the worker spins, and a VM charges time stolen from its vCPU to it: with the test suite running two
-  // timings at once the honest median reached 57-90 us, and a noisy VM made validate's A/A INVALID at tighter
-  // bounds. Alone it stays under 1 us.
-  static constexpr int64_t k_pre_cpu_median_bound_ns = 1'000'000;
+  // timings at once the honest median reached 57-90 us, and on a noisy day of the same VM, alone, 1792 us over one
+  // worker's five calls of the honest RMSNorm baseline (its A/A was INVALID at a 1 ms bound). Alone on a quiet day it
+  // stays under 1 us. Before go no implementation code can run unless the task allows threads (one thread: the worker
+  // is in kwb's own spin, and timers and signals from elsewhere are denied), so the bound is set for that noise: a
+  // background thread that computes only in this window gets up to 5 ms a call unseen (docs/threat-model.md).
+  static constexpr int64_t k_pre_cpu_median_bound_ns = 5'000'000;
   static constexpr int64_t k_post_cpu_median_bound_ns = 250'000;
   // A worker's first calls run its wake and sleep paths cold (first page and cache misses, 25 us after done was
   // seen on a quiet VM): they do not enter the median, which is judged from the fifth call after them.
@@ -182,6 +189,7 @@ private:
   std::vector<std::vector<unsigned char>> m_at_done;
   std::vector<int64_t> m_pre_cpu, m_post_cpu;  // this worker's exact CPU outside each call's window
   size_t m_calls_watched = 0;
+  int64_t m_post_excess_ns = 0;  // the one call of this worker forgiven beyond k_post_cpu_bound_ns (0: none yet)
   Rng m_rng;
   // Trap decisions and twin perturbations must not follow from anything the implementation can know (nonces are
   // recorded in bundles and the defaults are public): seeded from the OS.
