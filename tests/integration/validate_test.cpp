@@ -261,6 +261,26 @@ TEST_F(ValidateBundle, verify_catches_an_edited_plan) {
   expect_caught(d, "plan_digest");
 }
 
+// A plan that says --no-profile next to a profile stage that ran (and, below, a profiled plan whose stage says it was
+// skipped) is a bundle that does not hold together, whatever else was forged with it.
+TEST_F(ValidateBundle, verify_holds_the_profile_stage_to_the_plan) {
+  fs::path d = copy("no-profile");
+  nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
+  plan["profile"] = false;
+  write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
+  reseal(d);
+  expect_caught(d, "stage profile is 'ok' although the plan says --no-profile");
+
+  fs::path e = copy("skipped-profile");
+  nlohmann::json stages = nlohmann::json::parse(read_file(e / "stages.json"));
+  for (auto& st : stages["stages"]) {
+    if (st["name"] == "profile") st["status"] = "skipped";
+  }
+  write_file_atomic(e / "stages.json", stages.dump(2) + "\n");
+  reseal(e);
+  expect_caught(e, "stage profile was skipped although the plan froze and asks for a profile");
+}
+
 TEST_F(ValidateBundle, verify_catches_a_forged_check_verdict) {
   fs::path d = copy("check");
   nlohmann::json c = nlohmann::json::parse(read_file(d / "checks" / "control_no_weight.json"));
