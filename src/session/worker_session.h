@@ -127,8 +127,8 @@ public:
   // timings at once the honest median reached 57-90 us, and on a noisy day of the same VM, alone, 1792 us over one
   // worker's five calls of the honest RMSNorm baseline (its A/A was INVALID at a 1 ms bound). Alone on a quiet day it
   // stays under 1 us. Before go no implementation code can run unless the task allows threads (one thread: the worker
-  // is in kwb's own spin, and timers and signals from elsewhere are denied), so the bound is set for that noise: a
-  // background thread that computes only in this window gets up to 5 ms a call unseen (docs/threat-model.md).
+  // is in kwb's own spin, and timers and signals from elsewhere are denied) or it has taken over the worker's control
+  // flow, so the bound is set for that noise: such code gets up to 5 ms a call unseen (docs/threat-model.md).
   static constexpr int64_t k_pre_cpu_median_bound_ns = 5'000'000;
   static constexpr int64_t k_post_cpu_median_bound_ns = 250'000;
   // A worker's first calls run its wake and sleep paths cold (first page and cache misses, 25 us after done was
