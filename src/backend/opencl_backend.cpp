@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -363,7 +364,9 @@ private:
     ev = nullptr;
   }
 
-  // Twice the device's global memory cache, written by a fill on the call's queue and finished before the call.
+  // Twice the device's global memory cache, written by a fill on the call's queue and finished before the call. The
+  // pattern is the largest OpenCL allows (128 bytes): PoCL fills pattern by pattern, and with a 4-byte one a 600 MiB
+  // flush (2 x a 300 MiB L3) took 0.25 s per call instead of 0.17 s.
   void flush_caches() {
     if (m_flush == nullptr) {
       cl_ulong cache = 0;
@@ -374,7 +377,9 @@ private:
       if (m_flush == nullptr) throw InternalError("clCreateBuffer(cache flush buffer) failed: " + error_name(rc));
     }
     ++m_flush_value;
-    KWB_CL(cl().EnqueueFillBuffer(m_queue, m_flush, &m_flush_value, sizeof m_flush_value, 0, m_flush_bytes, 0,
+    std::array<cl_uint, 32> pattern{};
+    pattern.fill(m_flush_value);
+    KWB_CL(cl().EnqueueFillBuffer(m_queue, m_flush, pattern.data(), sizeof pattern, 0, m_flush_bytes, 0,
                                     nullptr, nullptr));
   }
 
