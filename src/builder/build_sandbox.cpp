@@ -8,12 +8,14 @@
 #include <fmt/format.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -88,10 +90,18 @@ struct Spawned {
   std::string output;
 };
 
-// The sandbox as a child of kwb (util/subprocess.h: its own process group, registered for interruption, dying with
-// kwb), with the rlimits, output merged into one pipe, killed with its process group at the wall-clock limit;
-// bwrap's --die-with-parent takes the sandbox's PID namespace with it.
-Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLimits& limits) {
+// One sandbox running as a child of kwb (util/subprocess.h: its own process group, registered for interruption,
+// dying with kwb), with the rlimits and its output merged into one pipe.
+struct Running {
+  std::size_t index = 0;  // in the caller's list of commands
+  pid_t pid = -1;
+  UniqueFd output;
+  std::chrono::steady_clock::time_point deadline;
+  Spawned result;
+  bool dropped = false;
+};
+
+Running start_limited(const std::vector<std::string>& argv, const BuildSandboxLimits& limits) {
   int fds[2];
   KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
   UniqueFd read_end(fds[0]), write_end(fds[1]);
@@ -104,47 +114,104 @@ Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLi
                  {RLIMIT_FSIZE, {limits.file_size_bytes, limits.file_size_bytes}},
                  {RLIMIT_CORE, {0, 0}}};
   int exec_errno = 0;
-  const pid_t pid = spawn_child(spec, exec_errno);
-  write_end.reset();
-  if (pid < 0) {
-    Spawned failed;
-    failed.exit_code = 127;
-    failed.output = fmt::format("kwb: cannot exec {}: {}\n", argv.front(), std::strerror(exec_errno));
-    return failed;
+  Running r;
+  r.pid = spawn_child(spec, exec_errno);
+  if (r.pid < 0) {
+    r.result.exit_code = 127;
+    r.result.output = fmt::format("kwb: cannot exec {}: {}\n", argv.front(), std::strerror(exec_errno));
+    return r;
   }
+  r.output = std::move(read_end);
+  r.deadline = std::chrono::steady_clock::now() + limits.wall;
+  return r;
+}
 
-  Spawned result;
-  const auto deadline = std::chrono::steady_clock::now() + limits.wall;
-  char buffer[4096];
-  bool dropped = false;
-  while (true) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(-pid, SIGKILL);
-      result.timed_out = true;
-      break;
-    }
-    pollfd p{read_end.get(), POLLIN, 0};
-    const int pr = ::poll(&p, 1, static_cast<int>(left.count()));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) continue;
-    const ssize_t n = ::read(read_end.get(), buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    const size_t room = limits.max_output_bytes > result.output.size() ? limits.max_output_bytes - result.output.size() : 0;
-    result.output.append(buffer, std::min(room, static_cast<size_t>(n)));
-    dropped = dropped || room < static_cast<size_t>(n);
-  }
-  const int status = reap_child(pid);
+// Reaps a sandbox whose output has ended (or that was killed) and completes its result.
+Spawned finish_limited(Running& r, const BuildSandboxLimits& limits) {
+  r.output.reset();
+  const int status = reap_child(r.pid);
+  r.pid = -1;
   // A sandbox killed by kwb's own interruption handler is no compiler's failure.
   throw_if_interrupted();
   if (WIFSIGNALED(status)) {
-    result.signal = WTERMSIG(status);
+    r.result.signal = WTERMSIG(status);
   } else if (WIFEXITED(status)) {
-    result.exit_code = WEXITSTATUS(status);
+    r.result.exit_code = WEXITSTATUS(status);
   }
-  if (dropped) result.output += fmt::format("\n(kwb: compiler output cut at {} bytes)\n", limits.max_output_bytes);
-  return result;
+  if (r.dropped) r.result.output += fmt::format("\n(kwb: compiler output cut at {} bytes)\n", limits.max_output_bytes);
+  return std::move(r.result);
+}
+
+// Runs every command in its sandbox, at most `jobs` at once, all started from this (kwb's main) thread; each is
+// killed with its process group at its own wall-clock limit; bwrap's --die-with-parent takes the sandbox's PID
+// namespace with it. Results in the commands' order. Should one throw (an interruption), the others are killed and
+// reaped before the exception leaves.
+std::vector<Spawned> spawn_limited_all(const std::vector<std::vector<std::string>>& commands, std::size_t jobs,
+                                       const BuildSandboxLimits& limits) {
+  std::vector<Spawned> results(commands.size());
+  std::vector<Running> running;
+  std::size_t next = 0;
+  try {
+    while (next < commands.size() || !running.empty()) {
+      while (running.size() < std::max<std::size_t>(jobs, 1) && next < commands.size()) {
+        Running r = start_limited(commands[next], limits);
+        r.index = next++;
+        if (r.pid < 0) {
+          results[r.index] = std::move(r.result);
+        } else {
+          running.push_back(std::move(r));
+        }
+      }
+      if (running.empty()) continue;
+      const auto now = std::chrono::steady_clock::now();
+      auto soonest = running.front().deadline;
+      for (std::size_t i = 0; i < running.size();) {
+        if (running[i].deadline <= now) {
+          ::kill(-running[i].pid, SIGKILL);
+          running[i].result.timed_out = true;
+          results[running[i].index] = finish_limited(running[i], limits);
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        soonest = std::min(soonest, running[i].deadline);
+        ++i;
+      }
+      if (running.empty()) continue;
+      std::vector<pollfd> polls;
+      for (const Running& r : running) polls.push_back({r.output.get(), POLLIN, 0});
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now).count() + 1;
+      const int pr = ::poll(polls.data(), polls.size(), static_cast<int>(left));
+      if (pr <= 0) continue;  // EINTR or a deadline: looked at above
+      char buffer[4096];
+      for (std::size_t i = polls.size(); i-- > 0;) {
+        if (polls[i].revents == 0) continue;
+        Running& r = running[i];
+        const ssize_t n = ::read(r.output.get(), buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          results[r.index] = finish_limited(r, limits);
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        const std::size_t room =
+            limits.max_output_bytes > r.result.output.size() ? limits.max_output_bytes - r.result.output.size() : 0;
+        r.result.output.append(buffer, std::min(room, static_cast<std::size_t>(n)));
+        r.dropped = r.dropped || room < static_cast<std::size_t>(n);
+      }
+    }
+  } catch (...) {
+    for (Running& r : running) {
+      if (r.pid < 0) continue;
+      ::kill(-r.pid, SIGKILL);
+      (void)reap_child(r.pid);
+    }
+    throw;
+  }
+  return results;
+}
+
+Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLimits& limits) {
+  return std::move(spawn_limited_all({argv}, 1, limits).front());
 }
 
 // The sandbox's fixed part: namespaces, session, capabilities, toolchain roots, /tmp, /dev, /proc.
@@ -248,17 +315,12 @@ void require_build_sandbox() {
   if (!failure.empty()) throw Error(ExitCode::unavailable, failure);
 }
 
-CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const BuildSandboxSpec& spec,
-                                   const BuildSandboxLimits& limits) {
-  require_build_sandbox();
+namespace {
+
+std::vector<std::string> sandboxed_argv(const SandboxedCommand& c) {
+  const std::vector<std::string>& argv = c.argv;
+  const BuildSandboxSpec& spec = c.spec;
   if (argv.empty()) throw InternalError("run_in_build_sandbox: empty command");
-  const std::string program = find_on_path(argv[0]);
-  if (program.empty()) {
-    CommandResult r;
-    r.exit_code = 127;
-    r.output = fmt::format("cannot run '{}': not found on PATH", argv[0]);
-    return r;
-  }
   std::vector<std::string> args = sandbox_prefix();
   std::vector<fs::path> read_only = spec.read_only;
   if (fs::path prefix = compiler_prefix_to_bind(argv[0]); !prefix.empty()) read_only.push_back(prefix);
@@ -275,20 +337,55 @@ CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const B
     if (const char* v = std::getenv(name); v != nullptr) args.insert(args.end(), {"--setenv", name, v});
   }
   args.push_back("--");
-  args.push_back(program);
+  args.push_back(find_on_path(argv[0]));
   args.insert(args.end(), argv.begin() + 1, argv.end());
+  return args;
+}
 
-  const Spawned s = spawn_limited(args, limits);
-  if (is_bwrap_failure(s)) {
-    throw Error(ExitCode::unavailable, fmt::format("the build sandbox could not be set up: {}",
-                                                   s.output.substr(0, s.output.find('\n'))));
+}  // namespace
+
+std::vector<CommandResult> run_all_in_build_sandbox(const std::vector<SandboxedCommand>& commands, std::size_t jobs,
+                                                    const BuildSandboxLimits& limits) {
+  require_build_sandbox();
+  std::vector<CommandResult> results(commands.size());
+  std::vector<std::vector<std::string>> to_run;
+  std::vector<std::size_t> run_index;
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    if (commands[i].argv.empty()) throw InternalError("run_in_build_sandbox: empty command");
+    if (find_on_path(commands[i].argv[0]).empty()) {
+      results[i].exit_code = 127;
+      results[i].output = fmt::format("cannot run '{}': not found on PATH", commands[i].argv[0]);
+      continue;
+    }
+    to_run.push_back(sandboxed_argv(commands[i]));
+    run_index.push_back(i);
   }
-  CommandResult r;
-  r.exit_code = s.exit_code;
-  r.signal = s.signal;
-  r.timed_out = s.timed_out;
-  r.output = s.output;
-  return r;
+  std::vector<Spawned> spawned = spawn_limited_all(to_run, jobs, limits);
+  for (std::size_t k = 0; k < spawned.size(); ++k) {
+    const Spawned& s = spawned[k];
+    if (is_bwrap_failure(s)) {
+      throw Error(ExitCode::unavailable, fmt::format("the build sandbox could not be set up: {}",
+                                                     s.output.substr(0, s.output.find('\n'))));
+    }
+    CommandResult& r = results[run_index[k]];
+    r.exit_code = s.exit_code;
+    r.signal = s.signal;
+    r.timed_out = s.timed_out;
+    r.output = s.output;
+  }
+  return results;
+}
+
+CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const BuildSandboxSpec& spec,
+                                   const BuildSandboxLimits& limits) {
+  return std::move(run_all_in_build_sandbox({{argv, spec}}, 1, limits).front());
+}
+
+std::size_t build_jobs() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return static_cast<std::size_t>(std::max(CPU_COUNT(&set), 1));
 }
 
 }  // namespace kwb

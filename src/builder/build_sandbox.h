@@ -54,6 +54,21 @@ void require_build_sandbox();
 CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const BuildSandboxSpec& spec,
                                    const BuildSandboxLimits& limits = {});
 
+struct SandboxedCommand {
+  std::vector<std::string> argv;
+  BuildSandboxSpec spec;
+};
+
+// Runs each command as run_in_build_sandbox does, up to `jobs` at once; the results are in the commands' order.
+// Every sandbox is started and reaped on the calling thread, which must be kwb's main thread (util/subprocess.h:
+// a child dies with the thread that started it), and each has its own limits; the wall-clock limit counts from its
+// own start. On an interruption, the sandboxes still running are killed and reaped before the exception leaves.
+std::vector<CommandResult> run_all_in_build_sandbox(const std::vector<SandboxedCommand>& commands, std::size_t jobs,
+                                                    const BuildSandboxLimits& limits = {});
+
+// How many compiles kwb runs at once: the CPUs it may run on (its affinity mask), at least 1.
+std::size_t build_jobs();
+
 // What of the machine and of kwb's environment reaches a compile of `compiler` and can change the object it makes,
 // for the artifact cache's key (builder.h): the PATH the sandbox passes on (the driver finds the assembler and the
 // linker through it), the compiler's resolved real path, and this CPU's model and feature flags (the flags target it:

@@ -18,7 +18,9 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <optional>
+#include <variant>
 
 namespace kwb {
 
@@ -291,8 +293,24 @@ Artifact& require_abi_exports(Artifact& art) {
   return art;
 }
 
-Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::string& companion_source) {
+// A build whose compile is still to run: everything prepare_build decided, for finish_build.
+struct PendingBuild {
   Artifact art;
+  std::unique_ptr<PrivateDir> work;
+  SandboxedCommand command;
+  fs::path folder;
+  fs::path include_dir;
+  fs::path artifacts;
+  fs::path manifest;
+  std::string pre_key;
+};
+
+// Everything of a build before its compile: the identity, the cache lookup (a hit is returned as the artifact) and
+// the sandboxed compile command with its private output folder.
+std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, BuildPurpose purpose,
+                                                   const std::string& companion_source) {
+  PendingBuild pending;
+  Artifact& art = pending.art;
   if (!fs::is_regular_file(request.source)) {
     throw DataError(fmt::format("{}: implementation source does not exist", request.source.string()));
   }
@@ -370,7 +388,8 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
   }
 
   require_build_sandbox();
-  PrivateDir work(artifacts / pre_key);
+  pending.work = std::make_unique<PrivateDir>(artifacts / pre_key);
+  const PrivateDir& work = *pending.work;
   const fs::path out_so = work.path() / "impl.so";
   const fs::path depfile = work.path() / "deps.d";
   const fs::path as_depfile = work.path() / "as.d";
@@ -401,12 +420,33 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
   argv.push_back("-o");
   argv.push_back(out_so.string());
 
-  BuildSandboxSpec spec;
+  BuildSandboxSpec& spec = pending.command.spec;
   spec.read_only = {folder, include_dir};
   if (!cuda_lib.empty()) spec.read_only.push_back(cuda_lib);
   spec.writable = work.path();
   spec.workdir = folder;
-  CommandResult r = run_in_build_sandbox(argv, spec);
+  pending.command.argv = std::move(argv);
+  pending.folder = folder;
+  pending.include_dir = include_dir;
+  pending.artifacts = artifacts;
+  pending.manifest = manifest;
+  pending.pre_key = pre_key;
+  return pending;
+}
+
+// The rest of a build once its compile has run: the compiler's verdict, the files it read (hashed into the
+// identity and the cache key), the object moved into the cache and the manifest updated.
+Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
+  Artifact& art = pending.art;
+  BuildIdentity& id = art.identity;
+  const fs::path& folder = pending.folder;
+  const fs::path& include_dir = pending.include_dir;
+  const PrivateDir& work = *pending.work;
+  const fs::path out_so = work.path() / "impl.so";
+  const fs::path depfile = work.path() / "deps.d";
+  const fs::path as_depfile = work.path() / "as.d";
+  const fs::path& artifacts = pending.artifacts;
+  const fs::path& manifest = pending.manifest;
   art.log = r.output;
   if (r.timed_out || r.exit_code != 0) {
     if (r.timed_out) art.log += "\n(compiler killed after 5 minutes)";
@@ -424,7 +464,7 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
       art.log += sandbox_note(folder, include_dir);
       art.log += '\n';
     }
-    return art;
+    return std::move(art);
   }
 
   // Every file the compile read outside the toolchain roots: hashed into the identity.
@@ -456,14 +496,14 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
     if (!sha) {
       art.log += fmt::format("\n{}: {} leads outside the candidate's folder\n{}\n", art.source.string(), p.string(),
                              sandbox_note(folder, include_dir));
-      return art;
+      return std::move(art);
     }
     if (std::none_of(id.dependencies.begin(), id.dependencies.end(), [&](const auto& e) { return e.first == name; })) {
       id.dependencies.emplace_back(name, *sha);
     }
   }
   std::sort(id.dependencies.begin(), id.dependencies.end());
-  id.key = full_key(pre_key, id.dependencies);
+  id.key = full_key(pending.pre_key, id.dependencies);
 
   const fs::path dir = artifacts / id.key;
   const fs::path so = dir / "impl.so";
@@ -482,13 +522,62 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
   }
   write_file_atomic(manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
   art.ok = true;
-  return require_abi_exports(art);
+  return std::move(require_abi_exports(art));
+}
+
+Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::string& companion_source) {
+  auto prepared = prepare_build(request, purpose, companion_source);
+  if (Artifact* cached = std::get_if<Artifact>(&prepared)) return std::move(*cached);
+  PendingBuild& pending = std::get<PendingBuild>(prepared);
+  return finish_build(pending, run_in_build_sandbox(pending.command.argv, pending.command.spec));
 }
 
 }  // namespace
 
 Artifact build_implementation(const BuildRequest& request) {
   return build(request, BuildPurpose::implementation, "");
+}
+
+std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& requests) {
+  // The same request twice is built once: two compiles of one key would race to rename into one cache entry.
+  auto same = [](const BuildRequest& a, const BuildRequest& b) {
+    return a.layout_variant == b.layout_variant && a.backend == b.backend &&
+           fs::weakly_canonical(a.source) == fs::weakly_canonical(b.source);
+  };
+  std::vector<size_t> first_of(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    first_of[i] = i;
+    for (size_t j = 0; j < i; ++j) {
+      if (first_of[j] == j && same(requests[j], requests[i])) {
+        first_of[i] = j;
+        break;
+      }
+    }
+  }
+  std::vector<std::optional<std::variant<Artifact, PendingBuild>>> prepared(requests.size());
+  std::vector<SandboxedCommand> commands;
+  std::vector<size_t> command_of;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (first_of[i] != i) continue;
+    prepared[i] = prepare_build(requests[i], BuildPurpose::implementation, "");
+    if (auto* p = std::get_if<PendingBuild>(&*prepared[i])) {
+      commands.push_back(p->command);
+      command_of.push_back(i);
+    }
+  }
+  const std::vector<CommandResult> results = run_all_in_build_sandbox(commands, build_jobs());
+  std::vector<Artifact> out(requests.size());
+  for (size_t k = 0; k < results.size(); ++k) {
+    out[command_of[k]] = finish_build(std::get<PendingBuild>(*prepared[command_of[k]]), results[k]);
+  }
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (first_of[i] != i) {
+      out[i] = out[first_of[i]];
+    } else if (auto* cached = std::get_if<Artifact>(&*prepared[i])) {
+      out[i] = std::move(*cached);
+    }
+  }
+  return out;
 }
 
 Artifact build_oracle(const fs::path& source, const std::string& adapter_source) {

@@ -68,6 +68,12 @@ struct BuildRequest {
 // lookup re-hashes every recorded file, and any change or missing file is a miss and a rebuild.
 Artifact build_implementation(const BuildRequest& request);
 
+// build_implementation for several requests, the results in the requests' order: every cache lookup first, then the
+// compiles that remain, one per CPU kwb may run on at once (build_sandbox.h: build_jobs), each in its own sandbox
+// with its own limits. The same request twice is built once. A layout pool of 8 variants per arm builds in an
+// eighth of the time on 16 CPUs, half on 2.
+std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& requests);
+
 // Builds (or reuses) a task's oracle (include/kwb/oracle.h) the same way, with the cpu toolchain and flags chosen for
 // accuracy instead of speed: -O2, -ffp-contract=off, no fast-math, no -march. `adapter_source`, C that is also valid
 // C++, is compiled into the same object before the oracle (kwb's bridge from the worker's kwb_run to kwb_oracle); its

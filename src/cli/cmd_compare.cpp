@@ -84,11 +84,15 @@ Action add_compare(CLI::App& root) {
     require_backend(backend);
     // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
     const int layouts = a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend);
-    std::vector<Artifact> base_pool, other_pool;
-    for (int v = 0; v < layouts; ++v) {
-      base_pool.push_back(build_implementation({baseline, v, backend}));
-      if (!a->aa) other_pool.push_back(build_implementation({a->candidate, v, backend}));
+    std::vector<BuildRequest> requests;
+    for (int v = 0; v < layouts; ++v) requests.push_back({baseline, v, backend});
+    if (!a->aa) {
+      for (int v = 0; v < layouts; ++v) requests.push_back({a->candidate, v, backend});
     }
+    std::vector<Artifact> built = build_implementations(requests);
+    const auto split = built.begin() + layouts;
+    std::vector<Artifact> base_pool(std::make_move_iterator(built.begin()), std::make_move_iterator(split));
+    std::vector<Artifact> other_pool(std::make_move_iterator(split), std::make_move_iterator(built.end()));
     for (const auto* pool : {&base_pool, &other_pool}) {
       for (const Artifact& art : *pool) {
         if (!art.ok) {

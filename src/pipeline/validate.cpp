@@ -210,20 +210,28 @@ private:
     m_final_nonce = mix_seed(m_seed, 0xF1);
     if (m_final_nonce == 0) m_final_nonce = 1;
 
-    m_impls.push_back({"baseline", "baseline", {}, build_implementation({baseline, 0, m_opt.backend}), "", "", 0});
-    m_impls.push_back(
-        {"candidate", "candidate", {}, build_implementation({m_opt.candidate, 0, m_opt.backend}), "", "", 0});
-    // Each arm's layout pool (docs/timing.md, "Layout"): the plain build above, then padded builds. Only the plain
-    // build is checked; every output of every timed call, in every layout, is validated.
+    // Each arm's layout pool (docs/timing.md, "Layout"): the plain build, then padded builds. Only the plain build
+    // is checked; every output of every timed call, in every layout, is validated. Everything is built at once
+    // (builder.h: build_implementations).
     m_layouts = m_opt.layouts > 0 ? m_opt.layouts : default_layouts(m_opt.backend);
+    std::vector<BuildRequest> requests = {{baseline, 0, m_opt.backend}, {m_opt.candidate, 0, m_opt.backend}};
     for (int v = 1; v < m_layouts; ++v) {
-      m_impls.push_back({"baseline_layout", fmt::format("baseline@{}", v), {},
-                         build_implementation({baseline, v, m_opt.backend}), "", "", v});
-      m_impls.push_back({"candidate_layout", fmt::format("candidate@{}", v), {},
-                         build_implementation({m_opt.candidate, v, m_opt.backend}), "", "", v});
+      requests.push_back({baseline, v, m_opt.backend});
+      requests.push_back({m_opt.candidate, v, m_opt.backend});
+    }
+    for (const ControlSpec& c : bi.controls) requests.push_back({c.source, 0, m_opt.backend});
+    std::vector<Artifact> artifacts = build_implementations(requests);
+    size_t next = 0;
+    m_impls.push_back({"baseline", "baseline", {}, std::move(artifacts[next++]), "", "", 0});
+    m_impls.push_back({"candidate", "candidate", {}, std::move(artifacts[next++]), "", "", 0});
+    for (int v = 1; v < m_layouts; ++v) {
+      m_impls.push_back(
+          {"baseline_layout", fmt::format("baseline@{}", v), {}, std::move(artifacts[next++]), "", "", v});
+      m_impls.push_back(
+          {"candidate_layout", fmt::format("candidate@{}", v), {}, std::move(artifacts[next++]), "", "", v});
     }
     for (const ControlSpec& c : bi.controls) {
-      m_impls.push_back({"control", c.name, c.expect, build_implementation({c.source, 0, m_opt.backend}), "", ""});
+      m_impls.push_back({"control", c.name, c.expect, std::move(artifacts[next++]), "", ""});
     }
 
     nlohmann::json impls = nlohmann::json::array();

@@ -232,6 +232,65 @@ TEST_F(BuildSandboxTest, the_wall_clock_limit_kills_the_whole_sandbox) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
+// Commands given together run at once, up to `jobs`: two that each wait for the other's mark finish together with
+// two jobs; with one job the first waits in vain until its wall-clock limit, and the second then finds its mark.
+TEST_F(BuildSandboxTest, commands_run_together_up_to_the_job_count_each_with_its_own_limit) {
+  BuildSandboxSpec spec;
+  spec.writable = m_root / "out";
+  fs::create_directories(spec.writable);
+  auto waits_for = [&](const std::string& mine, const std::string& other) {
+    const std::string dir = spec.writable.string();
+    return SandboxedCommand{{"sh", "-c", fmt::format("touch {0}/{1}; while [ ! -e {0}/{2} ]; do sleep 0.01; done; "
+                                                     "echo {1}", dir, mine, other)},
+                            spec};
+  };
+  BuildSandboxLimits limits;
+  limits.wall = std::chrono::seconds(1);
+  std::vector<CommandResult> together =
+      run_all_in_build_sandbox({waits_for("a", "b"), waits_for("b", "a")}, 2, limits);
+  ASSERT_EQ(together.size(), 2u);
+  EXPECT_FALSE(together[0].timed_out);
+  EXPECT_FALSE(together[1].timed_out);
+  EXPECT_EQ(together[0].output, "a\n");  // each result in its command's place
+  EXPECT_EQ(together[1].output, "b\n");
+
+  fs::remove_all(spec.writable);
+  fs::create_directories(spec.writable);
+  std::vector<CommandResult> one_at_a_time =
+      run_all_in_build_sandbox({waits_for("a", "b"), waits_for("b", "a")}, 1, limits);
+  EXPECT_TRUE(one_at_a_time[0].timed_out);
+  EXPECT_FALSE(one_at_a_time[1].timed_out);
+  EXPECT_EQ(one_at_a_time[1].exit_code, 0) << one_at_a_time[1].output;
+}
+
+// A batch of builds (a compare's layout pools, validate's implementations): results in the requests' order, the same
+// request built once, and a source that does not compile failing alone.
+TEST_F(BuildSandboxTest, a_batch_of_builds_keeps_the_order_builds_a_repeated_request_once_and_fails_alone) {
+  const fs::path good = copy_with_header(m_root / "good");
+  const fs::path bad = m_root / "bad" / "k.cpp";
+  write(bad, "int f() { return oops; }\n" + k_abi);
+  BuildRequest padded{good};
+  padded.layout_variant = 3;
+  std::vector<Artifact> built = build_implementations({{good}, {bad}, padded, {good}});
+  ASSERT_EQ(built.size(), 4u);
+  ASSERT_TRUE(built[0].ok) << built[0].log;
+  EXPECT_FALSE(built[1].ok);
+  EXPECT_NE(built[1].log.find("oops"), std::string::npos) << built[1].log;
+  ASSERT_TRUE(built[2].ok) << built[2].log;
+  EXPECT_EQ(built[2].identity.layout_variant, 3);
+  EXPECT_NE(built[2].identity.key, built[0].identity.key);
+  EXPECT_EQ(built[3].path, built[0].path);
+  EXPECT_EQ(built[3].identity.artifact_sha256, built[0].identity.artifact_sha256);
+  EXPECT_FALSE(built[0].from_cache);
+
+  // The same batch again comes whole from the cache, identities unchanged.
+  std::vector<Artifact> again = build_implementations({{good}, padded});
+  EXPECT_TRUE(again[0].from_cache);
+  EXPECT_TRUE(again[1].from_cache);
+  EXPECT_EQ(again[0].identity.key, built[0].identity.key);
+  EXPECT_EQ(again[1].identity.artifact_sha256, built[2].identity.artifact_sha256);
+}
+
 TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
   const fs::path folder = m_root / "cand";
   write(folder / "scale.h", "#define SCALE 3.0f\n");

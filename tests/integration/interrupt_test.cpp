@@ -4,6 +4,7 @@
 // process that descended from it must be gone within a few seconds. The test process adopts orphans
 // (PR_SET_CHILD_SUBREAPER), so a survivor is found, and ended, even after kwb is gone.
 #include "background_kwb.h"
+#include "builder/build_sandbox.h"
 #include "cli_helpers.h"
 #include "util/fs.h"
 #include "util/sha256.h"
@@ -235,6 +236,38 @@ TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
     ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "sleep"); }, 60s))
         << "kwb never ran the compiler\n" << kwb.log();
     ASSERT_FALSE(kwb.ended()) << kwb.log();
+    interrupt_and_expect_nothing_left(kwb, GetParam());
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
+
+// The compiles of a layout pool run at once, one per CPU (builder.h: build_implementations), every one started on
+// kwb's main thread: all of them die with kwb.
+TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
+  const fs::path dir = fs::temp_directory_path() / ("kwb-hanging-compile-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path cc = dir / "cc";
+  // Answers --version as the real compiler does, and never finishes a compile.
+  write_file_atomic(cc, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nexec sleep 3600\n");
+  fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                          fs::perms::others_read | fs::perms::others_exec);
+  const std::string cache = (dir / "cache").string();
+  {
+    BackgroundKwb kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
+                       (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload", "decode", "--json"},
+                      {"KWB_CXX=" + cc.string(), "KWB_CACHE_DIR=" + cache});
+    ASSERT_GT(kwb.pid(), 0);
+    const size_t together = std::min<size_t>(build_jobs(), 16);
+    auto compiling = [&] {
+      size_t n = 0;
+      for (const Proc& p : descendants_of(kwb.pid())) n += p.comm == "sleep" && p.state != 'Z';
+      return n;
+    };
+    ASSERT_TRUE(eventually([&] { return kwb.ended() || compiling() >= together; }, 60s))
+        << "kwb never ran " << together << " compiles at once\n" << kwb.log();
+    ASSERT_FALSE(kwb.ended()) << kwb.log();
+    EXPECT_EQ(compiling(), together);  // never more than one per CPU
     interrupt_and_expect_nothing_left(kwb, GetParam());
   }
   std::error_code ec;

@@ -53,15 +53,20 @@ protected:
 TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_command) {
   const std::vector<fs::path> sources = cuda_sources();
   ASSERT_EQ(sources.size(), 9u);  // baseline, fused, six controls (no_eps as a change of fused.cu), other_stream
-  for (const fs::path& src : sources) {
-    Artifact art;
-    try {
-      art = build_implementation({src, 0, BackendKind::cuda});
-    } catch (const Error& e) {
-      if (e.code() == ExitCode::unavailable) GTEST_SKIP() << "no CUDA toolkit on this machine: " << e.what();
-      throw;
-    }
-    ASSERT_TRUE(art.ok) << src << ":\n" << art.log;
+  std::vector<BuildRequest> requests;
+  for (const fs::path& src : sources) requests.push_back({src, 0, BackendKind::cuda});
+  std::vector<Artifact> built;
+  try {
+    built = build_implementations(requests);  // one nvcc per CPU at once
+  } catch (const Error& e) {
+    if (e.code() == ExitCode::unavailable) GTEST_SKIP() << "no CUDA toolkit on this machine: " << e.what();
+    throw;
+  }
+  ASSERT_EQ(built.size(), sources.size());
+  for (size_t i = 0; i < built.size(); ++i) {
+    const Artifact& art = built[i];
+    ASSERT_TRUE(art.ok) << sources[i] << ":\n" << art.log;
+    EXPECT_EQ(art.source, fs::canonical(sources[i]));
     const BuildIdentity& id = art.identity;
     EXPECT_EQ(id.backend, BackendKind::cuda);
     EXPECT_NE(id.compiler_version.find("release"), std::string::npos) << id.compiler_version;
