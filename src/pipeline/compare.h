@@ -50,6 +50,10 @@ struct Sample {
   int layout = 0;
   uint32_t stack_offset = 0;
   std::vector<uint32_t> tensor_offsets;
+  // The CPU watch's figures for the call (session/worker_session.h, CallResult): the worker's CPU before go beyond
+  // the parent's reaction, and after done; -1 where not watched per window (device backends).
+  int64_t pre_cpu_ns = -1;
+  int64_t post_cpu_ns = -1;
 };
 
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.

@@ -33,6 +33,9 @@ struct SampleRow {
   int layout = 0;
   uint32_t stack_offset = 0;
   std::vector<uint32_t> tensor_offsets;
+  bool has_cpu_watch = false;  // the CPU watch columns (bundles written before they were recorded lack them)
+  int64_t pre_cpu_ns = -1;     // -1: the call was not watched per window (device backends)
+  int64_t post_cpu_ns = -1;
   int line = 0;  // in samples.csv, for messages
 };
 

@@ -12,6 +12,7 @@
 #include "stats/random.h"
 #include "task/data.h"
 #include "util/backend_kind.h"
+#include "util/cpu_watch.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -641,6 +642,28 @@ private:
     }
   }
 
+  // The CPU watch again, per call, from the figures samples.csv records (util/cpu_watch.h): a call counted as valid
+  // may not have used more than the bound before go, and each worker may have used more than the bound after done
+  // on as many calls as are forgiven, no more. The median bound over a worker's calls is not re-derived.
+  void cpu_watch_of(const std::string& tag, const std::string& name, const std::string& where) {
+    std::map<int64_t, int> post_excess;
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || !s.has_cpu_watch || !s.output_valid) continue;
+      if (s.pre_cpu_ns > cpu_watch::k_pre_cpu_bound_ns) {
+        problem(fmt::format("{}: samples.csv line {}: a valid call whose worker used {} ns of CPU before go (bound "
+                            "{} ns): the CPU watch refuses such a call",
+                            where, s.line, s.pre_cpu_ns, cpu_watch::k_pre_cpu_bound_ns));
+      }
+      if (s.post_cpu_ns > cpu_watch::k_post_cpu_bound_ns &&
+          ++post_excess[s.pid] == cpu_watch::k_post_cpu_excess_forgiven + 1) {
+        problem(fmt::format("{}: samples.csv line {}: worker {} used more than {} ns of CPU after done on more than "
+                            "{} valid call(s): the CPU watch refuses the call after the forgiven one",
+                            where, s.line, s.pid, cpu_watch::k_post_cpu_bound_ns,
+                            cpu_watch::k_post_cpu_excess_forgiven));
+      }
+    }
+  }
+
   void workload(const std::string& tag, bool aa, const std::string& other, const json& w, const std::string& where,
                 size_t index, uint64_t comparison_seed, const stats::SequentialGate& gate) {
     auto& out = aa ? m_inputs.aa : m_inputs.ab;
@@ -660,6 +683,7 @@ private:
     if (timed != uint_field(w, "samples")) {
       problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), timed));
     }
+    cpu_watch_of(tag, name, where);
     const std::string verdict = str_field(w, "verdict");
     const uint64_t seed = stats::workload_seed(comparison_seed, index);
     if (uint_field(w, "seed") != seed) {

@@ -210,9 +210,11 @@ TEST(compare_test, samples_csv_has_a_row_per_sample) {
   samples[1].layout = 5;
   samples[1].stack_offset = 160;
   samples[1].tensor_offsets = {64, 0, 4032};
+  samples[1].pre_cpu_ns = 1500;
+  samples[1].post_cpu_ns = 612000;
   std::string csv = samples_csv(samples);
-  EXPECT_EQ(csv, std::string(samples_csv_header()) +
-                     "decode,0,A,1,42,0,1,0,1234,1,-1,0,0,\ndecode,0,B,0,43,3,0,1,999,0,-1,5,160,64/0/4032\n");
+  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1,-1,0,0,,-1,-1\n"
+                                                     "decode,0,B,0,43,3,0,1,999,0,-1,5,160,64/0/4032,1500,612000\n");
 }
 
 TEST(compare_test, overall_verdict_precedence) {
