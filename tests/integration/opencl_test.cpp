@@ -272,17 +272,22 @@ TEST(opencl_test, an_out_of_range_device_index_is_a_usage_error) {
 // PoCL leaves an empty tempfile_XXXXXX in its cache directory every time it starts; kwb removes such leftovers once
 // the worker is gone, so an implementation's runtime directory keeps its compiled kernels and nothing per worker.
 TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_kernels) {
-  // A cache of its own: other tests run beside this one, and a PoCL worker of theirs that is still running has its
-  // tempfile in the shared cache. This process computes the directory's key as kwb does: same environment, same
-  // worker executable.
+  // A runtime directory of its own: other tests run beside this one, and a PoCL worker of theirs that is still
+  // running has its tempfiles in the directory of its implementation. The directory is keyed on the implementation's
+  // identity, so this test checks a copy of fused.cpp that no other test builds (its source says this process's
+  // pid). This process computes the directory's key as kwb does: same environment, same worker executable.
   const std::string cache = (std::filesystem::temp_directory_path() / ("kwb-ocl-cache-" + std::to_string(::getpid())));
+  const std::filesystem::path own = std::filesystem::path(cache) / "impl" / "fused.cpp";
+  std::filesystem::create_directories(own.parent_path());
+  write_file_atomic(own, read_file(k_opencl / "fused.cpp") + "// the runtime cache test of process " +
+                             std::to_string(::getpid()) + "\n");
   const char* old_cache = std::getenv("KWB_CACHE_DIR");
   const std::string restore = old_cache != nullptr ? old_cache : "";
   ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
   ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
   std::string identity;
   for (int run = 0; run < 2; ++run) {
-    KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp", {"--case", "decode"}));
+    KwbRun r = run_kwb(check_args(own, {"--case", "decode"}));
     ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
     ASSERT_EQ(r.exit_code, 0) << r.output;
     identity = r.json["implementation"]["identity"]["key"].get<std::string>();
@@ -295,6 +300,7 @@ TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_
     EXPECT_FALSE(e.path().filename().string().starts_with("tempfile_")) << e.path();
   }
   std::filesystem::remove_all(cache);
+  std::filesystem::remove_all(dir);  // no other test uses it
   if (restore.empty()) {
     ::unsetenv("KWB_CACHE_DIR");
   } else {
