@@ -164,7 +164,8 @@ std::vector<Spawned> spawn_limited_all(const std::vector<std::vector<std::string
       }
       if (running.empty()) continue;
       const auto now = std::chrono::steady_clock::now();
-      auto soonest = running.front().deadline;
+      // The soonest deadline of the sandboxes still running (those past theirs are killed here first).
+      auto soonest = std::chrono::steady_clock::time_point::max();
       for (std::size_t i = 0; i < running.size();) {
         if (running[i].deadline <= now) {
           ::kill(-running[i].pid, SIGKILL);
@@ -179,7 +180,8 @@ std::vector<Spawned> spawn_limited_all(const std::vector<std::vector<std::string
       if (running.empty()) continue;
       std::vector<pollfd> polls;
       for (const Running& r : running) polls.push_back({r.output.get(), POLLIN, 0});
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now).count() + 1;
+      const auto left =
+          std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now).count() + 1);
       const int pr = ::poll(polls.data(), polls.size(), static_cast<int>(left));
       if (pr <= 0) continue;  // EINTR or a deadline: looked at above
       char buffer[4096];
@@ -346,6 +348,7 @@ std::vector<std::string> sandboxed_argv(const SandboxedCommand& c) {
 
 std::vector<CommandResult> run_all_in_build_sandbox(const std::vector<SandboxedCommand>& commands, std::size_t jobs,
                                                     const BuildSandboxLimits& limits) {
+  if (commands.empty()) return {};  // everything came from the cache: no sandbox is needed, nor probed
   require_build_sandbox();
   std::vector<CommandResult> results(commands.size());
   std::vector<std::vector<std::string>> to_run;
@@ -384,8 +387,15 @@ CommandResult run_in_build_sandbox(const std::vector<std::string>& argv, const B
 std::size_t build_jobs() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof set, &set) != 0) return 1;
-  return static_cast<std::size_t>(std::max(CPU_COUNT(&set), 1));
+  const std::size_t cpus =
+      ::sched_getaffinity(0, sizeof set, &set) == 0 ? static_cast<std::size_t>(std::max(CPU_COUNT(&set), 1)) : 1;
+  // No more compiles than 2 GiB of memory each can hold: nvcc's cicc and ptxas peak near 1-2 GiB.
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::size_t by_memory = pages > 0 && page > 0
+                                    ? static_cast<std::size_t>(static_cast<unsigned long long>(pages) *
+                                                               static_cast<unsigned long long>(page) / (2ull << 30))
+                                    : cpus;
+  return std::max<std::size_t>(1, std::min(cpus, by_memory));
 }
 
 }  // namespace kwb

@@ -66,7 +66,8 @@ struct SandboxedCommand {
 std::vector<CommandResult> run_all_in_build_sandbox(const std::vector<SandboxedCommand>& commands, std::size_t jobs,
                                                     const BuildSandboxLimits& limits = {});
 
-// How many compiles kwb runs at once: the CPUs it may run on (its affinity mask), at least 1.
+// How many compiles kwb runs at once: the CPUs it may run on (its affinity mask), no more than 2 GiB of the
+// machine's memory each can hold, at least 1.
 std::size_t build_jobs();
 
 // What of the machine and of kwb's environment reaches a compile of `compiler` and can change the object it makes,

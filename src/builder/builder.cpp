@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <variant>
 
 namespace kwb {
@@ -539,28 +540,22 @@ Artifact build_implementation(const BuildRequest& request) {
 }
 
 std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& requests) {
-  // The same request twice is built once: two compiles of one key would race to rename into one cache entry.
-  auto same = [](const BuildRequest& a, const BuildRequest& b) {
-    return a.layout_variant == b.layout_variant && a.backend == b.backend &&
-           fs::weakly_canonical(a.source) == fs::weakly_canonical(b.source);
-  };
-  std::vector<size_t> first_of(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    first_of[i] = i;
-    for (size_t j = 0; j < i; ++j) {
-      if (first_of[j] == j && same(requests[j], requests[i])) {
-        first_of[i] = j;
-        break;
-      }
-    }
-  }
   std::vector<std::optional<std::variant<Artifact, PendingBuild>>> prepared(requests.size());
   std::vector<SandboxedCommand> commands;
   std::vector<size_t> command_of;
+  // One compile per cache key at a time: two would race to rename into one cache entry. Two requests share a
+  // pre-key when they are the same request, or the same bytes in two folders (a copy of the baseline as candidate);
+  // the later ones are built after this round, from the cache (or by a compile of their own, where it failed).
+  std::set<std::string> compiling;
+  std::vector<size_t> later;
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (first_of[i] != i) continue;
     prepared[i] = prepare_build(requests[i], BuildPurpose::implementation, "");
     if (auto* p = std::get_if<PendingBuild>(&*prepared[i])) {
+      if (!compiling.insert(p->pre_key).second) {
+        prepared[i].reset();  // and its private folder with it
+        later.push_back(i);
+        continue;
+      }
       commands.push_back(p->command);
       command_of.push_back(i);
     }
@@ -571,12 +566,10 @@ std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& req
     out[command_of[k]] = finish_build(std::get<PendingBuild>(*prepared[command_of[k]]), results[k]);
   }
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (first_of[i] != i) {
-      out[i] = out[first_of[i]];
-    } else if (auto* cached = std::get_if<Artifact>(&*prepared[i])) {
-      out[i] = std::move(*cached);
-    }
+    if (!prepared[i]) continue;
+    if (auto* cached = std::get_if<Artifact>(&*prepared[i])) out[i] = std::move(*cached);
   }
+  for (size_t i : later) out[i] = build(requests[i], BuildPurpose::implementation, "");
   return out;
 }
 

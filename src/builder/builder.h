@@ -70,7 +70,8 @@ Artifact build_implementation(const BuildRequest& request);
 
 // build_implementation for several requests, the results in the requests' order: every cache lookup first, then the
 // compiles that remain, one per CPU kwb may run on at once (build_sandbox.h: build_jobs), each in its own sandbox
-// with its own limits. The same request twice is built once. A layout pool of 8 variants per arm builds in an
+// with its own limits. Requests with one cache key (the same request twice, the same bytes in two folders) are
+// compiled once, the others then taken from the cache. A layout pool of 8 variants per arm builds in an
 // eighth of the time on 16 CPUs, half on 2.
 std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& requests);
 

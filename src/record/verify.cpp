@@ -20,6 +20,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -646,7 +647,8 @@ private:
   // may not have used more than the bound before go, and each worker may have used more than the bound after done
   // on as many calls as are forgiven, no more. The median bound over a worker's calls is not re-derived.
   void cpu_watch_of(const std::string& tag, const std::string& name, const std::string& where) {
-    std::map<int64_t, int> post_excess;
+    // Per worker: a visit's (block, arm, position) and its pid, as a pid may be reused by a later visit's worker.
+    std::map<std::tuple<int, std::string, int, int64_t>, int> post_excess;
     for (const SampleRow& s : m_b.samples) {
       if (s.comparison != tag || s.workload != name || !s.has_cpu_watch || !s.output_valid) continue;
       if (s.pre_cpu_ns > cpu_watch::k_pre_cpu_bound_ns) {
@@ -655,7 +657,7 @@ private:
                             where, s.line, s.pre_cpu_ns, cpu_watch::k_pre_cpu_bound_ns));
       }
       if (s.post_cpu_ns > cpu_watch::k_post_cpu_bound_ns &&
-          ++post_excess[s.pid] == cpu_watch::k_post_cpu_excess_forgiven + 1) {
+          ++post_excess[{s.block, s.arm, s.order_position, s.pid}] == cpu_watch::k_post_cpu_excess_forgiven + 1) {
         problem(fmt::format("{}: samples.csv line {}: worker {} used more than {} ns of CPU after done on more than "
                             "{} valid call(s): the CPU watch refuses the call after the forgiven one",
                             where, s.line, s.pid, cpu_watch::k_post_cpu_bound_ns,

@@ -263,6 +263,26 @@ TEST_F(BuildSandboxTest, commands_run_together_up_to_the_job_count_each_with_its
   EXPECT_EQ(one_at_a_time[1].exit_code, 0) << one_at_a_time[1].output;
 }
 
+// Each sandbox keeps its own wall-clock limit when another one's runs out first: two silent sandboxes started at
+// different times (the second once a quick first command has ended) are both killed at their own limit, and the
+// batch ends.
+TEST_F(BuildSandboxTest, a_timed_out_sandbox_leaves_the_others_their_own_limits) {
+  BuildSandboxSpec spec;
+  spec.writable = m_root / "out";
+  fs::create_directories(spec.writable);
+  BuildSandboxLimits limits;
+  limits.wall = std::chrono::milliseconds(700);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<CommandResult> r = run_all_in_build_sandbox(
+      {{{"sh", "-c", "sleep 30"}, spec}, {{"true"}, spec}, {{"sh", "-c", "sleep 30"}, spec}}, 2, limits);
+  EXPECT_TRUE(r[0].timed_out);
+  EXPECT_FALSE(r[1].timed_out);
+  EXPECT_EQ(r[1].exit_code, 0) << r[1].output;
+  EXPECT_TRUE(r[2].timed_out);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  EXPECT_TRUE(run_all_in_build_sandbox({}, 2, limits).empty());
+}
+
 // A batch of builds (a compare's layout pools, validate's implementations): results in the requests' order, the same
 // request built once, and a source that does not compile failing alone.
 TEST_F(BuildSandboxTest, a_batch_of_builds_keeps_the_order_builds_a_repeated_request_once_and_fails_alone) {
@@ -282,6 +302,18 @@ TEST_F(BuildSandboxTest, a_batch_of_builds_keeps_the_order_builds_a_repeated_req
   EXPECT_EQ(built[3].path, built[0].path);
   EXPECT_EQ(built[3].identity.artifact_sha256, built[0].identity.artifact_sha256);
   EXPECT_FALSE(built[0].from_cache);
+
+  // The same bytes in another folder (a copy of the baseline given as the candidate) share the cache key: built once,
+  // the copy from the cache, each artifact naming its own source.
+  const fs::path copy_source = copy_with_header(m_root / "copy");
+  std::vector<Artifact> twins = build_implementations({{copy_source, 5}, {good, 5}});
+  ASSERT_TRUE(twins[0].ok) << twins[0].log;
+  ASSERT_TRUE(twins[1].ok) << twins[1].log;
+  EXPECT_NE(twins[0].from_cache, twins[1].from_cache);
+  EXPECT_EQ(twins[0].identity.key, twins[1].identity.key);
+  EXPECT_EQ(twins[0].identity.artifact_sha256, twins[1].identity.artifact_sha256);
+  EXPECT_EQ(twins[1].source, fs::canonical(good));
+  EXPECT_EQ(sha256_file(twins[1].path), twins[1].identity.artifact_sha256);
 
   // The same batch again comes whole from the cache, identities unchanged.
   std::vector<Artifact> again = build_implementations({{good}, padded});
