@@ -41,6 +41,13 @@ protected:
     std::error_code ec;
     fs::remove_all(m_root, ec);
   }
+  // A sandbox whose writable folder is a fresh "out" below the test's folder.
+  BuildSandboxSpec out_spec() const {
+    BuildSandboxSpec spec;
+    spec.writable = m_root / "out";
+    fs::create_directories(spec.writable);
+    return spec;
+  }
   fs::path m_root;
 };
 
@@ -221,9 +228,7 @@ TEST_F(BuildSandboxTest, the_sandbox_has_no_network_no_capabilities_and_limits) 
 }
 
 TEST_F(BuildSandboxTest, the_wall_clock_limit_kills_the_whole_sandbox) {
-  BuildSandboxSpec spec;
-  spec.writable = m_root / "out";
-  fs::create_directories(spec.writable);
+  const BuildSandboxSpec spec = out_spec();
   BuildSandboxLimits limits;
   limits.wall = std::chrono::milliseconds(500);
   const auto start = std::chrono::steady_clock::now();
@@ -235,9 +240,7 @@ TEST_F(BuildSandboxTest, the_wall_clock_limit_kills_the_whole_sandbox) {
 // Commands given together run at once, up to `jobs`: two that each wait for the other's mark finish together with
 // two jobs; with one job the first waits in vain until its wall-clock limit, and the second then finds its mark.
 TEST_F(BuildSandboxTest, commands_run_together_up_to_the_job_count_each_with_its_own_limit) {
-  BuildSandboxSpec spec;
-  spec.writable = m_root / "out";
-  fs::create_directories(spec.writable);
+  const BuildSandboxSpec spec = out_spec();
   auto waits_for = [&](const std::string& mine, const std::string& other) {
     const std::string dir = spec.writable.string();
     return SandboxedCommand{{"sh", "-c", fmt::format("touch {0}/{1}; while [ ! -e {0}/{2} ]; do sleep 0.01; done; "
@@ -267,9 +270,7 @@ TEST_F(BuildSandboxTest, commands_run_together_up_to_the_job_count_each_with_its
 // different times (the second once a quick first command has ended) are both killed at their own limit, and the
 // batch ends.
 TEST_F(BuildSandboxTest, a_timed_out_sandbox_leaves_the_others_their_own_limits) {
-  BuildSandboxSpec spec;
-  spec.writable = m_root / "out";
-  fs::create_directories(spec.writable);
+  const BuildSandboxSpec spec = out_spec();
   BuildSandboxLimits limits;
   limits.wall = std::chrono::milliseconds(700);
   const auto start = std::chrono::steady_clock::now();
