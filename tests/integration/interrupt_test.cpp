@@ -218,16 +218,22 @@ TEST_F(interrupt_test, sigkill_leaves_no_worker_behind) {
 // too, whether kwb is interrupted or killed.
 class HelperTest : public ::testing::TestWithParam<int> {
 protected:
+  // A compiler script named cc, executable by kwb's worker user too, in a fresh folder of /tmp named after `stem`.
+  static fs::path fake_compiler(const std::string& stem, const std::string& script) {
+    const fs::path dir = fs::temp_directory_path() / (stem + "-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path cc = dir / "cc";
+    write_file_atomic(cc, script);
+    fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                            fs::perms::others_read | fs::perms::others_exec);
+    return cc;
+  }
   AdoptOrphans m_adopt;
 };
 
 TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
-  const fs::path dir = fs::temp_directory_path() / ("kwb-hanging-cc-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path cc = dir / "cc";
-  write_file_atomic(cc, "#!/bin/sh\nexec sleep 3600\n");
-  fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                          fs::perms::others_read | fs::perms::others_exec);
+  const fs::path cc = fake_compiler("kwb-hanging-cc", "#!/bin/sh\nexec sleep 3600\n");
+  const fs::path dir = cc.parent_path();
   {
     BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(), "--json",
                        "--case", "decode"},
@@ -245,13 +251,10 @@ TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
 // The compiles of a layout pool run at once, one per CPU (builder.h: build_implementations), every one started on
 // kwb's main thread: all of them die with kwb.
 TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
-  const fs::path dir = fs::temp_directory_path() / ("kwb-hanging-compile-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path cc = dir / "cc";
   // Answers --version as the real compiler does, and never finishes a compile.
-  write_file_atomic(cc, "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nexec sleep 3600\n");
-  fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                          fs::perms::others_read | fs::perms::others_exec);
+  const fs::path cc = fake_compiler("kwb-hanging-compile",
+                                    "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nexec sleep 3600\n");
+  const fs::path dir = cc.parent_path();
   const std::string cache = (dir / "cache").string();
   {
     BackgroundKwb kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
