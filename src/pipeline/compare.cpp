@@ -280,6 +280,8 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
     s.tensor_offsets = layout.tensor_offsets;
     s.pre_cpu_ns = r.pre_cpu_ns;
     s.post_cpu_ns = r.post_cpu_ns;
+    s.window_ns = r.window_ns;
+    s.gap_cpu_ns = r.gap_cpu_ns;
     v.samples.push_back(s);
     if (!r.valid()) {
       v.valid = false;
@@ -427,16 +429,16 @@ nlohmann::json to_json(const CompareReport& r) {
 
 std::string_view samples_csv_header() {
   return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
-         "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns\n";
+         "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns\n";
 }
 
 std::string samples_csv(const std::vector<Sample>& samples) {
   std::string out(samples_csv_header());
   for (const Sample& s : samples) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm,
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm,
                        s.order_position, s.pid, s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns,
                        s.output_valid ? 1 : 0, s.device_ns, s.layout, s.stack_offset, fmt::join(s.tensor_offsets, "/"),
-                       s.pre_cpu_ns, s.post_cpu_ns);
+                       s.pre_cpu_ns, s.post_cpu_ns, s.window_ns, s.gap_cpu_ns);
   }
   return out;
 }

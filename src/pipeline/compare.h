@@ -42,7 +42,7 @@ struct Sample {
   int sample_index = 0;      // call index within the visit
   bool warmup = false;
   int input_set = 0;
-  int64_t ns = 0;
+  int64_t ns = 0;            // the sample: window_ns plus the CPU charged outside it (util/cpu_watch.h, charged_ns)
   bool output_valid = false;
   int64_t device_ns = -1;    // device backends: the device's events around the call; -1 for cpu (no device clock)
   // The visit's layout (stats/layout.h): which build of the arm's layout pool ran, the stack offset at the call and
@@ -50,10 +50,13 @@ struct Sample {
   int layout = 0;
   uint32_t stack_offset = 0;
   std::vector<uint32_t> tensor_offsets;
-  // The CPU watch's figures for the call (session/worker_session.h, CallResult): the worker's CPU before go beyond
-  // the parent's reaction, and after done; -1 where not watched per window (device backends).
+  // The CPU watch's figures for the call (session/worker_session.h, CallResult): the worker's CPU charged before go
+  // (beyond the parent's reaction) and after done, -1 where not watched per window; the go-to-done window; the
+  // worker's CPU between the previous call and this one (bounded by its median, not charged).
   int64_t pre_cpu_ns = -1;
   int64_t post_cpu_ns = -1;
+  int64_t window_ns = 0;
+  int64_t gap_cpu_ns = -1;
 };
 
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.

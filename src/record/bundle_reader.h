@@ -36,6 +36,9 @@ struct SampleRow {
   bool has_cpu_watch = false;  // the CPU watch columns (bundles written before they were recorded lack them)
   int64_t pre_cpu_ns = -1;     // -1: the call was not watched per window (device backends)
   int64_t post_cpu_ns = -1;
+  bool has_charge = false;  // ns is window_ns plus the CPU charged outside it (util/cpu_watch.h)
+  int64_t window_ns = 0;
+  int64_t gap_cpu_ns = -1;
   int line = 0;  // in samples.csv, for messages
 };
 

@@ -643,25 +643,17 @@ private:
     }
   }
 
-  // The CPU watch again, per call, from the figures samples.csv records (util/cpu_watch.h): a call counted as valid
-  // may not have used more than the bound before go, and each worker may have used more than the bound after done
-  // on as many calls as are forgiven, no more. The median bound over a worker's calls is not re-derived.
-  void cpu_watch_of(const std::string& tag, const std::string& name, const std::string& where) {
-    // Per worker: a visit's (block, arm, position) and its pid, as a pid may be reused by a later visit's worker.
-    std::map<std::tuple<int, std::string, int, int64_t>, int> post_excess;
+  // The charge again, per call, from the figures samples.csv records (util/cpu_watch.h): every sample is its window
+  // plus the CPU its worker used outside it on the call's data. Bundles from before the charge (no window column)
+  // were judged by bounds on those figures, which are not re-derived.
+  void charge_of(const std::string& tag, const std::string& name, const std::string& where) {
     for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || !s.has_cpu_watch || !s.output_valid) continue;
-      if (s.pre_cpu_ns > cpu_watch::k_pre_cpu_bound_ns) {
-        problem(fmt::format("{}: samples.csv line {}: a valid call whose worker used {} ns of CPU before go (bound "
-                            "{} ns): the CPU watch refuses such a call",
-                            where, s.line, s.pre_cpu_ns, cpu_watch::k_pre_cpu_bound_ns));
-      }
-      if (s.post_cpu_ns > cpu_watch::k_post_cpu_bound_ns &&
-          ++post_excess[{s.block, s.arm, s.order_position, s.pid}] == cpu_watch::k_post_cpu_excess_forgiven + 1) {
-        problem(fmt::format("{}: samples.csv line {}: worker {} used more than {} ns of CPU after done on more than "
-                            "{} valid call(s): the CPU watch refuses the call after the forgiven one",
-                            where, s.line, s.pid, cpu_watch::k_post_cpu_bound_ns,
-                            cpu_watch::k_post_cpu_excess_forgiven));
+      if (s.comparison != tag || s.workload != name || !s.has_charge) continue;
+      const int64_t charged = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns);
+      if (s.ns != charged) {
+        problem(fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU charged "
+                            "before go ({} ns) and after done ({} ns) is {} ns",
+                            where, s.line, s.ns, s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, charged));
       }
     }
   }
@@ -685,7 +677,7 @@ private:
     if (timed != uint_field(w, "samples")) {
       problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), timed));
     }
-    cpu_watch_of(tag, name, where);
+    charge_of(tag, name, where);
     const std::string verdict = str_field(w, "verdict");
     const uint64_t seed = stats::workload_seed(comparison_seed, index);
     if (uint_field(w, "seed") != seed) {

@@ -508,6 +508,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
   UniqueFd filter;
   // Before the worker starts any thread (its runtime starts them while loading): threads inherit its CPUs.
   m_spin_for_done = !is_device(backend) && !device.untimed;
+  m_device_backend = is_device(backend);
   place_on_cpus(m_spin_for_done);
   std::filesystem::path load_path = artifact;
   if (m_profile_worker) {
@@ -692,8 +693,12 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   std::atomic<uint32_t>& state = m_control->state;
   // The worker parses the request and arms; it answers on the socket instead only when it refuses the request.
   if (!await_state(state_word(call, Phase::armed), deadline, false)) return fail();
-  if (hooks.before_wake) hooks.before_wake();
+  // The worker is armed and asleep. Its CPU clock is read before the call's data goes in: from here on, whatever any
+  // of its threads does (while the parent writes the inputs and poison, while it flushes caches, while the worker
+  // wakes) is charged to the call (session/worker_session.h, charged_ns).
   const int64_t cpu_a = cpu_time_ns();
+  if (m_last_capture_cpu >= 0 && cpu_a >= 0) out.gap_cpu_ns = cpu_a - m_last_capture_cpu;
+  if (hooks.before_wake) hooks.before_wake();
   // Stalls of this process count from the wake on: the worker may say ready and spin while this process is not
   // running, in the futex call below as well as in the wait.
   timespec woke{};
@@ -714,6 +719,7 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   out.rc = m_control->rc.load(std::memory_order_relaxed);
   if (hooks.at_done) hooks.at_done();
   const int64_t cpu_2 = cpu_time_ns();
+  m_last_capture_cpu = cpu_2;
   state.store(state_word(call, Phase::collect), std::memory_order_release);
   protocol::futex_wake(state);
   auto span = [](const timespec& a, const timespec& b) {
@@ -756,7 +762,23 @@ void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out)
   const nlohmann::json* reply = &reply_json;
   out.answered = true;
   out.descriptors_intact = reply->at("descriptors_intact").get<bool>();
-  if (reply->contains("device_ns")) {
+  // An answer must fit the worker's backend: device figures from a cpu worker, or profile figures from a timing
+  // worker, were written by something other than kwb's worker code (the implementation, having taken over its
+  // control flow). The caller ends the worker for a protocol violation.
+  if (!m_device_backend) {
+    for (const char* field : {"device_ns", "inputs_modified_on_device", "written_outside_on_device",
+                              "off_stream_commands", "off_stream_detail", "runtime_tampered", "kernels"}) {
+      if (reply->contains(field)) {
+        throw std::runtime_error(fmt::format("a cpu worker's answer carries the device field '{}'", field));
+      }
+    }
+  } else if (!reply->contains("device_ns")) {
+    throw std::runtime_error("a device worker's answer lacks its device time (device_ns)");
+  }
+  if (!m_profile_worker && reply->contains("profile")) {
+    throw std::runtime_error("a timing worker's answer carries profile figures");
+  }
+  if (m_device_backend) {
     out.device = true;
     out.device_ns = reply->value("device_ns", int64_t{-1});
     out.off_stream_commands = reply->value("off_stream_commands", uint64_t{0});

@@ -70,7 +70,7 @@ struct RunRequest {
 // empty.
 struct RunHooks {
   // The worker is armed and asleep: write the call's inputs and poison, evict caches. The worker's CPU clock is read
-  // after this returns, and any CPU it uses from then until it says ready is work outside the timer.
+  // before this runs, and any CPU it uses from then until it says ready is work outside the timer (pre_cpu_ns).
   std::function<void()> before_wake;
   // The worker said done and is going to sleep: capture (fingerprint) the outputs. The worker's CPU clock is read
   // before and after, and it must not move.
@@ -103,11 +103,14 @@ struct RunOutcome {
   // The call's time, taken by the parent: from go to done (worker/protocol.h).
   int64_t ns = 0;
   // The worker's CPU time (all its threads, read from outside through its CPU clock) in the three windows of the
-  // call: from the inputs' arrival to ready (pre), from go to done (inside), while the parent captured the outputs
-  // (post). -1 when the clock could not be read.
+  // call: from just before the inputs are written to ready (pre), from go to done (inside), while the parent
+  // captured the outputs (post). -1 when the clock could not be read.
   int64_t pre_cpu_ns = -1;
   int64_t inside_cpu_ns = -1;
   int64_t post_cpu_ns = -1;
+  // The worker's CPU between the previous call's capture and this call's inputs (it answered the previous call,
+  // read this request and armed); -1 on a worker's first call or when the clock could not be read.
+  int64_t gap_cpu_ns = -1;
   // The parent's own reaction time from seeing ready to go, plus the times it was not running while it waited for
   // ready (a busy machine): the worker legitimately spins that long before go.
   int64_t reaction_ns = 0;
@@ -236,6 +239,7 @@ private:
 
   std::chrono::milliseconds m_timeout;
   bool m_profile_worker = false;  // kwb-profile-worker: its load carries its seccomp program
+  bool m_device_backend = false;  // the loaded backend keeps tensors in device memory: answers carry device fields
   // cpu backend: the parent spins until done (exact t1); device backends: it sleeps on the futex, leaving every CPU
   // to the runtime's threads (t1 then includes a futex wake-up, the same for both arms).
   bool m_spin_for_done = true;
@@ -251,6 +255,7 @@ private:
   UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
   std::string m_cpu_clock_note;
   std::string m_runtime_cache_dir;  // the device runtime's directory (DeviceOptions), tidied when the worker is gone
+  int64_t m_last_capture_cpu = -1;  // the worker's CPU clock when the last call's outputs had been captured
   clockid_t m_cpu_clock = -1;
   bool m_has_cpu_clock = false;
 };

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,22 @@ KwbRun compare(const fs::path& candidate, std::vector<std::string> extra = {}) {
                                    "decode", "--max-minutes", "0.2", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
+}
+
+// A thread of the candidate's own computes each call's output as soon as the inputs and poison are in place, before
+// go; kwb_run then returns at once. Whatever that thread does is the candidate's: its CPU before go is charged to the
+// sample (util/cpu_watch.h), and its CPU between calls and while the worker should be idle is bounded, so the
+// comparison against the honest multi-threaded kernel never reads faster (refused, or timed and not faster).
+TEST(adversarial_test, compare_charges_work_moved_before_go_to_the_candidate) {
+  KwbRun r = run_kwb({"compare", threads_task().string(), "--candidate",
+                      (k_adversarial / "before_go_thread.cpp").string(), "--workload", "decode", "--max-minutes",
+                      "0.3", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.json["verdict"], "PASS") << r.json.dump(2);
+  for (const auto& w : r.json["workloads"]) {
+    EXPECT_NE(w["verdict"], "PASS") << w.dump(2);
+    if (w["improvement_pct"].is_number()) EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump(2);
+  }
 }
 
 TEST(adversarial_test, compare_refuses_to_time_a_pointer_cache) {

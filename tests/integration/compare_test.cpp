@@ -31,7 +31,7 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   // Not one sample was taken.
   EXPECT_EQ(read_file(dir / "samples.csv"),
             "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
-            "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns\n");
+            "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns\n");
   std::filesystem::remove_all(dir);
 }
 

@@ -1,5 +1,6 @@
 // The sequential comparison protocol on synthetic arms and a fake clock: deterministic, no processes, no timing.
 #include "pipeline/compare.h"
+#include "util/cpu_watch.h"
 #include "stats/random.h"
 
 #include <gtest/gtest.h>
@@ -212,9 +213,20 @@ TEST(compare_test, samples_csv_has_a_row_per_sample) {
   samples[1].tensor_offsets = {64, 0, 4032};
   samples[1].pre_cpu_ns = 1500;
   samples[1].post_cpu_ns = 612000;
+  samples[1].window_ns = 880;
+  samples[1].gap_cpu_ns = 41000;
   std::string csv = samples_csv(samples);
-  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1,-1,0,0,,-1,-1\n"
-                                                     "decode,0,B,0,43,3,0,1,999,0,-1,5,160,64/0/4032,1500,612000\n");
+  EXPECT_EQ(csv, std::string(samples_csv_header()) + "decode,0,A,1,42,0,1,0,1234,1,-1,0,0,,-1,-1,0,-1\n"
+                                                     "decode,0,B,0,43,3,0,1,999,0,-1,5,160,64/0/4032,1500,612000,880,41000\n");
+}
+
+// A sample is its window plus the worker's CPU outside it on the call's data (util/cpu_watch.h); figures the watch
+// could not read (-1) charge nothing.
+TEST(compare_test, a_sample_charges_the_cpu_used_outside_its_window) {
+  EXPECT_EQ(cpu_watch::charged_ns(5000, 0, 0), 5000);
+  EXPECT_EQ(cpu_watch::charged_ns(5000, 4200, 300), 9500);
+  EXPECT_EQ(cpu_watch::charged_ns(5000, -1, -1), 5000);
+  EXPECT_EQ(cpu_watch::charged_ns(5000, 70, -1), 5070);
 }
 
 TEST(compare_test, overall_verdict_precedence) {
