@@ -64,15 +64,19 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    ASSERT_EQ(f.size(), 16u) << line;
+    ASSERT_EQ(f.size(), 18u) << line;
     EXPECT_EQ(f[9], "1") << line;    // output_valid
     EXPECT_EQ(f[10], "-1") << line;  // device_ns: the cpu backend has no device clock
     // The visit's layout: a build of the arm's pool of 8, a 16-byte-aligned stack offset, three tensor offsets.
     EXPECT_LT(std::stoi(f[11]), 8) << line;
     EXPECT_EQ(std::stoi(f[12]) % 16, 0) << line;
     EXPECT_EQ(std::count(f[13].begin(), f[13].end(), '/'), 2) << line;
-    // What the CPU watch judged: figures (>= 0) where the worker's task clock can be read, -1 in both otherwise.
+    // The charge: figures (>= 0) where the worker's task clock can be read, -1 in both otherwise; the sample is the
+    // window plus both (util/cpu_watch.h).
     EXPECT_EQ(f[14] == "-1", f[15] == "-1") << line;
+    EXPECT_EQ(std::stoll(f[8]), std::stoll(f[16]) + std::max<int64_t>(0, std::stoll(f[14])) +
+                                    std::max<int64_t>(0, std::stoll(f[15])))
+        << line;
     if (f[6] == "0" && f[1] != "-1") ++timed;
   }
   EXPECT_EQ(timed, reported);
