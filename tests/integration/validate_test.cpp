@@ -1,6 +1,7 @@
 // End-to-end `kwb validate` / `verify` / `report`: one real decode-only run shared by the suite, then copies of
 // its bundle tampered with in every way verify must catch.
 #include "cli_helpers.h"
+#include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
 #include "pipeline/validate.h"
 #include "task/task.h"
@@ -89,8 +90,12 @@ protected:
 
   static KwbRun verify(const fs::path& dir) { return run_kwb({"verify", dir.string(), "--json"}); }
 
-  // A forger who also rewrites the manifest: only re-derivation can catch the edit.
-  static void reseal(const fs::path& dir) { write_file_atomic(dir / k_manifest_file, manifest_text(dir)); }
+  // A forger who also rewrites the manifest, and drops the signature it cannot make again: only re-derivation can
+  // catch the edit (the signature's own check is authenticity_test's and LedgerE2e's subject).
+  static void reseal(const fs::path& dir) {
+    write_file_atomic(dir / k_manifest_file, manifest_text(dir));
+    fs::remove(dir / k_signature_file);
+  }
 
   static void expect_caught(const fs::path& dir, const std::string& file_in_message) {
     KwbRun v = verify(dir);
