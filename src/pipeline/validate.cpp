@@ -139,11 +139,18 @@ private:
       if (!m_interrupted) throw;
     }
     m_manifest_sha256 = m_bundle.write_manifest();
-    if (m_key) {
-      const bool decided = m_decision_json.is_object() && m_decision_json.contains("decision") &&
-                           m_decision_json["decision"].is_string();
-      const std::string decision = decided ? m_decision_json["decision"].get<std::string>() : "";
-      sign_bundle(m_bundle.dir(), *m_key, m_plan_digest, decision);
+    if (m_key) sign();
+  }
+
+  // Signs the manifest (record/bundle_signature.h). A signature that cannot be written costs the bundle its
+  // signature, never the run's result or an interrupted run's exit code: the ledger's record still stands.
+  void sign() {
+    const bool decided = m_decision_json.is_object() && m_decision_json.contains("decision") &&
+                         m_decision_json["decision"].is_string();
+    try {
+      sign_bundle(m_bundle.dir(), *m_key, m_plan_digest, decided ? m_decision_json["decision"].get<std::string>() : "");
+    } catch (const Error& e) {
+      m_unsigned_reason = e.what();
     }
   }
 
