@@ -57,11 +57,13 @@ void record_in_ledger(const LedgerRun& run) {
   }
 }
 
-void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind) {
+void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
+                             const std::string& manifest_sha256) {
   try {
     if (!ledger_path()) return;
     LedgerRun run = run_from_bundle(bundle);
     run.kind = kind;
+    run.manifest_sha256 = manifest_sha256;
     record_in_ledger(run);
   } catch (const std::exception& e) {
     std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
@@ -191,7 +193,8 @@ Action add_history(CLI::App& root) {
       for (const LedgerRun& run : runs) {
         r.push_back({{"id", run.id}, {"kind", run.kind}, {"started", run.started}, {"finished", run.finished},
                      {"outcome", run.outcome}, {"reasons", run.reasons}, {"bundle", run.bundle},
-                     {"plan_digest", run.plan_digest}, {"timing_holds", run.timing_holds}});
+                     {"plan_digest", run.plan_digest}, {"manifest_sha256", run.manifest_sha256},
+                     {"timing_holds", run.timing_holds}});
       }
       nlohmann::json j = {{"schema", "kwb.history"},        {"schema_version", 1},
                           {"task", task.name},                {"backend", to_string(*backend)},

@@ -187,10 +187,10 @@ Action add_profile(CLI::App& root) {
   app->add_option("--workload", args->workloads, "Only this case (repeatable; default: every timing case)");
   app->add_flag("--json", args->json, "Print one JSON object (schema kwb.profile) instead of the tables");
   app->add_option("--timeout-seconds", args->timeout_seconds, "Per call (x50 under valgrind)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(in_range(k_timeout_range));
   app->add_option("--callgrind-calls", args->callgrind_calls,
                   "Collected calls per workload under callgrind (1 for workloads moving over 64 MiB)")
-      ->capture_default_str()->check(CLI::Range(1, 100));
+      ->capture_default_str()->check(in_range(k_callgrind_calls_range));
   app->add_option("--raw-dir", args->raw_dir, "Keep callgrind's output files and valgrind's log here");
   app->add_flag("--require-valgrind", args->require_valgrind,
                 "Exit 69 when valgrind is missing (otherwise the rest is still measured and kwb exits 0)");

@@ -115,7 +115,12 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     throw;
   }
   end_progress_line();
-  record_bundle_in_ledger(r.bundle, ledger_kind);
+  record_bundle_in_ledger(r.bundle, ledger_kind, r.manifest_sha256);
+  if (!r.unsigned_reason.empty()) {
+    std::cerr << fmt::format("kwb: warning: the bundle is not signed ({}); this machine's ledger still records it, "
+                             "but another machine cannot tell who made it\n",
+                             r.unsigned_reason);
+  }
   if (a.json) {
     std::cout << json_text(r.decision_json, 2) << "\n";
   } else {

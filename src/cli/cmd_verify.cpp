@@ -1,5 +1,9 @@
-// kwb verify BUNDLE: re-derive everything from the raw evidence; exit 0 only for an intact, consistent bundle.
+// kwb verify BUNDLE: re-derive everything from the raw evidence; exit 0 only for an intact, consistent bundle. It
+// also says what it established about who made the bundle: "authentic" (a key this machine trusts signed it, or
+// this machine's ledger recorded it at the end of its run) or "self-consistent only" (the hashes agree, and that is
+// all: anyone can recompute them after an edit). Self-consistent only still exits 0; `kwb keep` refuses it.
 #include "cli/commands.h"
+#include "ledger/bundle_entry.h"
 #include "util/json_text.h"
 #include "record/verify.h"
 #include "util/error.h"
@@ -13,27 +17,71 @@
 
 namespace kwb::cli {
 
+namespace {
+
+// The ledger, when there is one to consult; verify never creates one.
+std::optional<Ledger> existing_ledger(std::string& why_not) {
+  const std::optional<std::filesystem::path> path = ledger_path();
+  if (!path || !std::filesystem::is_regular_file(*path)) return std::nullopt;
+  try {
+    return Ledger::open(*path);
+  } catch (const Error& e) {
+    why_not = e.what();
+    return std::nullopt;
+  }
+}
+
+nlohmann::json to_json(const VerifyReport& r, const Authenticity& a) {
+  nlohmann::json signature = {{"state", to_string(r.signature.state)}, {"detail", r.signature.detail}};
+  if (!r.signature.public_key.empty()) signature["public_key"] = r.signature.public_key;
+  nlohmann::json ledger = {{"recorded", a.recorded.has_value()}, {"detail", a.ledger_detail}};
+  if (a.recorded) ledger["run"] = a.recorded->id;
+  return {{"established", a.authentic ? "authentic" : "self-consistent only"},
+          {"summary", a.summary},
+          {"manifest_sha256", r.seal.manifest_sha256},
+          {"plan_digest", r.seal.plan_digest},
+          {"decision", r.seal.decision},
+          {"signature", signature},
+          {"ledger", ledger}};
+}
+
+}  // namespace
+
 Action add_verify(CLI::App& root) {
   auto dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  CLI::App* app = root.add_subcommand("verify", "Re-derive every statistic and the decision of an evidence bundle");
+  CLI::App* app = root.add_subcommand("verify", "Re-derive every statistic and the decision of an evidence bundle, "
+                                                "and say whether it is authentic or only self-consistent");
   app->add_option("bundle", *dir, "Evidence bundle folder")->required();
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
     if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
     VerifyReport r = verify_bundle(*dir);
+    std::string ledger_error;
+    const std::optional<Ledger> ledger = existing_ledger(ledger_error);
+    Authenticity a = authenticity(r, ledger ? &*ledger : nullptr);
+    if (!ledger_error.empty()) a.ledger_detail = "the ledger could not be read: " + ledger_error;
     if (*json) {
-      std::cout << json_text({{"schema", "kwb.verify"}, {"schema_version", 1}, {"bundle", *dir},
+      std::cout << json_text({{"schema", "kwb.verify"}, {"schema_version", 2}, {"bundle", *dir},
                               {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified},
-                              {"warnings", r.warnings}},
+                              {"warnings", r.warnings}, {"authenticity", to_json(r, a)}},
                              2)
                 << "\n";
     } else {
       for (const std::string& v : r.verified) std::cout << "ok      " << v << "\n";
       for (const std::string& p : r.problems) std::cout << "PROBLEM " << p << "\n";
       for (const std::string& w : r.warnings) std::cout << "WARNING " << w << "\n";
-      std::cout << (r.ok() ? fmt::format("\nbundle {} is intact and its decision follows from its evidence\n", *dir)
-                           : fmt::format("\nbundle {}: {} problem(s)\n", *dir, r.problems.size()));
+      if (!r.ok()) {
+        std::cout << fmt::format("\nbundle {}: {} problem(s)\n", *dir, r.problems.size());
+      } else if (a.authentic) {
+        std::cout << fmt::format("\nbundle {} is intact and its decision follows from its evidence\n{}\n", *dir,
+                                 a.summary);
+      } else {
+        std::cout << fmt::format("\nbundle {} is intact and its decision follows from its evidence, but it is "
+                                 "SELF-CONSISTENT ONLY, NOT AUTHENTIC:\n  {}\n  {}\n  anyone could have edited it "
+                                 "and recomputed every hash; kwb keep refuses it\n",
+                                 *dir, r.signature.detail, a.ledger_detail);
+      }
     }
     return r.ok() ? 0 : static_cast<int>(ExitCode::invalid);
   };

@@ -1,5 +1,6 @@
 #include "cli/mcp_tools.h"
 
+#include "cli/options.h"
 #include "task/task.h"
 
 #include <fmt/format.h>
@@ -80,11 +81,13 @@ const std::vector<Tool>& tools() {
        {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads}},
       {"verify", "verify",
        "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
-       "disagreement.",
+       "disagreement, and says whether the bundle is authentic (signed by a trusted key, or recorded by this "
+       "machine's ledger) or self-consistent only.",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder"}}},
       {"keep", "keep",
-       "Make a bundle's candidate the task's incumbent: only from a bundle that verifies and decided "
-       "KEEP_CANDIDATE against the current incumbent (a stale bundle is refused with the reason).",
+       "Make a bundle's candidate the task's incumbent: only from a bundle that verifies, that this machine's ledger "
+       "recorded at the end of its run, and that decided KEEP_CANDIDATE against the current incumbent (a stale or "
+       "edited bundle is refused with the reason).",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}}},
       {"revalidate", "revalidate",
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
@@ -187,6 +190,13 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
       throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name,
                                       kind_name(p.kind), v->dump().substr(0, 80)));
     }
+    // The command line's ranges (cli/options.h), checked here too, so the call is refused naming the argument
+    // rather than run as a child that refuses it.
+    if (const OptionRange* range = option_range(p.flag); range != nullptr) {
+      if (const std::string why = out_of_range(*range, number_text(*v)); !why.empty()) {
+        throw InvalidParams(fmt::format("tool {}: argument '{}': {}", tool.name, p.name, why));
+      }
+    }
     out.emplace_back(&p, v);
   }
   return out;
@@ -202,6 +212,10 @@ nlohmann::json tool_list() {
     for (const Param& p : t.params) {
       nlohmann::json s = schema_of(p.kind);
       s["description"] = p.description;
+      if (const OptionRange* range = option_range(p.flag); range != nullptr) {
+        s["minimum"] = range->min;
+        s["maximum"] = range->max;
+      }
       props[p.name] = s;
       if (p.required) required.push_back(p.name);
     }
@@ -330,7 +344,10 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
     return fmt::format("compare {}: {}", out.value("verdict", "?"), fmt::join(parts, "; "));
   }
   if (tool == "verify") {
-    return out.value("ok", false) ? "verify: the bundle is intact and its decision follows from its evidence"
+    const nlohmann::json auth = out.value("authenticity", nlohmann::json::object());
+    return out.value("ok", false) ? fmt::format("verify: the bundle is intact and its decision follows from its "
+                                                "evidence; {}",
+                                                auth.value("summary", std::string("authenticity unknown")))
                                   : fmt::format("verify: {} problem(s): {}", out["problems"].size(),
                                                 fmt::join(reasons(out, "problems"), "; "));
   }

@@ -2,10 +2,76 @@
 
 #include "util/backend_kind.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
 namespace kwb::cli {
 
 std::chrono::milliseconds timeout_from_seconds(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const double s = std::isnan(seconds) ? k_timeout_range.min
+                                       : std::clamp(seconds, k_timeout_range.min, k_timeout_range.max);
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
+}
+
+const OptionRange* option_range(std::string_view flag) {
+  static constexpr const OptionRange* k_all[] = {
+      &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_max_minutes_range,
+      &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,
+      &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range};
+  for (const OptionRange* r : k_all) {
+    if (flag == r->flag) return r;
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::string bound_text(const OptionRange& r, double v) {
+  if (!r.integer) return fmt::format("{}", v);
+  return v == k_seed_range.max ? std::string("2^64 - 1") : fmt::format("{:.0f}", v);
+}
+
+}  // namespace
+
+std::string out_of_range(const OptionRange& r, const std::string& given) {
+  // from_chars reads what strtod reads but a leading '+', which a person may well type.
+  const std::string text = given.starts_with('+') ? given.substr(1) : given;
+  const std::string wanted = fmt::format("{} must be {} from {} to {}", r.flag, r.integer ? "an integer" : "a finite number",
+                                         bound_text(r, r.min), bound_text(r, r.max));
+  const std::string shown = given.size() > 40 ? given.substr(0, 40) + "..." : given;
+  if (r.integer) {
+    // Integers are read exactly (a double would round 2^64 - 1): digits only, no sign, no exponent.
+    uint64_t v = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (text.empty() || ec != std::errc() || ptr != end || static_cast<double>(v) < r.min ||
+        static_cast<double>(v) > r.max) {
+      return fmt::format("{} (got {})", wanted, shown);
+    }
+    return "";
+  }
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v) || v < r.min || v > r.max) {
+    return fmt::format("{} (got {})", wanted, shown);
+  }
+  return "";
+}
+
+CLI::Validator in_range(const OptionRange& range) {
+  // CLI11 puts the option's name in front ("--calls: must be ..."), so it is not repeated here.
+  return CLI::Validator(
+      [range](std::string& text) {
+        const std::string why = out_of_range(range, text);
+        return why.empty() ? why : why.substr(std::string_view(range.flag).size() + 1);
+      },
+                        fmt::format("{} in [{} - {}]", range.integer ? "INT" : "NUMBER", bound_text(range, range.min),
+                                    bound_text(range, range.max)),
+                        "");
 }
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
@@ -37,10 +103,11 @@ void add_check_options(CLI::App& app, CheckArgs& a) {
   add_backend_option(app, a.backend);
   app.add_flag("--json", a.json, "Print one JSON object instead of the table");
   app.add_option("--timeout-seconds", a.timeout_seconds, "Per call")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seed", a.seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str();
+      ->check(in_range(k_timeout_range));
+  app.add_option("--seed", a.seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str()
+      ->check(in_range(k_seed_range));
   app.add_option("--calls", a.calls, "Calls per case, each with fresh data")->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(in_range(k_calls_range));
   app.add_option("--case", a.cases, "Only this case (repeatable)");
   app.add_flag("--held-out", a.held_out,
                "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final "
@@ -69,26 +136,27 @@ void add_timing_options(CLI::App& app, TimingArgs& a) {
   app.add_option("--gate", a.gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
       ->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
   app.add_option("--min-improvement-pct", a.min_improvement_pct,
-                 "Improvement the candidate must show on every workload")->capture_default_str();
+                 "Improvement the candidate must show on every workload")->capture_default_str()
+      ->check(in_range(k_min_improvement_range));
   app.add_option("--max-aa-difference-pct", a.max_aa_difference_pct, "A/A: |A' vs A| allowed")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(in_range(k_max_aa_range));
   app.add_option("--repetitions", a.repetitions, "Minimum blocks per comparison (the first look)")
-      ->capture_default_str()->check(CLI::Range(2, 1000000));
+      ->capture_default_str()->check(in_range(k_repetitions_range));
   app.add_option("--max-blocks", a.max_blocks, "Block cap per workload comparison")->capture_default_str()
-      ->check(CLI::Range(2, 10000000));
+      ->check(in_range(k_max_blocks_range));
   app.add_option("--warmups", a.warmups, "Untimed calls per visit")->capture_default_str()
-      ->check(CLI::Range(0, 100000));
+      ->check(in_range(k_warmups_range));
   app.add_option("--samples", a.samples, "Timed calls per visit; 0 = sized by a pilot")->capture_default_str()
-      ->check(CLI::Range(0, 1000000));
+      ->check(in_range(k_samples_range));
   app.add_option("--max-minutes", a.max_minutes, "Budget per workload comparison")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(k_max_minutes_range));
   app.add_option("--timeout-seconds", a.timeout_seconds, "Per call, timed or checked")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(in_range(k_timeout_range));
   app.add_option("--workload", a.workloads, "Only this timing case (repeatable)");
   app.add_flag("--cold", a.cold, "Flush caches before every timed call, outside the timer (default: warm)");
   app.add_option("--layouts", a.layouts,
                  "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)")
-      ->capture_default_str()->check(CLI::Range(0, 64));
+      ->capture_default_str()->check(in_range(k_layouts_range));
   app.add_flag("--exhaustive", a.exhaustive,
                "Checks run every case even after a worker failure (default: they stop there)");
 }
@@ -120,7 +188,8 @@ void add_compare_options(CLI::App& app, CompareArgs& a) {
   app.add_option("--candidate", a.candidate, "Candidate source");
   app.add_flag("--aa", a.aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed, "Seed for block orders and timed data")->capture_default_str();
+  app.add_option("--seed", a.seed, "Seed for block orders and timed data")->capture_default_str()
+      ->check(in_range(k_seed_range));
   app.add_option("--output-dir", a.output_dir, "Write samples.csv (every sample) and compare.json here");
   app.add_flag("--json", a.json, "Print the JSON summary");
 }
@@ -153,7 +222,8 @@ void add_validate_options(CLI::App& app, ValidateArgs& a) {
 void add_validate_run_options(CLI::App& app, ValidateArgs& a) {
   app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)");
+  app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)")
+      ->check(in_range(k_seed_range));
   app.add_flag("--no-profile", a.no_profile,
                "Skip the profile stage: it is descriptive, the decision never depends on it, and under valgrind it "
                "is the slowest part of a short validate");

@@ -15,13 +15,45 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kwb::cli {
 
 // --timeout-seconds takes seconds.
 inline constexpr double k_default_timeout_seconds = std::chrono::duration<double>(defaults::k_timeout).count();
+// Never overflows: the seconds are clamped to k_timeout_range first (a NaN to its minimum).
 std::chrono::milliseconds timeout_from_seconds(double seconds);
+
+// The closed range of every numeric option, on the command line and over kwb mcp (one table, so the two cannot
+// disagree). A value outside it, or not finite ("nan", "inf", "1e308"), is a usage error (exit 64) naming the
+// option and this range, never a number that overflows a deadline or a budget further on.
+struct OptionRange {
+  const char* flag;
+  double min, max;
+  bool integer;
+};
+inline constexpr OptionRange k_timeout_range{"--timeout-seconds", 0.001, 86400.0, false};  // a day per call
+inline constexpr OptionRange k_min_improvement_range{"--min-improvement-pct", -99.0, 1000.0, false};
+inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 100.0, false};
+inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
+inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
+inline constexpr OptionRange k_repetitions_range{"--repetitions", 2, 1'000'000, true};
+inline constexpr OptionRange k_max_blocks_range{"--max-blocks", 2, 10'000'000, true};
+inline constexpr OptionRange k_warmups_range{"--warmups", 0, 100'000, true};
+inline constexpr OptionRange k_samples_range{"--samples", 0, 1'000'000, true};
+inline constexpr OptionRange k_layouts_range{"--layouts", 0, 64, true};
+inline constexpr OptionRange k_callgrind_calls_range{"--callgrind-calls", 1, 100, true};
+// --seed takes any integer from 0 to 2^64 - 1.
+inline constexpr OptionRange k_seed_range{"--seed", 0, 18446744073709551615.0, true};
+
+// The range of a numeric flag, or nullptr for a flag that takes no number.
+const OptionRange* option_range(std::string_view flag);
+// Why `text` is not a value of `range`'s option ("" when it is): "--timeout-seconds must be a finite number from
+// 0.001 to 86400 (got nan)".
+std::string out_of_range(const OptionRange& range, const std::string& text);
+// The CLI11 check for a numeric option (an option's value is checked as text, before it is converted).
+CLI::Validator in_range(const OptionRange& range);
 // --backend, one of util/backend_kind.h.
 void add_backend_option(CLI::App& app, BackendKind& backend);
 

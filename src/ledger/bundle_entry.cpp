@@ -1,11 +1,13 @@
 #include "ledger/bundle_entry.h"
 
 #include "record/bundle_reader.h"
+#include "record/bundle_writer.h"
 #include "record/decision.h"
 #include "record/verify.h"
 #include "util/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 namespace kwb {
@@ -71,6 +73,8 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   }
   r.plan_digest = b.decision.value("plan_digest", "");
   r.bundle = std::filesystem::absolute(bundle).lexically_normal().string();
+  std::string why;
+  if (b.fs) r.manifest_sha256 = b.fs->sha256(k_manifest_file, why).value_or("");
   for (const char* role : {"baseline", "candidate"}) {
     if (const nlohmann::json* impl = implementation(b.plan, role)) r.arms.push_back(arm_of(*impl));
   }
@@ -83,6 +87,46 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   return r;
 }
 
+std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& seal) {
+  for (LedgerRun& r : ledger.runs_with_manifest(seal.manifest_sha256)) {
+    if ((r.kind == "validate" || r.kind == "revalidate") && r.plan_digest == seal.plan_digest &&
+        r.outcome == seal.decision) {
+      return std::move(r);
+    }
+  }
+  return std::nullopt;
+}
+
+Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
+  Authenticity a;
+  if (ledger == nullptr) {
+    a.ledger_detail = "no ledger to consult (KWB_LEDGER=none, or none was written here yet)";
+  } else if ((a.recorded = recorded_run(*ledger, report.seal))) {
+    a.ledger_detail = fmt::format("recorded by this machine's ledger {} at the end of its run (run {}, {} {})",
+                                  ledger->path().string(), a.recorded->id, a.recorded->kind, a.recorded->finished);
+  } else {
+    a.ledger_detail = fmt::format("this bundle's manifest digest ({}) does not match any run this machine's ledger "
+                                  "{} recorded at the end of its run, with this plan digest and decision: it was "
+                                  "changed after the run, or it was not recorded here",
+                                  report.seal.manifest_sha256.empty() ? "no manifest" : report.seal.manifest_sha256,
+                                  ledger->path().string());
+  }
+  const bool signed_ok = report.signature.state == SignatureCheck::State::trusted;
+  a.authentic = report.ok() && (signed_ok || a.recorded.has_value());
+  if (a.authentic) {
+    std::vector<std::string> by;
+    if (a.recorded) by.push_back(a.ledger_detail);
+    if (signed_ok) by.push_back(report.signature.detail);
+    a.summary = "authentic: " + fmt::format("{}", fmt::join(by, "; and "));
+  } else if (!report.ok()) {
+    a.summary = "not authentic: the bundle does not verify";
+  } else {
+    a.summary = fmt::format("self-consistent only: the hashes agree, but nothing proves who made it ({}; {})",
+                            report.signature.detail, a.ledger_detail);
+  }
+  return a;
+}
+
 KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
   KeepOutcome out;
   const VerifyReport v = verify_bundle(bundle);
@@ -91,6 +135,24 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
     out.problems = v.problems;
     out.message = fmt::format("{} does not verify ({} problem(s)): nothing is kept from a bundle that does not",
                               bundle.string(), v.problems.size());
+    return out;
+  }
+  // A bundle that verifies is only self-consistent: its hashes could have been recomputed after an edit. Only the
+  // run this machine recorded is kept, byte for byte as it was written.
+  if (!recorded_run(ledger, v.seal)) {
+    out.exit_code = static_cast<int>(ExitCode::not_authentic);
+    out.message = fmt::format("{} is not kept: this bundle's manifest digest ({}) does not match the one this "
+                              "machine's ledger ({}) recorded at the end of its run, with its plan digest and "
+                              "decision: it was changed after the run, or it was not recorded here (validate it "
+                              "again with this ledger)",
+                              bundle.string(), v.seal.manifest_sha256, ledger.path().string());
+    LedgerRun refused = run_from_bundle(bundle);
+    refused.kind = "keep";
+    refused.started.clear();
+    refused.finished.clear();
+    refused.outcome = "REFUSED";
+    refused.reasons = {out.message};
+    ledger.record(refused);
     return out;
   }
   LedgerRun run = run_from_bundle(bundle);

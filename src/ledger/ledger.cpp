@@ -67,6 +67,12 @@ CREATE TABLE incumbents (
   PRIMARY KEY (task, backend, generation)
 );
 )SQL",
+    // 1 -> 2: the digest of a validate bundle's manifest as the run that wrote it computed it, so that keep accepts
+    // only a bundle this machine recorded at the end of its own run (ledger/bundle_entry.h). Older rows have none.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN manifest_sha256 TEXT NOT NULL DEFAULT '';
+CREATE INDEX runs_manifest ON runs (manifest_sha256);
+)SQL",
 };
 constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
 static_assert(k_known_versions == Ledger::k_schema_version);
@@ -291,7 +297,7 @@ int64_t Ledger::record(const LedgerRun& run) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });
   Statement ins(m_db,
                 "INSERT INTO runs (kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-                "plan_digest, bundle, kwb_version, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "plan_digest, bundle, kwb_version, pid, manifest_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 m_path);
   ins.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
   ins.bind(5, run.started.empty() ? utc_now_text() : run.started);
@@ -300,7 +306,7 @@ int64_t Ledger::record(const LedgerRun& run) {
   const Provenance built = build_provenance();
   ins.bind(10, run.plan_digest).bind(11, run.bundle);
   ins.bind(12, fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
-  ins.bind(13, static_cast<int64_t>(::getpid()));
+  ins.bind(13, static_cast<int64_t>(::getpid())).bind(14, run.manifest_sha256);
   ins.step();
   const int64_t id = sqlite3_last_insert_rowid(m_db);
   for (const LedgerArm& a : run.arms) {
@@ -322,12 +328,21 @@ int64_t Ledger::record(const LedgerRun& run) {
 }
 
 std::vector<LedgerRun> Ledger::runs(const std::string& task, BackendKind backend) const {
+  return select_runs("task = ? AND backend = ?", {task, std::string(to_string(backend))});
+}
+
+std::vector<LedgerRun> Ledger::runs_with_manifest(const std::string& manifest_sha256) const {
+  if (manifest_sha256.empty()) return {};
+  return select_runs("manifest_sha256 = ?", {manifest_sha256});
+}
+
+std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::vector<std::string>& values) const {
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-              "plan_digest, bundle FROM runs WHERE task = ? AND backend = ? ORDER BY id",
+              "plan_digest, bundle, manifest_sha256 FROM runs WHERE " + where + " ORDER BY id",
               m_path);
-  s.bind(1, task).bind(2, backend);
+  for (size_t i = 0; i < values.size(); ++i) s.bind(static_cast<int>(i + 1), values[i]);
   while (s.step()) {
     LedgerRun r;
     r.id = s.integer(0);
@@ -348,6 +363,7 @@ std::vector<LedgerRun> Ledger::runs(const std::string& task, BackendKind backend
     if (r.timing_holds.is_discarded()) r.timing_holds = nlohmann::json::array();
     r.plan_digest = s.text(10);
     r.bundle = s.text(11);
+    r.manifest_sha256 = s.text(12);
     Statement a(m_db, "SELECT role, source, identity FROM arms WHERE run_id = ? ORDER BY rowid", m_path);
     a.bind(1, r.id);
     while (a.step()) r.arms.push_back({a.text(0), a.text(1), a.text(2)});

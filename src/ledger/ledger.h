@@ -6,7 +6,9 @@
 // Two kinds of rows:
 //   runs        every check, compare, validate and keep: the task, the backend, the arms' identities, the
 //               outcome with its reasons, the per-workload figures, the timing lock's holds, and for validate the
-//               plan digest and the bundle, which `kwb verify` re-checks (a row is only as trusted as its bundle).
+//               plan digest, the bundle and its manifest's digest as the run computed it: `kwb verify` re-checks
+//               the bundle, and `kwb keep` accepts only a bundle whose manifest, plan digest and decision match the
+//               row its own run recorded (ledger/bundle_entry.h).
 //   incumbents  per task and backend, the lineage of kept implementations: generation 0 is the task's baseline,
 //               and each later one was kept (`kwb keep`) from a verified bundle that decided KEEP_CANDIDATE against
 //               the generation before it.
@@ -58,6 +60,8 @@ struct LedgerRun {
   nlohmann::json timing_holds = nlohmann::json::array();
   std::string plan_digest;
   std::string bundle;
+  // validate and revalidate: the SHA-256 of the bundle's MANIFEST.sha256 as the run that wrote it computed it.
+  std::string manifest_sha256;
 };
 
 struct Incumbent {
@@ -78,7 +82,7 @@ struct Incumbent {
 
 class Ledger {
 public:
-  static constexpr int k_schema_version = 1;
+  static constexpr int k_schema_version = 2;
 
   // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
   // opened, is not a kwb ledger, or was written by a newer kwb.
@@ -95,6 +99,8 @@ public:
   // Appends a run in one transaction; returns its id.
   int64_t record(const LedgerRun& run);
   std::vector<LedgerRun> runs(const std::string& task, BackendKind backend) const;
+  // Every run recorded with this manifest digest (none for ""), oldest first.
+  std::vector<LedgerRun> runs_with_manifest(const std::string& manifest_sha256) const;
 
   // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept.
   std::vector<Incumbent> lineage(const std::string& task, BackendKind backend) const;
@@ -114,6 +120,7 @@ private:
   explicit Ledger(std::filesystem::path path);
   void exec(const std::string& sql) const;
   void migrate();
+  std::vector<LedgerRun> select_runs(const std::string& where, const std::vector<std::string>& values) const;
 
   std::filesystem::path m_path;
   sqlite3* m_db = nullptr;

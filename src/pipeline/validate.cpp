@@ -3,6 +3,7 @@
 
 #include "builder/builder.h"
 #include "oracle/oracle.h"
+#include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
 #include "record/environment.h"
 #include "pipeline/check.h"
@@ -60,7 +61,15 @@ struct Impl {
 
 class Validator {
 public:
-  Validator(const ValidateOptions& o, const ValidateObserver& obs) : m_opt(o), m_obs(obs), m_bundle(o.output_dir) {}
+  Validator(const ValidateOptions& o, const ValidateObserver& obs) : m_opt(o), m_obs(obs), m_bundle(o.output_dir) {
+    // The machine key is read (made on first use) before anything runs, never in a timed stage; a key folder kwb
+    // cannot use costs the bundle its signature, not the run (the ledger's record still makes it keepable here).
+    try {
+      m_key = machine_key();
+    } catch (const Error& e) {
+      m_unsigned_reason = e.what();
+    }
+  }
 
   ValidateResult run() {
     const auto& names = validate_stage_names();
@@ -112,6 +121,8 @@ public:
     r.decision = m_decision;
     r.decision_json = m_decision_json;
     r.plan_digest = m_plan_digest;
+    r.manifest_sha256 = m_manifest_sha256;
+    r.unsigned_reason = m_unsigned_reason;
     r.bundle = m_bundle.dir();
     r.input_error_code = m_input_error_code;
     r.input_error = m_input_error;
@@ -127,7 +138,20 @@ private:
     } catch (const std::exception&) {
       if (!m_interrupted) throw;
     }
-    m_bundle.write_manifest();
+    m_manifest_sha256 = m_bundle.write_manifest();
+    if (m_key) sign();
+  }
+
+  // Signs the manifest (record/bundle_signature.h). A signature that cannot be written costs the bundle its
+  // signature, never the run's result or an interrupted run's exit code: the ledger's record still stands.
+  void sign() {
+    const bool decided = m_decision_json.is_object() && m_decision_json.contains("decision") &&
+                         m_decision_json["decision"].is_string();
+    try {
+      sign_bundle(m_bundle.dir(), *m_key, m_plan_digest, decided ? m_decision_json["decision"].get<std::string>() : "");
+    } catch (const Error& e) {
+      m_unsigned_reason = e.what();
+    }
   }
 
   // Runs one stage: records it, catches what it throws (as a stage error), rewrites stages.json. An interruption
@@ -638,6 +662,9 @@ private:
   uint64_t m_seed = 0, m_timing_nonce = 0, m_final_nonce = 0;
   nlohmann::json m_environment, m_plan;
   std::string m_plan_digest;
+  std::string m_manifest_sha256;
+  std::optional<SigningKey> m_key;
+  std::string m_unsigned_reason;
   DecisionInputs m_inputs;
   Decision m_decision;
   nlohmann::json m_decision_json;

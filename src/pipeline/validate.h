@@ -60,6 +60,8 @@ struct ValidateResult {
   Decision decision;
   nlohmann::json decision_json;
   std::string plan_digest;
+  std::string manifest_sha256;  // of MANIFEST.sha256 as written: the ledger records it (ledger/bundle_entry.h)
+  std::string unsigned_reason;  // why the bundle carries no signature.json ("" when it does)
   std::filesystem::path bundle;
   // The freeze failed on bad input (the task, a source): the bundle records it with an INVALID decision, and the
   // command exits with this input error's code (65 for a bad task) rather than 3, naming what to fix.

@@ -1,4 +1,6 @@
 #include "record/bundle_writer.h"
+
+#include "record/bundle_signature.h"
 #include "util/json_text.h"
 
 #include "util/error.h"
@@ -47,7 +49,7 @@ std::string manifest_text(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
     if (!e.is_regular_file()) continue;
     std::string rel = fs::relative(e.path(), dir).generic_string();
-    if (rel == k_manifest_file || rel.find(".tmp.") != std::string::npos) continue;
+    if (rel == k_manifest_file || rel == k_signature_file || rel.find(".tmp.") != std::string::npos) continue;
     files.push_back(rel);
   }
   std::sort(files.begin(), files.end());
@@ -56,6 +58,10 @@ std::string manifest_text(const fs::path& dir) {
   return out;
 }
 
-void BundleWriter::write_manifest() { write_text(k_manifest_file, manifest_text(m_dir)); }
+std::string BundleWriter::write_manifest() {
+  const std::string text = manifest_text(m_dir);
+  write_text(k_manifest_file, text);
+  return sha256_hex(std::string_view(text));
+}
 
 }  // namespace kwb

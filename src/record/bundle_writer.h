@@ -22,14 +22,15 @@ public:
   void write_json(const std::string& relative, const nlohmann::json& j);
   // Copies a file in as artifacts/<name>; returns the relative path.
   std::string add_artifact(const std::filesystem::path& source, const std::string& name);
-  // Hashes every file (but the manifest itself) into MANIFEST.sha256, sorted by path.
-  void write_manifest();
+  // Hashes every file (but the manifest itself and signature.json beside it) into MANIFEST.sha256, sorted by path;
+  // returns the SHA-256 of the manifest's text, which the ledger records and the signature signs.
+  std::string write_manifest();
 
 private:
   std::filesystem::path m_dir;
 };
 
-// "<sha256>  <path>" lines for every regular file under `dir` except the manifest, sorted.
+// "<sha256>  <path>" lines for every regular file under `dir` except the manifest and its signature, sorted.
 std::string manifest_text(const std::filesystem::path& dir);
 
 }  // namespace kwb

@@ -133,6 +133,7 @@ public:
     if (!m_b.fs || !m_b.fs->ok()) return m_report;
     step("bundle folder", [&] { contents(); });
     step(k_manifest_file, [&] { manifest(); });
+    step(k_signature_file, [&] { signature(); });
     step("schemas", [&] { schemas(); });
     step("plan.json", [&] { plan_digest(); });
     step("plan.json", [&] { read_plan(); });
@@ -230,12 +231,35 @@ private:
     }
     for (const BundleFs::Entry& e : m_b.entries) {
       if (e.kind != BundleFs::Kind::file) continue;
-      if (e.rel != k_manifest_file && !listed.contains(e.rel)) {
+      if (e.rel != k_manifest_file && e.rel != k_signature_file && !listed.contains(e.rel)) {
         problem(fmt::format("{}: present but not in {}", e.rel, k_manifest_file));
         ++bad;
       }
     }
     if (bad == 0) verified(fmt::format("{}: {} files, every hash matches", k_manifest_file, listed.size()));
+  }
+
+  // What the bundle's bytes are (the manifest's and the plan's digests, the decision it states), and whether a key
+  // this machine trusts signed exactly that. A signature that does not match is a problem: kwb never writes one.
+  void signature() {
+    std::string why;
+    m_report.seal.manifest_sha256 = m_b.fs->sha256(k_manifest_file, why).value_or("");
+    m_report.seal.plan_digest = m_b.fs->sha256("plan.json", why).value_or("");
+    m_report.seal.decision =
+        m_b.decision.is_object() && m_b.decision.contains("decision") && m_b.decision["decision"].is_string()
+            ? m_b.decision["decision"].get<std::string>()
+            : "";
+    std::optional<std::string> text;
+    if (m_b.fs->kind(k_signature_file) != BundleFs::Kind::missing) {
+      text = m_b.fs->read(k_signature_file, why, 64 * 1024);
+      if (!text) text = "";  // a signature.json that cannot be read (a symlink, a FIFO, too large) is a bad one
+    }
+    m_report.signature = check_signature(text, m_report.seal, trusted_keys());
+    if (m_report.signature.state == SignatureCheck::State::invalid) {
+      problem(m_report.signature.detail);
+    } else if (m_report.signature.state == SignatureCheck::State::trusted) {
+      verified(fmt::format("{}: {}", k_signature_file, m_report.signature.detail));
+    }
   }
 
   void expect_schema(const std::string& file, const json& j, const std::string& schema, int version = -1) {

@@ -94,6 +94,12 @@ std::vector<double> resolve_scalars(const Signature& sig, const Case& c) {
 
 namespace {
 
+// The largest magnitude of a number that shapes generated data or is passed to the kernel (a distribution's
+// parameters, a scalar): finite, and far enough from f64's limit that arithmetic on it stays finite.
+constexpr double k_max_data_parameter = 1e300;
+// The most threads a task may declare: each allowed thread widens the worker's address-space limit.
+constexpr int64_t k_max_threads = 256;
+
 // Reads one TOML table, remembering which keys were consumed so the rest can be reported as unknown.
 class TableReader {
 public:
@@ -149,6 +155,23 @@ public:
       return std::nullopt;
     }
     return number(key);
+  }
+
+  // A number that must be finite (not inf or nan, which TOML spells inf and nan) and within [min, max].
+  double finite_number(const std::string& key, double min, double max) {
+    const double v = number(key);
+    if (!std::isfinite(v) || v < min || v > max) {
+      fail(get(key), key, fmt::format("must be a finite number from {} to {} (got {})", min, max, v));
+    }
+    return v;
+  }
+
+  std::optional<double> optional_finite(const std::string& key, double min, double max) {
+    if (m_table.get(key) == nullptr) {
+      m_seen.insert(key);
+      return std::nullopt;
+    }
+    return finite_number(key, min, max);
   }
 
   int64_t integer(const std::string& key) {
@@ -258,11 +281,13 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
            fmt::format("unknown distribution '{}' (expected one of normal, uniform, zeros, constant, log_uniform)",
                        *kind_text));
   }
-  d.scale = r.optional_number("scale").value_or(1.0);
-  d.mean = r.optional_number("mean").value_or(0.0);
-  d.low = r.optional_number("low").value_or(-1.0);
-  d.high = r.optional_number("high").value_or(1.0);
-  d.value = r.optional_number("value").value_or(0.0);
+  // Generated data must stay finite in every dtype's arithmetic (f64: about 1.8e308): the parameters are bounded
+  // well inside it. Infinities and NaNs are asked for with special_value, on purpose.
+  d.scale = r.optional_finite("scale", 0.0, k_max_data_parameter).value_or(1.0);
+  d.mean = r.optional_finite("mean", -k_max_data_parameter, k_max_data_parameter).value_or(0.0);
+  d.low = r.optional_finite("low", -k_max_data_parameter, k_max_data_parameter).value_or(-1.0);
+  d.high = r.optional_finite("high", -k_max_data_parameter, k_max_data_parameter).value_or(1.0);
+  d.value = r.optional_finite("value", -k_max_data_parameter, k_max_data_parameter).value_or(0.0);
   if ((d.kind == DistributionKind::uniform || d.kind == DistributionKind::log_uniform) && !(d.low < d.high)) {
     r.fail(r.get("low"), "low",
            fmt::format("{} needs low < high (got low = {}, high = {})", to_string(d.kind), d.low, d.high));
@@ -468,7 +493,9 @@ Task load_task(const fs::path& dir_in) {
   task.oracle = resolve_source(top, "oracle", task.dir);
   task.oracle_sha256 = sha256_file(task.oracle);
   if (auto t = top.get("threads")) {
-    if (!t->is_integer() || *t->value<int64_t>() < 1) top.fail(t, "threads", "expected an integer >= 1");
+    if (!t->is_integer() || *t->value<int64_t>() < 1 || *t->value<int64_t>() > k_max_threads) {
+      top.fail(t, "threads", fmt::format("expected an integer from 1 to {}", k_max_threads));
+    }
     task.threads = static_cast<int>(*t->value<int64_t>());
   }
 
@@ -484,7 +511,7 @@ Task load_task(const fs::path& dir_in) {
       for (size_t i = 0; i < arr.size(); ++i) {
         std::string p = fmt::format("signature.scalars[{}]", i);
         TableReader r(as_table(*arr.get(i), p, file), p, file);
-        ScalarSpec s{r.string("name"), r.number("default")};
+        ScalarSpec s{r.string("name"), r.finite_number("default", -k_max_data_parameter, k_max_data_parameter)};
         r.reject_unknown_keys();
         task.signature.scalars.push_back(std::move(s));
       }
@@ -565,7 +592,9 @@ Task load_task(const fs::path& dir_in) {
         const toml::table& st = as_table(*sc, p + ".scalars", file);
         TableReader sr(st, p + ".scalars", file);
         for (const ScalarSpec& s : task.signature.scalars) {
-          if (auto v = sr.optional_number(s.name)) c.scalars[s.name] = *v;
+          if (auto v = sr.optional_finite(s.name, -k_max_data_parameter, k_max_data_parameter)) {
+            c.scalars[s.name] = *v;
+          }
         }
         sr.reject_unknown_keys();
       }

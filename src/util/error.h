@@ -18,6 +18,7 @@ enum class ExitCode : int {
   unavailable = 69,    // EX_UNAVAILABLE: backend missing
   internal = 70,       // EX_SOFTWARE
   io_error = 74,       // EX_IOERR: cannot write the bundle
+  not_authentic = 77,  // EX_NOPERM: keep of a bundle this machine's ledger did not record at the end of its run
 };
 
 class Error : public std::runtime_error {

@@ -113,7 +113,11 @@ void tidy_runtime_cache(const std::string& dir) noexcept {
 
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
-    : m_timeout(timeout), m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
+    // At most a year: every deadline is now + m_timeout, which must not overflow steady_clock's nanoseconds (292
+    // years) whatever a caller passes (the verbs' options are bounded already: cli/options.h).
+    : m_timeout(std::clamp(timeout, std::chrono::milliseconds(1),
+                           std::chrono::milliseconds(std::chrono::hours(24 * 365)))),
+      m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
   require_main_thread("a worker");
   throw_if_interrupted();
   int sv[2];

@@ -54,10 +54,12 @@ protected:
     write_file_atomic(m_task / "task.toml", manifest);
     ::setenv("KWB_LEDGER", (m_dir / "ledger.sqlite").c_str(), 1);
     ::setenv("KWB_TIMING_LOCK", (m_dir / "timing.lock").c_str(), 1);
+    ::setenv("KWB_KEY_DIR", (m_dir / "keys").c_str(), 1);
   }
   void TearDown() override {
     ::unsetenv("KWB_LEDGER");
     ::unsetenv("KWB_TIMING_LOCK");
+    ::unsetenv("KWB_KEY_DIR");
     fs::remove_all(m_dir);
   }
 
@@ -143,6 +145,50 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
   KwbRun text = run_kwb({"history", m_task.string()});
   EXPECT_NE(text.output.find("incumbent is generation 2"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("measured over baseline: +"), std::string::npos) << text.output;
+}
+
+// Issue 24, class 5: a genuine KEEP_CANDIDATE bundle, its candidate swapped for the 3x slower baseline and every
+// hash, the plan digest and the manifest recomputed (tests/adversarial/bundle_rehash.py). verify finds it intact but
+// can only call it self-consistent; keep refuses it, saying why, with exit 77; the genuine bundle is authentic (signed
+// by this machine's key and recorded in its ledger) and is kept.
+TEST_F(LedgerE2e, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it) {
+  KwbRun v = run_kwb(validate_args("fused.cpp", "genuine", true));
+  ASSERT_EQ(v.json.value("decision", ""), "KEEP_CANDIDATE") << v.output << v.errors;
+  ASSERT_TRUE(fs::exists(m_dir / "genuine" / "signature.json"));
+  KwbRun genuine = run_kwb({"verify", (m_dir / "genuine").string(), "--json"});
+  ASSERT_EQ(genuine.exit_code, 0) << genuine.output;
+  EXPECT_EQ(genuine.json["authenticity"]["established"], "authentic") << genuine.output;
+  EXPECT_EQ(genuine.json["authenticity"]["signature"]["state"], "trusted") << genuine.output;
+  EXPECT_EQ(genuine.json["authenticity"]["ledger"]["recorded"], true) << genuine.output;
+
+  fs::copy(m_dir / "genuine", m_dir / "forged", fs::copy_options::recursive);
+  const CommandResult attack =
+      run_command({"python3", (k_adversarial / "bundle_rehash.py").string(), (m_dir / "forged").string(),
+                   (m_task / "cpu" / "triple.cpp").string()},
+                  std::chrono::seconds(60), StderrMode::separate);
+  ASSERT_EQ(attack.exit_code, 0) << attack.output << attack.errors;
+
+  KwbRun forged = run_kwb({"verify", (m_dir / "forged").string(), "--json"});
+  EXPECT_EQ(forged.exit_code, 0) << forged.output;  // intact: every hash agrees
+  EXPECT_EQ(forged.json["ok"], true) << forged.output;
+  EXPECT_EQ(forged.json["authenticity"]["established"], "self-consistent only") << forged.output;
+  EXPECT_EQ(forged.json["authenticity"]["signature"]["state"], "absent") << forged.output;
+  EXPECT_EQ(forged.json["authenticity"]["ledger"]["recorded"], false) << forged.output;
+  KwbRun text = run_kwb({"verify", (m_dir / "forged").string()});
+  EXPECT_NE(text.output.find("SELF-CONSISTENT ONLY, NOT AUTHENTIC"), std::string::npos) << text.output;
+
+  KwbRun keep = run_kwb({"keep", (m_dir / "forged").string(), "--json"});
+  EXPECT_EQ(keep.exit_code, 77) << keep.output << keep.errors;
+  EXPECT_EQ(keep.json["kept"], false) << keep.output;
+  EXPECT_NE(keep.json.value("message", "").find("does not match the one this machine's ledger"), std::string::npos)
+      << keep.output;
+  EXPECT_NE(keep.json.value("message", "").find("changed after the run, or it was not recorded here"),
+            std::string::npos)
+      << keep.output;
+
+  KwbRun kept = run_kwb({"keep", (m_dir / "genuine").string(), "--json"});
+  EXPECT_EQ(kept.exit_code, 0) << kept.output << kept.errors;
+  EXPECT_NE(kept.json["incumbent"].value("source", "").find("fused.cpp"), std::string::npos) << kept.output;
 }
 
 TEST_F(LedgerE2e, two_loops_at_once_both_finish_lose_no_row_and_never_time_together) {

@@ -90,5 +90,35 @@ TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_
   fs::remove_all(dir);
 }
 
+// Numbers at the edges (issue 24, class 6): a timeout of 1e308, nan or 1e10 once exited 70 or overflowed a deadline.
+// Every verb that takes one refuses it while parsing, before anything is built or run: exit 64, naming the option
+// and its range.
+TEST(task_errors_test, numeric_options_out_of_range_exit_64_naming_the_option_and_the_range) {
+  const std::string fused = (k_rmsnorm_lite / "cpu" / "fused.cpp").string();
+  const std::vector<std::vector<std::string>> verbs = {
+      {"check", k_rmsnorm_lite.string(), "--impl", fused},
+      {"compare", k_rmsnorm_lite.string(), "--candidate", fused},
+      {"validate", k_rmsnorm_lite.string(), "--candidate", fused, "--output-dir",
+       (fs::temp_directory_path() / fmt::format("kwb-never-{}", ::getpid())).string()},
+      {"profile", k_rmsnorm_lite.string(), "--impl", fused},
+  };
+  for (const auto& verb : verbs) {
+    for (const char* v : {"1e308", "nan", "inf", "1e10", "-1", "0"}) {
+      std::vector<std::string> args = verb;
+      args.insert(args.end(), {"--timeout-seconds", v});
+      KwbRun r = run_kwb(args, std::chrono::seconds(30));
+      EXPECT_EQ(r.exit_code, 64) << verb[0] << " --timeout-seconds " << v << ": " << r.errors;
+      EXPECT_NE(r.errors.find("--timeout-seconds: must be a finite number from 0.001 to 86400 (got " + std::string(v) +
+                              ")"),
+                std::string::npos)
+          << r.errors;
+    }
+  }
+  KwbRun calls = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", fused, "--calls", "1e10"});
+  EXPECT_EQ(calls.exit_code, 64) << calls.errors;
+  EXPECT_NE(calls.errors.find("--calls: must be an integer from 1 to 1000 (got 1e10)"), std::string::npos)
+      << calls.errors;
+}
+
 }  // namespace
 }  // namespace kwb::test

@@ -1,6 +1,7 @@
 // End-to-end `kwb validate` / `verify` / `report`: one real decode-only run shared by the suite, then copies of
 // its bundle tampered with in every way verify must catch.
 #include "cli_helpers.h"
+#include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
 #include "pipeline/validate.h"
 #include "task/task.h"
@@ -89,8 +90,12 @@ protected:
 
   static KwbRun verify(const fs::path& dir) { return run_kwb({"verify", dir.string(), "--json"}); }
 
-  // A forger who also rewrites the manifest: only re-derivation can catch the edit.
-  static void reseal(const fs::path& dir) { write_file_atomic(dir / k_manifest_file, manifest_text(dir)); }
+  // A forger who also rewrites the manifest, and drops the signature it cannot make again: only re-derivation can
+  // catch the edit (the signature's own check is authenticity_test's and LedgerE2e's subject).
+  static void reseal(const fs::path& dir) {
+    write_file_atomic(dir / k_manifest_file, manifest_text(dir));
+    fs::remove(dir / k_signature_file);
+  }
 
   static void expect_caught(const fs::path& dir, const std::string& file_in_message) {
     KwbRun v = verify(dir);
@@ -528,6 +533,48 @@ TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_wit
 
 // Issue 15, class 7: a candidate that prints bytes JSON cannot hold is the candidate's failure: its check report is
 // written, and the decision keeps the baseline.
+// Issue 24, class 5, on a bundle that needs no timing (its candidate is refused at its check): the bundle validate
+// wrote is authentic (signed by this machine's key, recorded in its ledger); the same bundle with its candidate
+// swapped and every hash, the plan digest and the manifest recomputed (tests/adversarial/bundle_rehash.py) is intact
+// but self-consistent only, and keep refuses it with 77 before it looks at the decision. The KEEP_CANDIDATE case,
+// which needs timing, is LedgerE2e.a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it.
+TEST(validate_test, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_with_77) {
+  const fs::path root = scratch("rehash");
+  fs::create_directories(root);
+  ::setenv("KWB_LEDGER", (root / "ledger.sqlite").c_str(), 1);
+  ::setenv("KWB_KEY_DIR", (root / "keys").c_str(), 1);
+  const fs::path genuine = root / "genuine", forged = root / "forged";
+  KwbRun r = run_kwb(validate_args(k_source_dir / "tests" / "adversarial" / "invalid_utf8.cpp", genuine, k_refused_fast));
+  ASSERT_EQ(r.json.value("decision", ""), "KEEP_BASELINE") << r.output << r.errors;
+  KwbRun v = run_kwb({"verify", genuine.string(), "--json"});
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+  EXPECT_EQ(v.json["authenticity"]["established"], "authentic") << v.output;
+  EXPECT_EQ(v.json["authenticity"]["signature"]["state"], "trusted") << v.output;
+  EXPECT_EQ(v.json["authenticity"]["ledger"]["recorded"], true) << v.output;
+
+  fs::copy(genuine, forged, fs::copy_options::recursive);
+  const CommandResult attack = run_command({"python3", (k_adversarial / "bundle_rehash.py").string(), forged.string(),
+                                            (k_rmsnorm_lite / "cpu" / "baseline.cpp").string()},
+                                           std::chrono::seconds(60), StderrMode::separate);
+  ASSERT_EQ(attack.exit_code, 0) << attack.output << attack.errors;
+  KwbRun f = run_kwb({"verify", forged.string(), "--json"});
+  EXPECT_EQ(f.exit_code, 0) << f.output;
+  EXPECT_EQ(f.json["ok"], true) << f.output;
+  EXPECT_EQ(f.json["authenticity"]["established"], "self-consistent only") << f.output;
+  KwbRun text = run_kwb({"verify", forged.string()});
+  EXPECT_NE(text.output.find("SELF-CONSISTENT ONLY, NOT AUTHENTIC"), std::string::npos) << text.output;
+  KwbRun keep = run_kwb({"keep", forged.string()});
+  EXPECT_EQ(keep.exit_code, 77) << keep.output << keep.errors;
+  EXPECT_NE(keep.output.find("does not match the one this machine's ledger"), std::string::npos) << keep.output;
+  // The genuine bundle passes that test and is refused for its decision instead.
+  KwbRun kept = run_kwb({"keep", genuine.string()});
+  EXPECT_EQ(kept.exit_code, 1) << kept.output;
+  EXPECT_NE(kept.output.find("not KEEP_CANDIDATE"), std::string::npos) << kept.output;
+  ::unsetenv("KWB_LEDGER");
+  ::unsetenv("KWB_KEY_DIR");
+  fs::remove_all(root);
+}
+
 TEST(validate_test, candidate_printing_invalid_utf8_is_rejected_with_its_check_recorded) {
   const fs::path d = scratch("utf8");
   KwbRun r = run_kwb(validate_args(k_source_dir / "tests" / "adversarial" / "invalid_utf8.cpp", d, k_refused_fast));
