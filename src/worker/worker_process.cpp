@@ -108,6 +108,34 @@ void tidy_runtime_cache(const std::string& dir) noexcept {
   ::close(dfd);
 }
 
+// Whether every id a worker may get (worker_user_of: the base plus any process id up to pid_max) is mapped in
+// /proc/self/`map` ("inside outside count" lines): in a user namespace that maps fewer ids (rootless containers map
+// 65536), setresuid to them fails.
+bool worker_ids_mapped(const char* map) {
+  std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
+  uint64_t pid_max = 1ull << 22;
+  if (!(pid_max_file >> pid_max)) pid_max = 1ull << 22;
+  const uint64_t first = k_worker_id_base, last = k_worker_id_base + pid_max;
+  std::ifstream in(map);
+  for (uint64_t inside = 0, outside = 0, count = 0; in >> inside >> outside >> count;) {
+    if (inside <= first && last < inside + count) return true;
+  }
+  return false;
+}
+
+// A root kwb's workers need their ids (util/worker_user.h); where this namespace lacks them, say so before any
+// worker starts (exit 69) rather than let each one fail to switch.
+void require_worker_ids() {
+  static const bool mapped = worker_ids_mapped("/proc/self/uid_map") && worker_ids_mapped("/proc/self/gid_map");
+  if (mapped) return;
+  throw Error(ExitCode::unavailable,
+              fmt::format("kwb runs as root and gives each worker a user of its own ({} plus the worker's process "
+                          "id), but this user namespace does not map those ids (/proc/self/uid_map, gid_map): run kwb "
+                          "as root outside a user namespace, map the ids into it (newuidmap, /etc/subuid), or run kwb "
+                          "as an unprivileged user (docs/threat-model.md, \"Who the worker is\")",
+                          k_worker_id_base));
+}
+
 // A worker's private copy of a runtime cache, and its return (defined with worker_runtime_cache_dir, below).
 std::string make_private_runtime_dir(const std::string& canonical, pid_t pid);
 void return_private_runtime_dir(const std::string& dir, const std::string& canonical) noexcept;
@@ -119,6 +147,7 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
     : m_timeout(timeout), m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
   require_main_thread("a worker");
   throw_if_interrupted();
+  if (workers_change_user()) require_worker_ids();
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
   UniqueFd parent_end(sv[0]);
