@@ -551,9 +551,24 @@ UniqueFd open_directory(const std::string& path) {
   return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
 }
 
+// Private directories a kwb killed outright (SIGKILL) left behind: no worker lives a day (RLIMIT_CPU is an hour, and
+// every visit ends its worker), so a directory untouched that long belongs to none and goes.
+void remove_abandoned_private_dirs(const std::filesystem::path& workers) noexcept {
+  std::error_code ec;
+  const auto day_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(24);
+  for (const auto& e : std::filesystem::directory_iterator(workers, ec)) {
+    std::error_code ec2;
+    if (e.path().filename().string().starts_with("w.") && e.is_directory(ec2) && !e.is_symlink(ec2) &&
+        e.last_write_time(ec2) < day_ago && !ec2) {
+      std::filesystem::remove_all(e.path(), ec2);
+    }
+  }
+}
+
 // A fresh directory only the worker `pid` may use (0700, its user's), seeded with the identity's canonical cache.
 std::string make_private_runtime_dir(const std::string& canonical, pid_t pid) {
   std::string dir = root_owned_path({"workers", "w.XXXXXX"}).string();
+  remove_abandoned_private_dirs(std::filesystem::path(dir).parent_path());
   if (::mkdtemp(dir.data()) == nullptr) throw_system_error(("mkdtemp(" + dir + ")").c_str(), __FILE__, __LINE__, errno);
   const UniqueFd to = open_directory(dir);
   if (!to.valid()) throw_system_error(("open(" + dir + ")").c_str(), __FILE__, __LINE__, errno);
