@@ -228,6 +228,37 @@ TEST(profile_test, the_profile_worker_is_confined_by_landlock) {
   std::filesystem::remove_all(bundle.parent_path());
 }
 
+// kwb-confine itself, beside kwb (src/worker/confine_main.cpp), with a shell in the profile worker's place: what
+// profile_confine.cpp relies on to tell the profile worker from the timing worker (its own /proc/self/maps) is
+// readable, and the folder it was given is writable, so the escapes that test finds refused are refused by the
+// confinement, not missed. Everything else it tries is refused here too. Run by root, the shell is its own user.
+TEST(profile_test, kwb_confine_leaves_the_worker_its_own_proc_and_folder_and_nothing_else) {
+  const std::filesystem::path confine = std::filesystem::path(KWB_BINARY).parent_path() / "kwb-confine";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kwb-confine-" + std::to_string(::getpid()));
+  const std::filesystem::path outside = out.string() + "-outside";
+  std::filesystem::create_directories(out);
+  const std::string script =
+      "id -u; read l < /proc/self/maps && echo own-maps; read l < /proc/1/cmdline && echo other-cmdline; "
+      "echo x > " + out.string() + "/f && echo own-folder; echo x > " + outside.string() + " && echo outside; "
+      "(: 3<>" + timing_lock_path().string() + ") && echo lock; true";
+  CommandResult r = run_command({confine.string(), "--own", out.string(), "--write", out.string(), "--", "/bin/sh",
+                                 "-c", script},
+                                std::chrono::seconds(30), StderrMode::separate);
+  std::filesystem::remove_all(out);
+  std::error_code ec;
+  const bool leaked = std::filesystem::exists(outside, ec);
+  std::filesystem::remove(outside, ec);
+  EXPECT_EQ(r.exit_code, 0) << r.output << r.errors;
+  EXPECT_NE(r.output.find("own-maps"), std::string::npos) << r.output << r.errors;
+  EXPECT_NE(r.output.find("own-folder"), std::string::npos) << r.output << r.errors;
+  EXPECT_EQ(r.output.find("other-cmdline"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("outside"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("lock"), std::string::npos) << r.output;
+  EXPECT_FALSE(leaked);
+  if (::geteuid() == 0) EXPECT_NE(r.output.substr(0, r.output.find('\n')), "0") << r.output;
+}
+
 TEST(profile_test, unknown_workload_is_a_usage_error) {
   KwbRun r = run_kwb({"profile", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "nope"});
