@@ -15,12 +15,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <variant>
 
 namespace kwb {
@@ -176,10 +178,64 @@ constexpr const char* k_include_tag = "<kwb-include>";
 // tried to read something else.
 std::string sandbox_note(const fs::path& folder, const fs::path& include_dir) {
   return fmt::format(
-      "kwb: builds run in a sandbox that can read only the toolchain, the system headers, kwb's include folder ({}) "
-      "and the candidate's own folder ({}); a file outside them cannot be #included or .incbin'ed",
-      include_dir.string(), folder.string());
+      "kwb: builds run in a sandbox that can read only the toolchain, the system headers, kwb's include folder ({}), "
+      "the candidate's source and the files beside it that {} declares; no other file can be #included or "
+      ".incbin'ed (docs/candidate-abi.md, \"Files beside the source\")",
+      include_dir.string(), (folder / k_declared_files).string());
 }
+
+}  // namespace
+
+CandidateFiles candidate_files(const fs::path& source) {
+  CandidateFiles out;
+  const fs::path real_source = fs::canonical(source);
+  const fs::path folder = real_source.parent_path();
+  out.files.push_back(real_source);
+  const fs::path list = folder / k_declared_files;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(list, ec))) return out;
+  if (!fs::is_regular_file(fs::symlink_status(list, ec))) {
+    throw DataError(fmt::format("{}: not a regular file; it must list the files beside the source a compile may "
+                                "read, one per line (docs/candidate-abi.md)",
+                                list.string()));
+  }
+  std::vector<std::string> names;
+  std::istringstream lines(read_file(list));
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    if (const size_t hash = line.find('#'); hash != std::string::npos) line.erase(hash);
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.front()))) line.erase(0, 1);
+    if (line.empty()) continue;
+    auto refuse = [&](const std::string& why) {
+      throw DataError(fmt::format("{}:{}: '{}' {}; declare files by their path relative to {}", list.string(), number,
+                                  line, why, folder.string()));
+    };
+    const fs::path name = fs::path(line).lexically_normal();
+    if (name.is_absolute()) refuse("is absolute");
+    if (name.empty() || *name.begin() == "..") refuse("leaves the candidate's folder");
+    const fs::path at = folder / name;
+    if (!fs::exists(fs::symlink_status(at, ec))) {
+      names.push_back(name.string());
+      continue;  // the compile that includes it says "No such file"
+    }
+    const fs::path real = fs::canonical(at, ec);
+    if (ec || !path_is_within(real, folder)) refuse("leads outside the candidate's folder");
+    if (!fs::is_regular_file(real, ec)) refuse("is not a regular file");
+    names.push_back(name.string());
+    // At its own path, so that the depfile names it as the source includes it; a symlink inside the folder is
+    // bound where it points as well.
+    out.files.push_back(at);
+    if (real != at) out.files.push_back(real);
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  for (const std::string& n : names) out.declared += n + "\n";
+  return out;
+}
+
+namespace {
 
 // The file a recorded dependency names, or nullopt when the name is not one the builder writes.
 std::optional<fs::path> dependency_file(const std::string& name, const fs::path& folder, const fs::path& include_dir) {
@@ -326,6 +382,7 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   const Toolchain tc = toolchain_for(art.source, request.backend, purpose);
   const fs::path cuda_lib = tc.nvcc ? cuda_library_dir(tc.compiler) : fs::path();
   const fs::path include_dir = fs::weakly_canonical(abi_include_dir());
+  const CandidateFiles visible = candidate_files(art.source);
 
   BuildIdentity& id = art.identity;
   id.source_sha256 = sha256_file(art.source);
@@ -356,7 +413,7 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   std::vector<std::string> pre_parts = {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256,
                                         std::string(to_string(id.backend)), std::to_string(id.layout_variant),
                                         layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string(),
-                                        "companion=" + companion_source};
+                                        "companion=" + companion_source, "declared=" + visible.declared};
   for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
   Sha256 pre;
   for (const std::string& part : pre_parts) {
@@ -422,7 +479,10 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   argv.push_back(out_so.string());
 
   BuildSandboxSpec& spec = pending.command.spec;
-  spec.read_only = {folder, include_dir};
+  // The source and its declared files, never the whole folder: a file beside the source that nobody declared
+  // (another candidate's, a secret) does not exist in the sandbox.
+  spec.read_only = visible.files;
+  spec.read_only.push_back(include_dir);
   if (!cuda_lib.empty()) spec.read_only.push_back(cuda_lib);
   spec.writable = work.path();
   spec.workdir = folder;

@@ -57,9 +57,24 @@ struct BuildRequest {
   BackendKind backend = BackendKind::cpu;  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
 };
 
+// The file in a candidate's folder that declares which files beside the source a compile may read: one path per line,
+// relative to the folder, '#' starts a comment (docs/candidate-abi.md, "Files beside the source").
+inline constexpr const char* k_declared_files = "kwb.files";
+
+// What a compile of `source` may read of its folder: the source itself and every file the folder's kwb.files
+// declares (canonical paths; a declared file that does not exist is left out, and the compile says "No such file"),
+// and the declarations as normalized text, which is part of the cache key. A declaration that is absolute, leaves
+// the folder (.., a symlink out) or names something other than a regular file throws DataError naming its line.
+struct CandidateFiles {
+  std::vector<std::filesystem::path> files;
+  std::string declared;
+};
+CandidateFiles candidate_files(const std::filesystem::path& source);
+
 // Builds (or reuses from the cache, after re-hashing the cached object) one implementation. The compiler runs in
-// the build sandbox (build_sandbox.h): it reads only the toolchain, system headers, kwb's include folder and the
-// source's own folder. A compile error, or a read outside those, is returned as ok == false with the compiler's
+// the build sandbox (build_sandbox.h): it reads only the toolchain, system headers, kwb's include folder, the
+// source and the files beside it that its folder's kwb.files declares (candidate_files); the rest of the folder
+// does not exist there. A compile error, or a read outside those, is returned as ok == false with the compiler's
 // output and a kwb line saying why; an unreadable source or unsupported extension throws DataError; a machine where
 // the sandbox cannot run throws Error(unavailable).
 //

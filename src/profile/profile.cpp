@@ -6,6 +6,7 @@
 #include "stats/descriptive.h"
 #include "task/data.h"
 #include "util/error.h"
+#include "util/worker_dirs.h"
 #include "util/worker_user.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -47,8 +48,8 @@ public:
     if (::mkdtemp(pattern.data()) == nullptr) throw InternalError("cannot create a temporary folder for callgrind");
     m_path = pattern;
     m_remove = true;
-    // The profile worker may run as nobody (util/worker_user.h): it must pass through to its own subfolder.
-    if (unprivileged_worker_user()) {
+    // The profile worker may run as a user of its own (util/worker_user.h): it must pass through to its subfolder.
+    if (workers_change_user()) {
       fs::permissions(m_path, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
     }
   }
@@ -101,6 +102,41 @@ SessionOptions session_options(const ProfileOptions& o, uint64_t salt) {
   return so;
 }
 
+// kwb-confine's part of the profile worker's command line (worker/confine_main.cpp): before valgrind, or the
+// worker itself, starts, Landlock lets it read only the system, the worker and this artifact (the copy a worker
+// of its own user reads, when kwb is root: util/worker_user.h) and write only `out_dir` (nothing when empty), with
+// rlimits and, when kwb is root, a user of its own.
+std::vector<std::string> confine_wrapper(const Artifact& art, const fs::path& out_dir) {
+  // Made now: kwb-confine grants only what exists when it starts, and the worker loads this copy later.
+  const fs::path artifact = workers_change_user() ? readable_copy(art.path) : art.path;
+  std::vector<std::string> w = {(executable_dir() / "kwb-confine").string(), "--read",
+                                profile_worker_executable().string(), "--read", artifact.string(), "--cpu-seconds",
+                                "3600"};
+  if (!out_dir.empty()) w.insert(w.end(), {"--own", out_dir.string(), "--write", out_dir.string()});
+  w.push_back("--");
+  return w;
+}
+
+// The profile worker's output folder is root's again once the worker is gone (a kept folder stays the invoking
+// user's, and no later worker that gets the same user id can write it).
+class Reclaim {
+public:
+  explicit Reclaim(fs::path dir) : m_dir(std::move(dir)) {}
+  Reclaim(const Reclaim&) = delete;
+  Reclaim& operator=(const Reclaim&) = delete;
+  ~Reclaim() {
+    if (!workers_change_user()) return;
+    (void)::lchown(m_dir.c_str(), ::geteuid(), ::getegid());
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(m_dir, ec)) {
+      (void)::lchown(entry.path().c_str(), ::geteuid(), ::getegid());
+    }
+  }
+
+private:
+  fs::path m_dir;
+};
+
 // ---- allocations and hardware counters: kwb-profile-worker, natively -------------------------------------------
 
 void native_pass(const Task& task, const Artifact& art, const InputSet& set, const ProfileOptions& o,
@@ -115,6 +151,7 @@ void native_pass(const Task& task, const Artifact& art, const InputSet& set, con
   }
   SessionOptions so = session_options(o, 0xA110C);
   so.worker_executable = exe;
+  so.wrapper = confine_wrapper(art, {});
   WorkerSession session(task, art, so);
   LoadOutcome lo = session.start();
   if (!lo.ok) {
@@ -182,27 +219,18 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
                                  const ProfileOptions& o, const ValgrindInstall& valgrind, const fs::path& dir) {
   CallgrindRun out;
   fs::create_directories(dir);
-  // valgrind writes the per-call dumps from inside the profile worker, which runs as nobody when kwb is root
-  // (util/worker_user.h): the folder must be that user's.
+  // valgrind writes the per-call dumps as the profile worker's user (util/worker_user.h), whom kwb-confine makes
+  // the folder's owner; it is root's again once the worker is gone (Reclaim).
   for (const auto& entry : fs::directory_iterator(dir)) {  // a kept folder from an earlier run
     const std::string name = entry.path().filename().string();
     if (name.starts_with("callgrind.out") || name == valgrind_log(dir).filename()) fs::remove(entry.path());
   }
-  if (const std::optional<WorkerUser> user = unprivileged_worker_user()) {
-    // valgrind opens its output file when it starts (still as root) and again at the end (as nobody): the file
-    // exists beforehand, owned by that user.
-    const fs::path final_dump = dir / "callgrind.out";
-    write_file_atomic(final_dump, "");
-    for (const fs::path& p : {dir, final_dump}) {
-      if (::chown(p.c_str(), user->uid, user->gid) != 0) {
-        throw_system_error(("chown(" + p.string() + ")").c_str(), __FILE__, __LINE__, errno);
-      }
-    }
-  }
+  const Reclaim reclaim(dir);
   SessionOptions so = session_options(o, 0xCA11);
   so.timeout = o.timeout * 50;  // callgrind with cache simulation runs ~20-100x slower than native code
   so.worker_executable = profile_worker_executable();
-  so.wrapper = callgrind_wrapper(valgrind, dir);
+  so.wrapper = confine_wrapper(art, dir);
+  for (std::string& word : callgrind_wrapper(valgrind, dir)) so.wrapper.push_back(std::move(word));
   WorkerSession session(task, art, so);
   LoadOutcome lo = session.start();
   if (!lo.ok) {
@@ -249,7 +277,7 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
 }
 
 // The same file, or a copy of it: when kwb runs as root the profile worker loads a readable copy of the artifact
-// (worker_process.h, readable_copy).
+// (util/worker_dirs.h, readable_copy).
 bool same_file(const std::string& a, const fs::path& b) {
   std::error_code ec1, ec2;
   const fs::path ca = fs::weakly_canonical(a, ec1);

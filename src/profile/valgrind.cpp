@@ -2,6 +2,7 @@
 #include "util/json_text.h"
 
 #include "builder/build_sandbox.h"
+#include "builder/builder.h"
 
 #include "util/fs.h"
 #include "util/paths.h"
@@ -167,7 +168,8 @@ Artifact derived_build(const Artifact& artifact, const std::vector<std::string>&
   }
   // Candidate code is compiled only inside the build sandbox (builder/build_sandbox.h), here as everywhere.
   BuildSandboxSpec spec;
-  spec.read_only = {artifact.source.parent_path(), abi_include_dir()};
+  spec.read_only = candidate_files(artifact.source).files;  // the source and its declared files, as in the build
+  spec.read_only.push_back(abi_include_dir());
   if (fs::path prefix = compiler_prefix_to_bind(argv.front()); !prefix.empty()) spec.read_only.push_back(prefix);
   spec.writable = dir;
   spec.workdir = artifact.source.parent_path();

@@ -73,16 +73,29 @@ TimingLock TimingLock::acquire(const std::filesystem::path& path, const std::str
   TimingLock lock;
   lock.m_record.path = path.string();
   // O_NOFOLLOW: the usual folders are writable by everyone, and a planted symlink must not make kwb create or
-  // truncate a file elsewhere. Everyone may open the file (0666), so every user's kwb shares the one lock; reading
-  // is enough to lock it, so a file kwb cannot write still serializes (without the holder note).
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-  if (fd < 0 && errno == EACCES) fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // truncate a file elsewhere. flock needs only a read-only descriptor, so the file is 0644 and owned by whoever
+  // created it: every user's kwb can open and lock it, and no one else, no worker above all, can open it for writing
+  // (workers run under users of their own when kwb is root, util/worker_user.h, and Landlock keeps every worker
+  // away from it). A root kwb takes the file over (root's, 0644): a file another user made, an older kwb's 0666 one,
+  // or one a process of any other user planted first. Only the owner writes the holder note.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot open it", errno);
   lock.m_fd.reset(fd);
   struct stat st{};
   if (::fstat(fd, &st) != 0) fail(path, "cannot stat it", errno);
   if (!S_ISREG(st.st_mode)) fail(path, "it is not a regular file", EINVAL);
-  if (st.st_uid == ::geteuid()) (void)::fchmod(fd, 0666);  // the umask narrowed what open created
+  // Never through a second name (a hard link planted to another file): only the lock file itself is changed.
+  const bool sole_name = st.st_nlink == 1;
+  if (sole_name && ::geteuid() == 0 && st.st_uid != 0 && ::fchown(fd, 0, 0) == 0) st.st_uid = 0;
+  if (sole_name && st.st_uid == ::geteuid()) {
+    if ((st.st_mode & 07777) != 0644) (void)::fchmod(fd, 0644);
+    // The note needs a descriptor that can write; the file is this user's, so this one may.
+    const int rw = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDWR | O_CLOEXEC);
+    if (rw >= 0) {
+      lock.m_fd.reset(rw);
+      fd = rw;
+    }
+  }
 
   const auto start = std::chrono::steady_clock::now();
   auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };

@@ -1,17 +1,16 @@
 // Who a worker runs as. A worker never runs as root: when kwb runs as root, every process that loads candidate code
-// (kwb-worker, kwb-profile-worker under valgrind) switches to the unprivileged "nobody" user before it reads any
-// request, and the parent hands it everything it must read or write (the artifact as a descriptor, private
-// directories owned by that user). docs/threat-model.md.
+// (kwb-worker, and kwb-profile-worker with valgrind from kwb-confine on) switches before it reads any request to a
+// user of its own, which no other live worker shares and no account uses, and the parent hands it everything it
+// must read or write (the artifact as a descriptor, private directories owned by that user). Two arms of a
+// comparison, the profile worker and the oracle's worker therefore never share a user: none can write, signal or
+// trace another's files or processes. docs/threat-model.md, "Who the worker is".
 #pragma once
 
-#include <grp.h>
-#include <pwd.h>
 #include <sys/types.h>
 #include <unistd.h>
 
-#include <cstdio>
-#include <cstdlib>
-#include <optional>
+#include <filesystem>
+#include <string>
 
 namespace kwb {
 
@@ -20,30 +19,31 @@ struct WorkerUser {
   gid_t gid;
 };
 
-// The identity workers switch to when the current process is root; nullopt when it is not (workers then run as the
-// invoking user, who has no privileges to lose). The parent looks it up and hands it to the worker in
-// KWB_WORKER_USER ("uid:gid"), so that no worker runs the name service (worker_user_from_environment).
-inline std::optional<WorkerUser> unprivileged_worker_user() {
-  if (::geteuid() != 0) return std::nullopt;
-  WorkerUser u{65534, 65534};
-  if (const passwd* pw = ::getpwnam("nobody"); pw != nullptr && pw->pw_uid != 0) {
-    u.uid = pw->pw_uid;
-    u.gid = pw->pw_gid;
-  }
-  return u;
+// The workers' range: 2^31 - 2^24 and the 2^24 ids above it, below the ids whose sign tools get wrong (2^31), above
+// every range distributions and systemd hand out (regular and system users, dynamic users, containers' ranges up to
+// 0x6FFFFFFF), and with no /etc/passwd entry (setresuid needs none).
+inline constexpr uid_t k_worker_id_base = (1u << 31) - (1u << 24);
+
+// Whether workers change user at all: only a root kwb can. Otherwise they run as the invoking user, who has no
+// privileges to lose, and the separation between workers is what Landlock and seccomp give (docs/threat-model.md).
+inline bool workers_change_user() { return ::geteuid() == 0; }
+
+// The user of the worker whose process id is `pid` (the worker itself, or kwb-confine, which becomes the profile
+// worker through exec and keeps its id): unique among live processes, hence among live workers of every kwb on the
+// machine (pid_max is at most 2^22). An id comes back only after its worker was reaped, and its parent removes
+// everything that worker could write (its private directories) when it reaps it.
+inline WorkerUser worker_user_of(pid_t pid) {
+  const uid_t id = k_worker_id_base + static_cast<uid_t>(pid);
+  return {id, static_cast<gid_t>(id)};
 }
 
-// In a worker started as root: the user the parent chose, or nobody's usual ids when it named none.
-inline WorkerUser worker_user_from_environment() {
-  WorkerUser u{65534, 65534};
-  if (const char* v = std::getenv("KWB_WORKER_USER"); v != nullptr) {
-    unsigned long uid = 0, gid = 0;
-    if (std::sscanf(v, "%lu:%lu", &uid, &gid) == 2 && uid != 0 && gid != 0) {
-      u.uid = static_cast<uid_t>(uid);
-      u.gid = static_cast<gid_t>(gid);
-    }
-  }
-  return u;
+// Where a root kwb keeps what workers may read by name: below root-owned folders none of them can write.
+inline const std::filesystem::path k_worker_cache_root = "/var/tmp/kwb-worker-cache";
+
+// The read-only copy of an artifact whose SHA-256 is `digest`, for the profile worker (valgrind reads symbols by
+// file name): util/worker_dirs.h, readable_copy.
+inline std::filesystem::path readable_copy_path(const std::string& digest) {
+  return k_worker_cache_root / "objects" / digest / "impl.so";
 }
 
 }  // namespace kwb

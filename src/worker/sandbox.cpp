@@ -159,17 +159,9 @@ std::string add_path_rule(int ruleset, const std::string& path, uint64_t access,
   return added == 0 ? "" : errno_text(("landlock_add_rule(" + path + ")").c_str(), err);
 }
 
-// Only the artifact may be opened (read, mapped executable), plus what the device runtime needs (read, execute,
-// write beneath its own directories, device nodes); everything else on every filesystem, /proc included, is
-// EACCES. From ABI 4 no TCP, from ABI 6 no signals to and no abstract sockets of processes outside the worker.
-// Returns "" when applied or when the kernel has no Landlock (the seccomp filters still hold; see threat-model.md).
-std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeeds& runtime,
-                           std::vector<std::string>& features) {
-  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
-  if (abi < 1) {
-    features.push_back("landlock:unavailable");
-    return "";
-  }
+// A ruleset handling every right this kernel's Landlock (ABI `abi`) knows: files, TCP, signals and abstract sockets
+// outside the domain. Returns its descriptor, or -1 (errno set).
+long create_full_ruleset(long abi, uint64_t& handled) {
   LandlockRulesetAttr attr{};
   attr.handled_access_fs = k_fs_abi1 | (abi >= 2 ? k_fs_refer : 0) | (abi >= 3 ? k_fs_truncate : 0) |
                            (abi >= 5 ? k_fs_ioctl_dev : 0);
@@ -182,7 +174,23 @@ std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeed
     attr.scoped = k_scope_abstract_unix_socket | k_scope_signal;
     size += sizeof attr.scoped;
   }
-  const long ruleset = ::syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+  handled = attr.handled_access_fs;
+  return ::syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+}
+
+// Only the artifact may be opened (read, mapped executable), plus what the device runtime needs (read, execute,
+// write beneath its own directories, device nodes); everything else on every filesystem, /proc included, is
+// EACCES. From ABI 4 no TCP, from ABI 6 no signals to and no abstract sockets of processes outside the worker.
+// Returns "" when applied or when the kernel has no Landlock (the seccomp filters still hold; see threat-model.md).
+std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeeds& runtime,
+                           std::vector<std::string>& features) {
+  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 1) {
+    features.push_back("landlock:unavailable");
+    return "";
+  }
+  uint64_t handled = 0;
+  const long ruleset = create_full_ruleset(abi, handled);
   if (ruleset < 0) return errno_text("landlock_create_ruleset", errno);
   const int rs = static_cast<int>(ruleset);
   const int file = ::open(artifact.c_str(), O_PATH | O_CLOEXEC);
@@ -201,7 +209,6 @@ std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeed
     ::close(rs);
     return errno_text("landlock_add_rule", add_err);
   }
-  const uint64_t handled = attr.handled_access_fs;
   std::string e;
   for (const std::string& p : runtime.read_paths) {
     if (e.empty()) e = add_path_rule(rs, p, k_fs_read_file | k_fs_read_dir, handled);
@@ -444,6 +451,36 @@ std::string enter_profile_sandbox(int program_fd, std::vector<std::string>& feat
     return errno_text("prctl(PR_SET_SECCOMP, profile filter)", errno);
   }
   features.push_back("seccomp:profile");
+  return "";
+}
+
+std::string confine_paths(const PathConfinement& c, std::vector<std::string>& features) {
+  const long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  if (abi < 1) {
+    features.push_back("landlock:unavailable");
+    return "";
+  }
+  uint64_t handled = 0;
+  const long ruleset = create_full_ruleset(abi, handled);
+  if (ruleset < 0) return errno_text("landlock_create_ruleset", errno);
+  const int rs = static_cast<int>(ruleset);
+  std::string e;
+  for (const std::string& p : c.read_paths) {
+    if (e.empty()) e = add_path_rule(rs, p, k_fs_execute | k_fs_read_file | k_fs_read_dir, handled);
+  }
+  for (const std::string& p : c.write_paths) {
+    // Everything but executing: nothing written there may be started as a program.
+    if (e.empty()) e = add_path_rule(rs, p, handled & ~k_fs_execute, handled);
+  }
+  if (!e.empty()) {
+    ::close(rs);
+    return e;
+  }
+  const long restricted = ::syscall(SYS_landlock_restrict_self, rs, 0);
+  const int restrict_err = errno;
+  ::close(rs);
+  if (restricted != 0) return errno_text("landlock_restrict_self", restrict_err);
+  features.push_back("landlock:" + std::to_string(abi));
   return "";
 }
 

@@ -44,13 +44,26 @@ struct SandboxPolicy {
 void harden_process();
 
 // kwb-profile-worker's sandbox, entered before dlopen: valgrind runs in the same process, so the timing worker's
-// filters (an allow-list, SIGSYS on denial, Landlock) would break it. Instead: no new privileges, not dumpable,
-// capabilities dropped (the worker already runs as nobody when kwb is root, util/worker_user.h) and a deny-list
-// answering EPERM: no processes (fork, non-thread clone, exec), no sessions or process groups, no ptrace or
-// process_vm_*, no sockets, no signals to other processes, no signal routing, no namespaces, mounts, modules,
-// credential changes or SysV IPC (the program: worker/profile_filter.h, built by the parent and passed as a memfd).
+// filters (an allow-list, SIGSYS on denial, Landlock) would break it (kwb-confine applies Landlock and rlimits
+// before valgrind starts, worker/confine_main.cpp). Here: no new privileges, not dumpable, capabilities dropped (the
+// worker already runs as a user of its own when kwb is root, util/worker_user.h) and a deny-list answering EPERM:
+// no processes (fork, non-thread clone, exec), no sessions or process groups, no ptrace or process_vm_*, no
+// sockets, no signals to other processes, no signal routing, no namespaces, mounts, modules, credential changes or
+// SysV IPC (the program: worker/profile_filter.h, built by the parent and passed as a memfd).
 // Returns what failed, or "" (`features` lists what is in force).
 std::string enter_profile_sandbox(int program_fd, std::vector<std::string>& features);
+
+// The filesystem a process and everything it executes may use, applied with Landlock (which survives execve): read
+// and execute beneath `read_paths`, everything but execute beneath `write_paths`, nothing elsewhere (/proc included,
+// unless a path under it is listed); no TCP and, from ABI 6, no signals to or abstract sockets of processes outside.
+// kwb-confine applies it before it executes valgrind, which does not know the Landlock system calls
+// (worker/confine_main.cpp). Paths that do not exist are skipped. Returns "" when applied or when the kernel has no
+// Landlock (`features` then says "landlock:unavailable"), else what failed.
+struct PathConfinement {
+  std::vector<std::string> read_paths;
+  std::vector<std::string> write_paths;
+};
+std::string confine_paths(const PathConfinement& confinement, std::vector<std::string>& features);
 
 class Sandbox {
 public:

@@ -297,8 +297,8 @@ private:
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
     if (m_backend) return error(FailureReason::protocol, "load: an implementation is already loaded");
-    // The artifact arrives as a descriptor the parent opened (a worker started by root runs as nobody and cannot
-    // reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
+    // The artifact arrives as a descriptor the parent opened (a worker started by root runs as a user of its own and
+    // cannot reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
 #ifdef KWB_PROFILE_WORKER
     if (fds.size() != 2) {
       return error(FailureReason::protocol, "load: expected the artifact's and the filter's descriptors");
@@ -309,7 +309,7 @@ private:
     m_artifact_fd = std::move(fds[0]);
 #ifdef KWB_PROFILE_WORKER
     // By name: valgrind reads the object's symbols from the file it was mapped from (the parent made the name
-    // readable for this worker's user, worker_process.h readable_copy).
+    // readable for this worker's user, util/worker_dirs.h readable_copy).
     const std::string path = m.at("artifact").get<std::string>();
 #else
     const std::string path = "/proc/self/fd/" + std::to_string(m_artifact_fd.get());
@@ -684,11 +684,12 @@ private:
 namespace kwb {
 namespace {
 
-// A worker started by root becomes nobody before it reads a request: no capabilities, no access to what only root
-// may read, and nothing that can trace or signal kwb (docs/threat-model.md). Returns what failed, or "".
+// A worker started by root becomes a user of its own before it reads a request (util/worker_user.h): no
+// capabilities, no access to what only root may read, nothing that can trace or signal kwb or another worker, and
+// no file another worker wrote (docs/threat-model.md). Returns what failed, or "".
 std::string drop_privileges() {
   if (::geteuid() != 0 && ::getuid() != 0) return "";
-  const std::optional<WorkerUser> user = worker_user_from_environment();
+  const std::optional<WorkerUser> user = worker_user_of(::getpid());
   if (::setgroups(0, nullptr) != 0) return std::string("setgroups: ") + std::strerror(errno);
   if (::setresgid(user->gid, user->gid, user->gid) != 0) return std::string("setresgid: ") + std::strerror(errno);
   if (::setresuid(user->uid, user->uid, user->uid) != 0) return std::string("setresuid: ") + std::strerror(errno);

@@ -5,6 +5,7 @@
 #include "util/paths.h"
 #include "util/sha256.h"
 #include "util/subprocess.h"
+#include "util/worker_dirs.h"
 #include "util/worker_user.h"
 #include "worker/profile_filter.h"
 
@@ -30,6 +31,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -48,9 +50,6 @@ std::vector<std::string> worker_environment() {
                                            "KWB_CUDA_DEVICE="};
   std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C",
                                   "KWB_PARENT_PID=" + std::to_string(::getpid())};
-  if (const std::optional<WorkerUser> user = unprivileged_worker_user()) {
-    env.push_back(fmt::format("KWB_WORKER_USER={}:{}", user->uid, user->gid));
-  }
   for (char** e = environ; *e != nullptr; ++e) {
     std::string_view v(*e);
     for (const char* p : k_prefixes) {
@@ -109,6 +108,38 @@ void tidy_runtime_cache(const std::string& dir) noexcept {
   ::close(dfd);
 }
 
+// Whether every id a worker may get (worker_user_of: the base plus any process id up to pid_max) is mapped in
+// /proc/self/`map` ("inside outside count" lines): in a user namespace that maps fewer ids (rootless containers map
+// 65536), setresuid to them fails.
+bool worker_ids_mapped(const char* map) {
+  std::ifstream pid_max_file("/proc/sys/kernel/pid_max");
+  uint64_t pid_max = 1ull << 22;
+  if (!(pid_max_file >> pid_max)) pid_max = 1ull << 22;
+  const uint64_t first = k_worker_id_base, last = k_worker_id_base + pid_max;
+  std::ifstream in(map);
+  for (uint64_t inside = 0, outside = 0, count = 0; in >> inside >> outside >> count;) {
+    if (inside <= first && last < inside + count) return true;
+  }
+  return false;
+}
+
+// A root kwb's workers need their ids (util/worker_user.h); where this namespace lacks them, say so before any
+// worker starts (exit 69) rather than let each one fail to switch.
+void require_worker_ids() {
+  static const bool mapped = worker_ids_mapped("/proc/self/uid_map") && worker_ids_mapped("/proc/self/gid_map");
+  if (mapped) return;
+  throw Error(ExitCode::unavailable,
+              fmt::format("kwb runs as root and gives each worker a user of its own ({} plus the worker's process "
+                          "id), but this user namespace does not map those ids (/proc/self/uid_map, gid_map): run kwb "
+                          "as root outside a user namespace, map the ids into it (newuidmap, /etc/subuid), or run kwb "
+                          "as an unprivileged user (docs/threat-model.md, \"Who the worker is\")",
+                          k_worker_id_base));
+}
+
+// A worker's private copy of a runtime cache, and its return (defined with worker_runtime_cache_dir, below).
+std::string make_private_runtime_dir(const std::string& canonical, pid_t pid);
+void return_private_runtime_dir(const std::string& dir, const std::string& canonical) noexcept;
+
 }  // namespace
 
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
@@ -120,6 +151,7 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
       m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
   require_main_thread("a worker");
   throw_if_interrupted();
+  if (workers_change_user()) require_worker_ids();
   int sv[2];
   KWB_POSIX_CALL(::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv));
   UniqueFd parent_end(sv[0]);
@@ -245,6 +277,7 @@ int WorkerProcess::thread_count() const {
 
 WorkerProcess::~WorkerProcess() {
   if (m_pid > 0) (void)kill_and_reap();
+  end_runtime_cache();  // a worker forgotten rather than reaped (try_reap) leaves its private directory too
   if (m_control != nullptr) ::munmap(m_control, protocol::k_control_bytes);
 }
 
@@ -260,7 +293,7 @@ std::optional<int> WorkerProcess::try_reap() {
   if (info.si_pid == 0) return std::nullopt;
   const int status = reap_child(m_pid);
   m_pid = -1;
-  tidy_runtime_cache(m_runtime_cache_dir);
+  end_runtime_cache();
   return status;
 }
 
@@ -269,8 +302,18 @@ int WorkerProcess::kill_and_reap() {
   ::kill(m_pid, SIGKILL);
   const int status = reap_child(m_pid);
   m_pid = -1;
-  tidy_runtime_cache(m_runtime_cache_dir);
+  end_runtime_cache();
   return status;
+}
+
+void WorkerProcess::end_runtime_cache() noexcept {
+  if (m_canonical_cache_dir.empty()) {
+    tidy_runtime_cache(m_runtime_cache_dir);
+    return;
+  }
+  return_private_runtime_dir(m_runtime_cache_dir, m_canonical_cache_dir);
+  m_runtime_cache_dir.clear();
+  m_canonical_cache_dir.clear();
 }
 
 void WorkerProcess::fail_protocol(const std::string& detail) {
@@ -404,27 +447,6 @@ std::optional<nlohmann::json> WorkerProcess::request_reply(std::chrono::steady_c
   }
 }
 
-namespace {
-
-// /var/tmp/kwb-worker-cache/<parts...> with every folder up to the last part created root-owned and writable only by
-// root (checked with lstat, so a planted symlink or someone else's folder is refused, never followed). The last part
-// is returned, not created.
-std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) {
-  std::filesystem::path at = "/var/tmp/kwb-worker-cache";
-  for (const std::string& part : parts) {
-    (void)::mkdir(at.c_str(), 0711);
-    struct stat st {};
-    if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-      throw InternalError(fmt::format("{} is not a directory owned by root and writable only by it; remove it",
-                                      at.string()));
-    }
-    at /= part;
-  }
-  return at;
-}
-
-}  // namespace
-
 std::string worker_runtime_cache_key(BackendKind backend, const std::string& identity_key) {
   Sha256 h;
   std::vector<std::string> parts = {"kwb.runtime-cache.1", std::string(to_string(backend)), identity_key,
@@ -439,48 +461,166 @@ std::string worker_runtime_cache_key(BackendKind backend, const std::string& ide
 
 std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::string& key) {
   namespace fs = std::filesystem;
-  const std::optional<WorkerUser> user = unprivileged_worker_user();
-  if (!user) {
+  if (!workers_change_user()) {
     const fs::path dir = cache_dir() / "device-kernels" / to_string(backend) / key;
     fs::create_directories(dir);
     return dir;
   }
-  // Root: the worker runs as nobody and cannot reach kwb's cache under root's home. Its directory lives under
-  // /var/tmp, below a root-owned folder that nobody can write (checked, never followed if it is a symlink), and
-  // only the last component belongs to the worker's user.
+  // Root: the identity's canonical cache lives under /var/tmp, below root-owned folders no one else can write
+  // (checked, never followed if a symlink), and is itself root's, 0700: no worker ever writes it, or reads it
+  // (each gets a private copy, make_private_runtime_dir). A folder left by an older kwb that let workers own it is a
+  // cache that anyone could have written: it goes.
   const fs::path at = root_owned_path({std::string(to_string(backend)), key});
-  (void)::mkdir(at.c_str(), 0700);
   struct stat st {};
-  if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw InternalError(fmt::format("{} is not a directory; remove it", at.string()));
+  if (::lstat(at.c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077) != 0)) {
+    fs::remove_all(at);
   }
-  if (::chown(at.c_str(), user->uid, user->gid) != 0) {
-    throw_system_error(("chown(" + at.string() + ")").c_str(), __FILE__, __LINE__, errno);
+  (void)::mkdir(at.c_str(), 0700);
+  if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077) != 0) {
+    throw InternalError(fmt::format("{} is not a directory owned by root and private to it; remove it", at.string()));
   }
   return at;
 }
 
-std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
-  namespace fs = std::filesystem;
-  const std::string digest = sha256_file(artifact);
-  const fs::path at = root_owned_path({"objects", digest});
-  (void)::mkdir(at.c_str(), 0755);
-  const fs::path copy = at / "impl.so";
-  if (!fs::exists(copy) || sha256_file(copy) != digest) {
-    const fs::path tmp = at / fmt::format("impl.so.tmp.{}", ::getpid());
-    fs::copy_file(artifact, tmp, fs::copy_options::overwrite_existing);
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                             fs::perms::others_read);
-    fs::rename(tmp, copy);
+namespace {
+
+// Bounds on what moves between a canonical runtime cache and a worker's private copy: PoCL's kernels of one
+// identity are a few MiB; anything beyond is left out (a cache miss, a compile at the next first launch).
+constexpr uint64_t k_runtime_copy_bytes = 256ull << 20;
+constexpr uint64_t k_runtime_file_bytes = 64ull << 20;
+constexpr int k_runtime_copy_depth = 16;
+
+// One regular file from `from_dfd` into `to_dfd`, through a temporary renamed into place (a concurrent reader never
+// sees half a file). Neither end is ever reached through a link.
+bool copy_cache_file(int from_dfd, int to_dfd, const char* name, mode_t mode, const std::optional<WorkerUser>& owner) {
+  const int in = ::openat(from_dfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (in < 0) return false;
+  UniqueFd in_owner(in);
+  const std::string tmp = fmt::format(".kwb-copy.{}.{}", ::getpid(), name);
+  const int out = ::openat(to_dfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode & 0755);
+  if (out < 0) return false;
+  UniqueFd out_owner(out);
+  char buffer[1 << 16];
+  bool ok = true;
+  for (;;) {
+    const ssize_t n = ::read(in, buffer, sizeof buffer);
+    if (n == 0) break;
+    if (n < 0 || ::write(out, buffer, static_cast<size_t>(n)) != n) {
+      ok = false;
+      break;
+    }
   }
-  return copy;
+  if (ok && owner) ok = ::fchown(out, owner->uid, owner->gid) == 0;
+  if (ok) ok = ::renameat(to_dfd, tmp.c_str(), to_dfd, name) == 0;
+  if (!ok) (void)::unlinkat(to_dfd, tmp.c_str(), 0);
+  return ok;
+}
+
+// Copies the folders and regular files of `from_dfd` into `to_dfd`, never following a link, within `budget` bytes;
+// what `to_dfd` already has is kept, and so are a runtime's temporaries (tempfile_*, tidy_runtime_cache) left out.
+// `owner`, when given, owns every folder and file made. Best effort: what cannot be copied is a later cache miss.
+void copy_cache_tree(int from_dfd, int to_dfd, const std::optional<WorkerUser>& owner, uint64_t& budget, int depth) {
+  if (depth > k_runtime_copy_depth) return;
+  const int listing = ::dup(from_dfd);
+  DIR* d = listing >= 0 ? ::fdopendir(listing) : nullptr;
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    return;
+  }
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name(e->d_name);
+    if (name == "." || name == ".." || name.starts_with("tempfile_") || name.starts_with(".kwb-copy.")) continue;
+    struct stat st {};
+    if (::fstatat(from_dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    struct stat there {};
+    const bool exists = ::fstatat(to_dfd, e->d_name, &there, AT_SYMLINK_NOFOLLOW) == 0;
+    if (S_ISDIR(st.st_mode)) {
+      if (!exists && ::mkdirat(to_dfd, e->d_name, 0700) != 0) continue;
+      const int sub_from = ::openat(from_dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int sub_to = ::openat(to_dfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      UniqueFd a(sub_from), b(sub_to);
+      if (sub_from < 0 || sub_to < 0) continue;
+      if (!exists && owner) (void)::fchown(sub_to, owner->uid, owner->gid);
+      copy_cache_tree(sub_from, sub_to, owner, budget, depth + 1);
+    } else if (S_ISREG(st.st_mode) && !exists) {
+      const uint64_t size = static_cast<uint64_t>(st.st_size);
+      if (size > k_runtime_file_bytes || size > budget) continue;
+      if (copy_cache_file(from_dfd, to_dfd, e->d_name, st.st_mode, owner)) budget -= size;
+    }
+  }
+  ::closedir(d);
+}
+
+UniqueFd open_directory(const std::string& path) {
+  return UniqueFd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+}
+
+// Private directories a kwb killed outright (SIGKILL) left behind: no worker lives a day (RLIMIT_CPU is an hour, and
+// every visit ends its worker), so a directory untouched that long belongs to none and goes.
+void remove_abandoned_private_dirs(const std::filesystem::path& workers) noexcept {
+  std::error_code ec;
+  const auto day_ago = std::filesystem::file_time_type::clock::now() - std::chrono::hours(24);
+  for (const auto& e : std::filesystem::directory_iterator(workers, ec)) {
+    std::error_code ec2;
+    if (e.path().filename().string().starts_with("w.") && e.is_directory(ec2) && !e.is_symlink(ec2) &&
+        e.last_write_time(ec2) < day_ago && !ec2) {
+      std::filesystem::remove_all(e.path(), ec2);
+    }
+  }
+}
+
+// A fresh directory only the worker `pid` may use (0700, its user's), seeded with the identity's canonical cache.
+std::string make_private_runtime_dir(const std::string& canonical, pid_t pid) {
+  std::string dir = root_owned_path({"workers", "w.XXXXXX"}).string();
+  remove_abandoned_private_dirs(std::filesystem::path(dir).parent_path());
+  if (::mkdtemp(dir.data()) == nullptr) throw_system_error(("mkdtemp(" + dir + ")").c_str(), __FILE__, __LINE__, errno);
+  const UniqueFd to = open_directory(dir);
+  if (!to.valid()) throw_system_error(("open(" + dir + ")").c_str(), __FILE__, __LINE__, errno);
+  const WorkerUser user = worker_user_of(pid);
+  if (const UniqueFd from = open_directory(canonical); from.valid()) {
+    uint64_t budget = k_runtime_copy_bytes;
+    copy_cache_tree(from.get(), to.get(), user, budget, 0);
+  }
+  if (::fchown(to.get(), user.uid, user.gid) != 0) {
+    throw_system_error(("chown(" + dir + ")").c_str(), __FILE__, __LINE__, errno);
+  }
+  return dir;
+}
+
+// Once the worker is gone: the private directory becomes root's and unreachable (a later worker that gets the same
+// user cannot touch it), what the runtime compiled there is added to the canonical cache of the identity the worker
+// was loaded with (regular files only, bounded, none replaced), and the directory is removed.
+void return_private_runtime_dir(const std::string& dir, const std::string& canonical) noexcept {
+  if (dir.empty()) return;
+  const UniqueFd from = open_directory(dir);
+  if (from.valid() && ::fchown(from.get(), 0, 0) == 0 && ::fchmod(from.get(), 0700) == 0) {
+    if (const UniqueFd to = open_directory(canonical); to.valid()) {
+      uint64_t budget = k_runtime_copy_bytes;
+      copy_cache_tree(from.get(), to.get(), std::nullopt, budget, 0);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+}  // namespace
+
+std::string WorkerProcess::use_runtime_cache(const std::string& canonical) {
+  end_runtime_cache();
+  if (canonical.empty() || !workers_change_user()) {
+    m_runtime_cache_dir = canonical;
+    return canonical;
+  }
+  m_runtime_cache_dir = make_private_runtime_dir(canonical, m_pid);
+  m_canonical_cache_dir = canonical;
+  return m_runtime_cache_dir;
 }
 
 std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind backend) {
   WorkerProcess w(worker_exe, std::chrono::seconds(60));
   // A device runtime may need a writable directory to start at all (PoCL's kernel cache).
-  const std::string dir = !is_device(backend) ? std::string() : worker_runtime_cache_dir(backend, "probe").string();
-  w.m_runtime_cache_dir = dir;
+  const std::string dir =
+      !is_device(backend) ? std::string() : w.use_runtime_cache(worker_runtime_cache_dir(backend, "probe").string());
   auto reply = w.request({{"type", "probe"}, {"backend", to_string(backend)}, {"runtime_cache_dir", dir}});
   if (!reply) {
     throw Error(ExitCode::unavailable,
@@ -501,8 +641,8 @@ std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind b
 LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKind backend, int threads,
                                 const std::string& task, const WorkerLimits& limits, const DeviceOptions& device) {
   LoadOutcome out;
-  m_runtime_cache_dir = device.runtime_cache_dir;
-  // The artifact travels as a descriptor: the worker may run as nobody, who cannot reach kwb's cache.
+  const std::string runtime_dir = use_runtime_cache(device.runtime_cache_dir);
+  // The artifact travels as a descriptor: the worker may run as a user of its own, who cannot reach kwb's cache.
   const int artifact_fd = ::open(artifact.c_str(), O_RDONLY | O_CLOEXEC);
   if (artifact_fd < 0) {
     throw InternalError(fmt::format("cannot open the built artifact {}: {}", artifact.string(), std::strerror(errno)));
@@ -518,15 +658,15 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
   if (m_profile_worker) {
     filter = profile_filter_program(m_pid);  // the profile worker's sandbox (worker/profile_filter.h)
     fds.push_back(filter.get());
-    // valgrind reads the object's symbols by its file name, as the worker's user: when that is nobody, the object
-    // is copied where nobody may read (and not write) it, at a path fixed by its content.
-    if (unprivileged_worker_user()) load_path = readable_copy(artifact);
+    // valgrind reads the object's symbols by its file name, as the worker's user: when that is a user of its own, the
+    // object is copied where it may read (and not write) it, at a path fixed by its content.
+    if (workers_change_user()) load_path = readable_copy(artifact);
   }
   auto reply = request({{"type", protocol::k_load}, {"artifact", load_path.string()}, {"backend", to_string(backend)},
                         {"threads", threads}, {"task", task},
                         {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds},
                         {"trace", device.trace}, {"cold", device.cold},
-                        {"runtime_cache_dir", device.runtime_cache_dir}},
+                        {"runtime_cache_dir", runtime_dir}},
                        fds);
   if (!reply) {
     out.reason = m_death->reason;

@@ -137,19 +137,16 @@ struct RunOutcome {
 // the worker's explanation (no driver, no device, a kwb built without the backend).
 std::string probe_backend(const std::filesystem::path& worker_exe, BackendKind backend);
 
-// The directory a worker's device runtime may write (PoCL's kernel cache), private to one `key`
-// (worker_runtime_cache_key); created here, and owned by the worker's user when kwb runs as root
-// (util/worker_user.h).
+// The device runtime's cache (PoCL's compiled kernels) of one `key` (worker_runtime_cache_key); created here. When
+// kwb runs as root it is the identity's canonical cache, root's and private to it: a worker never gets it, but a
+// private copy (WorkerProcess::load), and what that worker's runtime compiled comes back into it when the worker is
+// gone. Otherwise (workers run as the invoking user) it is the folder the worker's runtime writes.
 std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::string& key);
 
 // The key of the runtime directory of an implementation identity (BuildIdentity::key): that identity, the backend,
 // kwb-worker's own digest and worker_environment_identity(). A runtime setting (POCL_*, a device selection) or a
 // rebuilt worker gets a directory of its own, never kernels compiled under another.
 std::string worker_runtime_cache_key(BackendKind backend, const std::string& identity_key);
-
-// A copy of `artifact` that the worker's user can read but not write, under a root-owned folder of /var/tmp at a
-// path fixed by the object's digest: for the profile worker run by root (valgrind reads symbols by file name).
-std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
@@ -254,7 +251,13 @@ private:
   UniqueFd m_control_fd;
   UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
   std::string m_cpu_clock_note;
-  std::string m_runtime_cache_dir;  // the device runtime's directory (DeviceOptions), tidied when the worker is gone
+  std::string m_runtime_cache_dir;  // the directory the worker's runtime writes, tidied when the worker is gone
+  std::string m_canonical_cache_dir;  // when that is a private copy (kwb is root): the identity's cache it came from
+  // The directory the worker's runtime gets for the canonical cache `canonical` (DeviceOptions::runtime_cache_dir):
+  // itself, or when kwb is root a private copy owned by the worker's user (worker_user_of).
+  std::string use_runtime_cache(const std::string& canonical);
+  // The worker is gone: its runtime's leftovers tidied, or its private copy returned and removed.
+  void end_runtime_cache() noexcept;
   int64_t m_last_capture_cpu = -1;  // the worker's CPU clock when the last call's outputs had been captured
   clockid_t m_cpu_clock = -1;
   bool m_has_cpu_clock = false;

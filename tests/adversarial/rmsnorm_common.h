@@ -1,7 +1,7 @@
 // Shared by the corpus candidates of the trusted-timing and build attacks (early_done.cpp, clock_rewrite.cpp,
 // mapping_memo.cpp, forged_reply.cpp, signal_routing.cpp, profile_escape.cpp, uid_probe.cpp, build_*.cpp): the
 // RMSNorm call unpacked from its tensors, and a plain two-pass RMSNorm, so each file holds only its cheat.
-// Header-only, in the candidates' own folder (a build may read the candidate's folder).
+// Header-only, in the candidates' own folder, which declares it in kwb.files (a build reads only declared files).
 #pragma once
 
 #include <kwb/kernel.h>

@@ -169,6 +169,7 @@ TEST_F(BuildSandboxTest, a_layout_variant_build_records_the_same_dependencies_un
 TEST_F(BuildSandboxTest, an_incbin_of_a_file_in_the_folder_is_a_dependency) {
   const fs::path folder = m_root / "cand";
   write(folder / "blob.bin", "first");
+  write(folder / "kwb.files", "blob.bin\n");
   write(folder / "k.cpp",
         "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n" + k_abi);
   Artifact first = build_implementation({folder / "k.cpp"});
@@ -327,6 +328,7 @@ TEST_F(BuildSandboxTest, a_batch_of_builds_keeps_the_order_builds_a_repeated_req
 TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
   const fs::path folder = m_root / "cand";
   write(folder / "scale.h", "#define SCALE 3.0f\n");
+  write(folder / "kwb.files", "scale.h\n");
   write(folder / "k.cu",
         "#include \"scale.h\"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
         "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n" + k_abi);
@@ -377,6 +379,59 @@ TEST_F(BuildSandboxTest, check_rejects_the_build_time_readers_as_build_failures)
     EXPECT_NE(detail.find(k_note), std::string::npos) << detail;
     EXPECT_EQ(detail.find("root:"), std::string::npos) << detail;
   }
+}
+
+// A file beside the source that its folder's kwb.files does not declare does not exist for the compiler: the
+// attack (tests/adversarial/build_include_beside.cpp) is a build failure, and the secret shows nowhere, in the text
+// output or in --json. Declared, the same header is read and hashed into the identity.
+TEST_F(BuildSandboxTest, check_cannot_include_an_undeclared_file_beside_the_source) {
+  const fs::path folder = m_root / "beside";
+  fs::create_directories(folder);
+  fs::copy_file(k_adversarial / "build_include_beside.cpp", folder / "build_include_beside.cpp");
+  fs::copy_file(k_adversarial / "rmsnorm_common.h", folder / "rmsnorm_common.h");
+  fs::copy_file(k_adversarial / "kwb.files", folder / "kwb.files");
+  const std::string secret = "kwb-secret-7f3a9c token_that_must_never_leak";
+  write(folder / "kwb_secret.txt", secret + "\n");
+  const std::string source = (folder / "build_include_beside.cpp").string();
+  for (const bool json : {true, false}) {
+    std::vector<std::string> args = {"check", k_rmsnorm_lite.string(), "--impl", source};
+    if (json) args.push_back("--json");
+    KwbRun r = run_kwb(args);
+    EXPECT_EQ(r.exit_code, 65) << r.output << r.errors;
+    EXPECT_EQ(r.output.find("kwb-secret-7f3a9c"), std::string::npos) << r.output;
+    EXPECT_EQ(r.errors.find("kwb-secret-7f3a9c"), std::string::npos) << r.errors;
+    EXPECT_NE((r.output + r.errors).find("kwb_secret.txt: No such file"), std::string::npos) << r.output << r.errors;
+    if (json) {
+      ASSERT_FALSE(r.json.is_discarded()) << r.output;
+      ASSERT_EQ(r.json["failures"].size(), 1u) << r.output;
+      EXPECT_EQ(r.json["failures"][0]["reason"], "build_failed");
+    }
+  }
+  // The control: once declared, the compiler reads the file (and fails on its text, which is not C++).
+  write(folder / "kwb.files", "rmsnorm_common.h\nkwb_secret.txt\n");
+  Artifact declared = build_implementation({folder / "build_include_beside.cpp"});
+  EXPECT_FALSE(declared.ok);
+  EXPECT_EQ(declared.log.find("kwb_secret.txt: No such file"), std::string::npos) << declared.log;
+}
+
+// Declarations are paths inside the candidate's folder: one that leaves it is the candidate's bad input (65).
+TEST_F(BuildSandboxTest, a_declaration_outside_the_folder_is_refused_naming_its_line) {
+  write(m_root / "outer" / "secret.h", "#define SECRET 42\n");
+  const fs::path folder = m_root / "outer" / "cand";
+  write(folder / "k.cpp", "#include \"../secret.h\"\nint f() { return SECRET; }\n" + k_abi);
+  for (const std::string& line : {std::string("../secret.h"), (m_root / "outer" / "secret.h").string()}) {
+    write(folder / "kwb.files", "# comment\n" + line + "\n");
+    try {
+      (void)build_implementation({folder / "k.cpp"});
+      ADD_FAILURE() << line << " was accepted";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("kwb.files:2"), std::string::npos) << e.what();
+    }
+  }
+  fs::remove(folder / "kwb.files");
+  fs::create_symlink(m_root / "outer" / "secret.h", folder / "secret_link.h");
+  write(folder / "kwb.files", "secret_link.h\n");
+  EXPECT_THROW((void)build_implementation({folder / "k.cpp"}), DataError);
 }
 
 // The stale PASS of the issue: a header edited after a passing check is a new implementation, built and checked

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace kwb::test {
@@ -306,6 +307,34 @@ TEST(opencl_test, the_runtime_cache_keeps_nothing_of_finished_workers_but_their_
   } else {
     ::setenv("KWB_CACHE_DIR", restore.c_str(), 1);
   }
+}
+
+// tests/adversarial/opencl/cache_poison.cpp walks every runtime cache it can find in kwb_setup and tries to plant
+// and rewrite files in the other identities' folders (each success makes its outputs wrong). Here another identity's
+// cache holds a compiled kernel: after the attacker's check it is byte for byte what it was, with nothing added, and
+// when kwb is root it is root's and private to it (no worker user can even list it).
+TEST(opencl_test, a_worker_cannot_write_another_identitys_runtime_cache) {
+  ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+  const std::filesystem::path victim = worker_runtime_cache_dir(
+      BackendKind::opencl, worker_runtime_cache_key(BackendKind::opencl, "victim-of-" + std::to_string(::getpid())));
+  ::unsetenv("KWB_WORKER");
+  write_file_atomic(victim / "kernel.so", "the baseline's compiled kernel");
+  KwbRun r = run_kwb(check_args(k_adversarial / "opencl" / "cache_poison.cpp", {"--case", "decode"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.json["verdict"], "PASS") << r.json["failures"].dump(2);
+  EXPECT_EQ(r.output.find("escaped"), std::string::npos) << r.output;
+  EXPECT_EQ(read_file(victim / "kernel.so"), "the baseline's compiled kernel");
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(victim)) names.push_back(e.path().filename().string());
+  EXPECT_EQ(names, std::vector<std::string>{"kernel.so"});
+  if (::geteuid() == 0) {
+    struct stat st {};
+    ASSERT_EQ(::stat(victim.c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, 0u);
+    EXPECT_EQ(st.st_mode & 077, 0u);
+  }
+  std::filesystem::remove_all(victim);
 }
 
 }  // namespace

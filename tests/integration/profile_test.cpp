@@ -2,6 +2,10 @@
 #include "cli_helpers.h"
 #include "profile/valgrind.h"
 #include "util/fs.h"
+#include "util/timing_lock.h"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -186,6 +190,73 @@ TEST(profile_test, the_profile_worker_cannot_start_a_daemon_that_outlives_it) {
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << "the fork is refused (EPERM) and the candidate goes on: " << r.errors;
   EXPECT_FALSE(std::filesystem::exists(marker)) << read_file(marker);
+}
+
+// tests/adversarial/profile_confine.cpp, in the profile worker (natively and under valgrind), tries to write in
+// /tmp and in the workers' cache, read kwb's command line and a bundle's plan.json, and open the timing lock for
+// writing; each success makes its outputs wrong. kwb-confine's Landlock (and, run as root, the worker's own user)
+// refuse them all: the profile completes with no failure. The plan.json is world-readable, so only the confinement
+// stands between it and the worker; the timing lock exists, so the attempt on it is not a vacuous ENOENT.
+TEST(profile_test, the_profile_worker_is_confined_by_landlock) {
+  SKIP_WITHOUT_VALGRIND();
+  const std::filesystem::path bundle = "/var/tmp/kwb-profile-confine/bundle";
+  std::filesystem::create_directories(bundle);
+  std::filesystem::permissions(bundle.parent_path(), std::filesystem::perms::owner_all |
+                                                         std::filesystem::perms::group_read |
+                                                         std::filesystem::perms::group_exec |
+                                                         std::filesystem::perms::others_read |
+                                                         std::filesystem::perms::others_exec);
+  std::filesystem::permissions(bundle, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                           std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                           std::filesystem::perms::others_exec);
+  write_file_atomic(bundle / "plan.json", "{\"plan\": \"every identity key\"}\n");
+  std::filesystem::permissions(bundle / "plan.json", std::filesystem::perms::owner_read |
+                                                         std::filesystem::perms::owner_write |
+                                                         std::filesystem::perms::group_read |
+                                                         std::filesystem::perms::others_read);
+  const std::filesystem::path lock = timing_lock_path();
+  if (!std::filesystem::exists(lock)) {
+    const int fd = ::open(lock.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) ::close(fd);
+  }
+  KwbRun r = profile(k_adversarial / "profile_confine.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 0) << r.output << r.errors;
+  for (const auto& w : r.json["workloads"]) EXPECT_TRUE(w["failures"].empty()) << w["failures"].dump(2);
+  EXPECT_EQ(r.output.find("escaped"), std::string::npos) << r.output;
+  EXPECT_EQ(r.errors.find("escaped"), std::string::npos) << r.errors;
+  std::filesystem::remove_all(bundle.parent_path());
+}
+
+// kwb-confine itself, beside kwb (src/worker/confine_main.cpp), with a shell in the profile worker's place: what
+// profile_confine.cpp relies on to tell the profile worker from the timing worker (its own /proc/self/maps) is
+// readable, and the folder it was given is writable, so the escapes that test finds refused are refused by the
+// confinement, not missed. Everything else it tries is refused here too. Run by root, the shell is its own user.
+TEST(profile_test, kwb_confine_leaves_the_worker_its_own_proc_and_folder_and_nothing_else) {
+  const std::filesystem::path confine = std::filesystem::path(KWB_BINARY).parent_path() / "kwb-confine";
+  const std::filesystem::path out =
+      std::filesystem::temp_directory_path() / ("kwb-confine-" + std::to_string(::getpid()));
+  const std::filesystem::path outside = out.string() + "-outside";
+  std::filesystem::create_directories(out);
+  const std::string script =
+      "id -u; read l < /proc/self/maps && echo own-maps; read l < /proc/1/cmdline && echo other-cmdline; "
+      "echo x > " + out.string() + "/f && echo own-folder; echo x > " + outside.string() + " && echo outside; "
+      "(: 3<>" + timing_lock_path().string() + ") && echo lock; true";
+  CommandResult r = run_command({confine.string(), "--own", out.string(), "--write", out.string(), "--", "/bin/sh",
+                                 "-c", script},
+                                std::chrono::seconds(30), StderrMode::separate);
+  std::filesystem::remove_all(out);
+  std::error_code ec;
+  const bool leaked = std::filesystem::exists(outside, ec);
+  std::filesystem::remove(outside, ec);
+  EXPECT_EQ(r.exit_code, 0) << r.output << r.errors;
+  EXPECT_NE(r.output.find("own-maps"), std::string::npos) << r.output << r.errors;
+  EXPECT_NE(r.output.find("own-folder"), std::string::npos) << r.output << r.errors;
+  EXPECT_EQ(r.output.find("other-cmdline"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("outside"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("lock"), std::string::npos) << r.output;
+  EXPECT_FALSE(leaked);
+  if (::geteuid() == 0) EXPECT_NE(r.output.substr(0, r.output.find('\n')), "0") << r.output;
 }
 
 TEST(profile_test, unknown_workload_is_a_usage_error) {

@@ -4,6 +4,7 @@
 #include "cli_helpers.h"
 #include "util/fs.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -111,6 +112,25 @@ TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
                       f["detail"].get<std::string>().find("fcntl") != std::string::npos);
   }
   EXPECT_TRUE(named) << r.json["failures"].dump();
+}
+
+// A root kwb gives each worker a user of its own (util/worker_user.h). In a user namespace that maps only root (as
+// a rootless container maps too few ids), it cannot: it refuses to start any worker, with exit 69 and what to map,
+// rather than run workers that share a user. Simulated with util-linux unshare -Ur (root inside, one id mapped).
+TEST(trusted_timing_test, a_root_kwb_without_the_workers_ids_starts_no_worker) {
+  const fs::path cache = fs::temp_directory_path() / ("kwb-ids-test-" + std::to_string(::getpid()));
+  const std::string inner = fmt::format("KWB_CACHE_DIR={} {} check {} --impl {} --case decode", cache.string(),
+                                        KWB_BINARY, k_rmsnorm_lite.string(),
+                                        (k_rmsnorm_lite / "cpu" / "fused.cpp").string());
+  CommandResult r = run_command({"unshare", "-Ur", "sh", "-c", "test $(id -u) = 0 || exit 98; " + inner},
+                                std::chrono::seconds(120), StderrMode::separate);
+  fs::remove_all(cache);
+  if (r.exit_code == 98 || r.errors.starts_with("unshare:")) {
+    GTEST_SKIP() << "cannot create a user namespace here: " << r.errors;
+  }
+  EXPECT_EQ(r.exit_code, 69) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("gives each worker a user of its own"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("does not map those ids"), std::string::npos) << r.errors;
 }
 
 TEST(trusted_timing_test, no_worker_runs_as_root) {

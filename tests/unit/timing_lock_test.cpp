@@ -102,6 +102,38 @@ TEST_F(TimingLockTest, a_symlink_at_the_locks_name_is_an_io_error_naming_the_fil
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "keep me");
 }
 
+// No worker may open the lock for writing (docs/threat-model.md): the file is 0644 and its creator's, and a file an
+// older kwb left 0666 is narrowed. flock on the read-only descriptor still excludes a second taker.
+TEST_F(TimingLockTest, the_lock_file_is_writable_only_by_its_owner) {
+  { std::ofstream(lock_file()) << ""; }
+  fs::permissions(lock_file(), fs::perms::all & ~fs::perms::owner_exec & ~fs::perms::group_exec &
+                                   ~fs::perms::others_exec);  // 0666, as an older kwb made it
+  TimingLock lock = TimingLock::acquire(lock_file(), "narrowing");
+  struct stat st {};
+  ASSERT_EQ(::stat(lock_file().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  EXPECT_EQ(st.st_uid, ::geteuid());
+  lock.release();
+  fs::remove(lock_file());
+  TimingLock fresh = TimingLock::acquire(lock_file(), "fresh");
+  ASSERT_EQ(::stat(lock_file().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+}
+
+// A hard link planted at the lock's name is locked through but never changed: its mode and owner stay.
+TEST_F(TimingLockTest, a_hard_link_at_the_locks_name_keeps_its_mode) {
+  const fs::path target = m_dir / "victim";
+  { std::ofstream(target) << "keep me"; }
+  fs::permissions(target, fs::perms::owner_read | fs::perms::owner_write);  // 0600
+  fs::create_hard_link(target, lock_file());
+  { TimingLock lock = TimingLock::acquire(lock_file(), "x"); }
+  struct stat st {};
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  std::ifstream in(target);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "keep me");
+}
+
 TEST_F(TimingLockTest, the_path_comes_from_kwb_timing_lock_when_set) {
   ::setenv("KWB_TIMING_LOCK", lock_file().c_str(), 1);
   EXPECT_EQ(timing_lock_path(), lock_file());

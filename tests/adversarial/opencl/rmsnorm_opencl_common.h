@@ -1,6 +1,6 @@
 // Shared by the OpenCL corpus candidates (tests/adversarial/opencl/*.cpp): the honest fused RMSNorm kernel, its
 // build, its work-group sizes and the call unpacked from its tensors, so that each candidate holds only its cheat.
-// Header-only, in the candidates' own folder (a build may read the candidate's folder).
+// Header-only, in the candidates' own folder, which declares it in kwb.files (a build reads only declared files).
 #pragma once
 
 #include <CL/cl.h>
