@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kwb {
@@ -77,9 +78,28 @@ struct RuntimeSandboxNeeds {
   uint64_t open_files = 0;
 };
 
+class Backend;
+
+// The backend calls the worker makes from a run request to the outputs' read-back, bound to their final overriders
+// (every backend class is final, so these are direct calls) and kept by the worker on a page of its own, read-only
+// and sealed before the implementation is loaded (worker_main.cpp). The path between the inputs' arrival and go
+// then holds no indirection the implementation can rewrite: a vtable pointer or a unique_ptr it overwrites in the
+// worker's memory changes nothing the worker calls (tests/adversarial/opencl/vtable_takeover.cpp).
+struct CallPath {
+  Backend* self = nullptr;
+  bool host_memory = true;
+  void (*upload)(Backend*, int id, const void* host, size_t nbytes) = nullptr;
+  void (*download)(Backend*, int id, void* host, size_t nbytes) = nullptr;
+  void (*prepare_call)(Backend*) = nullptr;
+  void (*begin_call)(Backend*) = nullptr;
+  void (*finish_call)(Backend*) = nullptr;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
+  // This backend's CallPath (each backend: return bind_call_path(this)).
+  virtual CallPath call_path() = 0;
   virtual BackendKind id() const = 0;  // kwb's own name for it (kind() is the ABI's)
   virtual kwb_backend kind() const = 0;
   virtual DLDevice device() const = 0;
@@ -113,6 +133,20 @@ public:
   virtual void finish_call() = 0;
   virtual CallDeviceInfo collect_call() = 0;
 };
+
+template <class B>
+CallPath bind_call_path(B* backend) {
+  static_assert(std::is_final_v<B>, "a backend class is final, so that its calls bind without a vtable");
+  CallPath p;
+  p.self = backend;
+  p.host_memory = backend->host_memory();
+  p.upload = [](Backend* b, int id, const void* host, size_t n) { static_cast<B*>(b)->upload(id, host, n); };
+  p.download = [](Backend* b, int id, void* host, size_t n) { static_cast<B*>(b)->download(id, host, n); };
+  p.prepare_call = [](Backend* b) { static_cast<B*>(b)->prepare_call(); };
+  p.begin_call = [](Backend* b) { static_cast<B*>(b)->begin_call(); };
+  p.finish_call = [](Backend* b) { static_cast<B*>(b)->finish_call(); };
+  return p;
+}
 
 // Throws Error(ExitCode::unavailable) naming what is missing (no OpenCL platform, no CUDA device, a kwb built
 // without the backend).

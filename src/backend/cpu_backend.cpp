@@ -11,6 +11,7 @@ public:
   explicit CpuBackend(const BackendOptions&) {}
 
   BackendKind id() const override { return BackendKind::cpu; }
+  CallPath call_path() override { return bind_call_path(this); }
   kwb_backend kind() const override { return KWB_BACKEND_CPU; }
   DLDevice device() const override { return DLDevice{kDLCPU, 0}; }
   std::string description() const override { return "host CPU"; }

@@ -547,6 +547,7 @@ public:
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   BackendKind id() const override { return BackendKind::cuda; }
+  CallPath call_path() override { return bind_call_path(this); }
   kwb_backend kind() const override { return KWB_BACKEND_CUDA; }
   DLDevice device() const override { return DLDevice{kDLCUDA, m_ordinal}; }
   std::string description() const override { return m_description; }

@@ -4,6 +4,7 @@
 #include "stats/sequential.h"
 #include "stats/descriptive.h"
 #include "stats/random.h"
+#include "util/cpu_watch.h"
 #include "util/error.h"
 
 #include <fmt/format.h>
@@ -105,13 +106,16 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     bool ok = true;
     for (int pos = 0; pos < 2 && ok; ++pos) {
       ArmVisit v = runner.visit(workload, order[static_cast<size_t>(pos)], block, pos);
-      samples_out.insert(samples_out.end(), v.samples.begin(), v.samples.end());
       for (const Sample& s : v.samples) res.timed_samples += !s.warmup;
       if (!v.valid) {
         ok = false;
         res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
       }
       visits[order[static_cast<size_t>(pos)]] = std::move(v);
+    }
+    for (size_t pos = 0; pos < 2; ++pos) {
+      const ArmVisit& v = visits[order[pos]];
+      samples_out.insert(samples_out.end(), v.samples.begin(), v.samples.end());
     }
     if (!ok) {
       // An output failed validation during timing: no metric may come from this comparison.
@@ -282,6 +286,8 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
     s.post_cpu_ns = r.post_cpu_ns;
     s.window_ns = r.window_ns;
     s.gap_cpu_ns = r.gap_cpu_ns;
+    s.outside_cpu_ns = r.outside_cpu_ns;
+    s.outside_wall_ns = r.outside_wall_ns;
     v.samples.push_back(s);
     if (!r.valid()) {
       v.valid = false;
@@ -429,19 +435,20 @@ nlohmann::json to_json(const CompareReport& r) {
 
 std::string_view samples_csv_header() {
   return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
-         "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns\n";
+         "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns,outside_cpu_ns,outside_wall_ns\n";
 }
 
 std::string samples_csv(const std::vector<Sample>& samples) {
   std::string out(samples_csv_header());
   for (const Sample& s : samples) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm,
+    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm,
                        s.order_position, s.pid, s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns,
                        s.output_valid ? 1 : 0, s.device_ns, s.layout, s.stack_offset, fmt::join(s.tensor_offsets, "/"),
-                       s.pre_cpu_ns, s.post_cpu_ns, s.window_ns, s.gap_cpu_ns);
+                       s.pre_cpu_ns, s.post_cpu_ns, s.window_ns, s.gap_cpu_ns, s.outside_cpu_ns, s.outside_wall_ns);
   }
   return out;
 }
+
 
 stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& samples, const std::string& workload,
                                                const std::string& arm, int layouts, uint64_t seed) {

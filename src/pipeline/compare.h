@@ -57,6 +57,10 @@ struct Sample {
   int64_t post_cpu_ns = -1;
   int64_t window_ns = 0;
   int64_t gap_cpu_ns = -1;
+  // Device backends: the call's uploads before go and read-back after done, as the worker's CPU and as wall time
+  // (CallResult), recorded and not charged (util/cpu_watch.h, device_charged_ns). -1 on cpu.
+  int64_t outside_cpu_ns = -1;
+  int64_t outside_wall_ns = -1;
 };
 
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.
@@ -237,6 +241,7 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
 std::string samples_csv(const std::vector<Sample>& samples);
+
 std::string_view samples_csv_header();
 
 }  // namespace kwb

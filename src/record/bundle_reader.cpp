@@ -93,21 +93,28 @@ BundleData read_bundle(const fs::path& dir) {
       r.line = n;
       int warm = 0, valid = 0;
       // device_ns (the 12th field) came with the device backends, the layout columns (13-15) with layout
-      // randomization, the CPU watch's (16-17) after, the charge's (18-19) last; bundles without them stay readable.
+      // randomization, the CPU watch's (16-17) after, the charge's (18-19), then the device transfers' (20-21); bundles
+      // without them stay readable.
       if (f.size() == 14) f.emplace_back();  // getline drops an empty last field
       bool layout_ok = true;
-      if (f.size() == 19) {
+      if (f.size() == 21) {
+        // A device call's uploads and read-back, as CPU and wall time (recorded, not charged: util/cpu_watch.h).
+        r.has_outside = true;
+        layout_ok = parse_int(f[19], r.outside_cpu_ns) && parse_int(f[20], r.outside_wall_ns) &&
+                    r.outside_cpu_ns >= -1 && r.outside_wall_ns >= -1 && (r.outside_cpu_ns < 0) == (r.outside_wall_ns < 0);
+      }
+      if (f.size() == 19 || f.size() == 21) {
         // The charge: the go-to-done window and the CPU between calls (util/cpu_watch.h).
         r.has_charge = true;
-        layout_ok = parse_int(f[17], r.window_ns) && parse_int(f[18], r.gap_cpu_ns) && r.window_ns >= 0 &&
-                    r.gap_cpu_ns >= -1;
+        layout_ok = layout_ok && parse_int(f[17], r.window_ns) && parse_int(f[18], r.gap_cpu_ns) &&
+                    r.window_ns >= 0 && r.gap_cpu_ns >= -1;
       }
-      if (f.size() == 17 || f.size() == 19) {
+      if (f.size() == 17 || f.size() == 19 || f.size() == 21) {
         r.has_cpu_watch = true;
         layout_ok = layout_ok && parse_int(f[15], r.pre_cpu_ns) && parse_int(f[16], r.post_cpu_ns) &&
                     r.pre_cpu_ns >= -1 && r.post_cpu_ns >= -1;
       }
-      if (f.size() == 15 || f.size() == 17 || f.size() == 19) {
+      if (f.size() == 15 || f.size() == 17 || f.size() == 19 || f.size() == 21) {
         r.has_layout = true;
         layout_ok = layout_ok && parse_int(f[12], r.layout) && parse_int(f[13], r.stack_offset);
         std::stringstream offs(f[14]);
@@ -117,7 +124,8 @@ BundleData read_bundle(const fs::path& dir) {
           r.tensor_offsets.push_back(v);
         }
       }
-      if ((f.size() != 11 && f.size() != 12 && f.size() != 15 && f.size() != 17 && f.size() != 19) || !layout_ok ||
+      if ((f.size() != 11 && f.size() != 12 && f.size() != 15 && f.size() != 17 && f.size() != 19 && f.size() != 21) ||
+          !layout_ok ||
           (f.size() >= 12 && !parse_int(f[11], r.device_ns)) ||
           !parse_int(f[2], r.block) || !parse_int(f[4], r.order_position) ||
           !parse_int(f[5], r.pid) || !parse_int(f[6], r.sample_index) || !parse_int(f[7], warm) ||

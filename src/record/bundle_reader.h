@@ -39,6 +39,9 @@ struct SampleRow {
   bool has_charge = false;  // ns is window_ns plus the CPU charged outside it (util/cpu_watch.h)
   int64_t window_ns = 0;
   int64_t gap_cpu_ns = -1;
+  bool has_outside = false;  // the device transfers columns (outside_cpu_ns, outside_wall_ns)
+  int64_t outside_cpu_ns = -1;     // -1: a cpu row (or a call not watched)
+  int64_t outside_wall_ns = -1;
   int line = 0;  // in samples.csv, for messages
 };
 

@@ -20,6 +20,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <set>
 #include <sstream>
@@ -670,9 +671,19 @@ private:
   // The charge again, per call, from the figures samples.csv records (util/cpu_watch.h): every sample is its window
   // plus the CPU its worker used outside it on the call's data. Bundles from before the charge (no window column)
   // were judged by bounds on those figures, which are not re-derived.
+  // Device rows (outside_cpu_ns recorded) charge only the CPU during the capture (cpu_watch::device_charged_ns).
   void charge_of(const std::string& tag, const std::string& name, const std::string& where) {
     for (const SampleRow& s : m_b.samples) {
       if (s.comparison != tag || s.workload != name || !s.has_charge) continue;
+      if (s.outside_cpu_ns >= 0) {
+        const int64_t charged = cpu_watch::device_charged_ns(s.window_ns, s.post_cpu_ns);
+        if (s.ns != charged) {
+          problem(fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU "
+                              "during the capture ({} ns) is {} ns",
+                              where, s.line, s.ns, s.window_ns, s.post_cpu_ns, charged));
+        }
+        continue;
+      }
       const int64_t charged = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns);
       if (s.ns != charged) {
         problem(fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU charged "

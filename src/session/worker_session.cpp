@@ -243,7 +243,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   };
   // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around
   // this); compared after validation to catch work that goes on after the call.
-  const bool watch_outputs = hardened() && host;
+  const bool watch_outputs = hardened();
   if (watch_outputs) {
     hooks.at_done = [&]() {
       m_at_done.resize(m_outputs.buffers.size());
@@ -377,21 +377,29 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   if (hardened()) {
     const std::string lie = out.device ? implausible_device_timing(out) : implausible_timing(out, set);
     check(lie.empty(), "timing_plausible", FailureReason::timing_implausible, lie);
-    if (host && out.cpu_windows_exact && out.pre_cpu_ns >= 0 && out.post_cpu_ns >= 0) {
+    if (out.cpu_windows_exact && out.pre_cpu_ns >= 0 && out.post_cpu_ns >= 0) {
       // Charged, not bounded (util/cpu_watch.h): the worker spins for go for as long as the parent takes to react,
-      // and that much is the parent's, not the implementation's. Not on device backends: there the runtime's own
-      // threads and the uploads use milliseconds of CPU before go on every call (docs/timing.md).
+      // and that much is the parent's, not the implementation's.
       res.pre_cpu_ns = std::max<int64_t>(0, out.pre_cpu_ns - out.reaction_ns);
       res.post_cpu_ns = out.post_cpu_ns;
       res.gap_cpu_ns = out.gap_cpu_ns;
-      res.ns = cpu_watch::charged_ns(out.ns, res.pre_cpu_ns, res.post_cpu_ns);
+      if (host) {
+        res.ns = cpu_watch::charged_ns(out.ns, res.pre_cpu_ns, res.post_cpu_ns);
+      } else if (out.read_cpu_ns >= 0 && out.pre_wall_ns >= 0 && out.read_wall_ns >= 0) {
+        // Device backends upload before go and read the outputs back after done on every call, kwb's own work:
+        // recorded, not charged (device_charged_ns); the capture after the read is charged whole, as on cpu.
+        res.outside_cpu_ns = res.pre_cpu_ns + out.read_cpu_ns;
+        res.outside_wall_ns = out.pre_wall_ns + out.read_wall_ns;
+        res.ns = cpu_watch::device_charged_ns(out.ns, res.post_cpu_ns);
+      }
     }
     if (host) {
       const std::string outside = outside_timer(out);
       check(outside.empty(), "work_inside_timer", FailureReason::work_outside_timer, outside);
-      const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
-      check(busy.empty(), "settled_at_return", FailureReason::work_after_return, busy);
     }
+    // A device worker's outputs are captured once read back; its CPU after the answer is the runtime's, not watched.
+    const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
+    check(busy.empty(), "settled_at_return", FailureReason::work_after_return, busy);
   }
   if (check_mode) m_previous_expected = set.expected;
   return res;

@@ -55,6 +55,11 @@ struct CallResult {
   int64_t pre_cpu_ns = -1;
   int64_t post_cpu_ns = -1;
   int64_t gap_cpu_ns = -1;
+  // Device backends: the call's uploads before go and its read-back after done, as the worker's CPU (beyond the
+  // parent's reaction) and as wall time (RunOutcome::pre_wall_ns, read_wall_ns): kwb's own work, the same for both
+  // arms, recorded and not charged (util/cpu_watch.h, device_charged_ns). -1 on the cpu backend.
+  int64_t outside_cpu_ns = -1;
+  int64_t outside_wall_ns = -1;
 };
 
 // check: every assertion on every call, including replay detection (which keeps a copy of the last output).

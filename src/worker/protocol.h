@@ -40,7 +40,19 @@ inline constexpr int k_channel_fd = 3;
 inline constexpr int k_control_fd = 4;
 inline constexpr int k_first_unused_fd = 5;
 
-enum class Phase : uint32_t { idle = 0, armed = 1, wake = 2, ready = 3, go = 4, done = 5, collect = 6 };
+// Device backends only, between done and collect: read_back (the parent, once it has timed done: read the outputs
+// back now) and downloaded (the worker: they are in the host buffers, which the parent captures then).
+enum class Phase : uint32_t {
+  idle = 0,
+  armed = 1,
+  wake = 2,
+  ready = 3,
+  go = 4,
+  done = 5,
+  collect = 6,
+  downloaded = 7,
+  read_back = 8
+};
 
 // The state word: the call's sequence number (modulo 2^28) and its phase, so that a stale phase of an earlier call
 // never matches.

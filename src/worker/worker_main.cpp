@@ -65,6 +65,30 @@ extern "C" void kwb_alloc_counter_stop(uint64_t* allocations, uint64_t* bytes, u
 #endif
 
 namespace kwb {
+
+namespace {
+
+// The backend's call path (backend/backend.h, CallPath) on a page of its own, read-only and sealed once it holds the
+// backend's calls, before the implementation is loaded (a worker loads one implementation, once). Its address is a
+// link-time constant, so no writable pointer leads to it.
+struct alignas(4096) SealedCallPath {
+  CallPath path;
+};
+SealedCallPath g_call_path;
+
+#ifndef SYS_mseal
+#define SYS_mseal 462
+#endif
+
+void seal_call_path(const CallPath& path) {
+  g_call_path.path = path;
+  ::mprotect(&g_call_path, sizeof g_call_path, PROT_READ);
+  // Linux 6.10+; elsewhere the page stays read-only, and the sandbox denies mprotect to single-threaded tasks.
+  (void)::syscall(SYS_mseal, &g_call_path, sizeof g_call_path, 0);
+}
+
+}  // namespace
+
 namespace {
 
 constexpr int k_channel_fd = protocol::k_channel_fd;
@@ -317,6 +341,7 @@ private:
     // The device runtime starts before the sandbox goes up: opening a driver reads files and starts threads that
     // no implementation may do on its own.
     m_backend = make_backend(backend_kind(m), backend_options(m));
+    seal_call_path(m_backend->call_path());
     m_task = m.at("task").get<std::string>();
 #ifdef KWB_PROFILE_WORKER
     // Under valgrind: a deny-list of its own (worker/sandbox.h, enter_profile_sandbox) before the implementation's
@@ -494,8 +519,8 @@ private:
 
   // One call, driven by the parent through the control page (worker/protocol.h): the worker takes no time. It
   // arms, sleeps until the parent has written the call's inputs and woken it, says ready, spins until go, runs,
-  // says done and sleeps until the parent has captured the outputs; only then does it do its untimed device work
-  // and answer on the socket.
+  // says done (a device worker then reads the outputs back and says downloaded) and sleeps until the parent has
+  // captured the outputs; only then does it check the device copies and answer on the socket.
   nlohmann::json run_call(const nlohmann::json& m) {
     if (m_run == nullptr) return error(FailureReason::protocol, "run before load");
     const protocol::RunMessage msg = protocol::run_message_from_json(m);
@@ -524,7 +549,9 @@ private:
     call.scalars = scalars.data();
     call.stream = m_backend->stream();
 
-    const bool device = !m_backend->host_memory();
+    // From here to the read-back, the backend is called only through the sealed call path.
+    const CallPath& path = g_call_path.path;
+    const bool device = !path.host_memory;
     const uint64_t seq = msg.call;
     std::atomic<uint32_t>& state = m_control->state;
     const uint32_t armed = protocol::state_word(seq, protocol::Phase::armed);
@@ -538,13 +565,17 @@ private:
     }
     // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, and the
     // outputs back after it: the parent validates exactly what the device computed. None of it is timed.
-    // Between wake and ready the cpu worker runs nothing but this function: no virtual call, nothing the
-    // implementation could have redirected in an earlier call (the parent counts this window's CPU).
+    // Between wake and ready the worker runs nothing but this function and, on a device backend, the sealed call
+    // path's functions and the sealed OpenCL table: no virtual call, nothing the implementation could have
+    // redirected in an earlier call (the parent counts this window's CPU).
     if (device) {
       for (const TensorArgs* list : {&in, &out}) {
-        for (int id : list->buffers) upload(id);
+        for (int id : list->buffers) {
+          const Mapping& mp = *m_buffers.at(id);
+          path.upload(path.self, id, mp.data, mp.nbytes);
+        }
       }
-      m_backend->prepare_call();
+      path.prepare_call(path.self);
     }
     ++m_calls;
     state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
@@ -554,13 +585,13 @@ private:
       protocol::cpu_relax();
       if ((spins & 0xFFFF) == 0) ::sched_yield();
     }
-    m_backend->begin_call();
+    path.begin_call(path.self);
 #ifdef KWB_PROFILE_WORKER
     const int rc = profiled_run(call, seq);
 #else
     const int rc = m_run(&call);
 #endif
-    m_backend->finish_call();
+    path.finish_call(path.self);
     m_control->rc.store(rc, std::memory_order_relaxed);
     // Only go may become done: a control page that left go during the call was written by something in this
     // process other than the worker (the parent has then already taken the call as done, and its CPU watch has seen
@@ -571,15 +602,38 @@ private:
                                    std::to_string(expected_go) + "): something in the worker wrote it");
     }
     protocol::futex_wake(state);  // a parent that sleeps through a long call
-    while (state.load(std::memory_order_acquire) == done) protocol::futex_wait(state, done);
+    uint32_t captured_after = done;
+    if (device) {
+      // Once the parent has timed done, the outputs go back to its buffers, before it captures them: it times this
+      // read as it times the uploads, and nothing after it can change what it validates.
+      const uint32_t read_back = protocol::state_word(seq, protocol::Phase::read_back);
+      for (uint32_t spins = 1; state.load(std::memory_order_acquire) == done; ++spins) {
+        protocol::cpu_relax();
+        if ((spins & 0xFFFF) == 0) ::sched_yield();
+      }
+      if (const uint32_t now = state.load(std::memory_order_acquire); now != read_back) {
+        return error(FailureReason::protocol, "the control page left the done phase for " + std::to_string(now) +
+                                                  " instead of read_back: something in the worker wrote it");
+      }
+      for (int id : out.buffers) {
+        Mapping& mp = *m_buffers.at(id);
+        path.download(path.self, id, mp.data, mp.nbytes);
+      }
+      const uint32_t downloaded = protocol::state_word(seq, protocol::Phase::downloaded);
+      uint32_t expected = read_back;
+      if (!state.compare_exchange_strong(expected, downloaded, std::memory_order_acq_rel)) {
+        return error(FailureReason::protocol, "the control page left the read_back phase while the outputs were "
+                                              "read back (it read " + std::to_string(expected) +
+                                              "): something in the worker wrote it");
+      }
+      protocol::futex_wake(state);
+      captured_after = downloaded;
+    }
+    while (state.load(std::memory_order_acquire) == captured_after) protocol::futex_wait(state, captured_after);
 
     nlohmann::json modified = nlohmann::json::array();
     nlohmann::json overrun = nlohmann::json::array();
     if (device) {
-      for (int id : out.buffers) {
-        Mapping& mp = *m_buffers.at(id);
-        m_backend->download(id, mp.data, mp.nbytes);
-      }
       for (size_t i = 0; i < in.buffers.size(); ++i) {
         Mapping& mp = *m_buffers.at(in.buffers[i]);
         if (!m_backend->matches(in.buffers[i], mp.data, mp.nbytes)) modified.push_back(in.names[i]);
@@ -617,12 +671,6 @@ private:
     reply["profile"] = m_last_profile;
 #endif
     return reply;
-  }
-
-  // The parent's bytes of buffer `id` onto the device.
-  void upload(int id) {
-    Mapping& mp = *m_buffers.at(id);
-    m_backend->upload(id, mp.data, mp.nbytes);
   }
 
 #ifdef KWB_PROFILE_WORKER

@@ -861,20 +861,40 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   ::clock_gettime(CLOCK_MONOTONIC, &t1);
   const int64_t cpu_1 = cpu_time_ns();
   out.rc = m_control->rc.load(std::memory_order_relaxed);
+  auto span = [](const timespec& a, const timespec& b) {
+    return (b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec);
+  };
+  // A device worker reads the outputs back before the parent captures them (worker/protocol.h, downloaded): that
+  // read is timed as CPU and as wall time, like the uploads before go, and nothing after it can change the outputs
+  // the parent validates.
+  int64_t cpu_read = cpu_1;
+  int64_t read_wall_ns = 0;
+  if (m_device_backend) {
+    // The worker spins until this word, then reads the outputs back; the parent sleeps on the futex meanwhile, as
+    // for done: the read runs on the runtime's threads, which must have the CPUs.
+    state.store(state_word(call, Phase::read_back), std::memory_order_release);
+    if (!await_state(state_word(call, Phase::downloaded), deadline, false)) return fail();
+    timespec read{};
+    ::clock_gettime(CLOCK_MONOTONIC, &read);
+    cpu_read = cpu_time_ns();
+    read_wall_ns = span(t1, read);
+  }
   if (hooks.at_done) hooks.at_done();
   const int64_t cpu_2 = cpu_time_ns();
   m_last_capture_cpu = cpu_2;
   state.store(state_word(call, Phase::collect), std::memory_order_release);
   protocol::futex_wake(state);
-  auto span = [](const timespec& a, const timespec& b) {
-    return (b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec);
-  };
   out.ns = span(t0, t1);
   out.reaction_ns = span(seen_ready, t0) + stalled_ns;
   out.cpu_windows_exact = cpu_clock_exact();
   if (cpu_a >= 0 && cpu_b >= 0) out.pre_cpu_ns = cpu_b - cpu_a;
   if (cpu_b >= 0 && cpu_1 >= 0) out.inside_cpu_ns = cpu_1 - cpu_b;
-  if (cpu_1 >= 0 && cpu_2 >= 0) out.post_cpu_ns = cpu_2 - cpu_1;
+  if (cpu_read >= 0 && cpu_2 >= 0) out.post_cpu_ns = cpu_2 - cpu_read;
+  if (m_device_backend) {
+    out.pre_wall_ns = std::max<int64_t>(0, span(woke, seen_ready) - stalled_ns);
+    out.read_wall_ns = read_wall_ns;
+    if (cpu_1 >= 0 && cpu_read >= 0) out.read_cpu_ns = cpu_read - cpu_1;
+  }
 
   auto reply = request_reply(deadline);
   if (!reply) return fail();

@@ -111,6 +111,13 @@ struct RunOutcome {
   // The worker's CPU between the previous call's capture and this call's inputs (it answered the previous call,
   // read this request and armed); -1 on a worker's first call or when the clock could not be read.
   int64_t gap_cpu_ns = -1;
+  // Device backends: the wall time from the wake (the inputs written) to ready, less the times the parent was not
+  // running while it waited (the uploads, and device work the worker waits for before go, take wall time even where
+  // they take no CPU); and the wall time and the worker's CPU from done to the outputs read back (Phase::downloaded).
+  // post_cpu_ns then runs from that read to the capture. -1 on the cpu backend.
+  int64_t pre_wall_ns = -1;
+  int64_t read_wall_ns = -1;
+  int64_t read_cpu_ns = -1;
   // The parent's own reaction time from seeing ready to go, plus the times it was not running while it waited for
   // ready (a busy machine): the worker legitimately spins that long before go.
   int64_t reaction_ns = 0;

@@ -31,7 +31,7 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   // Not one sample was taken.
   EXPECT_EQ(read_file(dir / "samples.csv"),
             "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
-            "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns\n");
+            "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns,outside_cpu_ns,outside_wall_ns\n");
   std::filesystem::remove_all(dir);
 }
 
@@ -64,8 +64,10 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
     std::vector<std::string> f;
     std::stringstream ss(line);
     for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-    ASSERT_EQ(f.size(), 18u) << line;
+    ASSERT_EQ(f.size(), 20u) << line;
     EXPECT_EQ(f[9], "1") << line;    // output_valid
+    EXPECT_EQ(f[18], "-1") << line;  // outside_cpu_ns and outside_wall_ns: device backends only
+    EXPECT_EQ(f[19], "-1") << line;
     EXPECT_EQ(f[10], "-1") << line;  // device_ns: the cpu backend has no device clock
     // The visit's layout: a build of the arm's pool of 8, a 16-byte-aligned stack offset, three tensor offsets.
     EXPECT_LT(std::stoi(f[11]), 8) << line;

@@ -253,6 +253,22 @@ TEST(opencl_test, cold_mode_compares_and_is_recorded) {
   EXPECT_GE(r.json["workloads"][0]["blocks"].get<int>(), 10);
 }
 
+// A takeover of the worker's upload path (tests/adversarial/opencl/vtable_takeover.cpp): after its first call the
+// candidate points the worker's backend object at a copy of its vtable whose upload computes the output on the host
+// before go, and kwb_run returns at once. The worker calls its backend between the request and the read-back only
+// through its sealed call path (backend/backend.h, CallPath), so the rewritten vtable is never called: the outputs
+// stay the parent's poison and the check fails on them.
+TEST(opencl_test, a_takeover_of_the_backends_vtable_reaches_nothing_the_worker_calls) {
+  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "vtable_takeover.cpp"));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.json["verdict"], "FAIL");
+  ASSERT_FALSE(r.json["failures"].empty()) << r.output;
+  const auto& first = r.json["failures"][0];
+  EXPECT_EQ(first["call"], 1) << "the first call is honest; the second finds its takeover ineffective: " << first;
+  EXPECT_NE(first["reason"], "timeout") << first;
+}
+
 TEST(opencl_test, no_platform_is_exit_69_with_the_reason_and_no_build) {
   ::setenv("OCL_ICD_VENDORS", "/nonexistent-kwb-vendors", 1);
   KwbRun r = run_kwb(check_args(k_opencl / "fused.cpp"));

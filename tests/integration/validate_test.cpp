@@ -232,12 +232,15 @@ TEST_F(ValidateBundle, samples_record_the_charge_and_verify_derives_every_sample
     std::istringstream in(read_file(*s_dir / "samples.csv"));
     std::string line;
     std::getline(in, header);
-    EXPECT_TRUE(header.ends_with(",pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns")) << header;
+    EXPECT_TRUE(header.ends_with(",pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns,outside_cpu_ns,outside_wall_ns"))
+        << header;
     while (std::getline(in, line)) {
       std::vector<std::string> f;
       std::stringstream ss(line);
       for (std::string cell; std::getline(ss, cell, ',');) f.push_back(cell);
-      ASSERT_EQ(f.size(), 19u) << line;
+      ASSERT_EQ(f.size(), 21u) << line;
+      EXPECT_EQ(f[19], "-1") << "a cpu row has no device charge: " << line;
+      EXPECT_EQ(f[20], "-1") << "a cpu row has no device charge: " << line;
       rows.push_back(f);
     }
   }

@@ -138,4 +138,49 @@ std::optional<Rmsnorm> unpack(const kwb_call& call) {
                  x->shape[0], x->shape[1], static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
 }
 
+// The honest fused kernel, built once (kwb_setup) and launched per call (kwb_run), for candidates whose cheat lies
+// elsewhere. setup returns kwb_setup's code: 1 not OpenCL, 2 the program does not build, 3 no kernel or limits.
+struct Fused {
+  cl_program program = nullptr;
+  cl_kernel kernel = nullptr;
+  size_t max_local = 1;
+
+  int setup(const kwb_context* ctx) {
+    if (ctx->backend != KWB_BACKEND_OPENCL || ctx->device_context == nullptr || ctx->device == nullptr) return 1;
+    const auto device = static_cast<cl_device_id>(ctx->device);
+    program = build(static_cast<cl_context>(ctx->device_context), device, k_fused_source);
+    if (program == nullptr) return 2;
+    cl_int err = CL_SUCCESS;
+    kernel = clCreateKernel(program, "rmsnorm_fused", &err);
+    if (err != CL_SUCCESS) return 3;
+    const std::optional<size_t> local = max_local_size(kernel, device);
+    if (!local) return 3;
+    max_local = *local;
+    return 0;
+  }
+
+  // 0, or 3 when OpenCL refuses an argument or the launch.
+  int launch(const Rmsnorm& p, cl_command_queue queue) {
+    if (p.rows == 0 || p.cols == 0) return 0;  // nothing to write, and OpenCL refuses an empty launch
+    const cl_uint cols = static_cast<cl_uint>(p.cols);
+    const size_t local = local_size_for(p.cols, max_local);
+    const size_t global = static_cast<size_t>(p.rows) * local;
+    cl_int err = clSetKernelArg(kernel, 0, sizeof(cl_mem), &p.x);
+    err |= clSetKernelArg(kernel, 1, sizeof(cl_mem), &p.weight);
+    err |= clSetKernelArg(kernel, 2, sizeof(cl_mem), &p.y);
+    err |= clSetKernelArg(kernel, 3, sizeof cols, &cols);
+    err |= clSetKernelArg(kernel, 4, sizeof p.eps, &p.eps);
+    err |= clSetKernelArg(kernel, 5, local * sizeof(float), nullptr);
+    if (err != CL_SUCCESS) return 3;
+    return clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, &local, 0, nullptr, nullptr) == CL_SUCCESS ? 0
+                                                                                                                : 3;
+  }
+
+  void release() {
+    if (kernel != nullptr) clReleaseKernel(kernel);
+    if (program != nullptr) clReleaseProgram(program);
+    *this = Fused{};
+  }
+};
+
 }  // namespace corpus_cl
