@@ -262,14 +262,19 @@ private:
     if (c.cancelled) return;  // a cancelled request gets no response (MCP, "Cancellation")
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const nlohmann::json out = nlohmann::json::parse(c.out_text, nullptr, false);
-    // Verdicts and decisions (0-3) are results, whatever they say; anything else is the call failing.
+    // Verdicts and decisions (0-3) are results, whatever they say; anything else is the call failing. A failing
+    // call that still wrote its JSON result (a candidate that does not compile: check exits 65 with the compiler's
+    // errors in its failures) keeps it, and its summary says what failed; otherwise the text is kwb's stderr.
     const bool result = code <= 3 && out.is_object();
-    std::string text = result ? mcp::summary(c.tool, c.arguments, out, code)
-                              : fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
-                                            c.err_text.size() > 4000 ? c.err_text.substr(c.err_text.size() - 4000)
-                                                                     : c.err_text);
+    auto tail = [](const std::string& s) { return s.size() > 4000 ? s.substr(s.size() - 4000) : s; };
+    std::string text = result            ? mcp::summary(c.tool, c.arguments, out, code)
+                       : out.is_object() ? fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
+                                                       mcp::summary(c.tool, c.arguments, out, code))
+                                         : fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
+                                                       c.err_text.empty() ? std::string("no output")
+                                                                          : tail(c.err_text));
     nlohmann::json r = {{"content", {{{"type", "text"}, {"text", text}}}}, {"isError", !result}};
-    if (result) {
+    if (out.is_object()) {
       r["structuredContent"] = out;
       r["structuredContent"]["exit_code"] = code;
     }

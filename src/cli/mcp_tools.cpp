@@ -327,8 +327,20 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
   if (tool == "check") {
     const std::string verdict = out.value("verdict", "?");
     if (verdict == "PASS") return "check PASS: every assertion passed";
-    return fmt::format("check {}: rejected for {}. Rejected code has no metric: it is never timed.", verdict,
-                       fmt::join(reasons(out, "failures"), ", "));
+    // The first failure's own words: for a source that does not compile, the compiler's error lines.
+    std::string first;
+    if (out.contains("failures") && out["failures"].is_array() && !out["failures"].empty() &&
+        out["failures"][0].is_object()) {
+      const nlohmann::json& f = out["failures"][0];
+      std::string detail = f.value("detail", std::string());
+      if (detail.size() > 4000) detail = detail.substr(0, 4000) + "...";
+      first = fmt::format("\nfirst failure: {} ({}{}): {}", f.value("reason", std::string("?")),
+                          f.value("assertion", std::string("?")),
+                          f.value("case", std::string()).empty() ? "" : ", case " + f.value("case", std::string()),
+                          detail);
+    }
+    return fmt::format("check {}: rejected for {}. Rejected code has no metric: it is never timed.{}", verdict,
+                       fmt::join(reasons(out, "failures"), ", "), first);
   }
   if (tool == "validate" || tool == "revalidate") {
     return fmt::format("{} {}: {}. bundle: {}", tool, out.value("decision", "?"),

@@ -88,6 +88,21 @@ async def run(kwb, src, tmp, task):
             require("improvement_pct" not in str(sc) and "workloads" not in sc, "and no metric")
             require("no metric" in control.content[0].text, "the text says rejected code has no metric")
 
+            # A source that does not compile: the call fails (exit 65), and the agent still gets the compiler's
+            # error lines, in the text and in the structured result.
+            broken = os.path.join(tmp, "broken.cpp")
+            with open(broken, "w") as f:
+                f.write('#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n'
+                        'extern "C" KWB_EXPORT int kwb_run(const kwb_call* c) { return no_such_function(c); }\n')
+            failed = await s.call_tool("check", {"task": task, "impl": broken})
+            text = failed.content[0].text
+            require(failed.is_error and "exit 65" in text, f"a build failure is a failed call with its exit code: {text}")
+            require("build_failed" in text and "no_such_function" in text and "error" in text,
+                    f"and its text carries the compiler's error: {text[:300]}")
+            fsc = failed.structured_content or {}
+            require(fsc.get("exit_code") == 65 and fsc.get("failures", [{}])[0].get("reason") == "build_failed",
+                    "and the check's JSON result comes with it")
+
             progress = []
 
             async def on_progress(p, total, message):
