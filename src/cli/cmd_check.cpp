@@ -80,9 +80,7 @@ Action add_check(CLI::App& root) {
     if (!task.backends.contains(args->backend)) {
       throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args->backend));
     }
-    for (const std::string& c : args->cases) {
-      if (task.find_case(c) == nullptr) throw UsageError(fmt::format("--case {}: the task has no such case", c));
-    }
+    for (const std::string& c : args->cases) (void)task.require_case("--case", c, false);
     if (args->impl.empty() == args->control.empty()) {
       throw UsageError("check needs --impl SOURCE, or --control NAME for one of the task's error controls");
     }

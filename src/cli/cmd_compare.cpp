@@ -78,6 +78,8 @@ Action add_compare(CLI::App& root) {
     }
     if (!a->aa && a->candidate.empty()) throw UsageError("compare needs --candidate SOURCE (or --aa for A/A)");
     if (a->aa && !a->candidate.empty()) throw UsageError("--aa compares the baseline with itself: drop --candidate");
+    // Refused before anything is built or checked.
+    for (const std::string& w : a->timing.workloads) (void)task.require_case("--workload", w, true);
     const BackendKind backend = a->timing.backend;
     const std::string baseline = a->baseline.empty() ? task.backends.at(backend).baseline.string() : a->baseline;
 

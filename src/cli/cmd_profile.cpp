@@ -199,9 +199,7 @@ Action add_profile(CLI::App& root) {
     if (!task.backends.contains(args->backend)) {
       throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args->backend));
     }
-    for (const std::string& w : args->workloads) {
-      if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
-    }
+    for (const std::string& w : args->workloads) (void)task.require_case("--workload", w, true);
     require_backend(args->backend);
     Artifact art = build_implementation({args->impl, 0, args->backend});
     const auto timeout = timeout_from_seconds(args->timeout_seconds);

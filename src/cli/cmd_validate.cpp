@@ -74,9 +74,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
       throw DataError(fmt::format("{}: implementation source does not exist", src));
     }
   }
-  for (const std::string& w : a.timing.workloads) {
-    if (task.find_case(w) == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", w));
-  }
+  for (const std::string& w : a.timing.workloads) (void)task.require_case("--workload", w, true);
   ValidateOptions o = validate_options(a);
   if (a.against == "incumbent") {
     if (!a.baseline.empty()) throw UsageError("--against incumbent and --baseline name two baselines: give one");

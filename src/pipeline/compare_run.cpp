@@ -104,9 +104,7 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     }
   } else {
     for (const std::string& name : req.workloads) {
-      const Case* c = task.find_case(name);
-      if (c == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", name));
-      workloads.push_back(c);
+      workloads.push_back(&task.require_case("--workload", name, true));
     }
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));

@@ -422,9 +422,7 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
     }
   } else {
     for (const std::string& name : o.workloads) {
-      const Case* c = task.find_case(name);
-      if (c == nullptr) throw UsageError(fmt::format("--workload {}: the task has no such case", name));
-      workloads.push_back(c);
+      workloads.push_back(&task.require_case("--workload", name, true));
     }
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));

@@ -11,6 +11,7 @@
 #include "util/units.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -75,6 +76,16 @@ const Case* Task::find_case(const std::string& case_name) const {
     if (c.name == case_name) return &c;
   }
   return nullptr;
+}
+
+const Case& Task::require_case(const std::string& option, const std::string& case_name, bool list_timing) const {
+  if (const Case* c = find_case(case_name)) return *c;
+  std::vector<std::string> names;
+  for (const Case& k : cases) {
+    if (!list_timing || k.role == CaseRole::timing) names.push_back(k.name);
+  }
+  throw UsageError(fmt::format("{} {}: task '{}' has no case of that name; its {}cases are: {}", option, case_name,
+                               name, list_timing ? "timing " : "", fmt::join(names, ", ")));
 }
 
 TensorShape resolve_shape(const TensorSpec& spec, const Case& c) {

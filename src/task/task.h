@@ -111,6 +111,9 @@ struct Task {
   std::map<BackendKind, BackendImpls> backends;
 
   const Case* find_case(const std::string& name) const;
+  // The case `name`, or a UsageError naming the option (`--workload`, `--case`) and listing the task's cases (only
+  // its role = "timing" ones when `list_timing`, as for --workload).
+  const Case& require_case(const std::string& option, const std::string& name, bool list_timing) const;
 };
 
 // The most bytes the tensors of one case (inputs and outputs together) may take: kwb holds several copies of them at

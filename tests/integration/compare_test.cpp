@@ -17,6 +17,26 @@ std::filesystem::path fresh_dir(const std::string& name) {
   return d;
 }
 
+// A workload the task lacks is a usage error before anything is built or checked, and the message lists the task's
+// timing cases; check's --case lists every case.
+TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_workloads) {
+  const auto dir = fresh_dir("nope");
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+                      "--workload", "nope", "--output-dir", dir.string()});
+  EXPECT_EQ(r.exit_code, 64) << r.errors;
+  EXPECT_NE(r.errors.find("--workload nope"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("timing cases are: "), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("decode"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("build"), std::string::npos) << "nothing was built: " << r.errors;
+  EXPECT_FALSE(std::filesystem::exists(dir / "samples.csv"));
+  KwbRun c = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+                      "--case", "nope"});
+  EXPECT_EQ(c.exit_code, 64) << c.errors;
+  EXPECT_NE(c.errors.find("--case nope"), std::string::npos) << c.errors;
+  EXPECT_NE(c.errors.find("zeros"), std::string::npos) << "a correctness case is listed too: " << c.errors;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   auto dir = fresh_dir("refused");
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
