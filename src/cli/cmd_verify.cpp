@@ -36,7 +36,8 @@ nlohmann::json to_json(const VerifyReport& r, const Authenticity& a) {
   if (!r.signature.public_key.empty()) signature["public_key"] = r.signature.public_key;
   nlohmann::json ledger = {{"recorded", a.recorded.has_value()}, {"detail", a.ledger_detail}};
   if (a.recorded) ledger["run"] = a.recorded->id;
-  return {{"established", a.authentic ? "authentic" : "self-consistent only"},
+  // A bundle with problems is not even self-consistent.
+  return {{"established", !r.ok() ? "not verified" : a.authentic ? "authentic" : "self-consistent only"},
           {"summary", a.summary},
           {"manifest_sha256", r.seal.manifest_sha256},
           {"plan_digest", r.seal.plan_digest},
@@ -55,8 +56,14 @@ Action add_verify(CLI::App& root) {
   app->add_option("bundle", *dir, "Evidence bundle folder")->required();
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
-    if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
-    VerifyReport r = verify_bundle(*dir);
+    // A folder that is not there verifies nothing: a failed verification (exit 3, README), not a usage error.
+    VerifyReport r;
+    if (std::filesystem::is_directory(*dir)) {
+      r = verify_bundle(*dir);
+    } else {
+      r.problems.push_back(fmt::format("{}: no such bundle folder (give the folder validate wrote, e.g. "
+                                       "kwb-runs/<task>-<time>)", *dir));
+    }
     std::string ledger_error;
     const std::optional<Ledger> ledger = existing_ledger(ledger_error);
     Authenticity a = authenticity(r, ledger ? &*ledger : nullptr);

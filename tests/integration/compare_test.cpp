@@ -37,6 +37,23 @@ TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_wo
   std::filesystem::remove_all(dir);
 }
 
+// A bundle folder that is not there: verify fails it (exit 3, "not verified") and report cannot read it (exit 74), as
+// the README's exit-code table says.
+TEST(compare_cli_test, verify_and_report_of_a_missing_bundle_exit_3_and_74) {
+  const auto dir = fresh_dir("no-bundle");
+  std::filesystem::remove_all(dir);
+  KwbRun v = run_kwb({"verify", dir.string(), "--json"});
+  EXPECT_EQ(v.exit_code, 3) << v.output << v.errors;
+  ASSERT_FALSE(v.json.is_discarded()) << v.output;
+  EXPECT_EQ(v.json["ok"], false);
+  EXPECT_EQ(v.json["authenticity"]["established"], "not verified");
+  ASSERT_EQ(v.json["problems"].size(), 1u);
+  EXPECT_NE(v.json["problems"][0].get<std::string>().find("no such bundle folder"), std::string::npos);
+  KwbRun r = run_kwb({"report", dir.string()});
+  EXPECT_EQ(r.exit_code, 74) << r.errors;
+  EXPECT_NE(r.errors.find("no such bundle folder"), std::string::npos) << r.errors;
+}
+
 TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   auto dir = fresh_dir("refused");
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
