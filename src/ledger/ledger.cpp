@@ -434,6 +434,19 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
     s.step();
   }
   const Incumbent& current = line.back();
+  // A candidate already in the lineage (the same bundle kept twice, or its source validated again) says so first:
+  // that, not the age of its bundle, is why it is refused.
+  for (const Incumbent& i : line) {
+    if (i.identity == candidate.identity) {
+      p.refused = i.generation == current.generation
+                      ? fmt::format("this candidate is already the incumbent of task {} on {} (generation {}): "
+                                    "nothing to keep",
+                                    task, backend, i.generation)
+                      : fmt::format("this candidate is already generation {} of task {} on {}", i.generation, task,
+                                    backend);
+      return p;
+    }
+  }
   if (decided_against != current.identity) {
     int against = -1;
     for (const Incumbent& i : line) {
@@ -450,13 +463,6 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
                                   "--against incumbent)",
                                   decided_against.substr(0, 12), task, backend, current.generation, current.source);
     return p;
-  }
-  for (const Incumbent& i : line) {
-    if (i.identity == candidate.identity) {
-      p.refused = fmt::format("this candidate is already generation {} of task {} on {}", i.generation, task,
-                              backend);
-      return p;
-    }
   }
   candidate.task = task;
   candidate.backend = backend;

@@ -103,8 +103,16 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
   ASSERT_EQ(k2.exit_code, 0) << k2.output << k2.errors;
   EXPECT_EQ(k2.json["incumbent"]["generation"], 2) << k2.output;
 
-  // A bundle decided against generation 0, kept after generation 2: stale.
-  KwbRun v3 = run_kwb(validate_args("fused.cpp", "stale", false));
+  // Generation 2's bundle kept again: it is the incumbent already.
+  KwbRun twice = run_kwb({"keep", (m_dir / "gen2").string()});
+  EXPECT_EQ(twice.exit_code, 1) << twice.output << twice.errors;
+  EXPECT_NE(twice.output.find("already the incumbent of task"), std::string::npos) << twice.output;
+
+  // A bundle decided against generation 0, kept after generation 2: stale. Its candidate is a copy of the fused
+  // kernel with a comment added, so it is in no generation and its bundle's age is what refuses it.
+  write_file_atomic(m_task / "cpu" / "fused_again.cpp",
+                    read_file(m_task / "cpu" / "fused.cpp") + "\n// the same kernel, another identity\n");
+  KwbRun v3 = run_kwb(validate_args("fused_again.cpp", "stale", false));
   ASSERT_EQ(v3.json.value("decision", ""), "KEEP_CANDIDATE") << v3.output << v3.errors;
   KwbRun k3 = run_kwb({"keep", (m_dir / "stale").string()});
   EXPECT_EQ(k3.exit_code, 1) << k3.output << k3.errors;
@@ -122,14 +130,14 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
                                (1 + line[2]["improvement_pct"].get<double>() / 100) - 1) * 100;
   EXPECT_NEAR(line[2]["cumulative_pct"].get<double>(), expected, 1e-6);
   EXPECT_GT(line[2]["cumulative_pct"].get<double>(), line[1]["cumulative_pct"].get<double>());
-  // Every validate and keep is a row: three validates, three keeps (one refused).
+  // Every validate and keep is a row: three validates, four keeps (two refused).
   int validates = 0, keeps = 0;
   for (const auto& r : h.json["runs"]) {
     validates += r["kind"] == "validate";
     keeps += r["kind"] == "keep";
   }
   EXPECT_EQ(validates, 3) << h.output;
-  EXPECT_EQ(keeps, 3) << h.output;
+  EXPECT_EQ(keeps, 4) << h.output;
   EXPECT_FALSE(h.json.contains("measured_over_baseline")) << "nothing was measured against generation 0 yet";
 
   // The compounded figure, measured: the incumbent (fused) against generation 0 (the triple baseline).
