@@ -6,8 +6,14 @@
 #include "cli/safe_output.h"
 #include "util/error.h"
 #include "util/interrupt.h"
+#include "util/provenance.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include <iostream>
 #include <signal.h>
@@ -24,7 +30,10 @@ int run(int argc, char** argv) {
   install_safe_terminal_output();
   g_argv.assign(argv, argv + argc);
   CLI::App app{"kwb — kernel workbench: is this candidate kernel correct, and is it really faster?"};
-  app.set_version_flag("--version", std::string("kwb ") + KWB_VERSION);
+  // The version and the commit it was built from (the same provenance every plan.json records).
+  const kwb::Provenance built = kwb::build_provenance();
+  app.set_version_flag("--version", fmt::format("kwb {} ({}{})", KWB_VERSION, built.git_sha,
+                                                built.git_dirty.value_or(false) ? ", with uncommitted changes" : ""));
   app.require_subcommand(1);
   const std::vector<std::pair<std::string, Action>> verbs = {
       {"check", add_check(app)},
@@ -39,6 +48,16 @@ int run(int argc, char** argv) {
       {"mcp", add_mcp(app)},
       {"new-task", add_new_task(app)},
   };
+  // A first word that is no command would otherwise read "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const auto& v : verbs) names.push_back(v.first);
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      std::cerr << fmt::format("kwb: error: '{}' is not a kwb command; the commands are: {} (kwb --help)\n", argv[1],
+                               fmt::join(names, ", "));
+      return static_cast<int>(kwb::ExitCode::usage);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -37,6 +37,18 @@ TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_wo
   std::filesystem::remove_all(dir);
 }
 
+// A first word that is no command names itself and the commands; --version names the commit kwb was built from.
+TEST(compare_cli_test, an_unknown_command_is_named_and_the_version_carries_the_commit) {
+  KwbRun r = run_kwb({"frobnicate"});
+  EXPECT_EQ(r.exit_code, 64);
+  EXPECT_NE(r.errors.find("'frobnicate' is not a kwb command"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("check, compare, validate"), std::string::npos) << r.errors;
+  KwbRun v = run_kwb({"--version"});
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_EQ(v.output.rfind("kwb ", 0), 0u) << v.output;
+  EXPECT_NE(v.output.find(" ("), std::string::npos) << "the commit, or 'unknown' outside a checkout: " << v.output;
+}
+
 // A bundle folder that is not there: verify fails it (exit 3, "not verified") and report cannot read it (exit 74), as
 // the README's exit-code table says.
 TEST(compare_cli_test, verify_and_report_of_a_missing_bundle_exit_3_and_74) {
