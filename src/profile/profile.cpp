@@ -35,6 +35,17 @@ fs::path profile_worker_executable() {
 
 namespace {
 
+// The profile worker as its own user starts it: when kwb is root, a root-owned copy every user can execute (kwb's
+// own folder may be closed to other users: util/worker_dirs.h, executable_copy).
+fs::path profile_worker_for_workers() {
+  const fs::path exe = profile_worker_executable();
+  return workers_change_user() ? executable_copy(exe) : exe;
+}
+
+}  // namespace
+
+namespace {
+
 // Where callgrind's files go: the caller's folder (kept), or a private temporary one removed at the end.
 class WorkDir {
 public:
@@ -110,7 +121,7 @@ std::vector<std::string> confine_wrapper(const Artifact& art, const fs::path& ou
   // Made now: kwb-confine grants only what exists when it starts, and the worker loads this copy later.
   const fs::path artifact = workers_change_user() ? readable_copy(art.path) : art.path;
   std::vector<std::string> w = {(executable_dir() / "kwb-confine").string(), "--read",
-                                profile_worker_executable().string(), "--read", artifact.string(), "--cpu-seconds",
+                                profile_worker_for_workers().string(), "--read", artifact.string(), "--cpu-seconds",
                                 "3600"};
   if (!out_dir.empty()) w.insert(w.end(), {"--own", out_dir.string(), "--write", out_dir.string()});
   w.push_back("--");
@@ -150,7 +161,7 @@ void native_pass(const Task& task, const Artifact& art, const InputSet& set, con
     return;
   }
   SessionOptions so = session_options(o, 0xA110C);
-  so.worker_executable = exe;
+  so.worker_executable = profile_worker_for_workers();
   so.wrapper = confine_wrapper(art, {});
   WorkerSession session(task, art, so);
   LoadOutcome lo = session.start();
@@ -228,7 +239,7 @@ CallgrindRun run_under_callgrind(const Task& task, const Artifact& art, const In
   const Reclaim reclaim(dir);
   SessionOptions so = session_options(o, 0xCA11);
   so.timeout = o.timeout * 50;  // callgrind with cache simulation runs ~20-100x slower than native code
-  so.worker_executable = profile_worker_executable();
+  so.worker_executable = profile_worker_for_workers();
   so.wrapper = confine_wrapper(art, dir);
   for (std::string& word : callgrind_wrapper(valgrind, dir)) so.wrapper.push_back(std::move(word));
   WorkerSession session(task, art, so);
@@ -663,103 +674,6 @@ nlohmann::json to_json(const ProfileReport& r) {
             {"reason", r.valgrind.reason}}},
           {"bandwidth_probe", to_json(r.bandwidth)},
           {"workloads", workloads}};
-}
-
-// ---- Markdown ----------------------------------------------------------------------------------------------------
-
-namespace {
-
-// Device backends: the commands one call puts on the device, from the worker's trace.
-std::string device_trace_markdown(const ProfileReport& r) {
-  std::string md = "\nDevice commands per call (the worker's trace; device time per launch, median):\n\n";
-  for (const WorkloadProfile& w : r.workloads) {
-    const DeviceProfile& d = w.device;
-    if (!d.available) {
-      md += fmt::format("- {}: unavailable: {}\n", w.name, d.unavailable_reason);
-      continue;
-    }
-    std::vector<std::string> parts;
-    for (const DeviceKernelStat& k : d.kernels) {
-      parts.push_back(fmt::format("`{}`{} {}{}", k.name, k.launches_per_call == 1 ? "" : fmt::format(" x{:g}", k.launches_per_call),
-                                  k.median_device_ns > 0 ? time_text(k.median_device_ns) : "n/a",
-                                  k.on_call_stream ? "" : " (other queue/stream)"));
-    }
-    md += fmt::format("- {}: {:g} command(s) per call, {} on the device per call: {}\n", w.name, d.commands_per_call,
-                      d.median_call_device_ns > 0 ? time_text(d.median_call_device_ns) : "n/a", fmt::join(parts, ", "));
-  }
-  if (!r.workloads.empty()) md += fmt::format("\nTrace: {}.\n", r.workloads.front().device.mechanism);
-  return md;
-}
-
-}  // namespace
-
-std::string profile_markdown(const ProfileReport& r) {
-  std::string md = "## Profile\n\n";
-  md += "Descriptive only: a profile never changes a decision.\n\n";
-  md += fmt::format("- Implementation: `{}` (artifact sha256 `{}`)\n", r.implementation,
-                    r.identity.artifact_sha256.substr(0, 16));
-  md += fmt::format("- Instruction counts and cache misses: {}\n",
-                    r.valgrind.found ? "callgrind (" + r.valgrind.version + "), inside kwb_run only"
-                                     : "unavailable: " + r.valgrind.reason);
-  md += fmt::format("- Memory bandwidth probe: {:.1f} GB/s (copy {:.1f}, triad {:.1f}; one thread, {} arrays, "
-                    "measured {}{})\n\n",
-                    r.bandwidth.peak_gb_per_s, r.bandwidth.copy_gb_per_s, r.bandwidth.triad_gb_per_s,
-                    bytes_text(static_cast<double>(r.bandwidth.array_bytes)), r.bandwidth.measured_at,
-                    r.bandwidth.from_cache ? ", cached" : "");
-  md += "| workload | instructions/call | D1 misses/call | LL misses/call | allocations/call | bytes allocated/call "
-        "| functions | min bytes | median time | achieved GB/s | fraction of probe |\n";
-  md += "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  for (const WorkloadProfile& w : r.workloads) {
-    const InstructionProfile& ip = w.instructions;
-    const AllocationProfile& a = w.allocations;
-    const RooflineProfile& rl = w.roofline;
-    md += fmt::format("| {} {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", w.name, w.dims,
-                      ip.available ? grouped_count(ip.instructions_per_call) : "n/a",
-                      ip.available ? grouped_count(ip.d1_misses_per_call) : "n/a",
-                      ip.available ? grouped_count(ip.ll_misses_per_call) : "n/a",
-                      a.available ? fmt::format("{:g}", a.count_per_call) : "n/a",
-                      a.available ? bytes_text(a.bytes_per_call) : "n/a",
-                      ip.available ? std::to_string(ip.implementation_functions) : "n/a",
-                      bytes_text(static_cast<double>(rl.min_bytes)), rl.measured ? time_text(rl.median_ns) : "n/a",
-                      rl.measured ? fmt::format("{:.2f}", rl.achieved_gb_per_s) : "n/a",
-                      rl.measured && rl.peak_gb_per_s > 0 ? fmt::format("{:.2f}", rl.fraction) : "n/a");
-  }
-  if (is_device(r.backend)) {
-    md += device_trace_markdown(r);
-    return md;
-  }
-  md += "\nFunctions that ran inside kwb_run (share of its instructions; * = the implementation's own code):\n\n";
-  for (const WorkloadProfile& w : r.workloads) {
-    const InstructionProfile& ip = w.instructions;
-    if (!ip.available) {
-      md += fmt::format("- {}: unavailable: {}\n", w.name, ip.unavailable_reason);
-      continue;
-    }
-    // Every function of the implementation (the passes), however small; other code (the allocator, the
-    // harness's call) only where it matters.
-    std::vector<std::string> parts;
-    size_t others = 0;
-    for (const FunctionShare& f : ip.functions) {
-      if (!f.implementation && (f.self_share < 0.005 || others++ == 6)) continue;
-      const std::string share =
-          f.self_share < 0.001 ? std::string("<0.1%") : fmt::format("{:.1f}%", 100 * f.self_share);
-      parts.push_back(fmt::format("{}{}{} {}", f.implementation ? "*" : "", f.short_name,
-                                  f.implementation ? "" : " [" + fs::path(f.object).filename().string() + "]", share));
-    }
-    md += fmt::format("- {}: {}{}\n", w.name, fmt::join(parts, ", "),
-                      ip.derived_build ? " (a -mno-avx512f build of the same source: valgrind cannot run AVX-512)" : "");
-  }
-  std::vector<std::string> notes;
-  for (const WorkloadProfile& w : r.workloads) {
-    if (!w.allocations.available) notes.push_back(fmt::format("{}: allocations unavailable: {}", w.name,
-                                                              w.allocations.unavailable_reason));
-    if (!w.roofline.measured) notes.push_back(fmt::format("{}: bandwidth unavailable: {}", w.name,
-                                                          w.roofline.unavailable_reason));
-  }
-  if (!notes.empty()) md += "\n" + fmt::format("- {}\n", fmt::join(notes, "\n- "));
-  md += "\nAchieved GB/s = minimum bytes (every input and output once) / median time of a short run; a fraction above "
-        "1 means the data came from caches, not memory.\n";
-  return md;
 }
 
 }  // namespace kwb

@@ -183,9 +183,6 @@ nlohmann::json to_json(const DeviceProfile& d);
 
 nlohmann::json to_json(const ProfileReport& r);
 
-// A Markdown section for reports: one table row per workload, then the passes of each.
-std::string profile_markdown(const ProfileReport& r);
-
 // kwb-profile-worker: $KWB_PROFILE_WORKER, else next to the kwb executable.
 std::filesystem::path profile_worker_executable();
 

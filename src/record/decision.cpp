@@ -135,15 +135,7 @@ Decision decide(const DecisionInputs& in) {
 
 namespace {
 nlohmann::json opt(const std::optional<bool>& b) { return b ? nlohmann::json(*b) : nlohmann::json(nullptr); }
-std::optional<bool> opt_bool(const nlohmann::json& j, const char* k) {
-  if (!j.contains(k) || j[k].is_null()) return std::nullopt;
-  return j[k].get<bool>();
-}
 nlohmann::json opt(const std::optional<double>& x) { return x ? nlohmann::json(*x) : nlohmann::json(nullptr); }
-std::optional<double> opt_double(const nlohmann::json& j, const char* k) {
-  if (!j.contains(k) || j[k].is_null()) return std::nullopt;
-  return j[k].get<double>();
-}
 nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& w : v) {
@@ -153,13 +145,6 @@ nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
                  {"ci_high_pct", opt(w.ci_high_pct)}});
   }
   return a;
-}
-std::vector<WorkloadVerdict> verdicts_from(const nlohmann::json& a) {
-  std::vector<WorkloadVerdict> v;
-  for (const auto& w : a) {
-    v.push_back({w.at("workload"), w.at("verdict"), opt_double(w, "ci_low_pct"), opt_double(w, "ci_high_pct")});
-  }
-  return v;
 }
 }  // namespace
 
@@ -180,26 +165,6 @@ nlohmann::json to_json(const DecisionInputs& in) {
           {"identity_mismatches", in.identity_mismatches},
           {"environment_mismatches", in.environment_mismatches},
           {"stage_errors", in.stage_errors}};
-}
-
-DecisionInputs decision_inputs_from_json(const nlohmann::json& j) {
-  DecisionInputs in;
-  in.baseline_check_pass = opt_bool(j, "baseline_check_pass");
-  in.baseline_copy_check_pass = opt_bool(j, "baseline_copy_check_pass");
-  in.candidate_check_pass = opt_bool(j, "candidate_check_pass");
-  for (const auto& c : j.at("controls")) {
-    const std::string expect = c.at("expect");
-    in.controls.push_back({c.at("name"), parse_failure_reason_field(expect, "decision inputs: controls.expect"),
-                           c.at("rejected"), c.at("expected_reason_seen"), c.at("timing_refused")});
-  }
-  in.aa = verdicts_from(j.at("aa"));
-  in.ab = verdicts_from(j.at("ab"));
-  in.min_improvement_pct = j.value("min_improvement_pct", 0.0);
-  in.final_check_pass = opt_bool(j, "final_check_pass");
-  in.identity_mismatches = j.at("identity_mismatches").get<std::vector<std::string>>();
-  in.environment_mismatches = j.at("environment_mismatches").get<std::vector<std::string>>();
-  in.stage_errors = j.at("stage_errors").get<std::vector<std::string>>();
-  return in;
 }
 
 }  // namespace kwb

@@ -79,7 +79,6 @@ Decision decide(const DecisionInputs& in);
 std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, const WorkloadVerdict& aa);
 
 nlohmann::json to_json(const DecisionInputs& in);
-DecisionInputs decision_inputs_from_json(const nlohmann::json& j);
 
 }  // namespace kwb
 

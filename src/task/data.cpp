@@ -9,22 +9,6 @@
 
 namespace kwb {
 
-Rng::Rng(uint64_t seed) {
-  for (uint64_t& s : m_s) s = splitmix64(seed);
-}
-
-uint64_t Rng::next() {
-  const uint64_t result = std::rotl(m_s[1] * 5, 7) * 9;
-  const uint64_t t = m_s[1] << 17;
-  m_s[2] ^= m_s[0];
-  m_s[3] ^= m_s[1];
-  m_s[1] ^= m_s[2];
-  m_s[0] ^= m_s[3];
-  m_s[2] ^= t;
-  m_s[3] = std::rotl(m_s[3], 45);
-  return result;
-}
-
 double Rng::uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
 
 double Rng::normal() {

@@ -10,16 +10,17 @@
 
 namespace kwb {
 
-// splitmix64 (Steele et al. 2014) for seeding, xoshiro256** (Blackman & Vigna 2018) for the stream.
+// The stream is Xoshiro256StarStar's (util/seed.h: xoshiro256** seeded through splitmix64), the one generator of
+// the tree; this adds the transforms input generation needs.
 class Rng {
 public:
-  explicit Rng(uint64_t seed);
-  uint64_t next();
+  explicit Rng(uint64_t seed) : m_gen(seed) {}
+  uint64_t next() { return m_gen.next(); }
   double uniform01();  // [0, 1) with 53 random bits
   double normal();     // Box-Muller, both values used
 
 private:
-  uint64_t m_s[4];
+  Xoshiro256StarStar m_gen;
   bool m_have_spare = false;
   double m_spare = 0.0;
 };

@@ -102,12 +102,6 @@ void unregister_child_group(pid_t leader) noexcept {
   }
 }
 
-int registered_child_groups() noexcept {
-  int n = 0;
-  for (auto& slot : g_groups) n += slot.load(std::memory_order_acquire) > 0;
-  return n;
-}
-
 void require_main_thread(const char* what) {
   if (::gettid() != ::getpid()) {
     throw InternalError(fmt::format("{} must be started on kwb's main thread (its PR_SET_PDEATHSIG follows the "

@@ -46,8 +46,6 @@ void throw_if_interrupted();
 // caller kills and reaps the child and gives up.
 bool register_child_group(pid_t leader) noexcept;
 void unregister_child_group(pid_t leader) noexcept;
-// How many groups are registered now (tests and assertions).
-int registered_child_groups() noexcept;
 
 // Throws InternalError unless called on the main thread: PR_SET_PDEATHSIG fires when the thread that spawned a
 // child exits, so children are spawned only on the thread that lives as long as kwb.

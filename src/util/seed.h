@@ -1,5 +1,6 @@
-// Seed mixing: deterministic, the same on every machine. Input generation (task/data.h) and the canaries around
-// shared buffers (worker/shared_buffer.cpp) both derive their bytes from seeds through these.
+// Seed mixing and the one generator: deterministic, the same on every machine. Input generation (task/data.h), the
+// statistics (stats/random.h) and the canaries around shared buffers (worker/shared_buffer.cpp) all derive their
+// bytes from seeds through these.
 #pragma once
 
 #include <bit>
@@ -21,5 +22,43 @@ inline uint64_t mix_seed(uint64_t a, uint64_t b) {
   splitmix64(x);
   return splitmix64(x);
 }
+
+// xoshiro256** (Blackman & Vigna, "Scrambled linear pseudorandom number generators", 2021), seeded through
+// splitmix64 as its authors recommend so that nearby seeds give unrelated streams.
+class Xoshiro256StarStar {
+public:
+  explicit Xoshiro256StarStar(uint64_t seed) {
+    for (uint64_t& word : m_state) word = splitmix64(seed);
+  }
+
+  uint64_t next() {
+    const uint64_t result = std::rotl(m_state[1] * 5, 7) * 9;
+    const uint64_t t = m_state[1] << 17;
+    m_state[2] ^= m_state[0];
+    m_state[3] ^= m_state[1];
+    m_state[1] ^= m_state[2];
+    m_state[0] ^= m_state[3];
+    m_state[2] ^= t;
+    m_state[3] = std::rotl(m_state[3], 45);
+    return result;
+  }
+
+  // Uniform on [0, n) without modulo bias: draws below 2^64 mod n are rejected, so each residue is equally likely
+  // (as in O'Neill's PCG bounded_rand). n must be > 0.
+  uint64_t uniform_below(uint64_t n) {
+    const uint64_t threshold = (0 - n) % n;
+    for (;;) {
+      const uint64_t r = next();
+      if (r >= threshold) return r % n;
+    }
+  }
+
+  // Uniform on the open interval (0, 1): 53 random bits, offset by half a step so neither end is reachable and
+  // the value can feed an inverse CDF directly.
+  double uniform_open01() { return (static_cast<double>(next() >> 11) + 0.5) * 0x1.0p-53; }
+
+private:
+  uint64_t m_state[4];
+};
 
 }  // namespace kwb

@@ -40,4 +40,20 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
   return copy;
 }
 
+std::filesystem::path executable_copy(const std::filesystem::path& program) {
+  namespace fs = std::filesystem;
+  const std::string digest = sha256_file(program);
+  const fs::path at = root_owned_path({"programs", digest});
+  (void)::mkdir(at.c_str(), 0755);
+  const fs::path copy = at / program.filename();
+  if (!fs::exists(copy) || sha256_file(copy) != digest) {
+    const fs::path tmp = at / fmt::format("{}.tmp.{}", program.filename().string(), ::getpid());
+    fs::copy_file(program, tmp, fs::copy_options::overwrite_existing);
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                             fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+    fs::rename(tmp, copy);
+  }
+  return copy;
+}
+
 }  // namespace kwb

@@ -18,4 +18,9 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts);
 // profile worker run by root (valgrind reads symbols by file name, and kwb-confine lets it read that one file).
 std::filesystem::path readable_copy(const std::filesystem::path& artifact);
 
+// The same for a program a worker's user must execute (kwb-profile-worker, which valgrind opens by name as that
+// user): a copy under its own name, mode 0555, at /var/tmp/kwb-worker-cache/programs/<SHA-256>/<name>. kwb's own
+// folder may be one no other user can enter (a clone under /root, a mktemp folder), so the original cannot serve.
+std::filesystem::path executable_copy(const std::filesystem::path& program);
+
 }  // namespace kwb

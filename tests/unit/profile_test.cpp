@@ -244,12 +244,6 @@ TEST(profile_test, json_and_markdown_render_unavailable_measurements_as_such) {
   EXPECT_NEAR(wj["roofline"]["fraction_of_probe"].get<double>(), 49152.0 / 2500 / 20.0, 1e-12);
   EXPECT_EQ(wj["roofline"]["label"], "descriptive: not a verdict");
 
-  const std::string md = profile_markdown(r);
-  EXPECT_NE(md.find("| decode x[1, 4096] | n/a | n/a | n/a | 4 | 32.0 KiB | n/a | 48.0 KiB | 2.50 us | 19.66 | 0.98 |"),
-            std::string::npos)
-      << md;
-  EXPECT_NE(md.find("decode: unavailable: valgrind not found on PATH"), std::string::npos) << md;
-  EXPECT_NE(md.find("never changes a decision"), std::string::npos) << md;
 }
 
 }  // namespace
