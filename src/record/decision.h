@@ -45,8 +45,8 @@ struct DecisionInputs {
   std::vector<std::string> stage_errors;  // a stage that could not run for reasons outside the implementations
 };
 
-// What validate decides (docs/decision.md): the candidate replaces the baseline, or it does not, or the evidence
-// cannot settle it, or the evidence itself is broken.
+// What validate decides (docs/evidence-bundle.md, "The decision"): the candidate replaces the baseline, or it does
+// not, or the evidence cannot settle it, or the evidence itself is broken.
 enum class DecisionKind { keep_candidate, keep_baseline, inconclusive, invalid };
 
 std::string_view to_string(DecisionKind d);  // "KEEP_CANDIDATE", "KEEP_BASELINE", "INCONCLUSIVE", "INVALID"
