@@ -432,6 +432,7 @@ private:
   std::string check_candidate() {
     CheckReport r = check(impl("candidate"), "checks/candidate.json", 0);
     m_inputs.candidate_check_pass = r.pass();
+    m_inputs.candidate_check_reasons = distinct_reasons(r.failures);
     m_stage_failed = !r.pass();
     if (auto why = timing_refusal(r)) return check_summary(r) + "; timing and profiling refused";
     if (!m_opt.profile) return check_summary(r) + "; not profiled (--no-profile)";

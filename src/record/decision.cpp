@@ -1,6 +1,7 @@
 #include "record/decision.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -61,7 +62,10 @@ Decision decide(const DecisionInputs& in) {
   if (!in.candidate_check_pass) {
     unsure.push_back("the candidate was not checked");
   } else if (!*in.candidate_check_pass) {
-    reject.push_back("the candidate fails the oracle check");
+    reject.push_back(in.candidate_check_reasons.empty()
+                         ? std::string("the candidate fails the oracle check")
+                         : fmt::format("the candidate fails the oracle check ({})",
+                                       fmt::join(in.candidate_check_reasons, ", ")));
   }
   if (in.candidate_check_pass.value_or(false)) {
     if (in.baseline_copy_check_pass.has_value() && !*in.baseline_copy_check_pass) {
@@ -157,6 +161,7 @@ nlohmann::json to_json(const DecisionInputs& in) {
   return {{"baseline_check_pass", opt(in.baseline_check_pass)},
           {"baseline_copy_check_pass", opt(in.baseline_copy_check_pass)},
           {"candidate_check_pass", opt(in.candidate_check_pass)},
+          {"candidate_check_reasons", in.candidate_check_reasons},
           {"controls", controls},
           {"aa", verdicts(in.aa)},
           {"ab", verdicts(in.ab)},

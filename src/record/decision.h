@@ -35,6 +35,9 @@ struct DecisionInputs {
   std::optional<bool> baseline_check_pass;
   std::optional<bool> baseline_copy_check_pass;  // A'
   std::optional<bool> candidate_check_pass;
+  // Why the candidate's check failed, each reason once in the order first seen (build_failed, numeric_mismatch...),
+  // so the decision names it; empty when it passed or the reasons are not known (a bundle that predates them).
+  std::vector<std::string> candidate_check_reasons;
   std::vector<ControlOutcome> controls;
   std::vector<WorkloadVerdict> aa;  // empty when the stage did not run
   std::vector<WorkloadVerdict> ab;

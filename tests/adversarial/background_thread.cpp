@@ -7,6 +7,7 @@
 // Expected reason: sandbox_violation on tasks/rmsnorm (threads = 1); work_after_return on a task with threads > 1.
 #include <kwb/kernel.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <optional>
@@ -84,11 +85,11 @@ extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
   rmsnorm_rows(*p, p->y, 0, half);
   const Rmsnorm copy = *p;
   std::thread([copy, half] {
-    // A head start for the return: the second half is written only after kwb_run has certainly returned, however
-    // the threads happen to be scheduled (without it the thread can finish first on an idle core, and the call is
-    // then merely parallel, not a cheat).
-    for (volatile int spin = 0; spin < 2000000; spin = spin + 1) {
-    }
+    // A head start for the return: the second half is written 10 ms after kwb_run has returned, however the threads
+    // happen to be scheduled. Without it the thread can finish first on an idle core (the call is then merely
+    // parallel, not a cheat); with a spin instead of a sleep, a parent preempted for a few milliseconds on a busy
+    // machine could capture the outputs after the thread had finished, and the check would pass by chance.
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
     rmsnorm_rows(copy, copy.y, half, copy.rows);
   }).detach();
   return 0;

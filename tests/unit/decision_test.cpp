@@ -39,6 +39,11 @@ TEST(decision_test, candidate_failing_check_keeps_the_baseline_without_timing) {
   in.ab.clear();
   in.final_check_pass.reset();
   EXPECT_EQ(decide(in).decision, DecisionKind::keep_baseline);
+  EXPECT_EQ(decide(in).reasons, std::vector<std::string>{"the candidate fails the oracle check"});
+  // With the check's reasons (a source that does not compile), the decision names them.
+  in.candidate_check_reasons = {"build_failed"};
+  EXPECT_EQ(decide(in).reasons, std::vector<std::string>{"the candidate fails the oracle check (build_failed)"});
+  EXPECT_EQ(to_json(in)["candidate_check_reasons"], nlohmann::json::array({"build_failed"}));
 }
 
 // An A/A that did not settle still bounds the harness's bias by its interval: the candidate is kept when, charged
