@@ -106,16 +106,14 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     bool ok = true;
     for (int pos = 0; pos < 2 && ok; ++pos) {
       ArmVisit v = runner.visit(workload, order[static_cast<size_t>(pos)], block, pos);
+      // Kept the moment the visit is over: an interruption or a failure in the next visit loses none of it.
+      samples_out.insert(samples_out.end(), v.samples.begin(), v.samples.end());
       for (const Sample& s : v.samples) res.timed_samples += !s.warmup;
       if (!v.valid) {
         ok = false;
         res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
       }
       visits[order[static_cast<size_t>(pos)]] = std::move(v);
-    }
-    for (size_t pos = 0; pos < 2; ++pos) {
-      const ArmVisit& v = visits[order[pos]];
-      samples_out.insert(samples_out.end(), v.samples.begin(), v.samples.end());
     }
     if (!ok) {
       // An output failed validation during timing: no metric may come from this comparison.

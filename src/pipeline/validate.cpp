@@ -91,12 +91,19 @@ public:
           throw;
         }
       });
-      bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); });
-      stage(2, [&] { return profile(); }, frozen && m_opt.profile,
-            frozen ? "skipped: --no-profile (the profile is descriptive; the decision never depends on it)"
-                   : "skipped: an earlier stage it depends on failed");
+      // A candidate that does not build replaces nothing: its check says so at once, and nothing is checked,
+      // profiled or timed against the baseline for it (record/decision.h, candidate_built).
+      const bool candidate_built = frozen && m_inputs.candidate_built.value_or(false);
+      const std::string not_built = "skipped: the candidate does not build (checks/candidate.json has the compiler's "
+                                    "output); nothing is judged against the baseline";
+      bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); }, candidate_built, not_built);
+      const std::string after_failure = "skipped: an earlier stage it depends on failed";
+      stage(2, [&] { return profile(); }, candidate_built && m_opt.profile,
+            !frozen            ? after_failure
+            : !candidate_built ? not_built
+                               : "skipped: --no-profile (the profile is descriptive; the decision never depends on it)");
       bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
-      stage(4, [&] { return controls(); }, frozen);
+      stage(4, [&] { return controls(); }, candidate_built, frozen ? not_built : after_failure);
       const bool timing_allowed = baseline_ok && candidate_ok;
       bool aa_ok = stage(5, [&] { return aa(); }, timing_allowed, "skipped: baseline or candidate failed its check");
       stage(6, [&] { return ab(); }, timing_allowed && aa_ok,
@@ -343,6 +350,7 @@ private:
     m_plan_digest = sha256_hex(std::string_view(text));
     m_plan = plan;
     if (m_obs.plan_frozen) m_obs.plan_frozen(m_plan_digest);
+    m_inputs.candidate_built = impl("candidate").artifact.ok;
     size_t built = 0;
     for (const Impl& im : m_impls) built += im.artifact.ok;
     return fmt::format("plan digest {}; {} implementations ({} built)", m_plan_digest, m_impls.size(), built);

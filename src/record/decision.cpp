@@ -44,6 +44,13 @@ Decision decide(const DecisionInputs& in) {
   for (const std::string& e : in.stage_errors) invalid.push_back("stage error: " + e);
   for (const std::string& m : in.identity_mismatches) invalid.push_back("identity mismatch: " + m);
   for (const std::string& m : in.environment_mismatches) invalid.push_back("environment changed: " + m);
+  if (in.candidate_built.has_value() && !*in.candidate_built) {
+    if (!invalid.empty()) return {DecisionKind::invalid, invalid, 3};
+    return {DecisionKind::keep_baseline,
+            {"the candidate does not build (build_failed): there is nothing to check, time or keep; its compiler "
+             "output is in checks/candidate.json and plan.json"},
+            1};
+  }
   if (!in.baseline_check_pass) {
     invalid.push_back("the baseline was not checked");
   } else if (!*in.baseline_check_pass) {
@@ -161,6 +168,7 @@ nlohmann::json to_json(const DecisionInputs& in) {
   return {{"baseline_check_pass", opt(in.baseline_check_pass)},
           {"baseline_copy_check_pass", opt(in.baseline_copy_check_pass)},
           {"candidate_check_pass", opt(in.candidate_check_pass)},
+          {"candidate_built", opt(in.candidate_built)},
           {"candidate_check_reasons", in.candidate_check_reasons},
           {"controls", controls},
           {"aa", verdicts(in.aa)},

@@ -35,6 +35,10 @@ struct DecisionInputs {
   std::optional<bool> baseline_check_pass;
   std::optional<bool> baseline_copy_check_pass;  // A'
   std::optional<bool> candidate_check_pass;
+  // Whether the candidate's plain build compiled (the plan says): false decides KEEP_BASELINE at once, since a
+  // candidate that does not build replaces nothing (validate then skips the baseline's check, the profile and the
+  // controls). Empty for bundles that predate it.
+  std::optional<bool> candidate_built;
   // Why the candidate's check failed, each reason once in the order first seen (build_failed, numeric_mismatch...),
   // so the decision names it; empty when it passed or the reasons are not known (a bundle that predates them).
   std::vector<std::string> candidate_check_reasons;

@@ -532,6 +532,14 @@ private:
                          m_b.checks.size()));
   }
 
+  // Whether the plan's candidate (its plain build) compiled; empty without a plan.
+  std::optional<bool> candidate_built() const {
+    for (const PlannedImpl& p : m_plan.impls) {
+      if (p.role == "candidate") return p.built;
+    }
+    return std::nullopt;
+  }
+
   std::optional<bool> pass_of(const std::string& stem) const {
     auto it = m_check_pass.find(stem);
     if (it == m_check_pass.end()) return std::nullopt;
@@ -890,8 +898,9 @@ private:
     if (!m_plan.profile && profile != "skipped") {
       problem(fmt::format("stages.json: stage profile is '{}' although the plan says --no-profile", profile));
     }
-    if (m_plan.profile && profile == "skipped" && status["freeze"] == "ok") {
-      problem("stages.json: stage profile was skipped although the plan froze and asks for a profile");
+    if (m_plan.profile && profile == "skipped" && status["freeze"] == "ok" && candidate_built().value_or(true)) {
+      problem("stages.json: stage profile was skipped although the plan froze, the candidate built and the plan asks "
+              "for a profile");
     }
     if (ran("check_baseline")) require(m_b.checks.contains("baseline"), "check_baseline", "checks/baseline.json");
     if (ran("check_candidate")) require(m_b.checks.contains("candidate"), "check_candidate", "checks/candidate.json");
@@ -929,6 +938,7 @@ private:
     if (m_b.decision.empty()) return;
     m_inputs.baseline_check_pass = pass_of("baseline");
     m_inputs.candidate_check_pass = pass_of("candidate");
+    m_inputs.candidate_built = candidate_built();
     m_inputs.final_check_pass = pass_of("candidate_final");
     m_inputs.min_improvement_pct = m_plan.min_improvement_pct;
     if (!m_b.final_.empty()) {

@@ -336,7 +336,8 @@ TEST_F(ValidateBundle, verify_holds_the_profile_stage_to_the_plan) {
   }
   write_file_atomic(e / "stages.json", stages.dump(2) + "\n");
   reseal(e);
-  expect_caught(e, "stage profile was skipped although the plan froze and asks for a profile");
+  expect_caught(e, "stage profile was skipped although the plan froze, the candidate built and the plan asks for a "
+                   "profile");
 }
 
 TEST_F(ValidateBundle, verify_catches_a_forged_check_verdict) {
@@ -589,6 +590,38 @@ TEST(validate_test, candidate_printing_invalid_utf8_is_rejected_with_its_check_r
   EXPECT_EQ(c["verdict"], "FAIL");
   EXPECT_EQ(run_kwb({"verify", d.string()}).exit_code, 0);
   fs::remove_all(d);
+}
+
+// A candidate that does not compile replaces nothing: validate decides KEEP_BASELINE at once, naming the build
+// failure, without checking, profiling or timing anything against the baseline; the bundle still verifies.
+TEST(validate_test, a_candidate_that_does_not_build_keeps_the_baseline_at_once_and_says_why) {
+  const fs::path d = scratch("nobuild");
+  const fs::path src_dir = scratch("nobuild-src");
+  fs::create_directories(src_dir);
+  write_file_atomic(src_dir / "broken.cpp", "#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n"
+                                            "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call* c) { return nope(c); }\n");
+  KwbRun r = run_kwb(validate_args(src_dir / "broken.cpp", d, k_refused_fast));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.json.dump(2);
+  ASSERT_FALSE(r.json["reasons"].empty());
+  EXPECT_NE(r.json["reasons"][0].get<std::string>().find("does not build (build_failed)"), std::string::npos)
+      << r.json["reasons"];
+  const nlohmann::json stages = nlohmann::json::parse(read_file(d / "stages.json"));
+  for (const auto& s : stages["stages"]) {
+    if (s["name"] == "check_baseline" || s["name"] == "profile" || s["name"] == "controls") {
+      EXPECT_EQ(s["status"], "skipped") << s;
+      EXPECT_NE(s["summary"].get<std::string>().find("does not build"), std::string::npos) << s;
+    }
+  }
+  EXPECT_FALSE(fs::exists(d / "checks" / "baseline.json"));
+  const nlohmann::json c = nlohmann::json::parse(read_file(d / "checks" / "candidate.json"));
+  EXPECT_EQ(c["failures"][0]["reason"], "build_failed");
+  EXPECT_NE(c["failures"][0]["detail"].get<std::string>().find("nope"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(read_file(d / "decision.json"))["inputs"]["candidate_built"], false);
+  EXPECT_EQ(run_kwb({"verify", d.string()}).exit_code, 0);
+  fs::remove_all(d);
+  fs::remove_all(src_dir);
 }
 
 TEST(validate_test, refuses_to_overwrite_an_existing_bundle) {
