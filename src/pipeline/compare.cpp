@@ -104,6 +104,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     if (order_rng.next() & 1) std::swap(order[0], order[1]);
     ArmVisit visits[2];
     bool ok = true;
+    std::string failed_arm;
     for (int pos = 0; pos < 2 && ok; ++pos) {
       ArmVisit v = runner.visit(workload, order[static_cast<size_t>(pos)], block, pos);
       // Kept the moment the visit is over: an interruption or a failure in the next visit loses none of it.
@@ -111,6 +112,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       for (const Sample& s : v.samples) res.timed_samples += !s.warmup;
       if (!v.valid) {
         ok = false;
+        failed_arm = arm_labels[order[static_cast<size_t>(pos)]];
         res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
       }
       visits[order[static_cast<size_t>(pos)]] = std::move(v);
@@ -118,8 +120,16 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     if (!ok) {
       // An output failed validation during timing: no metric may come from this comparison.
       res.verdict = stats::Verdict::invalid;
-      res.reason = fmt::format("block {}: an arm failed validation during timing ({}); no metric is reported",
-                               block, res.failures.empty() ? "?" : to_string(res.failures.front().reason));
+      // Which arm, why and where, in the words of its first failure: what a reader of the decision needs.
+      std::string why = "?";
+      if (!res.failures.empty()) {
+        const Failure& f = res.failures.front();
+        std::string detail = f.detail.size() > 200 ? f.detail.substr(0, 200) + "..." : f.detail;
+        why = fmt::format("{} at {} call {}{}{}", to_string(f.reason), f.case_name, f.call,
+                          detail.empty() ? "" : ": ", detail);
+      }
+      res.reason = fmt::format("block {}: arm {} failed validation during timing ({}); no metric is reported", block,
+                               failed_arm, why);
       res.seconds = clock.seconds() - start;
       res.estimate.reset();
       return res;

@@ -551,6 +551,7 @@ private:
 
   static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
     WorkloadVerdict v{w.name, w.verdict, std::nullopt, std::nullopt};
+    if (w.verdict == stats::Verdict::invalid) v.detail = w.reason;
     if (w.estimate) {
       v.ci_low_pct = w.estimate->ci_low_pct;
       v.ci_high_pct = w.estimate->ci_high_pct;

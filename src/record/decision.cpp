@@ -91,7 +91,8 @@ Decision decide(const DecisionInputs& in) {
                                       "broken on this machine",
                                       w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
-        invalid.push_back(fmt::format("A/A on '{}' failed validation during timing", w.workload));
+        invalid.push_back(fmt::format("A/A on '{}' failed validation during timing{}{}", w.workload,
+                                      w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
         // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
         // candidate clears the bar even when charged the worst bias in it, the calibration cannot change this
@@ -116,7 +117,8 @@ Decision decide(const DecisionInputs& in) {
       if (w.verdict == stats::Verdict::fail) {
         reject.push_back(fmt::format("'{}': the candidate does not clear the improvement bar", w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
-        reject.push_back(fmt::format("'{}': a candidate output failed validation during timing", w.workload));
+        reject.push_back(fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
+                                     w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
         unsure.push_back(fmt::format("'{}': the interval does not settle the improvement bar", w.workload));
       }

@@ -29,6 +29,9 @@ struct WorkloadVerdict {
   stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
   // The interval of the improvement estimate (percent), when the comparison has one.
   std::optional<double> ci_low_pct, ci_high_pct;
+  // An INVALID comparison's own reason (which arm failed validation during timing, why, where), for the decision's
+  // words; empty otherwise.
+  std::string detail = {};
 };
 
 struct DecisionInputs {

@@ -730,7 +730,7 @@ private:
     if (verdict == "INVALID") {
       if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
-      out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt});
+      out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
       return;
     }
     if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));

@@ -253,6 +253,10 @@ TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
   const auto& w = r.json["workloads"][0];
   EXPECT_TRUE(w["improvement_pct"].is_null());
   EXPECT_TRUE(reasons(w).contains("numeric_mismatch")) << w["failures"].dump();
+  // The reason names the arm, the failure and where it happened.
+  EXPECT_NE(w["reason"].get<std::string>().find("arm B failed validation during timing (numeric_mismatch at "),
+            std::string::npos)
+      << w["reason"];
 }
 
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {

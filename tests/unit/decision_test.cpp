@@ -46,6 +46,19 @@ TEST(decision_test, candidate_failing_check_keeps_the_baseline_without_timing) {
   EXPECT_EQ(to_json(in)["candidate_check_reasons"], nlohmann::json::array({"build_failed"}));
 }
 
+// An INVALID comparison's own reason (the arm, the failure, where) reaches the decision's words.
+TEST(decision_test, an_invalid_comparison_says_which_arm_failed_and_why) {
+  DecisionInputs in = all_good();
+  in.aa[0].verdict = stats::Verdict::invalid;
+  in.aa[0].detail = "block 3: arm A' failed validation during timing (numeric_mismatch at decode call 2)";
+  const Decision d = decide(in);
+  EXPECT_EQ(d.decision, DecisionKind::invalid);
+  ASSERT_FALSE(d.reasons.empty());
+  EXPECT_NE(d.reasons[0].find("arm A' failed validation during timing (numeric_mismatch at decode call 2)"),
+            std::string::npos)
+      << d.reasons[0];
+}
+
 // An A/A that did not settle still bounds the harness's bias by its interval: the candidate is kept when, charged
 // the worst bias in that interval, it still clears the bar on that workload (the gemm baseline's layout swings of
 // 14-20% leave its A/A unresolved at +-5%, next to an A/B of +94% [+94.28, +95.50]).
