@@ -159,6 +159,21 @@ std::string add_path_rule(int ruleset, const std::string& path, uint64_t access,
   return added == 0 ? "" : errno_text(("landlock_add_rule(" + path + ")").c_str(), err);
 }
 
+// The end of both Landlock setups: the ruleset `rs` (closed here) applied to this process unless building it failed
+// (`error`), and the ABI recorded among the sandbox's features.
+std::string restrict_self(int rs, const std::string& error, long abi, std::vector<std::string>& features) {
+  if (!error.empty()) {
+    ::close(rs);
+    return error;
+  }
+  const long restricted = ::syscall(SYS_landlock_restrict_self, rs, 0);
+  const int restrict_err = errno;
+  ::close(rs);
+  if (restricted != 0) return errno_text("landlock_restrict_self", restrict_err);
+  features.push_back("landlock:" + std::to_string(abi));
+  return "";
+}
+
 // A ruleset handling every right this kernel's Landlock (ABI `abi`) knows: files, TCP, signals and abstract sockets
 // outside the domain. Returns its descriptor, or -1 (errno set).
 long create_full_ruleset(long abi, uint64_t& handled) {
@@ -224,16 +239,7 @@ std::string apply_landlock(const std::string& artifact, const RuntimeSandboxNeed
   for (const std::string& p : runtime.device_paths) {
     if (e.empty()) e = add_path_rule(rs, p, k_fs_read_file | k_fs_write_file | k_fs_ioctl_dev | k_fs_read_dir, handled);
   }
-  if (!e.empty()) {
-    ::close(rs);
-    return e;
-  }
-  const long restricted = ::syscall(SYS_landlock_restrict_self, rs, 0);
-  const int restrict_err = errno;
-  ::close(rs);
-  if (restricted != 0) return errno_text("landlock_restrict_self", restrict_err);
-  features.push_back("landlock:" + std::to_string(abi));
-  return "";
+  return restrict_self(rs, e, abi, features);
 }
 
 // ---- seccomp ------------------------------------------------------------------------------------------------------
@@ -472,16 +478,7 @@ std::string confine_paths(const PathConfinement& c, std::vector<std::string>& fe
     // Everything but executing: nothing written there may be started as a program.
     if (e.empty()) e = add_path_rule(rs, p, handled & ~k_fs_execute, handled);
   }
-  if (!e.empty()) {
-    ::close(rs);
-    return e;
-  }
-  const long restricted = ::syscall(SYS_landlock_restrict_self, rs, 0);
-  const int restrict_err = errno;
-  ::close(rs);
-  if (restricted != 0) return errno_text("landlock_restrict_self", restrict_err);
-  features.push_back("landlock:" + std::to_string(abi));
-  return "";
+  return restrict_self(rs, e, abi, features);
 }
 
 struct Sandbox::Filters {

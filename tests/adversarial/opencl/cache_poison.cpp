@@ -35,16 +35,11 @@ namespace {
 
 using namespace corpus_cl;
 
-struct State {
-  cl_program program = nullptr;
-  cl_kernel kernel = nullptr;
-  size_t max_local = 1;
-  int escapes = 0;  // writes into another identity's cache that succeeded
-};
-State g_state;
+Fused g_fused;
+int g_escapes = 0;  // writes into another identity's cache that succeeded
 
 void escaped(const std::string& what) {
-  ++g_state.escapes;
+  ++g_escapes;
   std::fprintf(stderr, "cache_poison: escaped: %s\n", what.c_str());
 }
 
@@ -103,43 +98,16 @@ extern "C" KWB_EXPORT int kwb_setup(const kwb_context* ctx) {
                            "/var/tmp/kwb-worker-cache"}) {
     poison_root(root);
   }
-  const auto context = static_cast<cl_context>(ctx->device_context);
-  const auto device = static_cast<cl_device_id>(ctx->device);
-  g_state.program = build(context, device, k_fused_source);
-  if (g_state.program == nullptr) return 2;
-  cl_int err = CL_SUCCESS;
-  g_state.kernel = clCreateKernel(g_state.program, "rmsnorm_fused", &err);
-  if (err != CL_SUCCESS) return 3;
-  const std::optional<size_t> max_local = max_local_size(g_state.kernel, device);
-  if (!max_local) return 3;
-  g_state.max_local = *max_local;
-  return 0;
+  return g_fused.setup(ctx);
 }
 
-// The honest fused kernel on call->stream; after an escape, with 2 eps in place of eps and the weight applied twice
-// (wrong outputs the check cannot miss).
+// The honest fused kernel on call->stream; after an escape, with 2 eps + 1 in place of eps (wrong outputs the check
+// cannot miss).
 extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
-  const std::optional<Rmsnorm> p = unpack(*call);
+  std::optional<Rmsnorm> p = unpack(*call);
   if (!p) return 1;
-  if (p->rows == 0 || p->cols == 0) return 0;
-  const cl_uint cols = static_cast<cl_uint>(p->cols);
-  const size_t local = local_size_for(p->cols, g_state.max_local);
-  const size_t global = static_cast<size_t>(p->rows) * local;
-  const float eps = g_state.escapes == 0 ? p->eps : p->eps * 2.0f + 1.0f;
-  cl_kernel k = g_state.kernel;
-  cl_int err = clSetKernelArg(k, 0, sizeof(cl_mem), &p->x);
-  err |= clSetKernelArg(k, 1, sizeof(cl_mem), &p->weight);
-  err |= clSetKernelArg(k, 2, sizeof(cl_mem), &p->y);
-  err |= clSetKernelArg(k, 3, sizeof cols, &cols);
-  err |= clSetKernelArg(k, 4, sizeof eps, &eps);
-  err |= clSetKernelArg(k, 5, local * sizeof(float), nullptr);
-  if (err != CL_SUCCESS) return 3;
-  const auto queue = static_cast<cl_command_queue>(call->stream);
-  return clEnqueueNDRangeKernel(queue, k, 1, nullptr, &global, &local, 0, nullptr, nullptr) == CL_SUCCESS ? 0 : 3;
+  if (g_escapes > 0) p->eps = p->eps * 2.0f + 1.0f;
+  return g_fused.launch(*p, static_cast<cl_command_queue>(call->stream));
 }
 
-extern "C" KWB_EXPORT void kwb_teardown(void) {
-  if (g_state.kernel != nullptr) clReleaseKernel(g_state.kernel);
-  if (g_state.program != nullptr) clReleaseProgram(g_state.program);
-  g_state = State{};
-}
+extern "C" KWB_EXPORT void kwb_teardown(void) { g_fused.release(); }
