@@ -14,56 +14,42 @@ namespace kwb {
 
 namespace {
 
-const nlohmann::json* implementation(const nlohmann::json& plan, const std::string& role) {
-  if (!plan.contains("implementations") || !plan["implementations"].is_array()) return nullptr;
-  for (const nlohmann::json& i : plan["implementations"]) {
-    if (i.is_object() && i.value("role", "") == role) return &i;
-  }
-  return nullptr;
-}
-
-std::string text_at(const nlohmann::json& j, const nlohmann::json::json_pointer& p) {
-  return j.contains(p) && j[p].is_string() ? j[p].get<std::string>() : "";
-}
-
 [[noreturn]] void missing(const std::filesystem::path& bundle, const std::string& what) {
   throw Error(ExitCode::invalid, fmt::format("{}: {} (not a complete kwb validate bundle)", bundle.string(), what));
 }
 
 // Whether the bundle's baseline is the one its task declares for the backend (the manifest the plan embeds, resolved
 // against the task folder the plan names), which is what generation 0 of a lineage must be.
-bool is_task_baseline(const nlohmann::json& plan, BackendKind backend, const std::string& source) {
-  const std::string manifest = text_at(plan, "/task/manifest"_json_pointer);
-  const std::string dir = text_at(plan, "/task/dir"_json_pointer);
+bool is_task_baseline(const Plan& plan, const std::string& source) {
+  const std::string& dir = plan.task.dir;
   toml::table parsed;
   try {
-    parsed = toml::parse(manifest);
+    parsed = toml::parse(plan.task.manifest);
   } catch (const toml::parse_error&) {
     return false;
   }
-  const std::optional<std::string> declared = parsed["backends"][to_string(backend)]["baseline"].value<std::string>();
+  const std::optional<std::string> declared = parsed["backends"][to_string(plan.backend)]["baseline"].value<std::string>();
   if (!declared || dir.empty()) return false;
   return (std::filesystem::path(dir) / *declared).lexically_normal() == std::filesystem::path(source).lexically_normal();
 }
 
-LedgerArm arm_of(const nlohmann::json& impl) {
-  return {impl.value("role", ""), impl.value("source", ""), text_at(impl, "/identity/key"_json_pointer)};
+LedgerArm arm_of(const PlannedImpl& impl) {
+  return {std::string(to_string(impl.role)), impl.source, impl.identity_key()};
 }
 
 }  // namespace
 
 LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   const BundleData b = read_bundle(bundle);
-  if (!b.plan.is_object() || b.plan.empty()) missing(bundle, "no plan.json");
+  if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
   if (!b.decision.is_object() || b.decision.empty()) missing(bundle, "no decision.json");
+  const Plan& plan = *b.plan;
   LedgerRun r;
   r.kind = "validate";
-  r.task = text_at(b.plan, "/task/name"_json_pointer);
-  r.task_dir = text_at(b.plan, "/task/dir"_json_pointer);
-  const std::optional<BackendKind> backend = parse_backend(b.plan.value("backend", ""));
-  if (r.task.empty() || !backend) missing(bundle, "plan.json names no task or no backend kwb knows");
-  r.backend = *backend;
-  r.started = b.plan.value("created", "");
+  r.task = plan.task.name;
+  r.task_dir = plan.task.dir;
+  r.backend = plan.backend;
+  r.started = plan.created;
   r.finished = b.decision.value("created", "");
   r.outcome = b.decision.value("decision", "");
   if (b.decision.contains("reasons") && b.decision["reasons"].is_array()) {
@@ -75,9 +61,7 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   r.bundle = std::filesystem::absolute(bundle).lexically_normal().string();
   std::string why;
   if (b.fs) r.manifest_sha256 = b.fs->sha256(k_manifest_file, why).value_or("");
-  for (const char* role : {"baseline", "candidate"}) {
-    if (const nlohmann::json* impl = implementation(b.plan, role)) r.arms.push_back(arm_of(*impl));
-  }
+  for (ImplRole role : {ImplRole::baseline, ImplRole::candidate}) r.arms.push_back(arm_of(*plan.impl(role)));
   if (b.ab && (*b.ab).contains("workloads")) r.workloads = workloads_from_json((*b.ab)["workloads"]);
   for (const auto* cmp : {&b.aa, &b.ab}) {
     if (*cmp && (**cmp).contains("timing_lock") && (**cmp)["timing_lock"].is_object()) {
@@ -157,9 +141,9 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
   }
   LedgerRun run = run_from_bundle(bundle);
   const BundleData b = read_bundle(bundle);
-  const nlohmann::json* base = implementation(b.plan, "baseline");
-  const nlohmann::json* cand = implementation(b.plan, "candidate");
-  if (base == nullptr || cand == nullptr) missing(bundle, "plan.json lacks the baseline or the candidate");
+  if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
+  const PlannedImpl& base = *b.plan->impl(ImplRole::baseline);  // plan_from_json requires both arms
+  const PlannedImpl& cand = *b.plan->impl(ImplRole::candidate);
 
   LedgerRun keep = run;
   keep.kind = "keep";
@@ -172,20 +156,20 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
   } else {
     // Generation 0 is the task's own baseline for the backend, as the plan's task manifest names it.
     Incumbent g0;
-    g0.identity = text_at(*base, "/identity/key"_json_pointer);
-    g0.source = base->value("source", "");
-    g0.source_sha256 = text_at(*base, "/identity/source_sha256"_json_pointer);
+    g0.identity = base.identity_key();
+    g0.source = base.source;
+    g0.source_sha256 = base.source_sha256();
     Incumbent next;
-    next.identity = text_at(*cand, "/identity/key"_json_pointer);
-    next.source = cand->value("source", "");
-    next.source_sha256 = text_at(*cand, "/identity/source_sha256"_json_pointer);
+    next.identity = cand.identity_key();
+    next.source = cand.source;
+    next.source_sha256 = cand.source_sha256();
     next.bundle = run.bundle;
     next.workloads = run.workloads;
-    if (!is_task_baseline(b.plan, run.backend, g0.source)) {
+    if (!is_task_baseline(*b.plan, g0.source)) {
       g0 = Incumbent{};
       g0.identity = "(the task's declared baseline)";
     }
-    Ledger::Promotion p = ledger.promote(run.task, run.backend, text_at(*base, "/identity/key"_json_pointer), g0, next);
+    Ledger::Promotion p = ledger.promote(run.task, run.backend, base.identity_key(), g0, next);
     if (p.kept) {
       out.kept = p.kept;
       out.message = fmt::format("kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "

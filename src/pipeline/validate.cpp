@@ -6,6 +6,7 @@
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
 #include "record/environment.h"
+#include "record/plan.h"
 #include "pipeline/check.h"
 #include "profile/profile.h"
 #include "report/report.h"
@@ -48,16 +49,6 @@ std::string utc_now() {
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
-
-struct Impl {
-  std::string role;  // baseline, candidate, control; baseline_layout and candidate_layout for the padded builds
-  std::string name;
-  std::optional<FailureReason> expect;  // controls only
-  Artifact artifact;
-  std::string bundle_source;    // relative path inside the bundle
-  std::string bundle_artifact;  // relative path inside the bundle ("" when the build failed)
-  int layout = 0;               // index in its arm's layout pool (0: the plain build)
-};
 
 class Validator {
 public:
@@ -251,116 +242,99 @@ private:
       requests.push_back({m_opt.candidate, v, m_opt.backend});
     }
     for (const ControlSpec& c : bi.controls) requests.push_back({c.source, 0, m_opt.backend});
-    std::vector<Artifact> artifacts = build_implementations(requests);
-    size_t next = 0;
-    m_impls.push_back({"baseline", "baseline", {}, std::move(artifacts[next++]), "", "", 0});
-    m_impls.push_back({"candidate", "candidate", {}, std::move(artifacts[next++]), "", "", 0});
+    m_artifacts = build_implementations(requests);
+    std::vector<PlannedImpl>& impls = m_plan.implementations;
+    auto plan = [&](ImplRole role, std::string name, int layout = 0, std::optional<FailureReason> expect = {}) {
+      PlannedImpl& im = impls.emplace_back();
+      im.role = role;
+      im.name = std::move(name);
+      im.layout = layout;
+      im.expect = expect;
+    };
+    plan(ImplRole::baseline, "baseline");
+    plan(ImplRole::candidate, "candidate");
     for (int v = 1; v < m_layouts; ++v) {
-      m_impls.push_back(
-          {"baseline_layout", fmt::format("baseline@{}", v), {}, std::move(artifacts[next++]), "", "", v});
-      m_impls.push_back(
-          {"candidate_layout", fmt::format("candidate@{}", v), {}, std::move(artifacts[next++]), "", "", v});
+      plan(ImplRole::baseline_layout, fmt::format("baseline@{}", v), v);
+      plan(ImplRole::candidate_layout, fmt::format("candidate@{}", v), v);
     }
-    for (const ControlSpec& c : bi.controls) {
-      m_impls.push_back({"control", c.name, c.expect, std::move(artifacts[next++]), "", ""});
-    }
+    for (const ControlSpec& c : bi.controls) plan(ImplRole::control, c.name, 0, c.expect);
+    for (size_t i = 0; i < impls.size(); ++i) record_artifact(impls[i], m_artifacts[i]);
 
-    nlohmann::json impls = nlohmann::json::array();
-    for (Impl& im : m_impls) {
-      im.bundle_source = m_bundle.add_artifact(im.artifact.source, im.artifact.identity.source_sha256 +
-                                                                      im.artifact.source.extension().string());
-      if (im.artifact.ok) {
-        im.bundle_artifact = m_bundle.add_artifact(im.artifact.path, im.artifact.identity.artifact_sha256 + ".so");
-        // From here on every worker loads the bundle's copy: the binary that is timed is the one in the evidence.
-        im.artifact.path = m_bundle.dir() / im.bundle_artifact;
-      }
-      impls.push_back({{"role", im.role},
-                       {"name", im.name},
-                       {"expect", to_string(im.expect)},
-                       {"source", im.artifact.source.string()},
-                       {"bundle_source", im.bundle_source},
-                       {"bundle_artifact", im.bundle_artifact},
-                       {"built", im.artifact.ok},
-                       {"layout", im.layout},
-                       {"pad_bytes", layout_pad_bytes(im.artifact.identity.layout_variant)},
-                       {"build_log", im.artifact.ok ? "" : im.artifact.log},
-                       {"identity", to_json(im.artifact.identity)}});
-    }
-
-    m_environment = capture_environment(impl("candidate").artifact.identity.compiler_version);
+    m_environment = capture_environment(artifact(ImplRole::candidate).identity.compiler_version);
     m_bundle.write_json("environment.json", m_environment);
-
-    nlohmann::json cases = nlohmann::json::array();
-    for (const Case& c : m_task.cases) {
-      cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"seed", c.seed},
-                       {"distribution", to_string(c.data.kind)}, {"scale", c.data.scale}});
-    }
-    const fs::path self = fs::read_symlink("/proc/self/exe");
-    const Provenance built_from = build_provenance();
-    nlohmann::json plan = {
-        {"schema", k_plan_schema},
-        {"schema_version", k_bundle_schema_version},
-        {"created", utc_now()},
-        {"argv", m_opt.argv},
-        {"task",
-         {{"name", m_task.name},
-          {"dir", m_task.dir.string()},
-          {"manifest_sha256", m_task.manifest_sha256},
-          {"manifest", read_file(m_task.manifest)},
-          {"oracle", oracle_record(m_task)},
-          {"tolerance", {{"rtol", m_task.tolerance.rtol}, {"atol", m_task.tolerance.atol}}},
-          {"cases", cases}}},
-        {"backend", to_string(m_opt.backend)},
-        {"device", m_opt.device},
-        {"cold", m_opt.timing.cold},
-        {"exhaustive_checks", m_opt.exhaustive_checks},
-        {"profile", m_opt.profile},
-        // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
-        // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
-        {"worker_environment", worker_environment()},
-        {"implementations", impls},
-        {"gates",
-         {{"kind", m_opt.gate.kind == stats::GateKind::ci ? "ci" : "point"},
-          {"min_improvement_pct", m_opt.gate.min_improvement_pct},
-          {"max_aa_difference_pct", m_opt.gate.max_aa_difference_pct},
-          {"alpha", m_opt.gate.alpha}}},
-        {"budgets",
-         {{"min_blocks", m_opt.budget.min_blocks},
-          {"max_blocks", m_opt.budget.max_blocks},
-          {"max_seconds_per_workload", m_opt.budget.max_seconds},
-          {"warmups", m_opt.timing.warmups},
-          {"samples", m_opt.timing.samples},
-          {"timeout_seconds", static_cast<double>(m_opt.timing.timeout.count()) / 1000.0}}},
-        {"workloads", m_opt.workloads},
-        {"layout",
-         {{"layouts", m_layouts},
-          {"offsets", layout_offsets(m_opt.backend, m_layouts)},
-          {"tensors", m_task.signature.inputs.size() + m_task.signature.outputs.size()}}},
-        {"seeds", {{"seed", m_seed}, {"check_nonce", 0}, {"timing_nonce", m_timing_nonce}, {"final_nonce", m_final_nonce}}},
-        {"kwb",
-         {{"version", KWB_VERSION},
-          {"git_sha", built_from.git_sha},
-          // null: not built from a git checkout, so whether it was modified is not known.
-          {"git_dirty", built_from.git_dirty ? nlohmann::json(*built_from.git_dirty) : nlohmann::json()},
-          {"binary_sha256", sha256_file(self)},
-          {"worker_sha256", sha256_file(worker_executable())}}},
-        {"environment", m_environment}};
-    const std::string text = json_text(plan, 2) + "\n";
+    describe_run();
+    const std::string text = json_text(to_json(m_plan), 2) + "\n";
     m_bundle.write_text("plan.json", text);
     m_plan_digest = sha256_hex(std::string_view(text));
-    m_plan = plan;
     if (m_obs.plan_frozen) m_obs.plan_frozen(m_plan_digest);
-    m_inputs.candidate_built = impl("candidate").artifact.ok;
+    m_inputs.candidate_built = artifact(ImplRole::candidate).ok;
     size_t built = 0;
-    for (const Impl& im : m_impls) built += im.artifact.ok;
-    return fmt::format("plan digest {}; {} implementations ({} built)", m_plan_digest, m_impls.size(), built);
+    for (const Artifact& a : m_artifacts) built += a.ok;
+    return fmt::format("plan digest {}; {} implementations ({} built)", m_plan_digest, impls.size(), built);
+  }
+
+  // Copies an implementation's source and build into the bundle and records them in its plan entry. From here on
+  // every worker loads the bundle's copy: the binary that is timed is the one in the evidence.
+  void record_artifact(PlannedImpl& im, Artifact& art) {
+    im.bundle_source = m_bundle.add_artifact(art.source, art.identity.source_sha256 + art.source.extension().string());
+    if (art.ok) {
+      im.bundle_artifact = m_bundle.add_artifact(art.path, art.identity.artifact_sha256 + ".so");
+      art.path = m_bundle.dir() / im.bundle_artifact;
+    }
+    im.source = art.source.string();
+    im.built = art.ok;
+    im.pad_bytes = layout_pad_bytes(art.identity.layout_variant);
+    im.build_log = art.ok ? "" : art.log;
+    im.identity = to_json(art.identity);
+  }
+
+  // Everything of the plan but the implementations: the task, the options, the seeds, and the kwb that runs it.
+  void describe_run() {
+    Plan& p = m_plan;
+    p.created = utc_now();
+    p.argv = m_opt.argv;
+    p.task.name = m_task.name;
+    p.task.dir = m_task.dir.string();
+    p.task.manifest_sha256 = m_task.manifest_sha256;
+    p.task.manifest = read_file(m_task.manifest);
+    const nlohmann::json oracle = oracle_record(m_task);
+    p.task.oracle = {oracle.at("source").get<std::string>(), oracle.at("source_sha256").get<std::string>(),
+                     oracle.at("identity")};
+    p.task.tolerance = m_task.tolerance;
+    for (const Case& c : m_task.cases) {
+      p.task.cases.push_back({c.name, c.role, c.dims, c.seed, to_string(c.data.kind), c.data.scale});
+    }
+    p.backend = m_opt.backend;
+    p.device = m_opt.device;
+    p.cold = m_opt.timing.cold;
+    p.exhaustive_checks = m_opt.exhaustive_checks;
+    p.profile = m_opt.profile;
+    // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
+    // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
+    p.worker_environment = worker_environment();
+    p.gates = {m_opt.gate.kind, m_opt.gate.min_improvement_pct, m_opt.gate.max_aa_difference_pct, m_opt.gate.alpha};
+    p.budgets = {m_opt.budget.min_blocks,
+                 m_opt.budget.max_blocks,
+                 m_opt.budget.max_seconds,
+                 m_opt.timing.warmups,
+                 m_opt.timing.samples,
+                 static_cast<double>(m_opt.timing.timeout.count()) / 1000.0};
+    p.workloads = m_opt.workloads;
+    p.layout = {m_layouts, layout_offsets(m_opt.backend, m_layouts),
+                m_task.signature.inputs.size() + m_task.signature.outputs.size()};
+    p.seeds = {m_seed, 0, m_timing_nonce, m_final_nonce};
+    const Provenance built_from = build_provenance();
+    p.kwb = {KWB_VERSION, built_from.git_sha, built_from.git_dirty, sha256_file(fs::read_symlink("/proc/self/exe")),
+             sha256_file(worker_executable())};
+    p.environment = m_environment;
   }
 
   // Every stage re-hashes what it is about to run against the plan and refuses to go on when anything differs.
-  void require_identity(const Impl& im) {
-    if (!im.artifact.ok) return;
-    for (auto [rel, planned] : {std::pair{im.bundle_artifact, im.artifact.identity.artifact_sha256},
-                                std::pair{im.bundle_source, im.artifact.identity.source_sha256}}) {
+  void require_identity(size_t i) {
+    const PlannedImpl& im = m_plan.implementations[i];
+    if (!m_artifacts[i].ok) return;
+    for (auto [rel, planned] : {std::pair{im.bundle_artifact, m_artifacts[i].identity.artifact_sha256},
+                                std::pair{im.bundle_source, m_artifacts[i].identity.source_sha256}}) {
       const std::string now = sha256_file(m_bundle.dir() / rel);
       if (now != planned) {
         std::string m = fmt::format("{} ({}): plan {} now {}", rel, im.name, planned, now);
@@ -370,16 +344,18 @@ private:
     }
   }
 
-  Impl& impl(const std::string& role) {
-    for (Impl& im : m_impls) {
-      if (im.role == role) return im;
+  // The index of the arm's plain build in the plan (validate always plans both arms).
+  size_t index_of(ImplRole arm) const {
+    for (size_t i = 0; i < m_plan.implementations.size(); ++i) {
+      if (m_plan.implementations[i].role == arm) return i;
     }
-    throw InternalError("no implementation with role " + role);
+    throw InternalError(fmt::format("no implementation with role {}", to_string(arm)));
   }
+  Artifact& artifact(ImplRole arm) { return m_artifacts[index_of(arm)]; }
 
-  CheckReport check(Impl& im, const std::string& file, uint64_t nonce,
+  CheckReport check(size_t i, const std::string& file, uint64_t nonce,
                     std::optional<FailureReason> stop_after = std::nullopt, bool held_out = false) {
-    require_identity(im);
+    require_identity(i);
     CheckOptions co;
     co.held_out = held_out;
     co.backend = m_opt.backend;
@@ -387,7 +363,7 @@ private:
     co.nonce = nonce;
     co.stop_after_reason = stop_after;
     co.exhaustive = m_opt.exhaustive_checks;
-    CheckReport r = run_check(m_task, im.artifact, co);
+    CheckReport r = run_check(m_task, m_artifacts[i], co);
     m_bundle.write_json(file, to_json(r));
     return r;
   }
@@ -401,7 +377,7 @@ private:
   // ---- 2-5. checks, profile, controls --------------------------------------------------------------------------
 
   std::string check_baseline() {
-    CheckReport r = check(impl("baseline"), "checks/baseline.json", 0);
+    CheckReport r = check(index_of(ImplRole::baseline), check_file("baseline"), 0);
     m_inputs.baseline_check_pass = r.pass();
     m_inputs.min_improvement_pct = m_opt.gate.min_improvement_pct;
     m_stage_failed = !r.pass();
@@ -411,16 +387,17 @@ private:
   // Structural facts only (instructions, allocations, passes, bandwidth), never part of the decision. The
   // baseline is profiled here, after its check; the candidate right after its own check passes (a rejected
   // implementation is never profiled).
-  std::string profile_one(const std::string& role) {
-    Impl& im = impl(role);
-    require_identity(im);
+  std::string profile_one(ImplRole arm) {
+    const std::string role(to_string(arm));
+    const size_t i = index_of(arm);
+    require_identity(i);
     ProfileOptions po;
     po.backend = m_opt.backend;
     po.workloads = m_opt.workloads;
     po.timeout = m_opt.timing.timeout;
     po.nonce = m_timing_nonce;
     po.raw_dir = m_bundle.dir() / "profile" / ("raw_" + role);
-    ProfileReport r = run_profile(m_task, im.artifact, po);
+    ProfileReport r = run_profile(m_task, m_artifacts[i], po);
     m_bundle.write_json("profile/" + role + ".json", to_json(r));
     std::vector<std::string> parts;
     for (const auto& w : r.workloads) {
@@ -435,10 +412,10 @@ private:
     return fmt::format("{}: {}", role, fmt::join(parts, ", "));
   }
 
-  std::string profile() { return profile_one("baseline"); }
+  std::string profile() { return profile_one(ImplRole::baseline); }
 
   std::string check_candidate() {
-    CheckReport r = check(impl("candidate"), "checks/candidate.json", 0);
+    CheckReport r = check(index_of(ImplRole::candidate), check_file("candidate"), 0);
     m_inputs.candidate_check_pass = r.pass();
     m_inputs.candidate_check_reasons = distinct_reasons(r.failures);
     m_stage_failed = !r.pass();
@@ -446,7 +423,7 @@ private:
     if (!m_opt.profile) return check_summary(r) + "; not profiled (--no-profile)";
     std::string profiled;
     try {
-      profiled = "; profile " + profile_one("candidate");
+      profiled = "; profile " + profile_one(ImplRole::candidate);
     } catch (const std::exception& e) {
       // The profile is descriptive: its failure is recorded, it does not change the decision.
       profiled = std::string("; profile failed: ") + e.what();
@@ -457,10 +434,11 @@ private:
   std::string controls() {
     nlohmann::json list = nlohmann::json::array();
     size_t good = 0;
-    for (Impl& im : m_impls) {
-      if (im.role != "control") continue;
+    for (size_t i = 0; i < m_plan.implementations.size(); ++i) {
+      const PlannedImpl& im = m_plan.implementations[i];
+      if (im.role != ImplRole::control) continue;
       const FailureReason expect = im.expect.value();  // every control has one (task/manifest.cpp)
-      CheckReport r = check(im, "checks/control_" + im.name + ".json", 0, expect);
+      CheckReport r = check(i, check_file(control_check_stem(im.name)), 0, expect);
       ControlOutcome o{im.name, expect, !r.pass(), r.has_reason(expect), timing_refusal(r).has_value()};
       m_inputs.controls.push_back(o);
       const std::vector<std::string> reasons = distinct_reasons(r.failures);
@@ -473,7 +451,7 @@ private:
                       {"expected_reason_seen", o.expected_reason_seen},
                       {"timing_refused", o.timing_refused},
                       {"metric", nullptr},
-                      {"check", "checks/control_" + im.name + ".json"},
+                      {"check", check_file(control_check_stem(im.name))},
                       {"ok", ok}});
     }
     const size_t total = list.size();
@@ -488,31 +466,23 @@ private:
 
   // ---- 6-7. timing --------------------------------------------------------------------------------------------
 
-  // The role's layout pool: its plain build, then its padded builds in layout order (those that built).
-  std::vector<const Artifact*> pool(const std::string& role) {
-    std::vector<const Artifact*> out = {&impl(role).artifact};
-    for (int v = 1; v < m_layouts; ++v) {
-      for (Impl& im : m_impls) {
-        if (im.role == role + "_layout" && im.layout == v && im.artifact.ok) {
-          require_identity(im);
-          out.push_back(&im.artifact);
-        }
-      }
+  // The arm's layout pool (record/plan.h, Plan::pool), each build re-hashed against the plan.
+  std::vector<const Artifact*> pool(ImplRole arm) {
+    std::vector<const Artifact*> out;
+    for (size_t i : m_plan.pool(arm)) {
+      require_identity(i);
+      out.push_back(&m_artifacts[i]);
     }
     return out;
   }
 
   // A/A: the baseline's layout pool against itself, drawn independently per arm; A/B: the baseline's pool against
   // the candidate's.
-  CompareReport compare(CompareMode mode, const std::string& other_role, const std::string& label) {
-    Impl& a = impl("baseline");
-    Impl& other = impl(other_role);
-    require_identity(a);
-    require_identity(other);
+  CompareReport compare(CompareMode mode, ImplRole other, const std::string& label) {
     CompareRequest req;
     req.mode = mode;
-    req.arms = {&a.artifact, &other.artifact};
-    req.layouts = {pool("baseline"), pool(other_role)};
+    req.layouts = {pool(ImplRole::baseline), pool(other)};
+    req.arms = {req.layouts[0].front(), req.layouts[1].front()};
     req.labels = {"A", label};
     req.workloads = m_opt.workloads;
     req.gate = m_opt.gate;
@@ -560,7 +530,7 @@ private:
   }
 
   std::string aa() {
-    CompareReport c = compare(CompareMode::aa, "baseline", "A'");
+    CompareReport c = compare(CompareMode::aa, ImplRole::baseline, "A'");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
       m_inputs.aa.push_back(workload_verdict(w));
@@ -574,7 +544,7 @@ private:
   }
 
   std::string ab() {
-    CompareReport c = compare(CompareMode::ab, "candidate", "B");
+    CompareReport c = compare(CompareMode::ab, ImplRole::candidate, "B");
     std::vector<std::string> parts;
     for (const WorkloadResult& w : c.workloads) {
       m_inputs.ab.push_back(workload_verdict(w));
@@ -590,14 +560,14 @@ private:
   std::string final_validation() {
     // Re-hash every artifact and source in the bundle against the plan (all of them, not just the candidate).
     std::vector<std::string> mismatches;
-    for (const Impl& im : m_impls) {
+    for (size_t i = 0; i < m_artifacts.size(); ++i) {
       try {
-        require_identity(im);
+        require_identity(i);
       } catch (const InternalError&) {
         mismatches.push_back(m_inputs.identity_mismatches.back());
       }
     }
-    nlohmann::json now_env = capture_environment(impl("candidate").artifact.identity.compiler_version);
+    nlohmann::json now_env = capture_environment(artifact(ImplRole::candidate).identity.compiler_version);
     std::vector<EnvironmentDifference> diffs = compare_environments(m_environment, now_env);
     nlohmann::json env_diffs = nlohmann::json::array();
     for (const auto& d : diffs) {
@@ -610,7 +580,7 @@ private:
       // Fresh data, plus held-out shapes the candidate never saw and a rehearsed timing visit of secret length:
       // code special-cased to the published workloads, or honest only while it believes it is being checked,
       // fails here.
-      CheckReport r = check(impl("candidate"), "checks/candidate_final.json", m_final_nonce, std::nullopt, true);
+      CheckReport r = check(index_of(ImplRole::candidate), check_file("candidate_final"), m_final_nonce, std::nullopt, true);
       pass = r.pass();
       m_inputs.final_check_pass = pass;
       check_text = check_summary(r);
@@ -668,9 +638,10 @@ private:
   bool m_stage_failed = false;
   bool m_interrupted = false;
   Task m_task;
-  std::vector<Impl> m_impls;
+  Plan m_plan;
+  std::vector<Artifact> m_artifacts;  // the plan's implementations' builds, in its order
   uint64_t m_seed = 0, m_timing_nonce = 0, m_final_nonce = 0;
-  nlohmann::json m_environment, m_plan;
+  nlohmann::json m_environment;
   std::string m_plan_digest;
   std::string m_manifest_sha256;
   std::optional<SigningKey> m_key;

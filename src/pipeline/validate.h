@@ -6,6 +6,7 @@
 
 #include "pipeline/compare.h"
 #include "record/decision.h"
+#include "record/schema.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,13 +17,6 @@
 #include <vector>
 
 namespace kwb {
-
-inline constexpr const char* k_plan_schema = "kwb.plan";
-inline constexpr const char* k_decision_schema = "kwb.decision";
-inline constexpr const char* k_stages_schema = "kwb.stages";
-inline constexpr const char* k_controls_schema = "kwb.controls";
-inline constexpr const char* k_final_schema = "kwb.final";
-inline constexpr int k_bundle_schema_version = 1;
 
 struct ValidateOptions {
   std::filesystem::path task_dir;

@@ -50,13 +50,22 @@ BundleData read_bundle(const fs::path& dir) {
   b.fs = bfs;
   if (!bfs->ok()) {
     b.problems.push_back(bfs->error());
-    for (auto* j : {&b.plan, &b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+    b.plan_problem = "the bundle folder cannot be read";
+    for (auto* j : {&b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
     return b;
   }
   b.entries = bfs->walk(b.entries_truncated);
   // Absent files read as empty objects, so views of a damaged bundle render (and say what is missing).
   auto req = [&](const char* name) { return read_json(*bfs, name, b.problems, true).value_or(nlohmann::json::object()); };
-  b.plan = req("plan.json");
+  if (std::optional<nlohmann::json> plan = read_json(*bfs, "plan.json", b.problems, true)) {
+    try {
+      b.plan = plan_from_json(*plan);
+    } catch (const json_fields::FormatError& e) {
+      b.plan_problem = e.what();
+    }
+  } else {
+    b.plan_problem = "missing or unreadable";
+  }
   b.environment = req("environment.json");
   b.stages = req("stages.json");
   b.decision = req("decision.json");
@@ -143,18 +152,6 @@ BundleData read_bundle(const fs::path& dir) {
     }
   }
   return b;
-}
-
-std::optional<std::string> provenance_warning(const nlohmann::json& plan) {
-  if (!plan.is_object()) return std::nullopt;
-  const auto kwb = plan.find("kwb");
-  if (kwb == plan.end() || !kwb->is_object()) return std::nullopt;
-  const auto dirty = kwb->find("git_dirty");
-  if (dirty == kwb->end() || !dirty->is_boolean() || !dirty->get<bool>()) return std::nullopt;
-  const auto sha = kwb->find("git_sha");
-  return fmt::format("kwb was built from a modified git tree (commit {} plus uncommitted changes): that commit alone "
-                     "does not reproduce this run",
-                     sha != kwb->end() && sha->is_string() ? sha->get<std::string>() : std::string("unknown"));
 }
 
 }  // namespace kwb

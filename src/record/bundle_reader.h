@@ -3,6 +3,7 @@
 #pragma once
 
 #include "record/bundle_fs.h"
+#include "record/plan.h"
 
 #include <nlohmann/json.hpp>
 
@@ -50,7 +51,11 @@ struct BundleData {
   std::shared_ptr<const BundleFs> fs;        // every further read of the bundle goes through this
   std::vector<BundleFs::Entry> entries;     // what the folder holds, symlinks and all (never followed)
   bool entries_truncated = false;
-  nlohmann::json plan, environment, stages, decision, controls, final_;  // {} when absent
+  // plan.json, read strictly (record/plan.h); empty when it is missing or does not parse, and then plan_problem
+  // says why.
+  std::optional<Plan> plan;
+  std::string plan_problem;
+  nlohmann::json environment, stages, decision, controls, final_;  // {} when absent
   std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
   std::map<std::string, nlohmann::json> profiles;  // by file stem
   std::optional<nlohmann::json> aa, ab;
@@ -62,9 +67,5 @@ struct BundleData {
 // what is refused).
 BundleData read_bundle(const std::filesystem::path& dir);
 
-// What `verify` and the reports warn about, not fail on: the kwb that wrote the plan was built from a git tree with
-// changes its commit lacks (plan.json kwb.git_dirty, cmake/provenance.cmake), so that commit alone is not the code
-// that produced the bundle. Empty when the tree was clean, or the plan does not say (older bundles, no git).
-std::optional<std::string> provenance_warning(const nlohmann::json& plan);
 
 }  // namespace kwb

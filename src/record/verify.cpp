@@ -76,47 +76,6 @@ const json& object_field(const json& j, const char* key, const std::string& wher
   return v;
 }
 
-// What plan.json (covered by the decision's digest) says the run must contain. verify re-derives from this, never
-// from what a derived file claims about itself.
-struct PlannedImpl {
-  std::string role, name, expect, source_sha, artifact_sha, bundle_source, bundle_artifact;
-  bool built = false;
-  int layout = 0;
-};
-struct Plan {
-  bool ok = false;
-  std::string task, backend;
-  std::vector<std::string> case_names, timing_cases;
-  std::vector<PlannedImpl> impls;
-  std::vector<std::string> workloads;
-  std::string gate_kind;
-  double min_improvement_pct = 0, max_aa_difference_pct = 0, alpha = 0;
-  uint64_t min_blocks = 0, max_blocks = 0;
-  uint64_t seed = 0, check_nonce = 0, final_nonce = 0;
-  int layouts = 1;          // builds per arm in the layout pool
-  bool layout_offsets = false;
-  size_t tensors = 0;
-  bool profile = true;      // false: --no-profile (absent: profiled)
-
-  // The arm's layout pool in layout order: the plain build, then role + "_layout" builds.
-  std::vector<const PlannedImpl*> pool(const std::string& role) const {
-    std::vector<const PlannedImpl*> out = {impl(role)};
-    for (int v = 1; v < layouts; ++v) {
-      for (const PlannedImpl& p : impls) {
-        if (p.role == role + "_layout" && p.layout == v && p.built) out.push_back(&p);
-      }
-    }
-    return out;
-  }
-
-  const PlannedImpl* impl(const std::string& role, const std::string& name = "") const {
-    for (const PlannedImpl& p : impls) {
-      if (p.role == role && (name.empty() || p.name == name)) return &p;
-    }
-    return nullptr;
-  }
-};
-
 // What a check file must be, by its name in checks/.
 struct ExpectedCheck {
   const PlannedImpl* impl = nullptr;
@@ -138,8 +97,10 @@ public:
     step("schemas", [&] { schemas(); });
     step("plan.json", [&] { plan_digest(); });
     step("plan.json", [&] { read_plan(); });
-    if (std::optional<std::string> w = provenance_warning(m_b.plan)) m_report.warnings.push_back("plan.json: " + *w);
-    if (!m_plan.ok) {
+    if (m_b.plan) {
+      if (std::optional<std::string> w = provenance_warning(*m_b.plan)) m_report.warnings.push_back("plan.json: " + *w);
+    }
+    if (!m_plan_ok) {
       problem("plan.json: without a readable plan nothing else can be bound to it; verification stops here");
       return m_report;
     }
@@ -275,7 +236,6 @@ private:
   }
 
   void schemas() {
-    expect_schema("plan.json", m_b.plan, "kwb.plan");
     expect_schema("environment.json", m_b.environment, "kwb.environment");
     expect_schema("stages.json", m_b.stages, "kwb.stages");
     expect_schema("decision.json", m_b.decision, "kwb.decision");
@@ -301,103 +261,33 @@ private:
     }
   }
 
+  // plan.json was read strictly by the bundle reader (record/plan.h); what it could not read is this step's problem.
   void read_plan() {
-    const json& p = m_b.plan;
-    if (p.empty()) return;
-    const json& task = object_field(p, "task");
-    m_plan.task = str_field(task, "name", " of task");
-    // The oracle decided every expected output: the plan (and so its digest) must name its source and build.
-    if (const json& named = field(task, "oracle", " of task"); named.is_string()) {
-      // kwb before oracles were task code wrote the name of an oracle compiled into it, and no identity.
-      throw FieldError(fmt::format(
-          "task.oracle is the name '{}', not a record of the task's oracle: the bundle was written by a kwb from "
-          "before a task's oracle was its own code, and records nothing of the oracle to re-check; verify it with "
-          "the kwb that wrote it (plan.json's kwb.git_sha), or validate again with this one",
-          named.get<std::string>()));
+    if (!m_b.plan) {
+      problem(fmt::format("plan.json: {}", m_b.plan_problem));
+      return;
     }
-    const json& oracle = object_field(task, "oracle", " of task");
-    const std::string oracle_source = str_field(oracle, "source", " of task.oracle");
-    const std::string oracle_sha = str_field(oracle, "source_sha256", " of task.oracle");
-    if (oracle_sha.size() != 64 || oracle_sha.find_first_not_of("0123456789abcdef") != std::string::npos) {
-      throw FieldError(fmt::format("task.oracle.source_sha256 must be 64 hex digits, is '{}'", oracle_sha));
-    }
-    const json& oracle_id = object_field(oracle, "identity", " of task.oracle");
-    if (str_field(oracle_id, "source_sha256", " of task.oracle.identity") != oracle_sha ||
-        str_field(oracle_id, "key", " of task.oracle.identity").empty()) {
-      throw FieldError("task.oracle.identity does not describe a build of task.oracle.source_sha256");
-    }
-    m_plan.backend = str_field(p, "backend");
-    m_plan.profile = !p.contains("profile") || bool_field(p, "profile");
-    if (!parse_backend(m_plan.backend)) {
-      throw FieldError(
-          fmt::format("backend '{}' is not one kwb knows ({})", m_plan.backend, fmt::join(backend_names(), ", ")));
-    }
-    for (const json& c : array_field(task, "cases", " of task")) {
-      m_plan.case_names.push_back(str_field(c, "name", " of a task case"));
-      if (str_field(c, "role", " of a task case") == "timing") m_plan.timing_cases.push_back(m_plan.case_names.back());
-    }
-    for (const json& im : array_field(p, "implementations")) {
-      PlannedImpl pi;
-      pi.role = str_field(im, "role", " of an implementation");
-      pi.name = str_field(im, "name", " of an implementation");
-      pi.expect = str_field(im, "expect", " of an implementation");
-      pi.built = bool_field(im, "built", " of an implementation");
-      pi.bundle_source = str_field(im, "bundle_source", " of an implementation");
-      pi.bundle_artifact = str_field(im, "bundle_artifact", " of an implementation");
-      pi.layout = static_cast<int>(uint_field(im, "layout", " of an implementation"));
-      const json& id = object_field(im, "identity", " of an implementation");
-      pi.source_sha = str_field(id, "source_sha256", " of an identity");
-      pi.artifact_sha = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
-      m_plan.impls.push_back(pi);
-    }
-    for (const char* role : {"baseline", "candidate"}) {
-      if (m_plan.impl(role) == nullptr) throw FieldError(fmt::format("no implementation with role '{}'", role));
-    }
-    std::set<std::string> control_names;
-    for (const PlannedImpl& pi : m_plan.impls) {
-      if (pi.role == "control" && !control_names.insert(pi.name).second) {
-        throw FieldError(fmt::format("control '{}' is planned twice", pi.name));
-      }
-    }
-    for (const json& w : array_field(p, "workloads")) {
-      if (!w.is_string()) throw FieldError("field 'workloads' must list names");
-      m_plan.workloads.push_back(w.get<std::string>());
-    }
-    // No --workload: every timing case, in the task's order (as compare runs them).
-    if (m_plan.workloads.empty()) m_plan.workloads = m_plan.timing_cases;
-    const json& g = object_field(p, "gates");
-    m_plan.gate_kind = str_field(g, "kind", " of gates");
-    if (m_plan.gate_kind != "ci" && m_plan.gate_kind != "point") throw FieldError("gates.kind must be 'ci' or 'point'");
-    m_plan.min_improvement_pct = num_field(g, "min_improvement_pct", " of gates");
-    m_plan.max_aa_difference_pct = num_field(g, "max_aa_difference_pct", " of gates");
-    m_plan.alpha = num_field(g, "alpha", " of gates");
-    if (!(m_plan.alpha > 0 && m_plan.alpha < 1)) throw FieldError("gates.alpha must lie in (0, 1)");
-    const json& bu = object_field(p, "budgets");
-    m_plan.min_blocks = uint_field(bu, "min_blocks", " of budgets");
-    m_plan.max_blocks = uint_field(bu, "max_blocks", " of budgets");
-    const json& lay = object_field(p, "layout");
-    m_plan.layouts = static_cast<int>(uint_field(lay, "layouts", " of layout"));
-    if (m_plan.layouts < 1 || m_plan.layouts > 64) throw FieldError("layout.layouts must be 1..64");
-    m_plan.layout_offsets = bool_field(lay, "offsets", " of layout");
-    m_plan.tensors = uint_field(lay, "tensors", " of layout");
-    const json& s = object_field(p, "seeds");
-    m_plan.seed = uint_field(s, "seed", " of seeds");
-    m_plan.check_nonce = uint_field(s, "check_nonce", " of seeds");
-    m_plan.final_nonce = uint_field(s, "final_nonce", " of seeds");
-    m_plan.ok = true;
+    m_plan = *m_b.plan;
+    m_plan_ok = true;
+    m_workloads = m_plan.effective_workloads();
+    m_case_names = m_plan.case_names();
+    m_timing_cases = m_plan.timing_cases();
     verified(fmt::format("plan.json: the task's oracle {} is recorded with its source digest and build identity",
-                         oracle_source));
+                         m_plan.task.oracle.source));
     verified(fmt::format("plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
                          "least {} blocks; everything below is bound to these",
-                         m_plan.impls.size(), fmt::join(m_plan.workloads, ", "), m_plan.gate_kind,
-                         m_plan.min_improvement_pct, m_plan.max_aa_difference_pct, m_plan.alpha, m_plan.min_blocks));
+                         m_plan.implementations.size(), fmt::join(m_workloads, ", "), gate_kind(),
+                         m_plan.gates.min_improvement_pct, m_plan.gates.max_aa_difference_pct, m_plan.gates.alpha,
+                         m_plan.budgets.min_blocks));
   }
+
+  std::string gate_kind() const { return m_plan.gates.kind == stats::GateKind::point ? "point" : "ci"; }
 
   void artifacts() {
     size_t n = 0;
-    for (const PlannedImpl& im : m_plan.impls) {
-      for (auto [rel, planned, what] : {std::tuple{im.bundle_source, im.source_sha, "source_sha256"},
-                                        std::tuple{im.bundle_artifact, im.artifact_sha, "artifact_sha256"}}) {
+    for (const PlannedImpl& im : m_plan.implementations) {
+      for (auto [rel, planned, what] : {std::tuple{im.bundle_source, im.source_sha256(), "source_sha256"},
+                                        std::tuple{im.bundle_artifact, im.artifact_sha256(), "artifact_sha256"}}) {
         if (rel.empty()) continue;
         std::string why;
         std::optional<std::string> now = m_b.fs->sha256(rel, why);
@@ -422,11 +312,14 @@ private:
   }
 
   std::optional<ExpectedCheck> expected_check(const std::string& stem) const {
-    if (stem == "baseline") return ExpectedCheck{m_plan.impl("baseline"), m_plan.check_nonce, false, ""};
-    if (stem == "candidate") return ExpectedCheck{m_plan.impl("candidate"), m_plan.check_nonce, false, ""};
-    if (stem == "candidate_final") return ExpectedCheck{m_plan.impl("candidate"), m_plan.final_nonce, true, ""};
-    if (stem.rfind("control_", 0) == 0) {
-      if (const PlannedImpl* c = m_plan.impl("control", stem.substr(8))) return ExpectedCheck{c, m_plan.check_nonce, false, c->expect};
+    const uint64_t check_nonce = m_plan.seeds.check_nonce;
+    if (stem == "baseline") return ExpectedCheck{m_plan.impl(ImplRole::baseline), check_nonce, false, ""};
+    if (stem == "candidate") return ExpectedCheck{m_plan.impl(ImplRole::candidate), check_nonce, false, ""};
+    if (stem == "candidate_final") return ExpectedCheck{m_plan.impl(ImplRole::candidate), m_plan.seeds.final_nonce, true, ""};
+    for (const PlannedImpl& c : m_plan.implementations) {
+      if (c.role == ImplRole::control && stem == control_check_stem(c.name)) {
+        return ExpectedCheck{&c, check_nonce, false, to_string(c.expect)};
+      }
     }
     return std::nullopt;
   }
@@ -434,9 +327,9 @@ private:
   // The cases a check of this kind must cover: every published case, and for the final re-check one held-out case
   // per published case plus one rehearsal of a timing case.
   std::multiset<std::string> expected_cases(bool held_out) const {
-    std::multiset<std::string> out(m_plan.case_names.begin(), m_plan.case_names.end());
+    std::multiset<std::string> out(m_case_names.begin(), m_case_names.end());
     if (held_out) {
-      for (const std::string& n : m_plan.case_names) out.insert(n + "~held_out");
+      for (const std::string& n : m_case_names) out.insert(n + "~held_out");
     }
     return out;
   }
@@ -476,18 +369,18 @@ private:
     const json& impl = object_field(c, "implementation");
     const json& id = object_field(impl, "identity", " of implementation");
     const std::string art = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
-    if (str_field(id, "source_sha256", " of implementation.identity") != ex->impl->source_sha ||
-        (ex->impl->built && art != ex->impl->artifact_sha)) {
+    if (str_field(id, "source_sha256", " of implementation.identity") != ex->impl->source_sha256() ||
+        (ex->impl->built && art != ex->impl->artifact_sha256())) {
       problem(fmt::format("{}: checks source {} / artifact {}, but the plan's {} is {} / {}", file,
-                          str_field(id, "source_sha256"), art, ex->impl->name, ex->impl->source_sha,
-                          ex->impl->artifact_sha));
+                          str_field(id, "source_sha256"), art, ex->impl->name, ex->impl->source_sha256(),
+                          ex->impl->artifact_sha256()));
     }
     if (bool_field(impl, "built", " of implementation") != ex->impl->built) {
       problem(fmt::format("{}: says built = {}, the plan says {}", file, !ex->impl->built, ex->impl->built));
     }
-    if (str_field(c, "task") != m_plan.task || str_field(c, "backend") != m_plan.backend) {
+    if (str_field(c, "task") != m_plan.task.name || str_field(c, "backend") != to_string(m_plan.backend)) {
       problem(fmt::format("{}: a check of task '{}' on '{}', the plan is task '{}' on '{}'", file, str_field(c, "task"),
-                          str_field(c, "backend"), m_plan.task, m_plan.backend));
+                          str_field(c, "backend"), m_plan.task.name, m_plan.backend));
     }
     const json& rq = object_field(c, "request");
     if (uint_field(rq, "nonce", " of request") != ex->nonce || bool_field(rq, "held_out", " of request") != ex->held_out ||
@@ -506,7 +399,7 @@ private:
     for (const std::string& n : ran) {
       const size_t t = n.rfind("~rehearsal");
       if (ex->held_out && t != std::string::npos && t + 10 == n.size() &&
-          std::find(m_plan.timing_cases.begin(), m_plan.timing_cases.end(), n.substr(0, t)) != m_plan.timing_cases.end()) {
+          std::find(m_timing_cases.begin(), m_timing_cases.end(), n.substr(0, t)) != m_timing_cases.end()) {
         ++rehearsals;
         continue;
       }
@@ -534,10 +427,8 @@ private:
 
   // Whether the plan's candidate (its plain build) compiled; empty without a plan.
   std::optional<bool> candidate_built() const {
-    for (const PlannedImpl& p : m_plan.impls) {
-      if (p.role == "candidate") return p.built;
-    }
-    return std::nullopt;
+    if (!m_plan_ok) return std::nullopt;
+    return m_plan.impl(ImplRole::candidate)->built;
   }
 
   std::optional<bool> pass_of(const std::string& stem) const {
@@ -553,25 +444,21 @@ private:
       for (const json& c : array_field(m_b.controls, "controls")) listed.insert(str_field(c, "name", " of a control"));
     }
     size_t killed = 0;
-    for (const PlannedImpl& pc : m_plan.impls) {
-      if (pc.role != "control") continue;
-      auto it = m_b.checks.find("control_" + pc.name);
-      if (it == m_b.checks.end() || !m_check_pass.contains("control_" + pc.name)) {
+    for (const PlannedImpl& pc : m_plan.implementations) {
+      if (pc.role != ImplRole::control) continue;
+      const std::string stem = control_check_stem(pc.name);
+      auto it = m_b.checks.find(stem);
+      if (it == m_b.checks.end() || !m_check_pass.contains(stem)) {
         if (!m_b.controls.empty()) {
-          problem(fmt::format("controls.json: planned control '{}' has no usable checks/control_{}.json", pc.name, pc.name));
+          problem(fmt::format("controls.json: planned control '{}' has no usable {}", pc.name, check_file(stem)));
         }
         continue;
       }
-      const std::optional<FailureReason> expect = parse_failure_reason(pc.expect);
-      if (!expect) {
-        problem(fmt::format("plan.json: control '{}' expects '{}', which is not a failure reason kwb knows", pc.name,
-                            pc.expect));
-        continue;
-      }
-      const bool rejected = !m_check_pass.at("control_" + pc.name);
+      const FailureReason expect = *pc.expect;  // every planned control has one (plan_from_json)
+      const bool rejected = !m_check_pass.at(stem);
       bool seen = false;
-      for (const json& f : array_field(it->second, "failures")) seen = seen || f.value("reason", "") == pc.expect;
-      ControlOutcome o{pc.name, *expect, rejected, seen, rejected};
+      for (const json& f : array_field(it->second, "failures")) seen = seen || f.value("reason", "") == to_string(expect);
+      ControlOutcome o{pc.name, expect, rejected, seen, rejected};
       m_inputs.controls.push_back(o);
       killed += rejected && seen;
       if (m_b.controls.empty()) continue;
@@ -581,17 +468,17 @@ private:
       }
       for (const json& c : array_field(m_b.controls, "controls")) {
         if (str_field(c, "name") != pc.name) continue;
-        if (str_field(c, "expect") != pc.expect || bool_field(c, "rejected") != rejected ||
+        if (str_field(c, "expect") != to_string(expect) || bool_field(c, "rejected") != rejected ||
             bool_field(c, "expected_reason_seen") != seen || bool_field(c, "timing_refused") != rejected ||
             !field(c, "metric", "").is_null()) {
           problem(fmt::format("controls.json: control '{}' does not match its plan and check (rejected {}, expected "
                               "reason '{}' seen {})",
-                              pc.name, rejected, pc.expect, seen));
+                              pc.name, rejected, expect, seen));
         }
       }
     }
     for (const std::string& n : listed) {
-      if (m_plan.impl("control", n) == nullptr) problem(fmt::format("controls.json: control '{}' is not in the plan", n));
+      if (m_plan.impl(ImplRole::control, n) == nullptr) problem(fmt::format("controls.json: control '{}' is not in the plan", n));
     }
     if (!m_b.controls.empty() && uint_field(m_b.controls, "killed") != killed) {
       problem(fmt::format("controls.json: killed = {} but the checks show {}", uint_field(m_b.controls, "killed"), killed));
@@ -611,54 +498,57 @@ private:
     const std::string other = aa ? "A'" : "B";
     // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
     const json& g = object_field(*cmp, "gate");
-    if (str_field(g, "kind") != m_plan.gate_kind || !close(num_field(g, "min_improvement_pct"), m_plan.min_improvement_pct) ||
-        !close(num_field(g, "max_aa_difference_pct"), m_plan.max_aa_difference_pct) || !close(num_field(g, "alpha"), m_plan.alpha)) {
+    const PlanGates& pg = m_plan.gates;
+    if (str_field(g, "kind") != gate_kind() || !close(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
+        !close(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close(num_field(g, "alpha"), pg.alpha)) {
       problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {})", file, g.dump(),
-                          m_plan.gate_kind, m_plan.min_improvement_pct, m_plan.max_aa_difference_pct, m_plan.alpha));
+                          gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha));
     }
     const json& bu = object_field(*cmp, "budgets");
-    if (uint_field(bu, "min_blocks") != m_plan.min_blocks || uint_field(bu, "max_blocks") != m_plan.max_blocks) {
+    const PlanBudgets& pb = m_plan.budgets;
+    if (uint_field(bu, "min_blocks") != pb.min_blocks || uint_field(bu, "max_blocks") != pb.max_blocks) {
       problem(fmt::format("{}: budgets {} differ from the plan's (min_blocks {}, max_blocks {})", file, bu.dump(),
-                          m_plan.min_blocks, m_plan.max_blocks));
+                          pb.min_blocks, pb.max_blocks));
     }
-    const uint64_t seed = mix_seed(m_plan.seed, aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
+    const uint64_t seed = mix_seed(m_plan.seeds.seed, aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
     if (uint_field(*cmp, "seed") != seed) {
       problem(fmt::format("{}: seed {} but the plan's seed gives {}", file, uint_field(*cmp, "seed"), seed));
     }
     // The arms are the plan's implementations, each with its layout pool (A/A: the baseline's, twice).
     const json& arms = array_field(*cmp, "arms");
-    const std::string roles[2] = {"baseline", aa ? "baseline" : "candidate"};
+    const ImplRole roles[2] = {ImplRole::baseline, aa ? ImplRole::baseline : ImplRole::candidate};
     if (arms.size() != 2) {
       problem(fmt::format("{}: {} arms, expected 2", file, arms.size()));
     } else {
       for (size_t i = 0; i < 2; ++i) {
         const json& id = object_field(arms[i], "identity");
-        const std::vector<const PlannedImpl*> want = m_plan.pool(roles[i]);
+        const std::vector<size_t> want = m_plan.pool(roles[i]);
+        auto planned_sha = [&](size_t v) { return m_plan.implementations[want[v]].artifact_sha256(); };
         const json& layouts = array_field(arms[i], "layouts");
         bool same = str_field(arms[i], "label") == (i == 0 ? "A" : other) && id.contains("artifact_sha256") &&
-                    id["artifact_sha256"] == want[0]->artifact_sha && layouts.size() == want.size();
-        for (size_t v = 0; same && v < want.size(); ++v) same = str_field(layouts[v], "artifact_sha256") == want[v]->artifact_sha;
-        if (!same) problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, roles[i], want.size()));
+                    id["artifact_sha256"] == planned_sha(0) && layouts.size() == want.size();
+        for (size_t v = 0; same && v < want.size(); ++v) same = str_field(layouts[v], "artifact_sha256") == planned_sha(v);
+        if (!same) problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, to_string(roles[i]), want.size()));
       }
     }
     // The plan's gate, as the decision procedure takes it (stats/sequential.h): the same procedure compare ran.
     stats::SequentialGate gate;
     gate.aa = aa;
-    gate.kind = m_plan.gate_kind == "point" ? stats::GateKind::point : stats::GateKind::ci;
-    gate.min_improvement_pct = m_plan.min_improvement_pct;
-    gate.max_aa_difference_pct = m_plan.max_aa_difference_pct;
-    gate.alpha = m_plan.alpha;
-    gate.min_blocks = m_plan.min_blocks;
+    gate.kind = pg.kind;
+    gate.min_improvement_pct = pg.min_improvement_pct;
+    gate.max_aa_difference_pct = pg.max_aa_difference_pct;
+    gate.alpha = pg.alpha;
+    gate.min_blocks = pb.min_blocks;
     // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
     // evidence, not a workload that did not matter.
     std::vector<std::string> names;
     for (const json& w : array_field(*cmp, "workloads")) names.push_back(str_field(w, "name", " of a workload"));
-    if (names != m_plan.workloads) {
+    if (names != m_workloads) {
       problem(fmt::format("{}: workloads [{}], but the plan requires [{}]", file, fmt::join(names, ", "),
-                          fmt::join(m_plan.workloads, ", ")));
+                          fmt::join(m_workloads, ", ")));
     }
     auto& out = aa ? m_inputs.aa : m_inputs.ab;
-    for (const std::string& planned : m_plan.workloads) {
+    for (const std::string& planned : m_workloads) {
       // Missing evidence is never a pass: the decision replays it as inconclusive.
       if (std::find(names.begin(), names.end(), planned) == names.end()) {
         out.push_back({planned, stats::Verdict::inconclusive, std::nullopt, std::nullopt});
@@ -669,9 +559,9 @@ private:
       const json& w = workloads[wi];
       const std::string name = str_field(w, "name");
       const std::string where = fmt::format("{} workload '{}'", file, name);
-      const auto planned_at = std::find(m_plan.workloads.begin(), m_plan.workloads.end(), name);
-      if (planned_at == m_plan.workloads.end()) continue;  // reported above; never enters the decision
-      step(where, [&] { workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_plan.workloads.begin()),
+      const auto planned_at = std::find(m_workloads.begin(), m_workloads.end(), name);
+      if (planned_at == m_workloads.end()) continue;  // reported above; never enters the decision
+      step(where, [&] { workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_workloads.begin()),
                                  seed, gate); });
     }
   }
@@ -736,7 +626,7 @@ private:
     if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
     std::vector<double> d;
     const uint64_t blocks = uint_field(w, "blocks");
-    if (blocks > m_plan.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.max_blocks));
+    if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
     bool complete = true;
     for (uint64_t blk = 0; blk < blocks; ++blk) {
       auto a = cells.find({static_cast<int>(blk), "A"});
@@ -813,8 +703,8 @@ private:
   // arm's layout sensitivity follows from the visits' medians.
   void layouts_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
                   const std::string& where, uint64_t seed) {
-    if (uint_field(w, "layouts") != static_cast<uint64_t>(m_plan.layouts)) {
-      problem(fmt::format("{}: {} layouts, the plan has {}", where, uint_field(w, "layouts"), m_plan.layouts));
+    if (uint_field(w, "layouts") != static_cast<uint64_t>(m_plan.layout.layouts)) {
+      problem(fmt::format("{}: {} layouts, the plan has {}", where, uint_field(w, "layouts"), m_plan.layout.layouts));
     }
     size_t wrong = 0;
     std::map<std::pair<std::string, int>, std::pair<int, std::vector<double>>> visits;
@@ -822,7 +712,7 @@ private:
       if (s.comparison != tag || s.workload != name || s.block < 0) continue;
       const size_t arm = s.arm == "A" ? 0 : 1;
       const stats::VisitLayout want =
-          stats::visit_layout(seed, arm, s.block, m_plan.layouts, m_plan.tensors, m_plan.layout_offsets);
+          stats::visit_layout(seed, arm, s.block, m_plan.layout.layouts, m_plan.layout.tensors, m_plan.layout.offsets);
       if (!s.has_layout || s.layout != want.variant || s.stack_offset != want.stack_offset ||
           s.tensor_offsets != want.tensor_offsets) {
         if (wrong++ == 0) {
@@ -844,7 +734,7 @@ private:
       for (const auto& [key, v] : visits) {
         if (key.first == labels[arm]) medians.emplace_back(v.first, stats::median(v.second));
       }
-      const stats::LayoutSensitivity l = stats::layout_sensitivity(medians, m_plan.layouts, seed ^ arm);
+      const stats::LayoutSensitivity l = stats::layout_sensitivity(medians, m_plan.layout.layouts, seed ^ arm);
       if (recorded.size() != 2 || bool_field(recorded[arm], "available") != l.available ||
           (l.available && (!close(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
                            !close(num_field(recorded[arm], "ci_low_pct"), l.ci_low_pct) ||
@@ -862,7 +752,7 @@ private:
     for (const SampleRow& s : m_b.samples) {
       const bool aa = s.comparison == "aa";
       const bool known_cmp = (aa && m_b.aa) || (s.comparison == "ab" && m_b.ab);
-      const bool known_workload = std::find(m_plan.workloads.begin(), m_plan.workloads.end(), s.workload) != m_plan.workloads.end();
+      const bool known_workload = std::find(m_workloads.begin(), m_workloads.end(), s.workload) != m_workloads.end();
       const bool known_arm = s.arm == "A" || s.arm == (aa ? "A'" : "B");
       auto blocks = m_workload_blocks.find({s.comparison, s.workload});
       // An INVALID workload ends in the block that failed, which it does not count.
@@ -906,8 +796,10 @@ private:
     if (ran("check_candidate")) require(m_b.checks.contains("candidate"), "check_candidate", "checks/candidate.json");
     if (ran("controls")) {
       require(!m_b.controls.empty(), "controls", "controls.json");
-      for (const PlannedImpl& pc : m_plan.impls) {
-        if (pc.role == "control") require(m_b.checks.contains("control_" + pc.name), "controls", "checks/control_" + pc.name + ".json");
+      for (const PlannedImpl& pc : m_plan.implementations) {
+        if (pc.role == ImplRole::control) {
+          require(m_b.checks.contains(control_check_stem(pc.name)), "controls", check_file(control_check_stem(pc.name)));
+        }
       }
     }
     const bool both_pass = pass_of("baseline").value_or(false) && pass_of("candidate").value_or(false);
@@ -928,8 +820,8 @@ private:
       if (!m_b.final_.empty() && pass_of("candidate").value_or(false) && array_field(m_b.final_, "identity_mismatches").empty()) {
         require(m_b.checks.contains("candidate_final"), "final_validation", "checks/candidate_final.json");
       }
-      if (!m_b.final_.empty() && uint_field(m_b.final_, "final_nonce") != m_plan.final_nonce) {
-        problem(fmt::format("final.json: final_nonce {} but the plan's is {}", uint_field(m_b.final_, "final_nonce"), m_plan.final_nonce));
+      if (!m_b.final_.empty() && uint_field(m_b.final_, "final_nonce") != m_plan.seeds.final_nonce) {
+        problem(fmt::format("final.json: final_nonce {} but the plan's is {}", uint_field(m_b.final_, "final_nonce"), m_plan.seeds.final_nonce));
       }
     }
   }
@@ -940,7 +832,7 @@ private:
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.candidate_built = candidate_built();
     m_inputs.final_check_pass = pass_of("candidate_final");
-    m_inputs.min_improvement_pct = m_plan.min_improvement_pct;
+    m_inputs.min_improvement_pct = m_plan.gates.min_improvement_pct;
     if (!m_b.final_.empty()) {
       for (const json& m : array_field(m_b.final_, "identity_mismatches")) {
         if (!m.is_string()) throw FieldError("final.json: identity_mismatches must list strings");
@@ -985,6 +877,8 @@ private:
   BundleData m_b;
   VerifyReport m_report;
   Plan m_plan;
+  bool m_plan_ok = false;
+  std::vector<std::string> m_workloads, m_case_names, m_timing_cases;  // from the plan
   std::map<std::string, bool> m_check_pass;  // by check stem, re-derived
   std::map<std::pair<std::string, std::string>, uint64_t> m_workload_blocks;
   DecisionInputs m_inputs;

@@ -24,13 +24,11 @@ std::string str(const json& j, const char* key, const std::string& fallback = "-
   return j[key].is_string() ? j[key].get<std::string>() : j[key].dump();
 }
 
-// The oracle a bundle's plan names: its source file and the start of its SHA-256 (plan.json task.oracle); a bundle
-// of a kwb whose oracles were built in names it by a string.
-std::string oracle_text(const json& task) {
-  const json oracle = task.value("oracle", json());
-  if (oracle.is_string()) return fmt::format("kwb's built-in '{}'", oracle.get<std::string>());
-  const std::string sha = str(oracle, "source_sha256");
-  return fmt::format("{}, SHA-256 {}", str(oracle, "source"), sha.size() > 12 ? sha.substr(0, 12) + "..." : sha);
+// The oracle a bundle's plan names: its source file and the start of its SHA-256.
+std::string oracle_text(const Plan* plan) {
+  if (plan == nullptr) return "-";
+  const std::string& sha = plan->task.oracle.source_sha256;
+  return fmt::format("{}, SHA-256 {}", plan->task.oracle.source, sha.size() > 12 ? sha.substr(0, 12) + "..." : sha);
 }
 
 std::string pct(const json& w, const char* key) {
@@ -93,11 +91,9 @@ struct ReportModel {
   std::vector<std::string> warnings;
 };
 
-std::string impl_label(const json& plan, const std::string& role) {
-  for (const json& im : plan.value("implementations", json::array())) {
-    if (im.value("role", "") == role) return im.value("source", "?");
-  }
-  return "?";
+std::string impl_label(const BundleData& b, ImplRole role) {
+  const PlannedImpl* im = b.plan ? b.plan->impl(role) : nullptr;
+  return im ? im->source : "?";
 }
 
 ReportModel build_model(const BundleData& b) {
@@ -105,8 +101,8 @@ ReportModel build_model(const BundleData& b) {
   m.decision = str(b.decision, "decision", "NO DECISION (incomplete bundle)");
   m.reasons = b.decision.is_object() ? b.decision.value("reasons", std::vector<std::string>{}) : std::vector<std::string>{};
   const json scope = b.decision.is_object() ? b.decision.value("scope", json::object()) : json::object();
-  const json task = b.plan.is_object() ? b.plan.value("task", json::object()) : json::object();
-  m.title = fmt::format("kwb validate: {} on task {}", m.decision, str(task, "name"));
+  const Plan* plan = b.plan ? &*b.plan : nullptr;
+  m.title = fmt::format("kwb validate: {} on task {}", m.decision, plan ? plan->task.name : "-");
   m.digest = str(b.decision, "plan_digest");
   std::string dtypes;
   for (const json& d : scope.value("dtypes", json::array())) dtypes += (dtypes.empty() ? "" : ", ") + d.get<std::string>();
@@ -118,7 +114,6 @@ ReportModel build_model(const BundleData& b) {
                              dtypes.empty() ? "-" : dtypes,
                              workloads.empty() ? "none" : workloads);
 
-  const json gates = b.plan.value("gates", json::object());
   m.workloads.header = {"workload", "improvement (B vs A)", "interval", "MDE", "blocks", "verdict",
                         "A/A (A' vs A)", "A/A interval", "A/A verdict"};
   std::vector<std::string> names;
@@ -234,20 +229,22 @@ ReportModel build_model(const BundleData& b) {
   }
 
   m.implementations.header = {"role", "source", "source sha256", "artifact sha256", "built"};
-  for (const json& im : b.plan.value("implementations", json::array())) {
-    const json id = im.value("identity", json::object());
-    m.implementations.rows.push_back({im.value("role", "?") + (im.value("role", "") == "control" ? " " + im.value("name", "") : ""),
-                                      im.value("source", "?"), short_hash(str(id, "source_sha256")),
-                                      short_hash(str(id, "artifact_sha256")), im.value("built", false) ? "yes" : "NO"});
+  for (const PlannedImpl& im : plan ? plan->implementations : std::vector<PlannedImpl>{}) {
+    m.implementations.rows.push_back(
+        {std::string(to_string(im.role)) + (im.role == ImplRole::control ? " " + im.name : ""), im.source,
+         short_hash(im.source_sha256()), short_hash(im.artifact_sha256()), im.built ? "yes" : "NO"});
   }
   m.environment.header = {"item", "value"};
   for (const char* k : {"cpu_model", "logical_cores", "governor", "kernel", "compiler", "memory_total"}) {
     m.environment.rows.push_back({k, str(b.environment, k)});
   }
-  const json kwb = b.plan.value("kwb", json::object());
-  m.environment.rows.push_back({"kwb", fmt::format("{} (git {}, binary {})", str(kwb, "version"),
-                                                   short_hash(str(kwb, "git_sha")), short_hash(str(kwb, "binary_sha256")))});
-  if (std::optional<std::string> w = provenance_warning(b.plan)) m.warnings.push_back(*w);
+  if (plan) {
+    m.environment.rows.push_back({"kwb", fmt::format("{} (git {}, binary {})", plan->kwb.version,
+                                                     short_hash(plan->kwb.git_sha), short_hash(plan->kwb.binary_sha256))});
+    if (std::optional<std::string> w = provenance_warning(*plan)) m.warnings.push_back(*w);
+  } else {
+    m.warnings.push_back("plan.json: " + b.plan_problem);
+  }
   for (const json& w : b.environment.value("warnings", json::array())) m.warnings.push_back(w.get<std::string>());
 
   m.limits = {
@@ -256,12 +253,11 @@ ReportModel build_model(const BundleData& b) {
                   str(scope, "machine"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes),
       fmt::format("Correctness is judged against the task's oracle ({}) within rtol {} and atol {} on the task's "
                   "cases and on fresh data at final validation; inputs outside those cases were not tried.",
-                  oracle_text(task),
-                  str(task.value("tolerance", json::object()), "rtol"),
-                  str(task.value("tolerance", json::object()), "atol")),
+                  oracle_text(plan), plan ? fmt::format("{}", plan->task.tolerance.rtol) : "-",
+                  plan ? fmt::format("{}", plan->task.tolerance.atol) : "-"),
       fmt::format("Intervals are per-block log-ratio intervals at the confidence each look spent (alpha {} spread "
                   "over looks); an effect smaller than the MDE shown could go undetected.",
-                  str(gates, "alpha")),
+                  plan ? fmt::format("{}", plan->gates.alpha) : "-"),
       "Timings are host wall-clock times of single calls with warm caches for inputs that fit in them; the profile "
       "section is descriptive and never part of the decision."};
   return m;
@@ -276,7 +272,7 @@ std::string render_markdown(const BundleData& b) {
   auto md = [](const std::string& t) { return escape_markdown(t); };
   std::string out = fmt::format("# {}\n\n", md(m.title));
   out += fmt::format("**Decision: {}**  \n", md(m.decision));
-  out += fmt::format("Candidate {} vs baseline {}.  \n", md(impl_label(b.plan, "candidate")), md(impl_label(b.plan, "baseline")));
+  out += fmt::format("Candidate {} vs baseline {}.  \n", md(impl_label(b, ImplRole::candidate)), md(impl_label(b, ImplRole::baseline)));
   out += fmt::format("Scope: {}.  \nPlan digest: {}\n\n", md(m.scope_line), md(m.digest));
   for (const std::string& r : m.reasons) out += fmt::format("- {}\n", escape_markdown(r, true));
   out += "\n## Workloads\n\n" + m.workloads.markdown();
@@ -327,9 +323,8 @@ std::string ratio_panel(const json& w, const std::string& title, const std::vect
 
 std::string render_html(const BundleData& b) {
   const ReportModel m = build_model(b);
-  const json gates = b.plan.value("gates", json::object());
-  const double bar = gates.value("min_improvement_pct", 0.0);
-  const double aa_bound = gates.value("max_aa_difference_pct", 1.0);
+  const double bar = b.plan ? b.plan->gates.min_improvement_pct : 0.0;
+  const double aa_bound = b.plan ? b.plan->gates.max_aa_difference_pct : 1.0;
   // Red for INVALID and for anything the bundle says that is not a decision.
   const std::optional<DecisionKind> decision = parse_decision(m.decision);
   const std::string color = decision == DecisionKind::keep_candidate ? "#1a7f37"
@@ -349,7 +344,7 @@ std::string render_html(const BundleData& b) {
                      svg::escape(m.title), color, svg::escape(m.decision));
   out += fmt::format("<p>Candidate <code>{}</code> vs baseline <code>{}</code><br>Scope: {}<br>Plan digest: "
                      "<code>{}</code></p>\n<ul>",
-                     svg::escape(impl_label(b.plan, "candidate")), svg::escape(impl_label(b.plan, "baseline")),
+                     svg::escape(impl_label(b, ImplRole::candidate)), svg::escape(impl_label(b, ImplRole::baseline)),
                      svg::escape(m.scope_line), svg::escape(m.digest));
   for (const std::string& r : m.reasons) out += "<li>" + svg::escape(r) + "</li>";
   out += "</ul>\n<h2>Workloads</h2>\n" + m.workloads.html();

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 
 namespace {
 
@@ -62,14 +63,14 @@ TEST(report_test, incomplete_bundle_still_renders_and_says_so) {
 TEST(report_test, a_plan_from_a_modified_tree_is_a_warning) {
   kwb::BundleData b = kwb::read_bundle(k_golden / "bundle_decode");
   EXPECT_EQ(kwb::render_markdown(b).find("modified git tree"), std::string::npos);  // the golden plan does not say
-  b.plan["kwb"]["git_dirty"] = true;
-  const std::string warning =
-      "kwb was built from a modified git tree (commit " + b.plan["kwb"]["git_sha"].get<std::string>();
+  ASSERT_TRUE(b.plan) << b.plan_problem;
+  b.plan->kwb.git_dirty = true;
+  const std::string warning = "kwb was built from a modified git tree (commit " + b.plan->kwb.git_sha;
   EXPECT_NE(kwb::render_markdown(b).find(warning), std::string::npos) << kwb::render_markdown(b);
   EXPECT_NE(kwb::render_html(b).find(warning), std::string::npos);
-  for (const nlohmann::json& clean : {nlohmann::json(false), nlohmann::json(), nlohmann::json("yes")}) {
-    b.plan["kwb"]["git_dirty"] = clean;
-    EXPECT_EQ(kwb::render_markdown(b).find("modified git tree"), std::string::npos) << clean.dump();
+  for (const std::optional<bool> clean : {std::optional<bool>(false), std::optional<bool>()}) {
+    b.plan->kwb.git_dirty = clean;
+    EXPECT_EQ(kwb::render_markdown(b).find("modified git tree"), std::string::npos) << clean.has_value();
   }
 }
 
@@ -93,25 +94,34 @@ TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
   std::filesystem::remove_all(d);
 }
 
-}  // namespace// A bundle from before the oracle was task code names a built-in oracle ("oracle": "rmsnorm"): verify says which
-// kwb wrote it and what to do, rather than only that a field has the wrong type.
-TEST(VerifyOldBundle, an_oracle_given_by_name_says_the_bundle_predates_oracles_as_task_code) {
+}  // namespace
+
+// A bundle of another format version is refused as such: verify says which kwb to verify it with, rather than
+// listing every field that moved. Inside this version, a field of the wrong shape (an oracle given by name, as kwb
+// wrote before oracles were task code) names its path.
+TEST(VerifyOldBundle, a_plan_of_another_schema_version_says_to_verify_it_with_the_kwb_that_wrote_it) {
   const std::filesystem::path d =
-      std::filesystem::temp_directory_path() / ("kwb-old-oracle-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
-  nlohmann::json plan = nlohmann::json::parse(kwb::read_file(d / "plan.json"));
-  plan["task"]["oracle"] = "rmsnorm";
-  kwb::write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
-  const kwb::VerifyReport r = kwb::verify_bundle(d);
-  EXPECT_FALSE(r.ok());
-  bool said = false;
-  for (const std::string& p : r.problems) {
-    said = said || (p.starts_with("plan.json: task.oracle is the name 'rmsnorm'") &&
-                    p.find("verify it with the kwb that wrote it") != std::string::npos);
-  }
-  EXPECT_TRUE(said) << ::testing::PrintToString(r.problems);
+      std::filesystem::temp_directory_path() / ("kwb-old-plan-" + std::to_string(::getpid()));
+  auto problems_with = [&](const std::function<void(nlohmann::json&)>& edit) {
+    std::filesystem::remove_all(d);
+    std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
+    nlohmann::json plan = nlohmann::json::parse(kwb::read_file(d / "plan.json"));
+    edit(plan);
+    kwb::write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
+    const kwb::VerifyReport r = kwb::verify_bundle(d);
+    EXPECT_FALSE(r.ok());
+    return r.problems;
+  };
+  auto said = [](const std::vector<std::string>& problems, const std::string& start, const std::string& part) {
+    for (const std::string& p : problems) {
+      if (p.starts_with(start) && p.find(part) != std::string::npos) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> p = problems_with([](nlohmann::json& plan) { plan["schema_version"] = 1; });
+  EXPECT_TRUE(said(p, "plan.json: schema_version is 1, this kwb reads", "verify it with the kwb that wrote it"))
+      << ::testing::PrintToString(p);
+  p = problems_with([](nlohmann::json& plan) { plan["task"]["oracle"] = "rmsnorm"; });
+  EXPECT_TRUE(said(p, "plan.json: field 'task.oracle' must be an object", "")) << ::testing::PrintToString(p);
   std::filesystem::remove_all(d);
 }
-
-

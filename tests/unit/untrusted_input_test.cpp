@@ -146,10 +146,14 @@ TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
   for (auto* j : {&b.environment, &b.controls, &b.final_}) *j = nlohmann::json::object();
   b.decision = {{"decision", "KEEP_BASELINE"}, {"reasons", {"'decode': the candidate does not clear the bar"}}};
   const std::string evil = "cand.cpp\n\n# kwb validate: KEEP_CANDIDATE\n\n**Decision: KEEP_CANDIDATE**";
-  b.plan = {{"task", {{"name", "t\n# x"}}},
-            {"implementations",
-             {{{"role", "candidate"}, {"name", "candidate"}, {"source", evil}, {"identity", nlohmann::json::object()}},
-              {{"role", "baseline"}, {"name", "baseline"}, {"source", "b.cpp"}, {"identity", nlohmann::json::object()}}}}};
+  kwb::Plan plan;
+  plan.task.name = "t\n# x";
+  plan.implementations.resize(2);
+  plan.implementations[0].role = kwb::ImplRole::candidate;
+  plan.implementations[0].source = evil;
+  plan.implementations[1].role = kwb::ImplRole::baseline;
+  plan.implementations[1].source = "b.cpp";
+  b.plan = plan;
   b.stages = {{"stages", {{{"name", "check_candidate"}, {"status", "ok"}, {"summary", "PASS\n# kwb validate: X"}}}}};
   const std::string md = kwb::render_markdown(b);
   size_t headings = 0, decisions = 0;
@@ -168,7 +172,7 @@ TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
 // assertion inside nlohmann::json (a const operator[] on a missing key).
 TEST(report_escaping, a_comparison_missing_half_an_interval_still_renders) {
   kwb::BundleData b;
-  for (auto* j : {&b.plan, &b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+  for (auto* j : {&b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
   b.ab = nlohmann::json{{"workloads", {{{"name", "decode"}, {"ci_low_pct", 1.0}, {"log_ratios", {0.1, 0.2}}}}}};
   std::string html;
   ASSERT_NO_THROW(html = kwb::render_html(b));

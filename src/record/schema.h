@@ -1,0 +1,17 @@
+// The schema names of the files validate writes into a bundle, and their one version. A reader refuses a file of
+// another version with a message that says so (record/plan.h, record/verify.cpp): the bundle format has one
+// version at a time, and a change to any of these files bumps it.
+#pragma once
+
+namespace kwb {
+
+inline constexpr const char* k_plan_schema = "kwb.plan";
+inline constexpr const char* k_decision_schema = "kwb.decision";
+inline constexpr const char* k_stages_schema = "kwb.stages";
+inline constexpr const char* k_controls_schema = "kwb.controls";
+inline constexpr const char* k_final_schema = "kwb.final";
+// 2: plan.json has one typed declaration (record/plan.h): a control's `expect` is null for every other role, the
+// oracle is a record (never a name), and no field outside the declaration is accepted.
+inline constexpr int k_bundle_schema_version = 2;
+
+}  // namespace kwb
