@@ -441,23 +441,6 @@ nlohmann::json to_json(const CompareReport& r) {
   return j;
 }
 
-std::string_view samples_csv_header() {
-  return "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
-         "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns,outside_cpu_ns,outside_wall_ns\n";
-}
-
-std::string samples_csv(const std::vector<Sample>& samples) {
-  std::string out(samples_csv_header());
-  for (const Sample& s : samples) {
-    out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", s.workload, s.block, s.arm,
-                       s.order_position, s.pid, s.sample_index, s.warmup ? 1 : 0, s.input_set, s.ns,
-                       s.output_valid ? 1 : 0, s.device_ns, s.layout, s.stack_offset, fmt::join(s.tensor_offsets, "/"),
-                       s.pre_cpu_ns, s.post_cpu_ns, s.window_ns, s.gap_cpu_ns, s.outside_cpu_ns, s.outside_wall_ns);
-  }
-  return out;
-}
-
-
 stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& samples, const std::string& workload,
                                                const std::string& arm, int layouts, uint64_t seed) {
   // Visits are (block, arm): their timed, validated samples and the build they ran.

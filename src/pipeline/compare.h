@@ -7,6 +7,7 @@
 
 #include "builder/builder.h"
 #include "pipeline/defaults.h"
+#include "record/samples.h"
 #include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
@@ -33,36 +34,6 @@ inline constexpr int k_compare_schema_version = 1;
 enum class CompareMode { ab, aa };
 
 // One timing sample exactly as measured; every one is kept (warm-ups and pilot calls too, marked as such).
-struct Sample {
-  std::string workload;
-  int block = 0;             // -1 for the pilot
-  std::string arm;           // "A", "A'", "B"
-  int order_position = 0;    // position of this arm's visit within its block
-  int64_t pid = 0;
-  int sample_index = 0;      // call index within the visit
-  bool warmup = false;
-  int input_set = 0;
-  int64_t ns = 0;            // the sample: window_ns plus the CPU charged outside it (util/cpu_watch.h, charged_ns)
-  bool output_valid = false;
-  int64_t device_ns = -1;    // device backends: the device's events around the call; -1 for cpu (no device clock)
-  // The visit's layout (stats/layout.h): which build of the arm's layout pool ran, the stack offset at the call and
-  // each tensor's offset within its page (inputs then outputs).
-  int layout = 0;
-  uint32_t stack_offset = 0;
-  std::vector<uint32_t> tensor_offsets;
-  // The CPU watch's figures for the call (session/worker_session.h, CallResult): the worker's CPU charged before go
-  // (beyond the parent's reaction) and after done, -1 where not watched per window; the go-to-done window; the
-  // worker's CPU between the previous call and this one (bounded by its median, not charged).
-  int64_t pre_cpu_ns = -1;
-  int64_t post_cpu_ns = -1;
-  int64_t window_ns = 0;
-  int64_t gap_cpu_ns = -1;
-  // Device backends: the call's uploads before go and read-back after done, as the worker's CPU and as wall time
-  // (CallResult), recorded and not charged (util/cpu_watch.h, device_charged_ns). -1 on cpu.
-  int64_t outside_cpu_ns = -1;
-  int64_t outside_wall_ns = -1;
-};
-
 // One arm's visit in one block: a fresh worker, warm-ups, timed calls.
 struct ArmVisit {
   int64_t pid = 0;
@@ -240,9 +211,6 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
 
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
-std::string samples_csv(const std::vector<Sample>& samples);
-
-std::string_view samples_csv_header();
 
 }  // namespace kwb
 

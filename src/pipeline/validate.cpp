@@ -499,24 +499,25 @@ private:
     // Interrupted: what was measured so far is kept (comparisons/<tag>.json with verdict INTERRUPTED, its samples).
     req.on_interrupted = [&](const CompareReport& partial) {
       m_bundle.write_json("comparisons/" + tag + ".json", to_json(partial));
-      for (const Sample& s : partial.samples) m_samples.emplace_back(tag, s);
+      for (const Sample& s : partial.samples) add_sample(tag, s);
       write_samples();
     };
     CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
     nlohmann::json j = to_json(r);
     m_bundle.write_json("comparisons/" + tag + ".json", j);
-    for (Sample& s : r.samples) m_samples.emplace_back(tag, std::move(s));
+    for (const Sample& s : r.samples) add_sample(tag, s);
     write_samples();
     return r;
   }
 
+  void add_sample(const std::string& comparison, const Sample& s) {
+    SampleRow& row = m_samples.emplace_back();
+    static_cast<Sample&>(row) = s;
+    row.comparison = comparison;
+  }
+
   void write_samples() {
-    std::string csv = "comparison," + std::string(samples_csv_header());
-    for (const auto& [tag, s] : m_samples) {
-      std::string row = samples_csv({s});
-      csv += tag + "," + row.substr(samples_csv_header().size());
-    }
-    m_bundle.write_text("samples.csv", csv);
+    m_bundle.write_text("samples.csv", samples_csv(m_samples));
   }
 
   static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
@@ -649,7 +650,7 @@ private:
   DecisionInputs m_inputs;
   Decision m_decision;
   nlohmann::json m_decision_json;
-  std::vector<std::pair<std::string, Sample>> m_samples;
+  std::vector<SampleRow> m_samples;
   int m_layouts = 1;
   std::optional<int> m_input_error_code;
   std::string m_input_error;

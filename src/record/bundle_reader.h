@@ -4,6 +4,7 @@
 
 #include "record/bundle_fs.h"
 #include "record/plan.h"
+#include "record/samples.h"
 
 #include <nlohmann/json.hpp>
 
@@ -16,35 +17,6 @@
 #include <vector>
 
 namespace kwb {
-
-struct SampleRow {
-  std::string comparison;  // aa or ab
-  std::string workload;
-  int block = 0;
-  std::string arm;
-  int order_position = 0;
-  int64_t pid = 0;
-  int sample_index = 0;
-  bool warmup = false;
-  int input_set = 0;
-  int64_t ns = 0;
-  bool output_valid = false;
-  int64_t device_ns = -1;  // device backends only
-  bool has_layout = false;   // the layout columns (bundles written before layout randomization lack them)
-  int layout = 0;
-  uint32_t stack_offset = 0;
-  std::vector<uint32_t> tensor_offsets;
-  bool has_cpu_watch = false;  // the CPU watch columns (bundles written before they were recorded lack them)
-  int64_t pre_cpu_ns = -1;     // -1: the call was not watched per window (device backends)
-  int64_t post_cpu_ns = -1;
-  bool has_charge = false;  // ns is window_ns plus the CPU charged outside it (util/cpu_watch.h)
-  int64_t window_ns = 0;
-  int64_t gap_cpu_ns = -1;
-  bool has_outside = false;  // the device transfers columns (outside_cpu_ns, outside_wall_ns)
-  int64_t outside_cpu_ns = -1;     // -1: a cpu row (or a call not watched)
-  int64_t outside_wall_ns = -1;
-  int line = 0;  // in samples.csv, for messages
-};
 
 struct BundleData {
   std::filesystem::path dir;

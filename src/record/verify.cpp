@@ -567,12 +567,11 @@ private:
   }
 
   // The charge again, per call, from the figures samples.csv records (util/cpu_watch.h): every sample is its window
-  // plus the CPU its worker used outside it on the call's data. Bundles from before the charge (no window column)
-  // were judged by bounds on those figures, which are not re-derived.
+  // plus the CPU its worker used outside it on the call's data.
   // Device rows (outside_cpu_ns recorded) charge only the CPU during the capture (cpu_watch::device_charged_ns).
   void charge_of(const std::string& tag, const std::string& name, const std::string& where) {
     for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || !s.has_charge) continue;
+      if (s.comparison != tag || s.workload != name) continue;
       if (s.outside_cpu_ns >= 0) {
         const int64_t charged = cpu_watch::device_charged_ns(s.window_ns, s.post_cpu_ns);
         if (s.ns != charged) {
@@ -713,7 +712,7 @@ private:
       const size_t arm = s.arm == "A" ? 0 : 1;
       const stats::VisitLayout want =
           stats::visit_layout(seed, arm, s.block, m_plan.layout.layouts, m_plan.layout.tensors, m_plan.layout.offsets);
-      if (!s.has_layout || s.layout != want.variant || s.stack_offset != want.stack_offset ||
+      if (s.layout != want.variant || s.stack_offset != want.stack_offset ||
           s.tensor_offsets != want.tensor_offsets) {
         if (wrong++ == 0) {
           problem(fmt::format("{}: samples.csv:{} ran layout {} (stack {}), the plan's seed draws layout {} (stack {})",

@@ -218,7 +218,7 @@ TEST(compare_test, samples_csv_has_a_row_per_sample) {
   samples[1].outside_cpu_ns = 930000;
   samples[1].outside_wall_ns = 1200000;
   std::string csv = samples_csv(samples);
-  EXPECT_EQ(csv, std::string(samples_csv_header()) +
+  EXPECT_EQ(csv, samples_csv_header(false) +
                      "decode,0,A,1,42,0,1,0,1234,1,-1,0,0,,-1,-1,0,-1,-1,-1\n"
                      "decode,0,B,0,43,3,0,1,999,0,-1,5,160,64/0/4032,1500,612000,880,41000,930000,1200000\n");
 }
