@@ -7,6 +7,7 @@
 #include "record/bundle_writer.h"
 #include "record/environment.h"
 #include "record/plan.h"
+#include "record/stages.h"
 #include "pipeline/check.h"
 #include "profile/profile.h"
 #include "report/report.h"
@@ -34,13 +35,6 @@ namespace kwb {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string>& validate_stage_names() {
-  static const std::vector<std::string> names = {"freeze",   "check_baseline", "profile", "check_candidate",
-                                                 "controls", "aa",             "ab",      "final_validation",
-                                                 "decision"};
-  return names;
-}
-
 namespace {
 
 std::string utc_now() {
@@ -52,7 +46,8 @@ std::string utc_now() {
 
 class Validator {
 public:
-  Validator(const ValidateOptions& o, const ValidateObserver& obs) : m_opt(o), m_obs(obs), m_bundle(o.output_dir) {
+  Validator(const ValidateOptions& o, const ValidateObserver& obs)
+      : m_opt(o), m_graph(o.stages ? *o.stages : validate_stages()), m_obs(obs), m_bundle(o.output_dir) {
     // The machine key is read (made on first use) before anything runs, never in a timed stage; a key folder kwb
     // cannot use costs the bundle its signature, not the run (the ledger's record still makes it keepable here).
     try {
@@ -63,44 +58,20 @@ public:
   }
 
   ValidateResult run() {
-    const auto& names = validate_stage_names();
     m_stages = nlohmann::json::array();
-    for (const std::string& n : names) m_stages.push_back({{"name", n}, {"status", "pending"}});
+    for (const std::string& n : m_graph.names()) m_stages.push_back({{"name", n}, {"status", "pending"}});
     write_stages();
-
-    // Freeze is the one stage without which nothing else means anything: its failure is fatal to the run, but the
-    // bundle still records why.
+    // Each stage in the declared order (record/stages.h): it runs when every stage it needs ended ok, else it is
+    // skipped and says which. Freeze is the one stage without which nothing else means anything; the decision
+    // always runs, and the bundle records why whatever did not run did not.
     try {
-      bool frozen = stage(0, [&] {
-        try {
-          return freeze();
-        } catch (const Error& e) {
-          if (e.code() == ExitCode::data_error || e.code() == ExitCode::usage) {
-            m_input_error_code = static_cast<int>(e.code());
-            m_input_error = e.what();
-          }
-          throw;
-        }
-      });
-      // A candidate that does not build replaces nothing: its check says so at once, and nothing is checked,
-      // profiled or timed against the baseline for it (record/decision.h, candidate_built).
-      const bool candidate_built = frozen && m_inputs.candidate_built.value_or(false);
-      const std::string not_built = "skipped: the candidate does not build (checks/candidate.json has the compiler's "
-                                    "output); nothing is judged against the baseline";
-      bool baseline_ok = frozen && stage(1, [&] { return check_baseline(); }, candidate_built, not_built);
-      const std::string after_failure = "skipped: an earlier stage it depends on failed";
-      stage(2, [&] { return profile(); }, candidate_built && m_opt.profile,
-            !frozen            ? after_failure
-            : !candidate_built ? not_built
-                               : "skipped: --no-profile (the profile is descriptive; the decision never depends on it)");
-      bool candidate_ok = frozen && stage(3, [&] { return check_candidate(); });
-      stage(4, [&] { return controls(); }, candidate_built, frozen ? not_built : after_failure);
-      const bool timing_allowed = baseline_ok && candidate_ok;
-      bool aa_ok = stage(5, [&] { return aa(); }, timing_allowed, "skipped: baseline or candidate failed its check");
-      stage(6, [&] { return ab(); }, timing_allowed && aa_ok,
-            timing_allowed ? "skipped: the A/A calibration failed" : "skipped: baseline or candidate failed its check");
-      stage(7, [&] { return final_validation(); }, frozen);
-      stage(8, [&] { return decision(); });
+      std::vector<std::pair<Stage, std::string>> ended;
+      for (size_t i = 0; i < m_graph.size(); ++i) {
+        const StageSpec& spec = m_graph.at(i);
+        const std::optional<std::string> skip =
+            stage_skip_reason(m_graph, spec, ended, m_inputs.candidate_built.value_or(false), m_opt.profile);
+        ended.emplace_back(spec.stage, stage(i, skip));
+      }
     } catch (const Interrupted& i) {
       // stage() has recorded the stage the signal stopped; what was measured before it is in the bundle already
       // (a comparison's samples so far included). The stages after it never ran, and there is no decision.
@@ -152,38 +123,35 @@ private:
     }
   }
 
-  // Runs one stage: records it, catches what it throws (as a stage error), rewrites stages.json. An interruption
-  // (util/interrupt.h) is recorded as the stage's status "interrupted" with the signal's name, and goes on.
-  bool stage(size_t index, const std::function<std::string()>& body, bool run = true,
-             const std::string& skip_reason = "skipped: an earlier stage it depends on failed") {
-    const std::string& name = validate_stage_names()[index];
+  // Runs one stage, or records why it is skipped: records it, catches what it throws (as a stage error), rewrites
+  // stages.json, and returns its status. An interruption (util/interrupt.h) is recorded as the stage's status
+  // "interrupted" with the signal's name, and goes on.
+  std::string stage(size_t index, const std::optional<std::string>& skip_reason) {
+    const StageSpec& spec = m_graph.at(index);
+    const std::string& name = spec.name;
     if (m_obs.stage_started) {
-      // Two comparisons (A/A, A/B), each at most max_seconds per workload, minus those already behind us.
+      // The comparisons still ahead (A/A, A/B), each at most max_seconds per workload.
       size_t workloads = m_opt.workloads.size();
       if (workloads == 0) {
         for (const Case& c : m_task.cases) workloads += c.role == CaseRole::timing;
       }
-      const double comparisons_left = index <= 5 ? 2.0 : index == 6 ? 1.0 : 0.0;
-      m_obs.stage_started(static_cast<int>(index) + 1, 9, name,
-                          comparisons_left * static_cast<double>(workloads) * m_opt.budget.max_seconds);
+      m_obs.stage_started(static_cast<int>(index) + 1, static_cast<int>(m_graph.size()), name,
+                          m_graph.comparisons_from(index) * static_cast<double>(workloads) * m_opt.budget.max_seconds);
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::string status = "ok", summary;
-    bool ok = true;
-    if (!run) {
+    if (skip_reason) {
       status = "skipped";
-      summary = skip_reason;
-      ok = false;
+      summary = *skip_reason;
     } else {
       m_stages[index]["status"] = "running";
       m_stages[index]["started"] = utc_now();
       write_stages();
       try {
         throw_if_interrupted();
-        summary = body();
+        summary = run_body(spec.stage);
         if (m_stage_failed) {
           status = "failed";
-          ok = false;
           m_stage_failed = false;
         }
       } catch (const Interrupted& i) {
@@ -199,7 +167,6 @@ private:
       } catch (const std::exception& e) {
         status = "error";
         summary = e.what();
-        ok = false;
         m_inputs.stage_errors.push_back(fmt::format("{}: {}", name, e.what()));
       }
     }
@@ -209,7 +176,37 @@ private:
     m_stages[index]["seconds"] = seconds;
     write_stages();
     if (m_obs.stage_finished) m_obs.stage_finished(name, status, summary, seconds);
-    return ok;
+    return status;
+  }
+
+  std::string run_body(Stage s) {
+    switch (s) {
+      case Stage::freeze: return freeze_recording_input_errors();
+      case Stage::check_baseline: return check_baseline();
+      case Stage::profile: return profile();
+      case Stage::check_candidate: return check_candidate();
+      case Stage::controls: return controls();
+      case Stage::aa: return aa();
+      case Stage::ab: return ab();
+      case Stage::final_validation: return final_validation();
+      case Stage::decision: return decision();
+      case Stage::marker: return "no work of its own; every stage it needs ended ok";
+    }
+    throw InternalError("a stage without a body");
+  }
+
+  // A freeze that fails on bad input (the task, a source) is recorded, and the command exits with that input
+  // error's code (ValidateResult::input_error_code).
+  std::string freeze_recording_input_errors() {
+    try {
+      return freeze();
+    } catch (const Error& e) {
+      if (e.code() == ExitCode::data_error || e.code() == ExitCode::usage) {
+        m_input_error_code = static_cast<int>(e.code());
+        m_input_error = e.what();
+      }
+      throw;
+    }
   }
 
   void write_stages() {
@@ -633,6 +630,7 @@ private:
   }
 
   const ValidateOptions& m_opt;
+  const StageGraph& m_graph;
   const ValidateObserver& m_obs;
   BundleWriter m_bundle;
   nlohmann::json m_stages;

@@ -7,6 +7,7 @@
 #include "pipeline/compare.h"
 #include "record/decision.h"
 #include "record/schema.h"
+#include "record/stages.h"
 
 #include <nlohmann/json.hpp>
 
@@ -36,6 +37,9 @@ struct ValidateOptions {
   // decision never depends on it, and under valgrind it is the slowest part of a short validate.
   bool profile = true;
   std::vector<std::string> argv;
+  // The stages to run, in order (record/stages.h); null: kwb's own declaration, validate_stages(). Tests add a
+  // marker stage here to see validate and verify follow the declaration.
+  const StageGraph* stages = nullptr;
 };
 
 // What the terminal shows; all optional.
@@ -65,7 +69,5 @@ struct ValidateResult {
 
 ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer);
 
-// The stage names, in order.
-const std::vector<std::string>& validate_stage_names();
 
 }  // namespace kwb

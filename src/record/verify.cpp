@@ -86,7 +86,7 @@ struct ExpectedCheck {
 
 class Verifier {
 public:
-  explicit Verifier(const fs::path& dir) : m_dir(dir), m_b(read_bundle(dir)) {}
+  Verifier(const fs::path& dir, const StageGraph& graph) : m_dir(dir), m_graph(graph), m_b(read_bundle(dir)) {}
 
   VerifyReport run() {
     for (const std::string& p : m_b.problems) problem(p);
@@ -770,42 +770,49 @@ private:
 
   // What the stages say they did must have left its evidence; a stage may be skipped only when what it depends on
   // failed, or (the profile) when the plan says so. Deleting a file is then a problem, never a different decision.
+  // stages.json against the declaration (record/stages.h): the declared stages in their order; every stage whose
+  // needs held ran, none ran without them, and each that ran left its evidence.
   void required_evidence() {
+    std::vector<std::string> names;
     std::map<std::string, std::string> status;
-    for (const json& s : array_field(m_b.stages, "stages")) status[str_field(s, "name", " of a stage")] = str_field(s, "status", " of a stage");
-    auto ran = [&](const char* stage) {
-      const std::string st = status.contains(stage) ? status.at(stage) : "missing";
-      return st == "ok" || st == "failed";
-    };
-    auto require = [&](bool present, const char* stage, const std::string& what) {
-      if (!present) problem(fmt::format("stages.json: stage {} is '{}' but {} is missing", stage, status[stage], what));
-    };
+    for (const json& s : array_field(m_b.stages, "stages")) {
+      names.push_back(str_field(s, "name", " of a stage"));
+      status[names.back()] = str_field(s, "status", " of a stage");
+    }
+    if (names != m_graph.names()) {
+      problem(fmt::format("stages.json: the stages are [{}], but the declaration this kwb follows has [{}]",
+                          fmt::join(names, ", "), fmt::join(m_graph.names(), ", ")));
+    }
+    bool interrupted = false;
     for (const auto& [name, st] : status) {
       if (st == "pending" || st == "running") problem(fmt::format("stages.json: stage {} is still '{}' in a decided bundle", name, st));
+      interrupted = interrupted || st == "interrupted";
     }
-    const std::string profile = status.contains("profile") ? status.at("profile") : "missing";
-    if (!m_plan.profile && profile != "skipped") {
-      problem(fmt::format("stages.json: stage profile is '{}' although the plan says --no-profile", profile));
-    }
-    if (m_plan.profile && profile == "skipped" && status["freeze"] == "ok" && candidate_built().value_or(true)) {
-      problem("stages.json: stage profile was skipped although the plan froze, the candidate built and the plan asks "
-              "for a profile");
-    }
-    if (ran("check_baseline")) require(m_b.checks.contains("baseline"), "check_baseline", "checks/baseline.json");
-    if (ran("check_candidate")) require(m_b.checks.contains("candidate"), "check_candidate", "checks/candidate.json");
-    if (ran("controls")) {
-      require(!m_b.controls.empty(), "controls", "controls.json");
-      for (const PlannedImpl& pc : m_plan.implementations) {
-        if (pc.role == ImplRole::control) {
-          require(m_b.checks.contains(control_check_stem(pc.name)), "controls", check_file(control_check_stem(pc.name)));
-        }
+    std::vector<std::pair<Stage, std::string>> ended;
+    for (const StageSpec& spec : m_graph.specs()) {
+      const std::string st = status.contains(spec.name) ? status.at(spec.name) : "missing";
+      const std::optional<std::string> skip =
+          stage_skip_reason(m_graph, spec, ended, candidate_built().value_or(true), m_plan.profile);
+      const bool ran = st == "ok" || st == "failed";
+      if (!skip && st == "skipped" && !interrupted) {
+        problem(fmt::format("stages.json: stage {} was skipped although every stage it needs ended ok and the plan "
+                            "asks for it",
+                            spec.name));
+      } else if (skip && st != "skipped" && st != "missing") {
+        problem(fmt::format("stages.json: stage {} is '{}', but it should have been {}", spec.name, st, *skip));
       }
+      if (ran) {
+        for (const std::string& file : spec.evidence) require_file(spec.name, st, file);
+      }
+      ended.emplace_back(spec.stage, st);
     }
+    // From the evidence itself, not from what stages.json says of it: checks that pass call for the A/A, and an
+    // A/A that allows it calls for the A/B.
+    auto ran = [&](const char* stage) { return status[stage] == "ok" || status[stage] == "failed"; };
     const bool both_pass = pass_of("baseline").value_or(false) && pass_of("candidate").value_or(false);
     if (both_pass && !ran("aa") && status["aa"] != "error") {
       problem(fmt::format("stages.json: the A/A stage is '{}' although baseline and candidate pass their checks", status["aa"]));
     }
-    if (ran("aa")) require(m_b.aa.has_value(), "aa", "comparisons/aa.json");
     const bool aa_allows_ab = both_pass && m_b.aa &&
                               std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
                                 return w.verdict == stats::Verdict::fail || w.verdict == stats::Verdict::invalid;
@@ -813,14 +820,30 @@ private:
     if (aa_allows_ab && !ran("ab") && status["ab"] != "error") {
       problem(fmt::format("stages.json: the A/B stage is '{}' although the A/A calibration allowed it", status["ab"]));
     }
-    if (ran("ab")) require(m_b.ab.has_value(), "ab", "comparisons/ab.json");
-    if (ran("final_validation")) {
-      require(!m_b.final_.empty(), "final_validation", "final.json");
-      if (!m_b.final_.empty() && pass_of("candidate").value_or(false) && array_field(m_b.final_, "identity_mismatches").empty()) {
-        require(m_b.checks.contains("candidate_final"), "final_validation", "checks/candidate_final.json");
+    if (ran("final_validation") && !m_b.final_.empty()) {
+      if (pass_of("candidate").value_or(false) && array_field(m_b.final_, "identity_mismatches").empty()) {
+        require_file("final_validation", status["final_validation"], check_file("candidate_final"));
       }
-      if (!m_b.final_.empty() && uint_field(m_b.final_, "final_nonce") != m_plan.seeds.final_nonce) {
+      if (uint_field(m_b.final_, "final_nonce") != m_plan.seeds.final_nonce) {
         problem(fmt::format("final.json: final_nonce {} but the plan's is {}", uint_field(m_b.final_, "final_nonce"), m_plan.seeds.final_nonce));
+      }
+    }
+  }
+
+  // A stage's evidence file; "{control}" stands for each planned control.
+  void require_file(const std::string& stage, const std::string& status, const std::string& file) {
+    std::vector<std::string> files;
+    const size_t at = file.find("{control}");
+    if (at == std::string::npos) {
+      files.push_back(file);
+    } else {
+      for (const PlannedImpl& pc : m_plan.implementations) {
+        if (pc.role == ImplRole::control) files.push_back(std::string(file).replace(at, 9, pc.name));
+      }
+    }
+    for (const std::string& f : files) {
+      if (m_b.fs->kind(f) != BundleFs::Kind::file) {
+        problem(fmt::format("stages.json: stage {} is '{}' but {} is missing", stage, status, f));
       }
     }
   }
@@ -873,6 +896,7 @@ private:
   }
 
   fs::path m_dir;
+  const StageGraph& m_graph;
   BundleData m_b;
   VerifyReport m_report;
   Plan m_plan;
@@ -885,6 +909,6 @@ private:
 
 }  // namespace
 
-VerifyReport verify_bundle(const fs::path& dir) { return Verifier(dir).run(); }
+VerifyReport verify_bundle(const fs::path& dir, const StageGraph& stages) { return Verifier(dir, stages).run(); }
 
 }  // namespace kwb

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "record/bundle_signature.h"
+#include "record/stages.h"
 
 #include <filesystem>
 #include <string>
@@ -24,6 +25,7 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
-VerifyReport verify_bundle(const std::filesystem::path& dir);
+// `stages`: the declaration the bundle's run followed (kwb's own unless a test added a stage).
+VerifyReport verify_bundle(const std::filesystem::path& dir, const StageGraph& stages = validate_stages());
 
 }  // namespace kwb

@@ -3,6 +3,8 @@
 #include "cli_helpers.h"
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
+#include "record/stages.h"
+#include "record/verify.h"
 #include "pipeline/validate.h"
 #include "task/task.h"
 #include "util/fs.h"
@@ -146,9 +148,9 @@ TEST_F(ValidateBundle, bundle_has_every_file_of_the_design_and_every_json_a_sche
 
 TEST_F(ValidateBundle, stage_log_records_every_stage_in_order) {
   nlohmann::json s = nlohmann::json::parse(read_file(*s_dir / "stages.json"));
-  ASSERT_EQ(s["stages"].size(), validate_stage_names().size());
-  for (size_t i = 0; i < validate_stage_names().size(); ++i) {
-    EXPECT_EQ(s["stages"][i]["name"], validate_stage_names()[i]);
+  ASSERT_EQ(s["stages"].size(), validate_stages().names().size());
+  for (size_t i = 0; i < validate_stages().names().size(); ++i) {
+    EXPECT_EQ(s["stages"][i]["name"], validate_stages().names()[i]);
     EXPECT_NE(s["stages"][i]["status"], "pending");
   }
 }
@@ -327,7 +329,7 @@ TEST_F(ValidateBundle, verify_holds_the_profile_stage_to_the_plan) {
   plan["profile"] = false;
   write_file_atomic(d / "plan.json", plan.dump(2) + "\n");
   reseal(d);
-  expect_caught(d, "stage profile is 'ok' although the plan says --no-profile");
+  expect_caught(d, "stage profile is 'ok', but it should have been skipped: --no-profile");
 
   fs::path e = copy("skipped-profile");
   nlohmann::json stages = nlohmann::json::parse(read_file(e / "stages.json"));
@@ -336,8 +338,7 @@ TEST_F(ValidateBundle, verify_holds_the_profile_stage_to_the_plan) {
   }
   write_file_atomic(e / "stages.json", stages.dump(2) + "\n");
   reseal(e);
-  expect_caught(e, "stage profile was skipped although the plan froze, the candidate built and the plan asks for a "
-                   "profile");
+  expect_caught(e, "stage profile was skipped although every stage it needs ended ok and the plan asks for it");
 }
 
 TEST_F(ValidateBundle, verify_catches_a_forged_check_verdict) {
@@ -788,6 +789,66 @@ TEST(validate_test, artifact_changed_after_freeze_makes_the_run_invalid) {
                       reason.find(" now ") != std::string::npos);
   }
   EXPECT_TRUE(named) << nlohmann::json(r.decision.reasons).dump(2);
+  fs::remove_all(d);
+}
+
+// The stages are declared once (record/stages.h): a marker stage added to the declaration is run, counted and
+// recorded by validate, and verify holds the bundle to the declaration it was given, and only to it.
+TEST(validate_test, a_stage_added_to_the_declaration_is_followed_by_validate_and_verify) {
+  ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+  const fs::path d = scratch("marker");
+  StageSpec marker;
+  marker.stage = Stage::marker;
+  marker.name = "marker";
+  marker.needs = {Stage::freeze};
+  StageSpec blocked = marker;
+  blocked.name = "marker_after_baseline";
+  blocked.needs = {Stage::check_baseline};
+  const StageGraph graph = validate_stages().with(marker, Stage::check_candidate).with(blocked, Stage::decision);
+  ValidateOptions o;
+  o.task_dir = k_rmsnorm_lite;
+  o.candidate = k_source_dir / "tests" / "candidates" / "compile_error.cpp";  // decided at its check: nothing timed
+  o.output_dir = d;
+  o.layouts = 1;
+  o.profile = false;
+  o.seed = 5;
+  o.stages = &graph;
+  std::vector<std::pair<int, std::string>> started;
+  ValidateObserver obs;
+  obs.stage_started = [&](int i, int n, const std::string& name, double) {
+    started.emplace_back(i, name);
+    EXPECT_EQ(n, 11);
+  };
+  const ValidateResult r = run_validate(o, obs);
+  EXPECT_EQ(r.decision.decision, DecisionKind::keep_baseline);
+  ASSERT_EQ(started.size(), 11u);
+  EXPECT_EQ(started[3], std::make_pair(4, std::string("marker")));
+  const nlohmann::json stages = nlohmann::json::parse(read_file(d / "stages.json"))["stages"];
+  std::vector<std::string> names;
+  for (const nlohmann::json& s : stages) names.push_back(s["name"]);
+  EXPECT_EQ(names, graph.names());
+  EXPECT_EQ(stages[3]["status"], "ok") << stages.dump(2);
+  EXPECT_EQ(stages[9]["status"], "skipped");
+  EXPECT_EQ(stages[9]["summary"], "skipped: check_baseline was skipped, and this stage needs it");
+
+  const VerifyReport followed = verify_bundle(d, graph);
+  EXPECT_TRUE(followed.ok()) << ::testing::PrintToString(followed.problems);
+  const VerifyReport own = verify_bundle(d);
+  bool named = false;
+  for (const std::string& p : own.problems) {
+    named = named || p.starts_with("stages.json: the stages are [freeze, check_baseline, profile, marker,");
+  }
+  EXPECT_TRUE(named) << ::testing::PrintToString(own.problems);
+  // A marker the bundle says ran although what it needs did not end ok is a problem under that declaration.
+  nlohmann::json edited = nlohmann::json::parse(read_file(d / "stages.json"));
+  edited["stages"][9]["status"] = "ok";
+  write_file_atomic(d / "stages.json", edited.dump(2));
+  bool caught = false;
+  for (const std::string& p : verify_bundle(d, graph).problems) {
+    caught = caught || p.starts_with("stages.json: stage marker_after_baseline is 'ok', but it should have been "
+                                     "skipped: check_baseline was skipped");
+  }
+  EXPECT_TRUE(caught);
   fs::remove_all(d);
 }
 
