@@ -96,16 +96,24 @@ std::string impl_label(const BundleData& b, ImplRole role) {
   return im ? im->source : "?";
 }
 
-ReportModel build_model(const BundleData& b) {
-  ReportModel m;
-  m.decision = str(b.decision, "decision", "NO DECISION (incomplete bundle)");
-  m.reasons = b.decision.is_object() ? b.decision.value("reasons", std::vector<std::string>{}) : std::vector<std::string>{};
-  const json scope = b.decision.is_object() ? b.decision.value("scope", json::object()) : json::object();
-  const Plan* plan = b.plan ? &*b.plan : nullptr;
-  m.title = fmt::format("kwb validate: {} on task {}", m.decision, plan ? plan->task.name : "-");
-  m.digest = str(b.decision, "plan_digest");
+json scope_of(const BundleData& b) {
+  return b.decision.is_object() ? b.decision.value("scope", json::object()) : json::object();
+}
+
+std::string dtypes_of(const json& scope) {
   std::string dtypes;
   for (const json& d : scope.value("dtypes", json::array())) dtypes += (dtypes.empty() ? "" : ", ") + d.get<std::string>();
+  return dtypes;
+}
+
+// The title, the decision, its reasons and the scope line.
+void add_summary(ReportModel& m, const BundleData& b, const Plan* plan) {
+  m.decision = str(b.decision, "decision", "NO DECISION (incomplete bundle)");
+  m.reasons = b.decision.is_object() ? b.decision.value("reasons", std::vector<std::string>{}) : std::vector<std::string>{};
+  const json scope = scope_of(b);
+  m.title = fmt::format("kwb validate: {} on task {}", m.decision, plan ? plan->task.name : "-");
+  m.digest = str(b.decision, "plan_digest");
+  const std::string dtypes = dtypes_of(scope);
   std::string workloads;
   for (const json& w : scope.value("workloads", json::array())) workloads += (workloads.empty() ? "" : ", ") + w.get<std::string>();
   const std::string device = scope.value("device", std::string());
@@ -114,6 +122,10 @@ ReportModel build_model(const BundleData& b) {
                              dtypes.empty() ? "-" : dtypes,
                              workloads.empty() ? "none" : workloads);
 
+}
+
+// One row per workload: A/B beside A/A.
+void add_workloads(ReportModel& m, const BundleData& b) {
   m.workloads.header = {"workload", "improvement (B vs A)", "interval", "MDE", "blocks", "verdict",
                         "A/A (A' vs A)", "A/A interval", "A/A verdict"};
   std::vector<std::string> names;
@@ -138,7 +150,10 @@ ReportModel build_model(const BundleData& b) {
                                 str(y, "verdict", "not run")});
   }
 
-  // How much each arm's speed depends on where its code, stack and data landed (docs/timing.md, "Layout").
+}
+
+// How much each arm's speed depends on where its code, stack and data landed (docs/timing.md, "Layout").
+void add_layouts(ReportModel& m, const BundleData& b) {
   m.layouts.header = {"comparison", "workload", "arm", "layouts", "spread of per-layout medians (max/min - 1)", "interval"};
   for (const auto& [tag, cmp] : {std::pair{"A/B", &b.ab}, std::pair{"A/A", &b.aa}}) {
     if (!*cmp) continue;
@@ -154,6 +169,9 @@ ReportModel build_model(const BundleData& b) {
     }
   }
 
+}
+
+void add_stages_checks_and_controls(ReportModel& m, const BundleData& b) {
   m.stages.header = {"stage", "status", "seconds", "summary"};
   for (const json& s : b.stages.value("stages", json::array())) {
     m.stages.rows.push_back({str(s, "name"), str(s, "status"),
@@ -162,7 +180,7 @@ ReportModel build_model(const BundleData& b) {
   }
 
   m.checks.header = {"check", "verdict", "assertions passed", "failed", "failure reasons"};
-  for (const char* key : {"baseline", "baseline_copy", "candidate", "candidate_final"}) {
+  for (const char* key : {"baseline", "candidate", "candidate_final"}) {
     auto it = b.checks.find(key);
     if (it == b.checks.end()) continue;
     const json& c = it->second;
@@ -188,46 +206,54 @@ ReportModel build_model(const BundleData& b) {
                                c.value("timing_refused", false) ? "none (refused)" : "TIMED"});
   }
 
+}
+
+// One profile row: structural counts per call, and the top functions (or, on a device backend, its kernels).
+std::vector<std::string> profile_row(const std::string& stem, const json& w) {
+  const json ins = w.value("instructions", json::object());
+  const json alloc = w.value("allocations", json::object());
+  const json roof = w.value("roofline", json::object());
+  std::string top;
+  int shown = 0;
+  for (const json& f : ins.value("functions", json::array())) {
+    if (shown++ == 7) break;
+    top += fmt::format("{}{} {:.0f}%", top.empty() ? "" : ", ", f.value("short_name", f.value("name", "?")),
+                       100.0 * f.value("self_share", 0.0));
+  }
+  auto num = [](const json& j, const char* k, const char* f) {
+    return j.value("available", j.value("measured", false)) && j.contains(k) && j[k].is_number()
+               ? fmt::format(fmt::runtime(f), j[k].get<double>())
+               : std::string("unavailable");
+  };
+  // Device backends: the kernel trace takes the place of callgrind's functions.
+  const json dev = w.value("device", json::object());
+  if (dev.value("available", false)) {
+    std::vector<std::string> kernels;
+    for (const json& k : dev.value("kernels", json::array())) {
+      kernels.push_back(fmt::format("{} {}", k.value("name", "?"), time_text(k.value("median_device_ns", 0.0))));
+    }
+    top = fmt::format("{:g} device command(s)/call: {}", dev.value("commands_per_call", 0.0), fmt::join(kernels, ", "));
+  }
+  return std::vector<std::string>(
+      {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"), num(ins, "d1_misses_per_call", "{:.0f}"),
+       num(alloc, "count_per_call", "{:.1f}"),
+       roof.value("measured", false)
+           ? (roof.contains("fraction_of_probe")
+                  ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
+                  : fmt::format("{:.2f}", roof.value("achieved_gb_per_s", 0.0)))
+           : "unavailable",
+       top.empty() ? "-" : top});
+}
+
+void add_profile(ReportModel& m, const BundleData& b) {
   m.profile.header = {"implementation", "workload", "instructions/call", "D1 misses/call", "allocations/call",
                       "GB/s (of probe)", "functions (share of instructions) or device kernels (time per launch)"};
   for (const auto& [stem, p] : b.profiles) {
-    for (const json& w : p.value("workloads", json::array())) {
-      const json ins = w.value("instructions", json::object());
-      const json alloc = w.value("allocations", json::object());
-      const json roof = w.value("roofline", json::object());
-      std::string top;
-      int shown = 0;
-      for (const json& f : ins.value("functions", json::array())) {
-        if (shown++ == 7) break;
-        top += fmt::format("{}{} {:.0f}%", top.empty() ? "" : ", ", f.value("short_name", f.value("name", "?")),
-                           100.0 * f.value("self_share", 0.0));
-      }
-      auto num = [](const json& j, const char* k, const char* f) {
-        return j.value("available", j.value("measured", false)) && j.contains(k) && j[k].is_number()
-                   ? fmt::format(fmt::runtime(f), j[k].get<double>())
-                   : std::string("unavailable");
-      };
-      // Device backends: the kernel trace takes the place of callgrind's functions.
-      const json dev = w.value("device", json::object());
-      if (dev.value("available", false)) {
-        std::vector<std::string> kernels;
-        for (const json& k : dev.value("kernels", json::array())) {
-          kernels.push_back(fmt::format("{} {}", k.value("name", "?"), time_text(k.value("median_device_ns", 0.0))));
-        }
-        top = fmt::format("{:g} device command(s)/call: {}", dev.value("commands_per_call", 0.0), fmt::join(kernels, ", "));
-      }
-      m.profile.rows.push_back(
-          {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"), num(ins, "d1_misses_per_call", "{:.0f}"),
-           num(alloc, "count_per_call", "{:.1f}"),
-           roof.value("measured", false)
-               ? (roof.contains("fraction_of_probe")
-                      ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
-                      : fmt::format("{:.2f}", roof.value("achieved_gb_per_s", 0.0)))
-               : "unavailable",
-           top.empty() ? "-" : top});
-    }
+    for (const json& w : p.value("workloads", json::array())) m.profile.rows.push_back(profile_row(stem, w));
   }
+}
 
+void add_implementations_and_environment(ReportModel& m, const BundleData& b, const Plan* plan) {
   m.implementations.header = {"role", "source", "source sha256", "artifact sha256", "built"};
   for (const PlannedImpl& im : plan ? plan->implementations : std::vector<PlannedImpl>{}) {
     m.implementations.rows.push_back(
@@ -247,6 +273,12 @@ ReportModel build_model(const BundleData& b) {
   }
   for (const json& w : b.environment.value("warnings", json::array())) m.warnings.push_back(w.get<std::string>());
 
+}
+
+// What the decision does not cover.
+void add_limits(ReportModel& m, const BundleData& b, const Plan* plan) {
+  const json scope = scope_of(b);
+  const std::string dtypes = dtypes_of(scope);
   m.limits = {
       fmt::format("Holds for this machine ({}), the {} backend, dtype {} and the workloads above only; other shapes, "
                   "dtypes or machines were not measured.",
@@ -260,6 +292,18 @@ ReportModel build_model(const BundleData& b) {
                   plan ? fmt::format("{}", plan->gates.alpha) : "-"),
       "Timings are host wall-clock times of single calls with warm caches for inputs that fit in them; the profile "
       "section is descriptive and never part of the decision."};
+}
+
+ReportModel build_model(const BundleData& b) {
+  ReportModel m;
+  const Plan* plan = b.plan ? &*b.plan : nullptr;
+  add_summary(m, b, plan);
+  add_workloads(m, b);
+  add_layouts(m, b);
+  add_stages_checks_and_controls(m, b);
+  add_profile(m, b);
+  add_implementations_and_environment(m, b, plan);
+  add_limits(m, b, plan);
   return m;
 }
 
