@@ -3,6 +3,7 @@
 #include "record/bundle_reader.h"
 #include "record/bundle_writer.h"
 #include "record/decision.h"
+#include "record/verify_comparison.h"
 #include "stats/alpha_spending_rule.h"
 #include "stats/descriptive.h"
 #include "stats/effect.h"
@@ -488,8 +489,6 @@ private:
     }
   }
 
-  static bool close(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(1.0, std::fabs(b)); }
-
   void comparison(const std::string& tag, const std::optional<json>& cmp) {
     if (!cmp) return;
     const std::string file = "comparisons/" + tag + ".json";
@@ -499,8 +498,8 @@ private:
     // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
     const json& g = object_field(*cmp, "gate");
     const PlanGates& pg = m_plan.gates;
-    if (str_field(g, "kind") != gate_kind() || !close(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
-        !close(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close(num_field(g, "alpha"), pg.alpha)) {
+    if (str_field(g, "kind") != gate_kind() || !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
+        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close_enough(num_field(g, "alpha"), pg.alpha)) {
       problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {})", file, g.dump(),
                           gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha));
     }
@@ -595,17 +594,9 @@ private:
     auto& out = aa ? m_inputs.aa : m_inputs.ab;
     const std::string name = str_field(w, "name");
     m_workload_blocks[{tag, name}] = uint_field(w, "blocks");
-    // Per block and arm: the timed, validated samples.
-    std::map<std::pair<int, std::string>, std::vector<double>> cells;
-    size_t timed = 0;
-    bool invalid_sample = false;
-    for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || s.block < 0) continue;
-      if (!s.output_valid) invalid_sample = true;
-      if (s.warmup) continue;
-      ++timed;
-      if (s.output_valid) cells[{s.block, s.arm}].push_back(static_cast<double>(s.ns));
-    }
+    const uint64_t blocks = uint_field(w, "blocks");
+    BlockRatios r = block_log_ratios(m_b.samples, tag, name, other, blocks, where, m_report.problems);
+    const size_t timed = r.timed;
     if (timed != uint_field(w, "samples")) {
       problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), timed));
     }
@@ -617,46 +608,22 @@ private:
     }
     layouts_of(tag, name, other, w, where, seed);
     if (verdict == "INVALID") {
-      if (!invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
+      if (!r.invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
       out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
       return;
     }
-    if (invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
-    std::vector<double> d;
-    const uint64_t blocks = uint_field(w, "blocks");
+    if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
     if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
-    bool complete = true;
-    for (uint64_t blk = 0; blk < blocks; ++blk) {
-      auto a = cells.find({static_cast<int>(blk), "A"});
-      auto b = cells.find({static_cast<int>(blk), other});
-      if (a == cells.end() || b == cells.end()) {
-        problem(fmt::format("{}: block {} has no timed samples for {} in samples.csv", where, blk, a == cells.end() ? "A" : other));
-        complete = false;
-        break;
-      }
-      const double ma = stats::median(a->second), mb = stats::median(b->second);
-      if (!(ma > 0 && mb > 0)) {
-        problem(fmt::format("{}: block {} has a zero median time", where, blk));
-        complete = false;
-        break;
-      }
-      d.push_back(std::log(mb / ma));
-    }
-    for (const auto& [key, v] : cells) {
-      if (key.first < 0 || static_cast<uint64_t>(key.first) >= blocks || (key.second != "A" && key.second != other)) {
-        problem(fmt::format("{}: samples.csv has block {} arm {} which the comparison does not count", where, key.first, key.second));
-        complete = false;
-        break;
-      }
-    }
+    const std::vector<double>& d = r.log_ratios;
+    bool complete = r.complete;
     const json& recorded = array_field(w, "log_ratios");
     if (complete && recorded.size() != d.size()) {
       problem(fmt::format("{}: {} log ratios recorded, {} re-derived", where, recorded.size(), d.size()));
       complete = false;
     }
     for (size_t i = 0; complete && i < d.size(); ++i) {
-      if (!recorded[i].is_number() || !close(recorded[i].get<double>(), d[i])) {
+      if (!recorded[i].is_number() || !close_enough(recorded[i].get<double>(), d[i])) {
         problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i, recorded[i].dump(), d[i]));
         complete = false;
       }
@@ -665,29 +632,17 @@ private:
       out.push_back({name, stats::Verdict::inconclusive, std::nullopt, std::nullopt});  // unverifiable: never a pass
       return;
     }
-    // Replay the decision procedure on the re-derived ratios, with the plan's gate: it must not have decided before
-    // the last block (compare stops timing when it decides), and its outcome must be the recorded one.
-    stats::SequentialProcedure procedure(gate, seed);
-    for (size_t i = 0; i < d.size(); ++i) {
-      if (procedure.add(d[i]) && i + 1 < d.size()) {
-        problem(fmt::format("{}: the procedure decides after block {}, yet {} blocks were timed", where, i + 1, d.size()));
-        break;
-      }
-    }
-    const std::optional<stats::SequentialLook> outcome = procedure.finish();
-    std::optional<stats::EffectEstimate> est;
-    std::optional<stats::Verdict> v;
-    if (outcome) {
-      est = outcome->estimate;
-      v = outcome->verdict;
-    }
-    const stats::Verdict derived_verdict = v.value_or(stats::Verdict::inconclusive);
+    // The decision procedure replayed on the re-derived ratios, with the plan's gate; its outcome must be the
+    // recorded one.
+    const Replay replay = replay_procedure(d, gate, seed, where, m_report.problems);
+    const std::optional<stats::EffectEstimate>& est = replay.estimate;
+    const stats::Verdict derived_verdict = replay.verdict;
     const std::string derived(stats::to_string(derived_verdict));
     if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
     if (est) {
       for (auto [key, value] : {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
                                 std::pair{"ci_high_pct", est->ci_high_pct}, std::pair{"mde_pct", est->mde_pct}}) {
-        if (!w.contains(key) || !w[key].is_number() || !close(w[key].get<double>(), value)) {
+        if (!w.contains(key) || !w[key].is_number() || !close_enough(w[key].get<double>(), value)) {
           problem(fmt::format("{}: {} recorded {}, re-derived {}", where, key, w.value(key, json()).dump(), value));
         }
       }
@@ -735,9 +690,9 @@ private:
       }
       const stats::LayoutSensitivity l = stats::layout_sensitivity(medians, m_plan.layout.layouts, seed ^ arm);
       if (recorded.size() != 2 || bool_field(recorded[arm], "available") != l.available ||
-          (l.available && (!close(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
-                           !close(num_field(recorded[arm], "ci_low_pct"), l.ci_low_pct) ||
-                           !close(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct)))) {
+          (l.available && (!close_enough(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
+                           !close_enough(num_field(recorded[arm], "ci_low_pct"), l.ci_low_pct) ||
+                           !close_enough(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct)))) {
         problem(fmt::format("{}: layout sensitivity of arm {} does not follow from samples.csv (re-derived {:.3f}% "
                             "[{:.3f}%, {:.3f}%])",
                             where, labels[arm], l.spread_pct, l.ci_low_pct, l.ci_high_pct));
