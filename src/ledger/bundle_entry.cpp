@@ -42,7 +42,9 @@ LedgerArm arm_of(const PlannedImpl& impl) {
 LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   const BundleData b = read_bundle(bundle);
   if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
-  if (!b.decision.is_object() || b.decision.empty()) missing(bundle, "no decision.json");
+  if (!b.decision) {
+    missing(bundle, b.decision_problem.empty() ? "no decision.json" : "decision.json: " + b.decision_problem);
+  }
   const Plan& plan = *b.plan;
   LedgerRun r;
   r.kind = "validate";
@@ -50,14 +52,10 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   r.task_dir = plan.task.dir;
   r.backend = plan.backend;
   r.started = plan.created;
-  r.finished = b.decision.value("created", "");
-  r.outcome = b.decision.value("decision", "");
-  if (b.decision.contains("reasons") && b.decision["reasons"].is_array()) {
-    for (const auto& x : b.decision["reasons"]) {
-      if (x.is_string()) r.reasons.push_back(x.get<std::string>());
-    }
-  }
-  r.plan_digest = b.decision.value("plan_digest", "");
+  r.finished = b.decision->created;
+  r.outcome = to_string(b.decision->decision);
+  r.reasons = b.decision->reasons;
+  r.plan_digest = b.decision->plan_digest;
   r.bundle = std::filesystem::absolute(bundle).lexically_normal().string();
   std::string why;
   if (b.fs) r.manifest_sha256 = b.fs->sha256(k_manifest_file, why).value_or("");

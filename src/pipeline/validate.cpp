@@ -5,6 +5,7 @@
 #include "oracle/oracle.h"
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
+#include "record/decision_record.h"
 #include "record/environment.h"
 #include "record/plan.h"
 #include "record/stages.h"
@@ -601,30 +602,27 @@ private:
     m_decision = decide(m_inputs);
     // A freeze that failed early leaves no environment: the decision is still written, with what is known.
     if (!m_environment.is_object()) m_environment = nlohmann::json::object();
-    nlohmann::json dtypes = nlohmann::json::array();
+    DecisionRecord record;
+    record.decision = m_decision.decision;
+    record.exit_code = m_decision.exit_code;
+    record.reasons = m_decision.reasons;
+    record.plan_digest = m_plan_digest;
+    DecisionScope& scope = record.scope;
+    scope.task = m_task.name;
+    scope.machine = m_environment.value("cpu_model", "unknown");
+    scope.host = m_environment.value("hostname", "unknown");
+    scope.backend = to_string(m_opt.backend);
+    scope.device = m_opt.device;
     for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
       for (const TensorSpec& t : *list) {
-        if (std::find(dtypes.begin(), dtypes.end(), to_string(t.dtype)) == dtypes.end()) dtypes.push_back(to_string(t.dtype));
+        const std::string d = to_string(t.dtype);
+        if (std::find(scope.dtypes.begin(), scope.dtypes.end(), d) == scope.dtypes.end()) scope.dtypes.push_back(d);
       }
     }
-    nlohmann::json workloads = nlohmann::json::array();
-    for (const auto& w : m_inputs.ab) workloads.push_back(w.workload);
-    m_decision_json = {{"schema", k_decision_schema},
-                       {"schema_version", k_bundle_schema_version},
-                       {"decision", m_decision.decision},
-                       {"exit_code", m_decision.exit_code},
-                       {"reasons", m_decision.reasons},
-                       {"plan_digest", m_plan_digest},
-                       {"scope",
-                        {{"task", m_task.name},
-                         {"machine", m_environment.value("cpu_model", "unknown")},
-                         {"host", m_environment.value("hostname", "unknown")},
-                         {"backend", to_string(m_opt.backend)},
-                         {"device", m_opt.device},
-                         {"dtypes", dtypes},
-                         {"workloads", workloads}}},
-                       {"inputs", to_json(m_inputs)},
-                       {"created", utc_now()}};
+    for (const auto& w : m_inputs.ab) scope.workloads.push_back(w.workload);
+    record.inputs = to_json(m_inputs);
+    record.created = utc_now();
+    m_decision_json = to_json(record);
     m_bundle.write_json("decision.json", m_decision_json);
     return std::string(to_string(m_decision.decision));
   }

@@ -45,7 +45,7 @@ BundleData read_bundle(const fs::path& dir) {
   if (!bfs->ok()) {
     b.problems.push_back(bfs->error());
     b.plan_problem = "the bundle folder cannot be read";
-    for (auto* j : {&b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+    for (auto* j : {&b.environment, &b.stages, &b.controls, &b.final_}) *j = nlohmann::json::object();
     return b;
   }
   b.entries = bfs->walk(b.entries_truncated);
@@ -62,7 +62,13 @@ BundleData read_bundle(const fs::path& dir) {
   }
   b.environment = req("environment.json");
   b.stages = req("stages.json");
-  b.decision = req("decision.json");
+  if (std::optional<nlohmann::json> decision = read_json(*bfs, "decision.json", b.problems, true)) {
+    try {
+      b.decision = decision_record_from_json(*decision);
+    } catch (const json_fields::FormatError& e) {
+      b.decision_problem = e.what();
+    }
+  }
   b.controls = read_json(*bfs, "controls.json", b.problems, false).value_or(nlohmann::json::object());
   b.final_ = read_json(*bfs, "final.json", b.problems, false).value_or(nlohmann::json::object());
   b.aa = read_json(*bfs, "comparisons/aa.json", b.problems, false);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "record/bundle_fs.h"
+#include "record/decision_record.h"
 #include "record/plan.h"
 #include "record/samples.h"
 
@@ -27,7 +28,11 @@ struct BundleData {
   // says why.
   std::optional<Plan> plan;
   std::string plan_problem;
-  nlohmann::json environment, stages, decision, controls, final_;  // {} when absent
+  // decision.json, read strictly (record/decision_record.h); empty when missing (a run that did not finish) or when
+  // it does not parse, and then decision_problem says why.
+  std::optional<DecisionRecord> decision;
+  std::string decision_problem;
+  nlohmann::json environment, stages, controls, final_;  // {} when absent
   std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
   std::map<std::string, nlohmann::json> profiles;  // by file stem
   std::optional<nlohmann::json> aa, ab;

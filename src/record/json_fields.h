@@ -175,4 +175,34 @@ void decode(const nlohmann::json& j, const std::string& path, T& out) {
   }
 }
 
+// A bundle file: the record's fields plus its "schema" and "schema_version".
+template <typename T>
+nlohmann::json encode_file(const T& v, const char* schema, int version) {
+  nlohmann::json j = encode(v);
+  j["schema"] = schema;
+  j["schema_version"] = version;
+  return j;
+}
+
+// The inverse, strict: another schema or version is refused as such, before any field is read.
+template <typename T>
+T decode_file(const nlohmann::json& j, const char* schema, int version) {
+  if (!j.is_object()) throw FormatError("not a JSON object");
+  const nlohmann::json named = j.value("schema", nlohmann::json()), v = j.value("schema_version", nlohmann::json());
+  if (named != schema) throw FormatError(fmt::format("schema is {}, expected '{}'", named.dump(), schema));
+  if (v != version) {
+    throw FormatError(fmt::format("schema_version is {}, this kwb reads {}: the bundle was written by another kwb "
+                                  "version; verify it with the kwb that wrote it (plan.json's kwb.git_sha), or "
+                                  "validate again with this one",
+                                  v.dump(), version));
+  }
+  T out{};
+  Reader r(j, "");
+  r.skip("schema");
+  r.skip("schema_version");
+  describe(r, out);
+  r.finish();
+  return out;
+}
+
 }  // namespace kwb::json_fields

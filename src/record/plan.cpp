@@ -189,31 +189,11 @@ std::string control_check_stem(std::string_view control_name) { return fmt::form
 std::string check_file(std::string_view stem) { return fmt::format("checks/{}.json", stem); }
 
 nlohmann::json to_json(const Plan& plan) {
-  nlohmann::json j = json_fields::encode(plan);
-  j["schema"] = k_plan_schema;
-  j["schema_version"] = k_bundle_schema_version;
-  return j;
+  return json_fields::encode_file(plan, k_plan_schema, k_bundle_schema_version);
 }
 
 Plan plan_from_json(const nlohmann::json& j) {
-  using json_fields::FormatError;
-  if (!j.is_object()) throw FormatError("not a JSON object");
-  if (j.value("schema", nlohmann::json()) != k_plan_schema) {
-    throw FormatError(fmt::format("schema is {}, expected '{}'", j.value("schema", nlohmann::json()).dump(), k_plan_schema));
-  }
-  const nlohmann::json version = j.value("schema_version", nlohmann::json());
-  if (version != k_bundle_schema_version) {
-    throw FormatError(fmt::format("schema_version is {}, this kwb reads {}: the bundle was written by another kwb "
-                                  "version; verify it with the kwb that wrote it (plan.json's kwb.git_sha), or "
-                                  "validate again with this one",
-                                  version.dump(), k_bundle_schema_version));
-  }
-  Plan p;
-  json_fields::Reader r(j, "");
-  r.skip("schema");
-  r.skip("schema_version");
-  describe(r, p);
-  r.finish();
+  Plan p = json_fields::decode_file<Plan>(j, k_plan_schema, k_bundle_schema_version);
   check_invariants(p);
   return p;
 }

@@ -208,10 +208,7 @@ private:
     std::string why;
     m_report.seal.manifest_sha256 = m_b.fs->sha256(k_manifest_file, why).value_or("");
     m_report.seal.plan_digest = m_b.fs->sha256("plan.json", why).value_or("");
-    m_report.seal.decision =
-        m_b.decision.is_object() && m_b.decision.contains("decision") && m_b.decision["decision"].is_string()
-            ? m_b.decision["decision"].get<std::string>()
-            : "";
+    m_report.seal.decision = m_b.decision ? std::string(to_string(m_b.decision->decision)) : "";
     std::optional<std::string> text;
     if (m_b.fs->kind(k_signature_file) != BundleFs::Kind::missing) {
       text = m_b.fs->read(k_signature_file, why, 64 * 1024);
@@ -239,7 +236,7 @@ private:
   void schemas() {
     expect_schema("environment.json", m_b.environment, "kwb.environment");
     expect_schema("stages.json", m_b.stages, "kwb.stages");
-    expect_schema("decision.json", m_b.decision, "kwb.decision");
+    if (!m_b.decision_problem.empty()) problem("decision.json: " + m_b.decision_problem);
     if (!m_b.controls.empty()) expect_schema("controls.json", m_b.controls, "kwb.controls");
     if (!m_b.final_.empty()) expect_schema("final.json", m_b.final_, "kwb.final");
     // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
@@ -250,11 +247,11 @@ private:
   }
 
   void plan_digest() {
-    if (m_b.decision.empty()) return;
+    if (!m_b.decision) return;
     std::string why;
     std::optional<std::string> digest = m_b.fs->sha256("plan.json", why);
     if (!digest) return;  // already reported by the reader
-    const std::string recorded = str_field(m_b.decision, "plan_digest");
+    const std::string& recorded = m_b.decision->plan_digest;
     if (recorded != *digest) {
       problem(fmt::format("decision.json: plan_digest {} but plan.json hashes to {}", recorded, *digest));
     } else {
@@ -804,7 +801,7 @@ private:
   }
 
   void decision() {
-    if (m_b.decision.empty()) return;
+    if (!m_b.decision) return;
     m_inputs.baseline_check_pass = pass_of("baseline");
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.candidate_built = candidate_built();
@@ -827,7 +824,7 @@ private:
     }
     // Identity mismatches found during earlier stages are recorded in the decision's inputs; keep those the final
     // stage did not see (they stopped the run before it).
-    const json recorded = m_b.decision.contains("inputs") && m_b.decision["inputs"].is_object() ? m_b.decision["inputs"] : json::object();
+    const json& recorded = m_b.decision->inputs;
     if (recorded.contains("identity_mismatches")) {
       for (const json& m : array_field(recorded, "identity_mismatches")) {
         if (!m.is_string()) throw FieldError("inputs.identity_mismatches must list strings");
@@ -838,13 +835,12 @@ private:
       }
     }
     const Decision d = decide(m_inputs);
-    const std::string recorded_decision = str_field(m_b.decision, "decision");
-    if (recorded_decision != to_string(d.decision)) {
+    if (m_b.decision->decision != d.decision) {
       problem(fmt::format("decision.json: decision {} does not follow from the evidence, which gives {} ({})",
-                          recorded_decision, d.decision, fmt::join(d.reasons, "; ")));
-    } else if (!m_b.decision.contains("exit_code") || m_b.decision["exit_code"] != d.exit_code) {
-      problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision.value("exit_code", json()).dump(),
-                          d.decision, d.exit_code));
+                          m_b.decision->decision, d.decision, fmt::join(d.reasons, "; ")));
+    } else if (m_b.decision->exit_code != d.exit_code) {
+      problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision->exit_code, d.decision,
+                          d.exit_code));
     } else {
       verified(fmt::format("decision.json: {} follows from the re-derived evidence", d.decision));
     }

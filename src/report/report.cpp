@@ -96,32 +96,27 @@ std::string impl_label(const BundleData& b, ImplRole role) {
   return im ? im->source : "?";
 }
 
-json scope_of(const BundleData& b) {
-  return b.decision.is_object() ? b.decision.value("scope", json::object()) : json::object();
+// The decision's scope; a bundle without a readable decision has none (every field "-").
+DecisionScope scope_of(const BundleData& b) {
+  if (b.decision) return b.decision->scope;
+  return {"-", "-", "-", "-", "", {}, {}};
 }
 
-std::string dtypes_of(const json& scope) {
-  std::string dtypes;
-  for (const json& d : scope.value("dtypes", json::array())) dtypes += (dtypes.empty() ? "" : ", ") + d.get<std::string>();
-  return dtypes;
-}
+std::string dtypes_of(const DecisionScope& scope) { return fmt::format("{}", fmt::join(scope.dtypes, ", ")); }
 
 // The title, the decision, its reasons and the scope line.
 void add_summary(ReportModel& m, const BundleData& b, const Plan* plan) {
-  m.decision = str(b.decision, "decision", "NO DECISION (incomplete bundle)");
-  m.reasons = b.decision.is_object() ? b.decision.value("reasons", std::vector<std::string>{}) : std::vector<std::string>{};
-  const json scope = scope_of(b);
+  m.decision = b.decision ? std::string(to_string(b.decision->decision)) : "NO DECISION (incomplete bundle)";
+  if (b.decision) m.reasons = b.decision->reasons;
+  if (!b.decision_problem.empty()) m.warnings.push_back("decision.json: " + b.decision_problem);
   m.title = fmt::format("kwb validate: {} on task {}", m.decision, plan ? plan->task.name : "-");
-  m.digest = str(b.decision, "plan_digest");
+  m.digest = b.decision ? b.decision->plan_digest : "-";
+  const DecisionScope scope = scope_of(b);
   const std::string dtypes = dtypes_of(scope);
-  std::string workloads;
-  for (const json& w : scope.value("workloads", json::array())) workloads += (workloads.empty() ? "" : ", ") + w.get<std::string>();
-  const std::string device = scope.value("device", std::string());
-  m.scope_line = fmt::format("machine {} ({}), backend {}{}, dtype {}, workloads {}", str(scope, "machine"),
-                             str(scope, "host"), str(scope, "backend"), device.empty() ? "" : " (" + device + ")",
-                             dtypes.empty() ? "-" : dtypes,
-                             workloads.empty() ? "none" : workloads);
-
+  const std::string workloads = fmt::format("{}", fmt::join(scope.workloads, ", "));
+  m.scope_line = fmt::format("machine {} ({}), backend {}{}, dtype {}, workloads {}", scope.machine, scope.host,
+                             scope.backend, scope.device.empty() ? "" : " (" + scope.device + ")",
+                             dtypes.empty() ? "-" : dtypes, workloads.empty() ? "none" : workloads);
 }
 
 // One row per workload: A/B beside A/A.
@@ -277,12 +272,12 @@ void add_implementations_and_environment(ReportModel& m, const BundleData& b, co
 
 // What the decision does not cover.
 void add_limits(ReportModel& m, const BundleData& b, const Plan* plan) {
-  const json scope = scope_of(b);
+  const DecisionScope scope = scope_of(b);
   const std::string dtypes = dtypes_of(scope);
   m.limits = {
       fmt::format("Holds for this machine ({}), the {} backend, dtype {} and the workloads above only; other shapes, "
                   "dtypes or machines were not measured.",
-                  str(scope, "machine"), str(scope, "backend"), dtypes.empty() ? "-" : dtypes),
+                  scope.machine, scope.backend, dtypes.empty() ? "-" : dtypes),
       fmt::format("Correctness is judged against the task's oracle ({}) within rtol {} and atol {} on the task's "
                   "cases and on fresh data at final validation; inputs outside those cases were not tried.",
                   oracle_text(plan), plan ? fmt::format("{}", plan->task.tolerance.rtol) : "-",

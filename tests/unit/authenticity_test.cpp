@@ -6,6 +6,7 @@
 #include "ledger/ledger.h"
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
+#include "record/decision_record.h"
 #include "record/verify.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -58,10 +59,15 @@ protected:
   // signature.json by `key`. Returns the bundle's seal.
   BundleSeal write_bundle(const fs::path& dir, const SigningKey& key, const std::string& source_text) {
     BundleWriter w(dir);
-    w.write_text("plan.json", "{\"schema\": \"kwb.plan\", \"schema_version\": 1}\n");
+    w.write_text("plan.json", "{\"schema\": \"kwb.plan\", \"schema_version\": 2}\n");
     const std::string plan_digest = sha256_file(dir / "plan.json");
-    w.write_json("decision.json", {{"schema", "kwb.decision"}, {"decision", "KEEP_CANDIDATE"},
-                                   {"plan_digest", plan_digest}});
+    DecisionRecord decision;
+    decision.decision = DecisionKind::keep_candidate;
+    decision.exit_code = 0;
+    decision.reasons = {"every check, control and workload gate passed"};
+    decision.plan_digest = plan_digest;
+    decision.inputs = nlohmann::json::object();
+    w.write_json("decision.json", to_json(decision));
     w.write_text("sources/candidate.cpp", source_text);
     const std::string manifest = w.write_manifest();
     sign_bundle(dir, key, plan_digest, "KEEP_CANDIDATE");

@@ -3,6 +3,7 @@
 // the declaration changes what they check, and never leaves a reader behind.
 #include "ledger/bundle_entry.h"
 #include "record/bundle_reader.h"
+#include "record/decision_record.h"
 #include "record/plan.h"
 #include "record/verify.h"
 #include "report/report.h"
@@ -180,6 +181,34 @@ TEST(plan_test, every_reader_of_a_bundle_reads_the_plan_through_its_one_parser) 
     ADD_FAILURE() << "the ledger accepted a bundle whose plan does not parse";
   } catch (const kwb::Error& e) {
     EXPECT_NE(std::string(e.what()).find("plan.json: " + said), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
+
+// decision.json has its declaration too (record/decision_record.h), read once for the same readers.
+TEST(plan_test, decision_json_reads_back_as_written_and_every_reader_names_a_renamed_field) {
+  const json golden = json::parse(kwb::read_file(k_golden_bundle / "decision.json"));
+  EXPECT_EQ(kwb::to_json(kwb::decision_record_from_json(golden)), golden);
+
+  const fs::path d = fs::temp_directory_path() / ("kwb-decision-readers-" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::copy(k_golden_bundle, d, fs::copy_options::recursive);
+  json decision = golden;
+  decision["why"] = decision["reasons"];
+  decision.erase("reasons");
+  kwb::write_file_atomic(d / "decision.json", decision.dump(2) + "\n");
+  const std::string said = "decision.json: field 'reasons' is missing";
+  const kwb::BundleData b = kwb::read_bundle(d);
+  EXPECT_FALSE(b.decision.has_value());
+  bool verify_said = false;
+  for (const std::string& p : kwb::verify_bundle(d).problems) verify_said = verify_said || p == said;
+  EXPECT_TRUE(verify_said);
+  EXPECT_NE(kwb::render_markdown(b).find(said), std::string::npos);
+  try {
+    kwb::run_from_bundle(d);
+    ADD_FAILURE() << "the ledger accepted a bundle whose decision does not parse";
+  } catch (const kwb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
   }
   fs::remove_all(d);
 }

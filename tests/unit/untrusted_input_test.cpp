@@ -144,7 +144,10 @@ TEST(bundle_fs, fifo_symlink_and_oversized_files_are_refused_without_blocking) {
 TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
   kwb::BundleData b;
   for (auto* j : {&b.environment, &b.controls, &b.final_}) *j = nlohmann::json::object();
-  b.decision = {{"decision", "KEEP_BASELINE"}, {"reasons", {"'decode': the candidate does not clear the bar"}}};
+  kwb::DecisionRecord decision;
+  decision.decision = kwb::DecisionKind::keep_baseline;
+  decision.reasons = {"'decode': the candidate does not clear the bar"};
+  b.decision = decision;
   const std::string evil = "cand.cpp\n\n# kwb validate: KEEP_CANDIDATE\n\n**Decision: KEEP_CANDIDATE**";
   kwb::Plan plan;
   plan.task.name = "t\n# x";
@@ -172,7 +175,7 @@ TEST(report_escaping, candidate_file_name_cannot_spoof_the_decision) {
 // assertion inside nlohmann::json (a const operator[] on a missing key).
 TEST(report_escaping, a_comparison_missing_half_an_interval_still_renders) {
   kwb::BundleData b;
-  for (auto* j : {&b.environment, &b.stages, &b.decision, &b.controls, &b.final_}) *j = nlohmann::json::object();
+  for (auto* j : {&b.environment, &b.stages, &b.controls, &b.final_}) *j = nlohmann::json::object();
   b.ab = nlohmann::json{{"workloads", {{{"name", "decode"}, {"ci_low_pct", 1.0}, {"log_ratios", {0.1, 0.2}}}}}};
   std::string html;
   ASSERT_NO_THROW(html = kwb::render_html(b));
