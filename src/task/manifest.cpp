@@ -24,34 +24,6 @@ namespace kwb {
 
 namespace fs = std::filesystem;
 
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-  }
-  return "?";
-}
-
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f16:
-    case DType::bf16: return 2;
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-  }
-  return 8;
-}
-
-std::optional<DType> parse_dtype(const std::string& s) {
-  if (s == "f16") return DType::f16;
-  if (s == "bf16") return DType::bf16;
-  if (s == "f32") return DType::f32;
-  if (s == "f64") return DType::f64;
-  return std::nullopt;
-}
-
 const char* to_string(DistributionKind k) {
   switch (k) {
     case DistributionKind::normal: return "normal";
@@ -344,7 +316,7 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
     if (!names.insert(t.name).second) r.fail(r.get("name"), "name", fmt::format("duplicate tensor '{}'", t.name));
     std::string dt = r.string("dtype");
     auto parsed = parse_dtype(dt);
-    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, k_dtype_choices));
+    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, dtype_choices()));
     t.dtype = *parsed;
     const toml::array& shape = r.array("shape");
     if (shape.empty()) r.fail(&shape, "shape", "a tensor needs at least one dimension");

@@ -505,11 +505,7 @@ private:
       d.data = m_backend->host_memory() ? static_cast<void*>(mp.data) : mp.device;
       d.device = m_backend->device();
       d.ndim = static_cast<int32_t>(out.shapes[i].size());
-      // DLPack's codes: bfloat16 is kDLBfloat; the IEEE formats are kDLFloat of their width.
-      d.dtype = t.dtype == "bf16"  ? DLDataType{kDLBfloat, 16, 1}
-                : t.dtype == "f16" ? DLDataType{kDLFloat, 16, 1}
-                : t.dtype == "f32" ? DLDataType{kDLFloat, 32, 1}
-                                   : DLDataType{kDLFloat, 64, 1};
+      d.dtype = to_dlpack(t.dtype);
       d.shape = out.shapes[i].data();
       d.strides = nullptr;  // compact row-major
       d.byte_offset = 0;
