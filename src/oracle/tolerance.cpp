@@ -1,6 +1,6 @@
 #include "oracle/tolerance.h"
 
-#include "task/data.h"
+#include "util/dtype.h"
 
 #include <algorithm>
 #include <cmath>

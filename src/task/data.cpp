@@ -1,9 +1,6 @@
 #include "task/data.h"
 
-#include <bit>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <numbers>
 #include <stdexcept>
 
