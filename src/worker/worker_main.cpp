@@ -513,6 +513,22 @@ private:
     for (const std::string& n : out.names) out.name_ptrs.push_back(n.c_str());
   }
 
+  // A call's arguments as the candidate gets them, and its descriptors as they were before the call (compared
+  // after it). The scalars' names point into the message.
+  struct CallArgs {
+    TensorArgs in, out;
+    std::vector<kwb_scalar> scalars;
+    std::vector<DLTensor> in_copy, out_copy;
+  };
+
+  void build_args(const protocol::RunMessage& msg, CallArgs& a) {
+    build_tensors(msg.inputs, a.in);
+    build_tensors(msg.outputs, a.out);
+    for (const auto& [name, value] : msg.scalars) a.scalars.push_back({name.c_str(), value});
+    a.in_copy = a.in.tensors;
+    a.out_copy = a.out.tensors;
+  }
+
   // The candidate's view of one call. It points into `in`, `out` and `scalars`, which outlive it.
   kwb_call make_call(TensorArgs& in, TensorArgs& out, std::vector<kwb_scalar>& scalars) const {
     kwb_call call{};
@@ -583,8 +599,11 @@ private:
 
   // The answer to a call the parent has captured: whether the descriptors are intact and, on a device backend, the
   // device copies' checks and what the call ran.
-  nlohmann::json ran_reply(uint64_t seq, bool device, const TensorArgs& in, const TensorArgs& out,
-                           const std::vector<DLTensor>& in_copy, const std::vector<DLTensor>& out_copy) {
+  nlohmann::json ran_reply(uint64_t seq, bool device, const CallArgs& args) {
+    const TensorArgs& in = args.in;
+    const TensorArgs& out = args.out;
+    const std::vector<DLTensor>& in_copy = args.in_copy;
+    const std::vector<DLTensor>& out_copy = args.out_copy;
     nlohmann::json modified = nlohmann::json::array();
     nlohmann::json overrun = nlohmann::json::array();
     if (device) {
@@ -634,19 +653,14 @@ private:
   nlohmann::json run_call(const nlohmann::json& m) {
     if (m_run == nullptr) return error(FailureReason::protocol, "run before load");
     const protocol::RunMessage msg = protocol::run_message_from_json(m);
-    TensorArgs in, out;
-    build_tensors(msg.inputs, in);
-    build_tensors(msg.outputs, out);
-    std::vector<kwb_scalar> scalars;
-    for (const auto& [name, value] : msg.scalars) scalars.push_back({name.c_str(), value});
-    const std::vector<DLTensor> in_copy = in.tensors;
-    const std::vector<DLTensor> out_copy = out.tensors;
+    CallArgs args;
+    build_args(msg, args);
 
     // Layout randomization: kwb_run's frame starts stack_offset bytes lower than it would (a multiple of 16, so the
     // ABI's alignment holds). Taken here, before the call's window, so it costs nothing inside it.
     volatile char* stack_pad = static_cast<volatile char*>(alloca(msg.stack_offset + 16));
     stack_pad[0] = 0;
-    const kwb_call call = make_call(in, out, scalars);
+    const kwb_call call = make_call(args.in, args.out, args.scalars);
 
     // From here to the read-back, the backend is called only through the sealed call path.
     const CallPath& path = g_call_path.path;
@@ -663,7 +677,7 @@ private:
     // this function (and upload_all) and, on a device backend, the sealed call path's functions and the sealed
     // OpenCL table: no virtual call, nothing the implementation could have redirected in an earlier call (the
     // parent counts this window's CPU).
-    if (device) upload_all(path, in, out);
+    if (device) upload_all(path, args.in, args.out);
     ++m_calls;
     state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
     // Spin for go (the parent reacts within microseconds); should the parent share this CPU after all, yield now
@@ -689,13 +703,13 @@ private:
                                    std::to_string(expected_go) + "): something in the worker wrote it");
     }
     protocol::futex_wake(state);  // a parent that sleeps through a long call
-    uint32_t captured_after = done;
     if (device) {
-      if (std::optional<nlohmann::json> failed = read_back(path, state, seq, out)) return *failed;
-      captured_after = protocol::state_word(seq, protocol::Phase::downloaded);
+      if (std::optional<nlohmann::json> failed = read_back(path, state, seq, args.out)) return *failed;
     }
+    // Asleep until the parent has captured the outputs (after done, or after downloaded on a device backend).
+    const uint32_t captured_after = device ? protocol::state_word(seq, protocol::Phase::downloaded) : done;
     while (state.load(std::memory_order_acquire) == captured_after) protocol::futex_wait(state, captured_after);
-    return ran_reply(seq, device, in, out, in_copy, out_copy);
+    return ran_reply(seq, device, args);
   }
 
 #ifdef KWB_PROFILE_WORKER
