@@ -55,8 +55,8 @@ void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t
 
 // The record kinds of a call: kernels on any stream (CONCURRENT_KERNEL does not serialize them, unlike KERNEL),
 // copies and fills.
-inline constexpr CUpti_ActivityKind k_traced_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                                        CUPTI_ACTIVITY_KIND_MEMSET};
+inline constexpr CUpti_ActivityKind k_traced_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+                                                        CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
 // "_Z13rmsnorm_fusedPKfS0_Pflfb" -> "rmsnorm_fused": demangled and without the parameter list, so that the names
 // in the evidence read like the source. A template kernel's demangled name starts with its return type, always
