@@ -104,7 +104,6 @@ TEST(dtype_test, load_and_store_go_through_the_same_conversions) {
 }
 
 TEST(dtype_table, every_name_parses_back_to_its_row_and_no_other_spelling_does) {
-  EXPECT_EQ(std::size(k_dtypes), 4u);
   for (size_t i = 0; i < std::size(k_dtypes); ++i) {
     const DTypeInfo& t = k_dtypes[i];
     EXPECT_EQ(static_cast<size_t>(t.dtype), i);  // rows in enumerator order: dtype_info indexes the table
@@ -151,8 +150,9 @@ TEST(dtype_table, values_of_every_dtype_store_and_load_exactly) {
 }
 
 TEST(dtype_table, every_poison_pattern_is_a_nan_other_than_the_canonical_one) {
+  for (DType d : {DType::f16, DType::bf16, DType::f32, DType::f64}) EXPECT_TRUE(dtype_info(d).has_nan);
   for (const DTypeInfo& t : k_dtypes) {
-    ASSERT_TRUE(t.has_nan) << t.name;
+    if (!t.has_nan) continue;  // an integer dtype's poison is no NaN
     // The canonical quiet NaN is what storing a NaN gives; the payload sits below its quiet bit.
     std::vector<unsigned char> bytes(t.size);
     store_element(t.dtype, bytes.data(), 0, k_nan);
