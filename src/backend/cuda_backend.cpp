@@ -6,11 +6,10 @@
 // In trace mode CUPTI's activity API lists every kernel, copy and fill the call ran, and on which stream.
 // docs/backends.md.
 //
-// Neither the CUDA runtime nor CUPTI is linked: both are opened with dlopen when a worker asks for this backend
-// (CUPTI only when tracing), so kwb-worker starts on machines without CUDA and says "unavailable" there. Every call
-// goes through a table of function pointers typed from the toolkit's own prototypes and through one checked macro.
+// Neither the CUDA runtime nor CUPTI is linked (cuda_api.h); the trace's buffers are cuda_trace.h's.
 #include "backend/backend.h"
-
+#include "backend/cuda_api.h"
+#include "backend/cuda_trace.h"
 #include "util/error.h"
 
 #include <fmt/format.h>
@@ -19,29 +18,8 @@
 #include <memory>
 #include <string>
 
-#ifdef KWB_HAVE_CUDA
-// Third-party headers: their warnings are not this file's, and the GPU machine's compiler may differ from the one
-// this was checked with.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wpedantic"
-#pragma GCC diagnostic ignored "-Wconversion"
-#pragma GCC diagnostic ignored "-Wshadow"
-#include <cuda_runtime_api.h>
-#include <cupti.h>
-#pragma GCC diagnostic pop
-
-// The activity records read below (CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4) and the
-// runtime's exported names are those of CUDA 13. An older toolkit builds the backend as unavailable instead.
-#if CUDART_VERSION >= 13000 && CUPTI_API_VERSION >= 130000
-#define KWB_CUDA_BACKEND 1
-#endif
-#endif
-
 #ifdef KWB_CUDA_BACKEND
-#include <cxxabi.h>
-#include <dlfcn.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -55,26 +33,10 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <new>
 #include <random>
 #include <sstream>
 #include <utility>
 #include <vector>
-
-// The per-thread default stream renames runtime functions (cudaMemcpyAsync -> cudaMemcpyAsync_ptsz); the symbols
-// resolved below by their plain names would then not match the prototypes.
-#ifdef CUDA_API_PER_THREAD_DEFAULT_STREAM
-#error "cuda_backend.cpp resolves the legacy-stream entry points: build it without CUDA_API_PER_THREAD_DEFAULT_STREAM"
-#endif
-
-// CMake passes the directories of the toolkit kwb was built against; without them only the dynamic loader's search
-// path is tried.
-#ifndef KWB_CUDA_LIBRARY_DIR
-#define KWB_CUDA_LIBRARY_DIR ""
-#endif
-#ifndef KWB_CUPTI_LIBRARY_DIR
-#define KWB_CUPTI_LIBRARY_DIR ""
-#endif
 #endif
 
 namespace kwb {
@@ -83,352 +45,22 @@ namespace kwb {
 
 namespace {
 
-// "13.0" from 13000, the encoding of cudaRuntimeGetVersion and cudaDriverGetVersion.
-std::string cuda_version_text(int v) { return fmt::format("{}.{}", v / 1000, v % 1000 / 10); }
-
-const std::string k_cuda_version = cuda_version_text(CUDART_VERSION);
-
-// ---- loading the libraries --------------------------------------------------------------------------------------
-
-// The soname of this major version: an implementation built by kwb's nvcc (-cudart=shared) needs exactly this file.
-std::string soname(const char* stem) { return fmt::format("{}.so.{}", stem, CUDART_VERSION / 1000); }
-
-// dlopen's handle for `name`, first in `dir` (the toolkit kwb was built against), then wherever the dynamic loader
-// finds it (LD_LIBRARY_PATH, ld.so.cache). The implementation's own DT_NEEDED entry for the same soname is then
-// matched to this copy, so kwb and the implementation share one runtime: one context, one set of streams.
-// RTLD_GLOBAL: objects loaded later resolve the library's symbols to this copy as well.
-void* open_library(const std::string& dir, const std::string& name, std::string& tried) {
-  for (const std::string& path : {dir.empty() ? std::string() : dir + "/" + name, name}) {
-    if (path.empty()) continue;
-    if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
-    const char* why = ::dlerror();
-    tried += fmt::format("{}dlopen({}): {}", tried.empty() ? "" : "; ", path, why != nullptr ? why : "failed");
-  }
-  return nullptr;
-}
-
-// The directory the loader actually took the library from (for the sandbox's read list).
-std::string origin_of(void* handle) {
-  char dir[PATH_MAX] = {};
-  return ::dlinfo(handle, RTLD_DI_ORIGIN, dir) == 0 ? std::string(dir) : std::string();
-}
-
-template <typename Fn>
-void resolve(void* handle, const char* symbol, const std::string& library, Fn& out) {
-  out = reinterpret_cast<Fn>(::dlsym(handle, symbol));
-  if (out == nullptr) {
-    throw Error(ExitCode::unavailable,
-                fmt::format("{} has no {}: it is older than the CUDA {} this kwb was built with (install that "
-                            "toolkit's runtime, or rebuild kwb against the installed one)",
-                            library, symbol, k_cuda_version));
-  }
-}
-
-#define KWB_CUDART_FUNCTIONS(X)                                                                                  \
-  X(cudaGetErrorName) X(cudaGetErrorString) X(cudaGetDeviceCount) X(cudaRuntimeGetVersion)                       \
-  X(cudaDriverGetVersion) X(cudaGetDeviceProperties) X(cudaDeviceGetAttribute) X(cudaSetDevice)                  \
-  X(cudaDeviceSynchronize) X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaStreamSynchronize)            \
-  X(cudaEventCreate) X(cudaEventDestroy) X(cudaEventRecord) X(cudaEventElapsedTime) X(cudaMalloc) X(cudaFree)    \
-  X(cudaMemcpyAsync) X(cudaMemsetAsync)
-
-#define KWB_CUPTI_FUNCTIONS(X)                                                                                   \
-  X(cuptiGetResultString) X(cuptiGetVersion) X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable)           \
-  X(cuptiActivityDisable) X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                                 \
-  X(cuptiActivityGetNumDroppedRecords) X(cuptiGetStreamIdEx) X(cuptiGetDeviceId)
-
-#define KWB_DECLARE_FUNCTION(fn) decltype(&::fn) fn = nullptr;
-#define KWB_RESOLVE_FUNCTION(fn) resolve(handle, #fn, library, api.fn);
-
-// The runtime entry points kwb uses, resolved once per process; the library is never closed (its exit handlers
-// and the implementation's would run against an unmapped object).
-struct CudaRuntime {
-  std::string directory;
-  KWB_CUDART_FUNCTIONS(KWB_DECLARE_FUNCTION)
-};
-
-CudaRuntime load_cuda_runtime() {
-  const std::string library = soname("libcudart");
-  std::string tried;
-  void* handle = open_library(KWB_CUDA_LIBRARY_DIR, library, tried);
-  if (handle == nullptr) {
-    throw Error(ExitCode::unavailable,
-                fmt::format("the CUDA {} runtime ({}) cannot be loaded: {} (install the CUDA toolkit or its runtime "
-                            "library, or add the directory that holds {} to LD_LIBRARY_PATH)",
-                            k_cuda_version, library, tried, library));
-  }
-  CudaRuntime api;
-  api.directory = origin_of(handle);
-  KWB_CUDART_FUNCTIONS(KWB_RESOLVE_FUNCTION)
-  return api;
-}
-
-// The table the worker's synchronization and events go through lives on pages of its own, read-only and sealed
-// once filled (before any implementation is loaded), and is reached by its fixed address: an implementation in the
-// same process cannot swap cudaDeviceSynchronize or cudaEventElapsedTime for functions of its own by overwriting it
-// (an exploit a review demonstrated against the OpenCL table). Loaded on first use; a failed load (which throws
-// before anything is constructed) is tried again next time.
-struct alignas(4096) SealedRuntime {
-  alignas(CudaRuntime) unsigned char bytes[sizeof(CudaRuntime)];
-};
-SealedRuntime g_sealed_runtime;
-
-#ifndef SYS_mseal
-#define SYS_mseal 462
-#endif
-
-const CudaRuntime& cuda_runtime() {
-  static const bool loaded = [] {
-    new (g_sealed_runtime.bytes) CudaRuntime(load_cuda_runtime());
-    ::mprotect(&g_sealed_runtime, sizeof g_sealed_runtime, PROT_READ);
-    (void)::syscall(SYS_mseal, &g_sealed_runtime, sizeof g_sealed_runtime, 0);  // Linux 6.10+
-    return true;
-  }();
-  (void)loaded;
-  return *std::launder(reinterpret_cast<const CudaRuntime*>(g_sealed_runtime.bytes));
-}
-
-struct Cupti {
-  std::string directory;
-  KWB_CUPTI_FUNCTIONS(KWB_DECLARE_FUNCTION)
-};
-
-Cupti load_cupti() {
-  const std::string library = soname("libcupti");
-  std::string tried;
-  void* handle = open_library(KWB_CUPTI_LIBRARY_DIR, library, tried);
-  if (handle == nullptr) {
-    throw Error(ExitCode::unavailable,
-                fmt::format("kernel tracing needs CUPTI ({}), which cannot be loaded: {} (install the toolkit's CUPTI "
-                            "component, or add its directory, e.g. <cuda>/extras/CUPTI/lib64, to LD_LIBRARY_PATH)",
-                            library, tried));
-  }
-  Cupti api;
-  api.directory = origin_of(handle);
-  KWB_CUPTI_FUNCTIONS(KWB_RESOLVE_FUNCTION)
-  // The record layouts read below are this header's; another CUPTI release may hand out other record versions.
-  uint32_t version = 0;
-  if (api.cuptiGetVersion(&version) != CUPTI_SUCCESS || version / 100 != CUPTI_API_VERSION / 100) {
-    throw Error(ExitCode::unavailable,
-                fmt::format("{} is CUPTI API version {}, but kwb was built against {} and reads that version's "
-                            "activity records (load the CUPTI of the toolkit kwb was built with)",
-                            api.directory + "/" + library, version, CUPTI_API_VERSION));
-  }
-  return api;
-}
-
-const Cupti& cupti_library() {
-  static const Cupti api = load_cupti();
-  return api;
-}
-
-#undef KWB_DECLARE_FUNCTION
-#undef KWB_RESOLVE_FUNCTION
-
-// ---- checked calls ------------------------------------------------------------------------------------------------
-
-[[noreturn]] void throw_cuda_error(const CudaRuntime& api, cudaError_t rc, const char* call, const char* file,
-                                   int line) {
-  throw InternalError(fmt::format("{} failed: {} ({}) ({}:{})", call, api.cudaGetErrorName(rc),
-                                  api.cudaGetErrorString(rc), file, line));
-}
-
-[[noreturn]] void throw_cupti_error(const Cupti& api, CUptiResult rc, const char* call, const char* file, int line) {
-  const char* text = nullptr;
-  if (api.cuptiGetResultString(rc, &text) != CUPTI_SUCCESS || text == nullptr) text = "unknown CUPTI error";
-  throw InternalError(fmt::format("{} failed: {} ({}) ({}:{})", call, static_cast<int>(rc), text, file, line));
-}
-
-// Every runtime call of the backend: `KWB_CUDA(cuda().cudaMalloc(&p, n))`. Inside CudaBackend, whose cuda() is the
-// sealed runtime table (its cudaGetErrorString names the failure).
-#define KWB_CUDA(call)                                                                 \
-  do {                                                                                 \
-    const cudaError_t kwb_cuda_rc_ = (call);                                           \
-    if (kwb_cuda_rc_ != cudaSuccess) {                                                 \
-      throw_cuda_error(cuda(), kwb_cuda_rc_, #call, __FILE__, __LINE__);              \
-    }                                                                                  \
-  } while (0)
-
-// The same for CUPTI, whose table is the process-wide cupti_library().
-#define KWB_CUPTI(call)                                                                \
-  do {                                                                                 \
-    const CUptiResult kwb_cupti_rc_ = (call);                                          \
-    if (kwb_cupti_rc_ != CUPTI_SUCCESS) {                                              \
-      throw_cupti_error(cupti_library(), kwb_cupti_rc_, #call, __FILE__, __LINE__);   \
-    }                                                                                  \
-  } while (0)
-
-// ---- resources ----------------------------------------------------------------------------------------------------
-
-// Owns one runtime object (device memory, an event, a stream) and releases it with the runtime's own function.
-// Copy deleted: two owners would free it twice. Release errors are ignored (destructors never throw; a context
-// that a faulting kernel broke refuses every call, and the process is about to end).
-template <typename Handle>
-class Owned {
-public:
-  using Release = cudaError_t (*)(Handle);
-  Owned() = default;
-  Owned(Handle handle, Release release) : m_handle(handle), m_release(release) {}
-  Owned(Owned&& other) noexcept
-      : m_handle(std::exchange(other.m_handle, Handle{})), m_release(other.m_release) {}
-  Owned& operator=(Owned&& other) noexcept {
-    if (this != &other) {
-      reset();
-      m_handle = std::exchange(other.m_handle, Handle{});
-      m_release = other.m_release;
-    }
-    return *this;
-  }
-  Owned(const Owned&) = delete;
-  Owned& operator=(const Owned&) = delete;
-  ~Owned() { reset(); }
-
-  Handle get() const { return m_handle; }
-
-private:
-  void reset() noexcept {
-    if (m_handle != Handle{}) (void)m_release(m_handle);
-    m_handle = Handle{};
-  }
-
-  Handle m_handle{};
-  Release m_release = nullptr;
-};
-
-// ---- CUPTI activity buffers ---------------------------------------------------------------------------------------
-
-// One command CUPTI saw, copied out of its buffer so the buffer can go back to CUPTI at once.
-struct TracedCommand {
-  std::string name;  // mangled kernel name, or "memcpy" / "memset"
-  bool kernel = false;
-  uint32_t device = 0;
-  uint32_t stream = 0;
-  uint64_t start = 0;
-  uint64_t end = 0;
-};
-
-// CUPTI hands its record buffers to plain C callbacks that take no user pointer, so what they fill lives here, for
-// the whole process (CUPTI may still hold a buffer after a backend is gone). The callbacks run on the thread that
-// flushes and on CUPTI's own thread, hence the mutex; it is never held across a CUPTI call, because a flush calls
-// back into on_buffer_completed on the flushing thread.
-//
-// The buffers are allocated once, up front, and recycled: CUPTI asks for a fresh one at the first record after each
-// flush, i.e. inside the next kwb_run, where an allocation of kwb's own would be counted against the implementation
-// by the profile worker's allocation counter.
-struct TraceSink {
-  static constexpr size_t k_buffer_bytes = size_t{1} << 20;  // ~5000 kernel records
-  // CUPTI may hold more than one buffer at a time; running out loses records, and the call's trace then says
-  // that it is incomplete.
-  static constexpr size_t k_buffers = 16;
-
-  std::mutex mutex;
-  std::vector<std::unique_ptr<uint64_t[]>> storage;  // uint64_t: CUPTI wants 8-byte aligned buffers
-  std::vector<uint8_t*> free_buffers;
-  std::vector<TracedCommand> commands;
-  uint64_t lost = 0;  // records CUPTI dropped or this file could not read, since the last discard
-  bool registered = false;  // the callbacks, once per process
-};
-
-TraceSink& trace_sink() {
-  static TraceSink sink;
-  return sink;
-}
-
-void CUPTIAPI on_buffer_requested(uint8_t** buffer, size_t* size, size_t* max_records) {
-  TraceSink& s = trace_sink();
-  std::lock_guard lock(s.mutex);
-  *max_records = 0;  // as many as fit
-  if (s.free_buffers.empty()) {
-    // Declined: CUPTI drops records until a buffer comes back, and the call's list is then incomplete.
-    *buffer = nullptr;
-    *size = 0;
-    ++s.lost;
-    return;
-  }
-  *buffer = s.free_buffers.back();
-  *size = TraceSink::k_buffer_bytes;
-  s.free_buffers.pop_back();
-}
-
-void CUPTIAPI on_buffer_completed(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t, size_t valid) {
-  const Cupti& api = cupti_library();
-  TraceSink& s = trace_sink();
-  std::vector<TracedCommand> parsed;
-  uint64_t lost = 0;
-  try {
-    CUpti_Activity* record = nullptr;
-    for (;;) {
-      const CUptiResult rc = api.cuptiActivityGetNextRecord(buffer, valid, &record);
-      if (rc == CUPTI_ERROR_MAX_LIMIT_REACHED) break;  // the end of the valid bytes
-      if (rc != CUPTI_SUCCESS) {
-        ++lost;
-        break;
-      }
-      TracedCommand c;
-      switch (record->kind) {
-        case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-          const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-          c = {k->name != nullptr ? k->name : "?", true, k->deviceId, k->streamId, k->start, k->end};
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMCPY: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-          c = {"memcpy", false, m->deviceId, m->streamId, m->start, m->end};
-          break;
-        }
-        case CUPTI_ACTIVITY_KIND_MEMSET: {
-          const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-          c = {"memset", false, m->deviceId, m->streamId, m->start, m->end};
-          break;
-        }
-        default:
-          continue;  // not a kind enabled here
-      }
-      parsed.push_back(std::move(c));
-    }
-  } catch (const std::bad_alloc&) {
-    ++lost;  // an exception must not unwind through CUPTI's C frames
-  }
-  size_t dropped = 0;
-  if (api.cuptiActivityGetNumDroppedRecords(context, stream_id, &dropped) != CUPTI_SUCCESS) ++lost;
-  std::lock_guard lock(s.mutex);
-  s.free_buffers.push_back(buffer);
-  s.lost += lost + dropped;
-  try {
-    s.commands.insert(s.commands.end(), std::make_move_iterator(parsed.begin()), std::make_move_iterator(parsed.end()));
-  } catch (const std::bad_alloc&) {
-    s.lost += parsed.size();
-  }
-}
-
-// The record kinds of a call: kernels on any stream (CONCURRENT_KERNEL does not serialize them, unlike KERNEL),
-// copies and fills.
-constexpr CUpti_ActivityKind k_traced_kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                                                 CUPTI_ACTIVITY_KIND_MEMSET};
-
-// "_Z13rmsnorm_fusedPKfS0_Pflfb" -> "rmsnorm_fused": demangled and without the parameter list, so that the names
-// in the evidence read like the source. A template kernel's demangled name starts with its return type, always
-// void for a kernel, which goes too ("void scale<4>(float*)" -> "scale<4>"). Names that are not mangled C++
-// (extern "C" kernels) stay as they are.
-std::string kernel_name(const std::string& mangled) {
-  int status = 0;
-  const std::unique_ptr<char, decltype(&std::free)> demangled(
-      abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), &std::free);
-  if (status != 0 || demangled == nullptr) return mangled;
-  std::string name = demangled.get();
-  if (name.rfind("void ", 0) == 0) name.erase(0, 5);
-  if (!name.empty() && name.back() == ')') {
-    int depth = 0;
-    for (size_t i = name.size(); i-- > 0;) {
-      if (name[i] == ')') {
-        ++depth;
-      } else if (name[i] == '(' && --depth == 0) {
-        name.erase(i);
-        break;
-      }
-    }
-  }
-  return name;
-}
+using cuda::CudaRuntime;
+using cuda::Cupti;
+using cuda::Owned;
+using cuda::TracedCommand;
+using cuda::TraceSink;
+using cuda::cuda_runtime;
+using cuda::cuda_version_text;
+using cuda::cupti_library;
+using cuda::k_cuda_version;
+using cuda::k_traced_kinds;
+using cuda::kernel_name;
+using cuda::on_buffer_completed;
+using cuda::on_buffer_requested;
+using cuda::throw_cuda_error;
+using cuda::throw_cupti_error;
+using cuda::trace_sink;
 
 // "580.95.05" from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..."):
 // the kernel driver's own version, which cudaDriverGetVersion (the CUDA version it supports) does not give.

@@ -139,14 +139,14 @@ public:
         std::memcpy(to.data() + 8 * k, &v, 8);
       }
       buf.seal();
-      request.inputs.push_back({spec.name, next_id(), "f64", call.input_shapes[i].dims});
+      request.inputs.push_back({spec.name, next_id(), DType::f64, call.input_shapes[i].dims});
       buffers.push_back(std::move(buf));
     }
     for (size_t i = 0; i < call.output_shapes.size(); ++i) {
       const TensorSpec& spec = m_task.signature.outputs[i];
       SharedBuffer buf(fmt::format("kwb-oracle-out-{}", spec.name), call.output_shapes[i].elements() * sizeof(double));
       buf.fill_pattern(std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN()), sizeof(double));
-      request.outputs.push_back({spec.name, next_id(), "f64", call.output_shapes[i].dims});
+      request.outputs.push_back({spec.name, next_id(), DType::f64, call.output_shapes[i].dims});
       buffers.push_back(std::move(buf));
     }
     for (const auto* list : {&request.inputs, &request.outputs}) {

@@ -1,6 +1,6 @@
 #include "oracle/tolerance.h"
 
-#include "task/data.h"
+#include "util/dtype.h"
 
 #include <algorithm>
 #include <cmath>
@@ -96,30 +96,11 @@ OutputComparison compare_output(std::span<const unsigned char> got, DType dtype,
   OutputComparison r;
   r.elements = expected.size();
   // The poison pattern at the element's width (little-endian, the low bytes of the 64-bit pattern).
-  switch (dtype) {
-    case DType::f16:
-      compare_elements<uint16_t>(r, got.data(), expected, tol, static_cast<uint16_t>(poison), error_stats,
-                                 [](uint16_t b) { return f16_value(b); });
-      break;
-    case DType::bf16:
-      compare_elements<uint16_t>(r, got.data(), expected, tol, static_cast<uint16_t>(poison), error_stats,
-                                 [](uint16_t b) { return bf16_value(b); });
-      break;
-    case DType::f32:
-      compare_elements<uint32_t>(r, got.data(), expected, tol, static_cast<uint32_t>(poison), error_stats, [](uint32_t b) {
-        float f;
-        std::memcpy(&f, &b, 4);
-        return static_cast<double>(f);
-      });
-      break;
-    case DType::f64:
-      compare_elements<uint64_t>(r, got.data(), expected, tol, poison, error_stats, [](uint64_t b) {
-        double d;
-        std::memcpy(&d, &b, 8);
-        return d;
-      });
-      break;
-  }
+  visit_dtype(dtype, [&]<typename C>(C) {
+    using Bits = typename C::Bits;
+    compare_elements<Bits>(r, got.data(), expected, tol, static_cast<Bits>(poison), error_stats,
+                           [](Bits b) { return C::to_double(b); });
+  });
   return r;
 }
 

@@ -29,13 +29,19 @@ std::string dims_text(const Task& task, const Case& c) {
   return fmt::format("{}[{}]", first.name, fmt::join(resolve_shape(first, c).dims, ", "));
 }
 
-}  // namespace
-
-CheckReport build_failure_report(const Task& task, const Artifact& artifact) {
+// A report on `artifact` with nothing in it yet.
+CheckReport empty_report(const Task& task, const Artifact& artifact) {
   CheckReport r;
   r.task = task.name;
   r.implementation = artifact.source.string();
   r.identity = artifact.identity;
+  return r;
+}
+
+}  // namespace
+
+CheckReport build_failure_report(const Task& task, const Artifact& artifact) {
+  CheckReport r = empty_report(task, artifact);
   r.built = false;
   r.build_log = artifact.log;
   r.failed = 1;
@@ -219,135 +225,171 @@ CheckReport run_check(const Task& task, const Artifact& artifact, const CheckOpt
 
 namespace {
 
-CheckReport run_check_cases(const Task& task, const Artifact& artifact, const CheckOptions& options) {
-  CheckReport report;
-  report.task = task.name;
-  report.implementation = artifact.source.string();
-  report.identity = artifact.identity;
-  report.built = true;
-
+SessionOptions check_session_options(const CheckOptions& options) {
   SessionOptions so;
   so.backend = options.backend;
   so.timeout = options.timeout;
   so.poison_seed = mix_seed(options.nonce, 0xC4EC);
   so.trace = is_device(options.backend);  // the kernel trace is cheap next to validation, and says what ran
-  report.backend = options.backend;
-  WorkerSession session(task, artifact, so);
-  bool load_failed = false;
-  // Twins' perturbations, held-out shapes without a nonce and the rehearsal must not be predictable.
-  Rng secret(unpredictable_seed());
+  return so;
+}
 
-  // Smallest cases first: a broken implementation fails in milliseconds, not after the DRAM-sized case.
+// The cases one check runs, in their order.
+struct CheckPlan {
   std::vector<const Case*> order;
+  std::vector<Case> held_out;  // the held-out cases of `order` (stable storage: input sets point at their case)
+  uint64_t held_out_nonce = 0;
+  const Case* rehearsal = nullptr;  // final validation ends with a rehearsed timing visit on this case
+};
+
+CheckPlan plan_check(const Task& task, const CheckOptions& options, Rng& secret) {
+  CheckPlan plan;
+  // Smallest cases first: a broken implementation fails in milliseconds, not after the DRAM-sized case.
   for (const Case& c : task.cases) {
     if (options.only_cases.empty() ||
         std::find(options.only_cases.begin(), options.only_cases.end(), c.name) != options.only_cases.end()) {
-      order.push_back(&c);
+      plan.order.push_back(&c);
     }
   }
   auto by_size = [&](const Case* a, const Case* b) { return input_bytes(task, *a) < input_bytes(task, *b); };
-  std::stable_sort(order.begin(), order.end(), by_size);
-  // Held-out cases follow the published ones (stable storage: input sets point at their case).
-  std::vector<Case> held_out;
+  std::stable_sort(plan.order.begin(), plan.order.end(), by_size);
+  // Held-out cases follow the published ones.
   if (options.held_out) {
-    held_out = held_out_cases(task, order, options.nonce != 0 ? options.nonce : secret.next());
+    plan.held_out = held_out_cases(task, plan.order, options.nonce != 0 ? options.nonce : secret.next());
     std::vector<const Case*> extra;
-    for (const Case& h : held_out) extra.push_back(&h);
+    for (const Case& h : plan.held_out) extra.push_back(&h);
     std::stable_sort(extra.begin(), extra.end(), by_size);
-    order.insert(order.end(), extra.begin(), extra.end());
+    plan.order.insert(plan.order.end(), extra.begin(), extra.end());
   }
-  const uint64_t held_out_nonce = options.nonce != 0 ? options.nonce : secret.next();
-
-  // Final validation ends with a rehearsed timing visit on the smallest timing case.
-  const Case* rehearsal = nullptr;
+  plan.held_out_nonce = options.nonce != 0 ? options.nonce : secret.next();
+  // The rehearsal runs on the smallest timing case.
   if (options.held_out) {
     for (const Case& c : task.cases) {
-      if (c.role == CaseRole::timing && (rehearsal == nullptr || input_bytes(task, c) < input_bytes(task, *rehearsal))) {
-        rehearsal = &c;
+      if (c.role == CaseRole::timing &&
+          (plan.rehearsal == nullptr || input_bytes(task, c) < input_bytes(task, *plan.rehearsal))) {
+        plan.rehearsal = &c;
       }
     }
   }
-  // Stops the check before order[next]: the rest of the cases, then the rehearsal, are not run.
-  auto stop = [&](size_t next, std::string why) {
-    report.stopped_early = true;
-    report.stop_reason = std::move(why);
-    for (size_t k = next; k < order.size(); ++k) report.not_run.push_back(order[k]->name);
-    if (rehearsal != nullptr) report.not_run.push_back(rehearsal->name + "~rehearsal");
-  };
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Case& c = *order[i];
-    if (options.stop_after_reason && report.has_reason(*options.stop_after_reason)) {
-      stop(i, fmt::format("the expected reason '{}' appeared", *options.stop_after_reason));
-      break;
-    }
-    const bool is_held_out = c.name.ends_with("~held_out");
+  return plan;
+}
+
+// The check's cases, one after the other, in one worker (a fresh one after a death).
+struct CaseRunner {
+  const Task& task;
+  const CheckOptions& options;
+  const CheckPlan& plan;
+  WorkerSession& session;
+  Rng& secret;
+  CheckReport& report;
+  bool load_failed = false;
+
+  // Case `c`, counted in the report; whether the worker failed in it (it died, or the implementation did not load).
+  bool run(const Case& c) {
     CaseReport cr;
     cr.name = c.name;
     cr.role = c.role;
     cr.dims = dims_text(task, c);
-    bool worker_failed = false;  // the worker died in this case, or the implementation did not load
+    bool worker_failed = false;
     const auto t0 = std::chrono::steady_clock::now();
     if (load_failed) {
       // Only when exhaustive: nothing can run; missing data is a failure, never a pass.
       ++cr.failed;
       report.failures.push_back({c.name, -1, "ran", FailureReason::not_run, "the implementation could not be loaded"});
     } else {
-      if (!session.alive()) {
-        LoadOutcome lo = session.start();
-        if (!lo.device.empty()) report.device = lo.device;
-        if (!lo.ok) {
-          load_failed = true;
-          worker_failed = true;
-          ++cr.failed;
-          report.failures.push_back({c.name, -1, "loads", lo.reason, lo.detail});
-        }
-      }
-      const int calls = input_bytes(task, c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
-                                                                  : options.calls_per_case;
-      std::unique_ptr<InputSet> previous;
-      bool last_completed = false;
-      for (int k = 0; !load_failed && k < calls; ++k) {
-        // Odd calls run on a twin of the previous call's inputs; every set goes into the same input slots, behind
-        // the addresses of the one before (session/worker_session.h).
-        auto set = std::make_unique<InputSet>(
-            k % 2 == 1 && previous ? make_twin(task, *previous, secret.next())
-                                   : make_input_set(task, c, static_cast<uint64_t>(k), is_held_out ? held_out_nonce
-                                                                                                   : options.nonce));
-        CallResult res = session.call(*set, k, CallMode::check);
-        add_call(cr, report, res);
-        previous = std::move(set);
-        last_completed = res.completed;
-        if (!res.completed) {
-          worker_failed = true;
-          break;  // the worker is gone; the next case gets a fresh one
-        }
-      }
-      if (last_completed && !session.alive()) {
-        record_late_death(session, cr, report);
-        worker_failed = true;
-      }
+      worker_failed = !ensure_worker(c, cr);
+      worker_failed = !run_calls(c, cr) || worker_failed;
     }
     cr.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     report.passed += cr.passed;
     report.failed += cr.failed;
     report.cases.push_back(cr);
-    if (worker_failed && !options.exhaustive && (i + 1 < order.size() || rehearsal != nullptr)) {
+    return worker_failed;
+  }
+
+  // A worker with the implementation loaded, started where there is none; false when it does not load.
+  bool ensure_worker(const Case& c, CaseReport& cr) {
+    if (session.alive()) return true;
+    LoadOutcome lo = session.start();
+    if (!lo.device.empty()) report.device = lo.device;
+    if (lo.ok) return true;
+    load_failed = true;
+    ++cr.failed;
+    report.failures.push_back({c.name, -1, "loads", lo.reason, lo.detail});
+    return false;
+  }
+
+  // The case's checked calls; false when the worker died during them or after its last answer.
+  bool run_calls(const Case& c, CaseReport& cr) {
+    const bool is_held_out = c.name.ends_with("~held_out");
+    const int calls = input_bytes(task, c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
+                                                                : options.calls_per_case;
+    std::unique_ptr<InputSet> previous;
+    bool last_completed = false;
+    for (int k = 0; !load_failed && k < calls; ++k) {
+      // Odd calls run on a twin of the previous call's inputs; every set goes into the same input slots, behind
+      // the addresses of the one before (session/worker_session.h).
+      auto set = std::make_unique<InputSet>(
+          k % 2 == 1 && previous ? make_twin(task, *previous, secret.next())
+                                 : make_input_set(task, c, static_cast<uint64_t>(k),
+                                                  is_held_out ? plan.held_out_nonce : options.nonce));
+      CallResult res = session.call(*set, k, CallMode::check);
+      add_call(cr, report, res);
+      previous = std::move(set);
+      last_completed = res.completed;
+      if (!res.completed) return false;  // the worker is gone; the next case gets a fresh one
+    }
+    if (last_completed && !session.alive()) {
+      record_late_death(session, cr, report);
+      return false;
+    }
+    return true;
+  }
+};
+
+// The last case's worker says goodbye, counted in that case.
+void finish_last_case(WorkerSession& session, CheckReport& report) {
+  if (report.cases.empty()) return;
+  CaseReport& last = report.cases.back();
+  const size_t passed = last.passed, failed = last.failed;
+  finish_session(session, last, report);
+  report.passed += last.passed - passed;
+  report.failed += last.failed - failed;
+}
+
+CheckReport run_check_cases(const Task& task, const Artifact& artifact, const CheckOptions& options) {
+  CheckReport report = empty_report(task, artifact);
+  report.built = true;
+  report.backend = options.backend;
+  WorkerSession session(task, artifact, check_session_options(options));
+  // Twins' perturbations, held-out shapes without a nonce and the rehearsal must not be predictable.
+  Rng secret(unpredictable_seed());
+  const CheckPlan plan = plan_check(task, options, secret);
+  // Stops the check before order[next]: the rest of the cases, then the rehearsal, are not run.
+  auto stop = [&](size_t next, std::string why) {
+    report.stopped_early = true;
+    report.stop_reason = std::move(why);
+    for (size_t k = next; k < plan.order.size(); ++k) report.not_run.push_back(plan.order[k]->name);
+    if (plan.rehearsal != nullptr) report.not_run.push_back(plan.rehearsal->name + "~rehearsal");
+  };
+  CaseRunner runner{task, options, plan, session, secret, report};
+  for (size_t i = 0; i < plan.order.size(); ++i) {
+    const Case& c = *plan.order[i];
+    if (options.stop_after_reason && report.has_reason(*options.stop_after_reason)) {
+      stop(i, fmt::format("the expected reason '{}' appeared", *options.stop_after_reason));
+      break;
+    }
+    const bool worker_failed = runner.run(c);
+    if (worker_failed && !options.exhaustive && (i + 1 < plan.order.size() || plan.rehearsal != nullptr)) {
       // Named by the failure that ended the worker: the last one recorded (the death, or the failed load).
       stop(i + 1, fmt::format("the worker failed in case {} ({}): the verdict is FAIL; --exhaustive runs every case",
                               c.name, report.failures.back().reason));
       break;
     }
   }
-  if (!report.cases.empty()) {
-    CaseReport& last = report.cases.back();
-    const size_t passed = last.passed, failed = last.failed;
-    finish_session(session, last, report);
-    report.passed += last.passed - passed;
-    report.failed += last.failed - failed;
-  }
-
-  if (rehearsal != nullptr && !load_failed && !report.stopped_early) {
-    CaseReport cr = rehearse_timing_visit(task, artifact, options, *rehearsal, secret.next(), report);
+  finish_last_case(session, report);
+  if (plan.rehearsal != nullptr && !runner.load_failed && !report.stopped_early) {
+    CaseReport cr = rehearse_timing_visit(task, artifact, options, *plan.rehearsal, secret.next(), report);
     report.passed += cr.passed;
     report.failed += cr.failed;
     report.cases.push_back(cr);

@@ -422,77 +422,87 @@ void timing_pass(const Task& task, const Artifact& art, const InputSet& set, con
   rl.measured = true;
 }
 
-}  // namespace
-
-ProfileReport run_profile(const Task& task, const Artifact& artifact, const ProfileOptions& o) {
-  if (!artifact.ok) throw DataError(fmt::format("{}: does not build; nothing to profile", artifact.source.string()));
+// The workloads to profile: those named, else every timing case.
+std::vector<const Case*> profiled_workloads(const Task& task, const ProfileOptions& o) {
   std::vector<const Case*> workloads;
   if (o.workloads.empty()) {
     for (const Case& c : task.cases) {
       if (c.role == CaseRole::timing) workloads.push_back(&c);
     }
   } else {
-    for (const std::string& name : o.workloads) {
-      workloads.push_back(&task.require_case("--workload", name, true));
-    }
+    for (const std::string& name : o.workloads) workloads.push_back(&task.require_case("--workload", name, true));
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
+  return workloads;
+}
 
-  ProfileReport report;
-  report.task = task.name;
-  report.implementation = artifact.source.string();
-  report.identity = artifact.identity;
-  report.backend = o.backend;
-  report.valgrind = find_valgrind();
-  say(o, "bandwidth probe (once per environment, then cached)");
-  const fs::path cache_root = o.cache_root.empty() ? cache_dir() : o.cache_root;
-  report.bandwidth = environment_bandwidth(cache_root);
-
-  WorkDir work(o.raw_dir);
-  std::optional<Artifact> derived;  // the valgrind-compatible build, made at most once
-  bool derived_tried = false;
-  std::string derived_failure;
+// The valgrind-compatible build of the artifact (the same source with -mno-avx512f), tried at most once per profile,
+// when valgrind cannot execute the artifact itself.
+struct DerivedBuild {
+  std::optional<Artifact> artifact;
+  bool tried = false;
+  std::string failure;         // why the build failed
   std::string unhandled_line;  // what valgrind said about the real artifact
+};
 
-  for (const Case* c : workloads) {
+// One profile's workloads, one after the other, and what they share.
+struct Profiler {
+  const Task& task;
+  const Artifact& artifact;
+  const ProfileOptions& o;
+  const fs::path cache_root;
+  ProfileReport& report;
+  WorkDir work;
+  DerivedBuild derived;
+
+  WorkloadProfile workload(const Case& c) {
     const auto t0 = std::chrono::steady_clock::now();
     WorkloadProfile wp;
-    wp.name = c->name;
-    wp.dims = dims_text(task, *c);
-    wp.roofline.min_bytes = min_bytes_moved(task, *c);
-    say(o, fmt::format("{}: generating inputs and the oracle's outputs", c->name));
-    const InputSet set = make_input_set(task, *c, 0, o.nonce);
-
+    wp.name = c.name;
+    wp.dims = dims_text(task, c);
+    wp.roofline.min_bytes = min_bytes_moved(task, c);
+    say(o, fmt::format("{}: generating inputs and the oracle's outputs", c.name));
+    const InputSet set = make_input_set(task, c, 0, o.nonce);
     if (is_device(o.backend)) {
-      // Device backends: the kernel trace replaces callgrind and the host-side probes, which would describe the
-      // runtime's host code, not the kernels (docs/profile.md).
-      const std::string host_only = fmt::format("not measured for the {} backend: the host-side tools would count "
-                                                "the device runtime, not the kernels (see the device trace)",
-                                                o.backend);
-      wp.instructions.unavailable_reason = host_only;
-      wp.allocations.unavailable_reason = host_only;
-      wp.hardware.unavailable_reason = host_only;
-      say(o, fmt::format("{}: device kernel trace ({} warm-ups + {} traced calls in kwb-worker)", c->name, 2, 5));
-      device_pass(task, artifact, set, o, wp);
-      if (wp.failures.empty()) {
-        say(o, fmt::format("{}: short timing run ({} warm-ups + {} calls in kwb-worker)", c->name, o.timing_warmups,
-                           o.timing_calls));
-        // Fraction of the host memory probe only where the device is this CPU (OpenCL on PoCL's CPU device is;
-        // a GPU's memory is not what the probe measures).
-        const double peak = o.backend == BackendKind::opencl ? report.bandwidth.peak_gb_per_s : 0.0;
-        timing_pass(task, artifact, set, o, peak, wp);
-      } else {
-        wp.roofline.unavailable_reason = "not run: the implementation failed validation while being profiled";
-      }
-      wp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      report.workloads.push_back(std::move(wp));
-      continue;
+      device_passes(c, set, wp);
+    } else {
+      say(o, fmt::format("{}: allocations and hardware counters ({} calls in kwb-profile-worker)", c.name,
+                         o.native_calls));
+      native_pass(task, artifact, set, o, wp);
+      instruction_pass(c, set, wp);
+      timing_after_validation(c, set, report.bandwidth.peak_gb_per_s, wp);
     }
+    wp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return wp;
+  }
 
-    say(o, fmt::format("{}: allocations and hardware counters ({} calls in kwb-profile-worker)", c->name,
-                       o.native_calls));
-    native_pass(task, artifact, set, o, wp);
+  // Device backends: the kernel trace replaces callgrind and the host-side probes, which would describe the
+  // runtime's host code, not the kernels (docs/profile.md).
+  void device_passes(const Case& c, const InputSet& set, WorkloadProfile& wp) {
+    const std::string host_only = fmt::format("not measured for the {} backend: the host-side tools would count "
+                                              "the device runtime, not the kernels (see the device trace)",
+                                              o.backend);
+    wp.instructions.unavailable_reason = host_only;
+    wp.allocations.unavailable_reason = host_only;
+    wp.hardware.unavailable_reason = host_only;
+    say(o, fmt::format("{}: device kernel trace ({} warm-ups + {} traced calls in kwb-worker)", c.name, 2, 5));
+    device_pass(task, artifact, set, o, wp);
+    // Fraction of the host memory probe only where the device is this CPU (OpenCL on PoCL's CPU device is; a GPU's
+    // memory is not what the probe measures).
+    timing_after_validation(c, set, o.backend == BackendKind::opencl ? report.bandwidth.peak_gb_per_s : 0.0, wp);
+  }
 
+  void timing_after_validation(const Case& c, const InputSet& set, double peak_gb_per_s, WorkloadProfile& wp) {
+    if (!wp.failures.empty()) {
+      wp.roofline.unavailable_reason = "not run: the implementation failed validation while being profiled";
+      return;
+    }
+    say(o, fmt::format("{}: short timing run ({} warm-ups + {} calls in kwb-worker)", c.name, o.timing_warmups,
+                       o.timing_calls));
+    timing_pass(task, artifact, set, o, peak_gb_per_s, wp);
+  }
+
+  void instruction_pass(const Case& c, const InputSet& set, WorkloadProfile& wp) {
     InstructionProfile& ip = wp.instructions;
     const bool large = wp.roofline.min_bytes > k_large_workload_bytes;
     ip.warmups = large ? 0 : o.callgrind_warmups;
@@ -509,56 +519,72 @@ ProfileReport run_profile(const Task& task, const Artifact& artifact, const Prof
     } else if (!wp.failures.empty()) {
       ip.unavailable_reason = "not run: the implementation failed validation in the profile worker";
     } else {
-      say(o, fmt::format("{}: callgrind ({} warm-up + {} collected calls; slow)", c->name, ip.warmups, ip.calls));
-      const Artifact* profiled = derived ? &*derived : &artifact;
-      CallgrindRun run = run_under_callgrind(task, *profiled, set, ip.warmups + ip.calls, o, report.valgrind,
-                                             work.path() / (c->name + (derived ? "-derived" : "")));
-      if (!run.ran && !run.unhandled_instruction.empty() && !derived && !derived_tried) {
-        unhandled_line = run.unhandled_instruction;
-        // valgrind 3.19 cannot decode AVX-512, which -march=native emits on machines that have it (docs/profile.md).
-        derived_tried = true;
-        say(o, "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
-               "for callgrind");
-        Artifact d = derived_build(artifact, {"-mno-avx512f"}, cache_root);
-        if (d.ok) {
-          derived = std::move(d);
-          run = run_under_callgrind(task, *derived, set, ip.warmups + ip.calls, o, report.valgrind,
-                                    work.path() / (c->name + "-derived"));
-        } else {
-          derived_failure = "the -mno-avx512f build failed: " + d.log.substr(0, 400);
-        }
-      }
-      const Artifact* used = derived ? &*derived : &artifact;
-      if (derived) {
-        ip.derived_build = true;
-        ip.derived_reason = fmt::format(
-            "{} cannot execute an instruction of the artifact ({}): most likely AVX-512, which -march=native emits "
-            "on this CPU; callgrind ran the same source built with the recorded command plus -mno-avx512f",
-            report.valgrind.version, unhandled_line);
-      }
-      ip.profiled_identity = used->identity;
-      for (Failure& f : run.failures) wp.failures.push_back(std::move(f));
-      if (run.ran) {
-        summarize_callgrind(run, *used, ip.warmups, ip.calls, ip);
-      } else if (!run.unhandled_instruction.empty()) {
-        ip.unavailable_reason = fmt::format("{} cannot execute an instruction of the artifact ({}){}",
-                                            report.valgrind.version, run.unhandled_instruction,
-                                            derived_failure.empty() ? "" : "; " + derived_failure);
-      } else {
-        ip.unavailable_reason = run.reason;
-      }
+      say(o, fmt::format("{}: callgrind ({} warm-up + {} collected calls; slow)", c.name, ip.warmups, ip.calls));
+      CallgrindRun run = callgrind(c, set, ip);
+      take_callgrind_run(run, ip, wp);
     }
-
-    if (wp.failures.empty()) {
-      say(o, fmt::format("{}: short timing run ({} warm-ups + {} calls in kwb-worker)", c->name, o.timing_warmups,
-                         o.timing_calls));
-      timing_pass(task, artifact, set, o, report.bandwidth.peak_gb_per_s, wp);
-    } else {
-      wp.roofline.unavailable_reason = "not run: the implementation failed validation while being profiled";
-    }
-    wp.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    report.workloads.push_back(std::move(wp));
   }
+
+  // callgrind on the artifact, or on the derived build once valgrind could not execute the artifact.
+  CallgrindRun callgrind(const Case& c, const InputSet& set, const InstructionProfile& ip) {
+    const Artifact* profiled = derived.artifact ? &*derived.artifact : &artifact;
+    CallgrindRun run = run_under_callgrind(task, *profiled, set, ip.warmups + ip.calls, o, report.valgrind,
+                                           work.path() / (c.name + (derived.artifact ? "-derived" : "")));
+    if (run.ran || run.unhandled_instruction.empty() || derived.artifact || derived.tried) return run;
+    derived.unhandled_line = run.unhandled_instruction;
+    // valgrind 3.19 cannot decode AVX-512, which -march=native emits on machines that have it (docs/profile.md).
+    derived.tried = true;
+    say(o, "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
+           "for callgrind");
+    Artifact d = derived_build(artifact, {"-mno-avx512f"}, cache_root);
+    if (!d.ok) {
+      derived.failure = "the -mno-avx512f build failed: " + d.log.substr(0, 400);
+      return run;
+    }
+    derived.artifact = std::move(d);
+    return run_under_callgrind(task, *derived.artifact, set, ip.warmups + ip.calls, o, report.valgrind,
+                               work.path() / (c.name + "-derived"));
+  }
+
+  void take_callgrind_run(CallgrindRun& run, InstructionProfile& ip, WorkloadProfile& wp) {
+    const Artifact* used = derived.artifact ? &*derived.artifact : &artifact;
+    if (derived.artifact) {
+      ip.derived_build = true;
+      ip.derived_reason = fmt::format(
+          "{} cannot execute an instruction of the artifact ({}): most likely AVX-512, which -march=native emits "
+          "on this CPU; callgrind ran the same source built with the recorded command plus -mno-avx512f",
+          report.valgrind.version, derived.unhandled_line);
+    }
+    ip.profiled_identity = used->identity;
+    for (Failure& f : run.failures) wp.failures.push_back(std::move(f));
+    if (run.ran) {
+      summarize_callgrind(run, *used, ip.warmups, ip.calls, ip);
+    } else if (!run.unhandled_instruction.empty()) {
+      ip.unavailable_reason = fmt::format("{} cannot execute an instruction of the artifact ({}){}",
+                                          report.valgrind.version, run.unhandled_instruction,
+                                          derived.failure.empty() ? "" : "; " + derived.failure);
+    } else {
+      ip.unavailable_reason = run.reason;
+    }
+  }
+};
+
+}  // namespace
+
+ProfileReport run_profile(const Task& task, const Artifact& artifact, const ProfileOptions& o) {
+  if (!artifact.ok) throw DataError(fmt::format("{}: does not build; nothing to profile", artifact.source.string()));
+  const std::vector<const Case*> workloads = profiled_workloads(task, o);
+  ProfileReport report;
+  report.task = task.name;
+  report.implementation = artifact.source.string();
+  report.identity = artifact.identity;
+  report.backend = o.backend;
+  report.valgrind = find_valgrind();
+  say(o, "bandwidth probe (once per environment, then cached)");
+  const fs::path cache_root = o.cache_root.empty() ? cache_dir() : o.cache_root;
+  report.bandwidth = environment_bandwidth(cache_root);
+  Profiler profiler{task, artifact, o, cache_root, report, WorkDir(o.raw_dir), {}};
+  for (const Case* c : workloads) report.workloads.push_back(profiler.workload(*c));
   return report;
 }
 

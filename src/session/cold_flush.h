@@ -20,7 +20,6 @@ public:
   ColdFlush();
   // Flushes each range's lines, then evicts the last-level cache.
   void flush(const std::vector<std::span<const unsigned char>>& ranges);
-  size_t eviction_bytes() const { return m_evict.size(); }
 
 private:
   std::vector<unsigned char> m_evict;

@@ -3,6 +3,7 @@
 #include "builder/elf_inspect.h"
 #include "oracle/tolerance.h"
 #include "session/cold_flush.h"
+#include "session/replay.h"
 #include "util/error.h"
 #include "util/paths.h"
 
@@ -156,18 +157,13 @@ namespace {
 // A quiet NaN with a random payload: an unwritten element is unmistakable, differs on every call (so nothing
 // can learn it), and cannot pass a tolerance test by accident.
 uint64_t make_poison(Rng& rng, DType dtype) {
+  const DTypeInfo& t = dtype_info(dtype);
+  // A dtype without NaN has no pattern a result cannot hold: it needs a design of its own, not a silent guess.
+  if (!t.has_nan) throw InternalError(fmt::format("no poison pattern for dtype {}, which has no NaN", t.name));
   for (;;) {
-    uint64_t r = rng.next();
     // The quiet bit set and a random payload below it; never the canonical quiet NaN a computation produces.
-    uint64_t quiet = 0, payload = 0;
-    switch (dtype) {
-      case DType::f16: quiet = 0x7E00; payload = 0x01FF; break;
-      case DType::bf16: quiet = 0x7FC0; payload = 0x003F; break;
-      case DType::f32: quiet = 0x7FC00000ull; payload = 0x003FFFFFull; break;
-      case DType::f64: quiet = 0x7FF8000000000000ull; payload = 0x0007FFFFFFFFFFFFull; break;
-    }
-    const uint64_t p = quiet | (r & payload);
-    if (p != quiet) return p;
+    const uint64_t p = t.quiet_nan | (rng.next() & t.nan_payload);
+    if (p != t.quiet_nan) return p;
   }
 }
 
@@ -183,16 +179,61 @@ std::string describe(const ElementReport& e, const std::vector<int64_t>& dims) {
 
 }  // namespace
 
+// One call's assertions as they are made: a passed one counts, a failed one becomes a Failure of this call.
+struct WorkerSession::Checks {
+  CallResult& res;
+  const std::string& case_name;
+  int call_index;
+
+  void fail(std::string assertion, FailureReason reason, std::string detail) {
+    res.failures.push_back({case_name, call_index, std::move(assertion), reason, std::move(detail)});
+  }
+  void check(bool ok, std::string assertion, FailureReason reason, std::string detail) {
+    if (ok) {
+      ++res.passed;
+    } else {
+      fail(std::move(assertion), reason, std::move(detail));
+    }
+  }
+};
+
+// Fresh per call, per output: its poison and its canaries' seed.
+struct WorkerSession::Guards {
+  std::vector<uint64_t> poison;
+  std::vector<uint64_t> canary_seed;
+};
+
+namespace {
+
+// The worker answered: the call's times and what it reports, and its first assertion (completed).
+void take_answer(CallResult& res, const RunOutcome& out) {
+  res.completed = true;
+  res.ns = out.ns;
+  res.window_ns = out.ns;
+  res.profile = out.profile;
+  res.device_ns = out.device_ns;
+  res.kernels = out.kernels;
+  ++res.passed;  // completed
+}
+
+// Where a damaged canary of `buf` lies: how many bytes before or after the output's data.
+std::string overwrite_detail(const SharedBuffer& buf, size_t damaged, const std::string& name) {
+  const BufferLayout& l = buf.layout();
+  const bool before = damaged < l.data_offset;
+  return fmt::format("bytes {} {} the data of output '{}' were overwritten",
+                     before ? l.data_offset - damaged : damaged - l.data_offset - l.nbytes + 1,
+                     before ? "before" : "after", name);
+}
+
+}  // namespace
+
 CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMode mode) {
   const bool check_mode = mode == CallMode::check;
   CallResult res;
-  const std::string& case_name = requested.case_->name;
-  auto fail = [&](std::string assertion, FailureReason reason, std::string detail) {
-    res.failures.push_back({case_name, call_index, std::move(assertion), reason, std::move(detail)});
-  };
+  Checks checks{res, requested.case_->name, call_index};
   auto died = [&]() {
     const WorkerDeath& d = *m_worker->death();
-    fail("completed", d.reason, d.detail);
+    checks.fail("completed", d.reason, d.detail);
     return res;
   };
   // A worker that died since its last answer (found out by an unmap, say) fails this call with its death.
@@ -203,49 +244,69 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   // A timing trap: this call secretly runs on the set's twin, in the same slots.
   const bool trap = mode == CallMode::timing && hardened() && m_secret.uniform01() < k_trap_probability;
   const InputSet& set = trap ? twin_of(requested) : requested;
-
-  const size_t n_out = m_task.signature.outputs.size();
-  std::vector<uint64_t> poison(n_out), canary_seed(n_out);
-  for (size_t i = 0; i < n_out; ++i) {
-    poison[i] = make_poison(m_rng, m_task.signature.outputs[i].dtype);
-    canary_seed[i] = m_rng.next();
+  const Guards guards = draw_guards();
+  // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around
+  // this); compared after validation to catch work that goes on after the call.
+  const bool watch_outputs = hardened();
+  const RunOutcome out = m_worker->run(run_request(set), run_hooks(set, guards, watch_outputs));
+  if (!out.answered) return died();
+  const int64_t cpu_at_answer = hardened() && !device_backend() ? m_worker->cpu_time_ns() : -1;
+  take_answer(res, out);
+  check_reports(checks, out, set, check_mode);
+  for (size_t i = 0; i < m_task.signature.outputs.size(); ++i) check_output(checks, i, set, guards, check_mode);
+  if (trap) {
+    for (Failure& f : res.failures) f.detail += "; the call ran on " + set.twin_detail + ", behind the same addresses";
   }
+  if (hardened()) check_timing(checks, out, set, watch_outputs, cpu_at_answer);
+  if (check_mode) m_previous_expected = set.expected;
+  return res;
+}
 
+WorkerSession::Guards WorkerSession::draw_guards() {
+  const size_t n_out = m_task.signature.outputs.size();
+  Guards g{std::vector<uint64_t>(n_out), std::vector<uint64_t>(n_out)};
+  for (size_t i = 0; i < n_out; ++i) {
+    g.poison[i] = make_poison(m_rng, m_task.signature.outputs[i].dtype);
+    g.canary_seed[i] = m_rng.next();
+  }
+  return g;
+}
+
+RunRequest WorkerSession::run_request(const InputSet& set) const {
   RunRequest req;
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const TensorSpec& s = m_task.signature.inputs[i];
-    req.inputs.push_back({s.name, m_slots.ids[i], to_string(s.dtype), set.input_shapes[i].dims});
+    req.inputs.push_back({s.name, m_slots.ids[i], s.dtype, set.input_shapes[i].dims});
   }
-  for (size_t i = 0; i < n_out; ++i) {
+  for (size_t i = 0; i < m_task.signature.outputs.size(); ++i) {
     const TensorSpec& s = m_task.signature.outputs[i];
-    req.outputs.push_back({s.name, m_outputs.ids[i], to_string(s.dtype), set.output_shapes[i].dims});
+    req.outputs.push_back({s.name, m_outputs.ids[i], s.dtype, set.output_shapes[i].dims});
   }
   const std::vector<double> scalars = resolve_scalars(m_task.signature, *set.case_);
   for (size_t i = 0; i < scalars.size(); ++i) req.scalars.emplace_back(m_task.signature.scalars[i].name, scalars[i]);
   req.stack_offset = m_options.stack_offset;
+  return req;
+}
 
-  // The call's data goes in while the worker sleeps, armed (worker/protocol.h): nothing of it exists in the
-  // worker's memory before the CPU clock starts watching, and the cold flush is the parent's own.
-  const bool host = !device_backend();
+// The call's data goes in while the worker sleeps, armed (worker/protocol.h): nothing of it exists in the worker's
+// memory before the CPU clock starts watching, and the cold flush is the parent's own.
+RunHooks WorkerSession::run_hooks(const InputSet& set, const Guards& guards, bool watch_outputs) {
   RunHooks hooks;
-  hooks.before_wake = [&]() {
+  hooks.before_wake = [this, &set, &guards]() {
     fill_slots(set);
-    for (size_t i = 0; i < n_out; ++i) {
-      m_outputs.buffers[i]->fill_pattern(poison[i], dtype_size(m_task.signature.outputs[i].dtype));
-      m_outputs.buffers[i]->write_canaries(canary_seed[i]);
+    for (size_t i = 0; i < m_task.signature.outputs.size(); ++i) {
+      m_outputs.buffers[i]->fill_pattern(guards.poison[i], dtype_size(m_task.signature.outputs[i].dtype));
+      m_outputs.buffers[i]->write_canaries(guards.canary_seed[i]);
     }
-    if (m_options.cold && host) {
+    if (m_options.cold && !device_backend()) {
       std::vector<std::span<const unsigned char>> ranges;
       for (const auto& b : m_slots.buffers) ranges.push_back(std::as_const(*b).data());
       for (const auto& b : m_outputs.buffers) ranges.push_back(std::as_const(*b).data());
       ColdFlush::shared().flush(ranges);
     }
   };
-  // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around
-  // this); compared after validation to catch work that goes on after the call.
-  const bool watch_outputs = hardened();
   if (watch_outputs) {
-    hooks.at_done = [&]() {
+    hooks.at_done = [this]() {
       m_at_done.resize(m_outputs.buffers.size());
       for (size_t i = 0; i < m_outputs.buffers.size(); ++i) {
         const auto bytes = std::as_const(*m_outputs.buffers[i]).data();
@@ -254,155 +315,123 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
       }
     };
   }
-  RunOutcome out = m_worker->run(req, hooks);
-  if (!out.answered) return died();
-  const int64_t cpu_at_answer = hardened() && host ? m_worker->cpu_time_ns() : -1;
-  res.completed = true;
-  res.ns = out.ns;
-  res.window_ns = out.ns;
-  res.profile = out.profile;
-  res.device_ns = out.device_ns;
-  res.kernels = out.kernels;
-  ++res.passed;  // completed
+  return hooks;
+}
 
-  auto check = [&](bool ok, std::string assertion, FailureReason reason, std::string detail) {
-    if (ok) {
-      ++res.passed;
-    } else {
-      fail(std::move(assertion), reason, std::move(detail));
-    }
-  };
-  check(out.rc == 0, "returned_zero", FailureReason::run_failed, fmt::format("kwb_run returned {}", out.rc));
-  check(out.descriptors_intact, "descriptors_intact", FailureReason::shape_mismatch,
-        "the implementation changed a tensor descriptor (data pointer, shape, dtype or strides)");
+// What the worker reports about the call itself: its return code, its descriptors, the inputs (check), and on a
+// device backend the device-side checks.
+void WorkerSession::check_reports(Checks& checks, const RunOutcome& out, const InputSet& set, bool check_mode) {
+  checks.check(out.rc == 0, "returned_zero", FailureReason::run_failed, fmt::format("kwb_run returned {}", out.rc));
+  checks.check(out.descriptors_intact, "descriptors_intact", FailureReason::shape_mismatch,
+               "the implementation changed a tensor descriptor (data pointer, shape, dtype or strides)");
   if (check_mode) {
-    CallResult inputs = verify_inputs(set, call_index);
-    res.passed += inputs.passed;
-    res.failures.insert(res.failures.end(), inputs.failures.begin(), inputs.failures.end());
+    CallResult inputs = verify_inputs(set, checks.call_index);
+    checks.res.passed += inputs.passed;
+    checks.res.failures.insert(checks.res.failures.end(), inputs.failures.begin(), inputs.failures.end());
   }
-  if (out.device) {
-    // The host inputs are sealed; their device copies are not, so the worker compares them after every call.
-    for (size_t i = 0; i < m_task.signature.inputs.size(); ++i) {
-      const std::string& name = m_task.signature.inputs[i].name;
-      const auto& modified = out.inputs_modified_on_device;
-      check(std::find(modified.begin(), modified.end(), name) == modified.end(), "input_unchanged:" + name,
-            FailureReason::input_modified, fmt::format("input '{}' changed on the device during the call", name));
-    }
-    // The device counterpart of the canaries: guard bytes around every device tensor, checked by the worker.
-    for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
-      for (const TensorSpec& spec : *list) {
-        const auto& over = out.written_outside_on_device;
-        check(std::find(over.begin(), over.end(), spec.name) == over.end(), "no_write_outside_on_device:" + spec.name,
-              FailureReason::out_of_bounds_write,
-              fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it",
-                          spec.name));
-      }
-    }
-    // All of a call's device work goes on the queue/stream kwb hands it (docs/candidate-abi.md): work elsewhere
-    // is what escapes a stream-synchronized timer in other harnesses. kwb's synchronization covers it anyway; the
-    // implementation is rejected for trying.
-    check(out.off_stream_commands == 0, "on_call_stream", FailureReason::work_off_queue, out.off_stream_detail);
-    // The device runtime's own state in the worker (the OpenCL driver's dispatch table) is kwb's, not the
-    // implementation's: rewriting it is tampering, whatever the outputs.
-    check(out.runtime_tampered.empty(), "device_runtime_intact", FailureReason::sandbox_violation,
-          out.runtime_tampered);
+  if (out.device) check_device_reports(checks, out);
+}
+
+void WorkerSession::check_device_reports(Checks& checks, const RunOutcome& out) const {
+  // The host inputs are sealed; their device copies are not, so the worker compares them after every call.
+  for (const TensorSpec& spec : m_task.signature.inputs) {
+    const std::string& name = spec.name;
+    const auto& modified = out.inputs_modified_on_device;
+    checks.check(std::find(modified.begin(), modified.end(), name) == modified.end(), "input_unchanged:" + name,
+                 FailureReason::input_modified, fmt::format("input '{}' changed on the device during the call", name));
   }
-  for (size_t i = 0; i < n_out; ++i) {
-    const TensorSpec& spec = m_task.signature.outputs[i];
-    const SharedBuffer& buf = *m_outputs.buffers[i];
-    auto damaged = buf.damaged_canary(canary_seed[i]);
-    check(!damaged, "no_write_outside:" + spec.name, FailureReason::out_of_bounds_write,
-          damaged ? fmt::format("bytes {} {} the data of output '{}' were overwritten",
-                                *damaged < buf.layout().data_offset ? buf.layout().data_offset - *damaged
-                                                                    : *damaged - buf.layout().data_offset -
-                                                                          buf.layout().nbytes + 1,
-                                *damaged < buf.layout().data_offset ? "before" : "after", spec.name)
-                  : "");
-    OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance, poison[i],
-                                          check_mode ? ErrorStats::compute : ErrorStats::skip);
-    res.max_rel_error = std::max(res.max_rel_error, cmp.max_rel_error);
-    check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
-          fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
-    check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,
-          cmp.first_nonfinite_mismatch
-              ? fmt::format("{} elements of '{}' disagree with the oracle on NaN/Inf; {}", cmp.nonfinite_mismatches,
-                            spec.name, describe(*cmp.first_nonfinite_mismatch, set.output_shapes[i].dims))
-              : "");
-    FailureReason reason = FailureReason::numeric_mismatch;
-    std::string detail;
-    if (cmp.value_mismatches > 0) {
-      detail = fmt::format("{} of {} elements of '{}' outside atol {:g} + rtol {:g} * |expected|; {}",
-                           cmp.value_mismatches, cmp.elements, spec.name, m_task.tolerance.atol,
-                           m_task.tolerance.rtol, describe(*cmp.first_value_mismatch, set.output_shapes[i].dims));
-      // Replay: where this call's result must differ from the previous call's, most of the output is what the
-      // previous call's inputs should have produced (within tolerance), not what this call's should. Counting only
-      // those elements matters for twins, whose result differs from their base's in a row or two: a precision error
-      // there must not pass for replay. Reproducing a constant (all zeros, say) cannot tell replay from a wrong
-      // constant, so that is reported as the wrong value it is.
-      if (check_mode && i < m_previous_expected.size()) {
-        const auto& prev_expected = m_previous_expected[i];
-        const auto now = buf.data();
-        const size_t width = dtype_size(spec.dtype);
-        const size_t overlap = std::min({prev_expected.size(), now.size() / width, set.expected[i].size()});
-        size_t differing = 0;
-        size_t replayed = 0;
-        std::optional<double> first_replayed;
-        // The reproduced values are not all one constant. Judged on what the implementation wrote, within
-        // tolerance: previous results that differ only below atol (a softmax's underflowed tail) are one value to
-        // a reader of the output, so an all-zeros output "reproducing" them is a wrong constant, not a replay.
-        bool varied = false;
-        for (size_t k = 0; k < overlap; ++k) {
-          if (within_tolerance(prev_expected[k], set.expected[i][k], m_task.tolerance)) continue;
-          ++differing;
-          const double got = load_element(spec.dtype, now.data(), k);
-          if (!within_tolerance(got, prev_expected[k], m_task.tolerance)) continue;
-          ++replayed;
-          if (!first_replayed) first_replayed = got;
-          varied = varied || !within_tolerance(got, *first_replayed, m_task.tolerance);
-        }
-        if (varied && replayed * 2 > differing) {
-          reason = FailureReason::stale_output;
-          detail = fmt::format("{} of the {} elements of '{}' where this call's result must differ from the previous "
-                               "call's reproduce the previous call's result (which had other inputs): the "
-                               "implementation replays old results; {}",
-                               replayed, differing, spec.name, detail);
-        }
-      }
+  // The device counterpart of the canaries: guard bytes around every device tensor, checked by the worker.
+  for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
+    for (const TensorSpec& spec : *list) {
+      const auto& over = out.written_outside_on_device;
+      checks.check(std::find(over.begin(), over.end(), spec.name) == over.end(),
+                   "no_write_outside_on_device:" + spec.name, FailureReason::out_of_bounds_write,
+                   fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it",
+                               spec.name));
     }
-    check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail);
   }
-  if (trap) {
-    for (Failure& f : res.failures) f.detail += "; the call ran on " + set.twin_detail + ", behind the same addresses";
-  }
-  if (hardened()) {
-    const std::string lie = out.device ? implausible_device_timing(out) : implausible_timing(out, set);
-    check(lie.empty(), "timing_plausible", FailureReason::timing_implausible, lie);
-    if (out.cpu_windows_exact && out.pre_cpu_ns >= 0 && out.post_cpu_ns >= 0) {
-      // Charged, not bounded (util/cpu_watch.h): the worker spins for go for as long as the parent takes to react,
-      // and that much is the parent's, not the implementation's.
-      res.pre_cpu_ns = std::max<int64_t>(0, out.pre_cpu_ns - out.reaction_ns);
-      res.post_cpu_ns = out.post_cpu_ns;
-      res.gap_cpu_ns = out.gap_cpu_ns;
-      if (host) {
-        res.ns = cpu_watch::charged_ns(out.ns, res.pre_cpu_ns, res.post_cpu_ns);
-      } else if (out.read_cpu_ns >= 0 && out.pre_wall_ns >= 0 && out.read_wall_ns >= 0) {
-        // Device backends upload before go and read the outputs back after done on every call, kwb's own work:
-        // recorded, not charged (device_charged_ns); the capture after the read is charged whole, as on cpu.
-        res.outside_cpu_ns = res.pre_cpu_ns + out.read_cpu_ns;
-        res.outside_wall_ns = out.pre_wall_ns + out.read_wall_ns;
-        res.ns = cpu_watch::device_charged_ns(out.ns, res.post_cpu_ns);
-      }
+  // All of a call's device work goes on the queue/stream kwb hands it (docs/candidate-abi.md): work elsewhere is
+  // what escapes a stream-synchronized timer in other harnesses. kwb's synchronization covers it anyway; the
+  // implementation is rejected for trying.
+  checks.check(out.off_stream_commands == 0, "on_call_stream", FailureReason::work_off_queue, out.off_stream_detail);
+  // The device runtime's own state in the worker (the OpenCL driver's dispatch table) is kwb's, not the
+  // implementation's: rewriting it is tampering, whatever the outputs.
+  checks.check(out.runtime_tampered.empty(), "device_runtime_intact", FailureReason::sandbox_violation,
+               out.runtime_tampered);
+}
+
+// Output `i`: nothing written around it, every element written, NaN/Inf where the oracle has them, values within
+// tolerance; a value mismatch in check that reproduces the previous call's result is a replay (session/replay.h).
+void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, const Guards& guards,
+                                 bool check_mode) {
+  const TensorSpec& spec = m_task.signature.outputs[i];
+  const SharedBuffer& buf = *m_outputs.buffers[i];
+  const auto& dims = set.output_shapes[i].dims;
+  const auto damaged = buf.damaged_canary(guards.canary_seed[i]);
+  checks.check(!damaged, "no_write_outside:" + spec.name, FailureReason::out_of_bounds_write,
+               damaged ? overwrite_detail(buf, *damaged, spec.name) : "");
+  const OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance,
+                                              guards.poison[i], check_mode ? ErrorStats::compute : ErrorStats::skip);
+  checks.res.max_rel_error = std::max(checks.res.max_rel_error, cmp.max_rel_error);
+  checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
+               fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
+  checks.check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,
+               cmp.first_nonfinite_mismatch
+                   ? fmt::format("{} elements of '{}' disagree with the oracle on NaN/Inf; {}",
+                                 cmp.nonfinite_mismatches, spec.name, describe(*cmp.first_nonfinite_mismatch, dims))
+                   : "");
+  FailureReason reason = FailureReason::numeric_mismatch;
+  std::string detail;
+  if (cmp.value_mismatches > 0) {
+    detail = fmt::format("{} of {} elements of '{}' outside atol {:g} + rtol {:g} * |expected|; {}",
+                         cmp.value_mismatches, cmp.elements, spec.name, m_task.tolerance.atol, m_task.tolerance.rtol,
+                         describe(*cmp.first_value_mismatch, dims));
+    const std::optional<Replay> replay =
+        check_mode && i < m_previous_expected.size()
+            ? detect_replay(m_previous_expected[i], set.expected[i], buf.data(), spec.dtype, m_task.tolerance)
+            : std::nullopt;
+    if (replay) {
+      reason = FailureReason::stale_output;
+      detail = fmt::format("{} of the {} elements of '{}' where this call's result must differ from the previous "
+                           "call's reproduce the previous call's result (which had other inputs): the "
+                           "implementation replays old results; {}",
+                           replay->replayed, replay->differing, spec.name, detail);
     }
+  }
+  checks.check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail);
+}
+
+// The parent's cross-checks of the worker's clocks (hardened sessions only): the time is plausible, the CPU outside
+// the window is charged, nothing ran outside the timer or after the answer.
+void WorkerSession::check_timing(Checks& checks, const RunOutcome& out, const InputSet& set, bool watch_outputs,
+                                 int64_t cpu_at_answer) {
+  CallResult& res = checks.res;
+  const bool host = !device_backend();
+  const std::string lie = out.device ? implausible_device_timing(out) : implausible_timing(out, set);
+  checks.check(lie.empty(), "timing_plausible", FailureReason::timing_implausible, lie);
+  if (out.cpu_windows_exact && out.pre_cpu_ns >= 0 && out.post_cpu_ns >= 0) {
+    // Charged, not bounded (util/cpu_watch.h): the worker spins for go for as long as the parent takes to react,
+    // and that much is the parent's, not the implementation's.
+    res.pre_cpu_ns = std::max<int64_t>(0, out.pre_cpu_ns - out.reaction_ns);
+    res.post_cpu_ns = out.post_cpu_ns;
+    res.gap_cpu_ns = out.gap_cpu_ns;
     if (host) {
-      const std::string outside = outside_timer(out);
-      check(outside.empty(), "work_inside_timer", FailureReason::work_outside_timer, outside);
+      res.ns = cpu_watch::charged_ns(out.ns, res.pre_cpu_ns, res.post_cpu_ns);
+    } else if (out.read_cpu_ns >= 0 && out.pre_wall_ns >= 0 && out.read_wall_ns >= 0) {
+      // Device backends upload before go and read the outputs back after done on every call, kwb's own work:
+      // recorded, not charged (device_charged_ns); the capture after the read is charged whole, as on cpu.
+      res.outside_cpu_ns = res.pre_cpu_ns + out.read_cpu_ns;
+      res.outside_wall_ns = out.pre_wall_ns + out.read_wall_ns;
+      res.ns = cpu_watch::device_charged_ns(out.ns, res.post_cpu_ns);
     }
-    // A device worker's outputs are captured once read back; its CPU after the answer is the runtime's, not watched.
-    const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
-    check(busy.empty(), "settled_at_return", FailureReason::work_after_return, busy);
   }
-  if (check_mode) m_previous_expected = set.expected;
-  return res;
+  if (host) {
+    const std::string outside = outside_timer(out);
+    checks.check(outside.empty(), "work_inside_timer", FailureReason::work_outside_timer, outside);
+  }
+  // A device worker's outputs are captured once read back; its CPU after the answer is the runtime's, not watched.
+  const std::string busy = work_after_return(watch_outputs, cpu_at_answer, !res.failures.empty());
+  checks.check(busy.empty(), "settled_at_return", FailureReason::work_after_return, busy);
 }
 
 std::string WorkerSession::implausible_timing(const RunOutcome& out, const InputSet& set) const {

@@ -150,6 +150,17 @@ private:
     std::vector<int> ids;
     const InputSet* content = nullptr;  // the set whose data they hold now
   };
+  struct Checks;
+  struct Guards;
+  // The steps of call().
+  Guards draw_guards();
+  RunRequest run_request(const InputSet& set) const;
+  RunHooks run_hooks(const InputSet& set, const Guards& guards, bool watch_outputs);
+  void check_reports(Checks& checks, const RunOutcome& out, const InputSet& set, bool check_mode);
+  void check_device_reports(Checks& checks, const RunOutcome& out) const;
+  void check_output(Checks& checks, size_t i, const InputSet& set, const Guards& guards, bool check_mode);
+  void check_timing(Checks& checks, const RunOutcome& out, const InputSet& set, bool watch_outputs,
+                    int64_t cpu_at_answer);
   bool ensure_outputs(const InputSet& set);
   bool ensure_slots(const InputSet& set);
   void fill_slots(const InputSet& set);

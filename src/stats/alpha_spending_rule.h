@@ -1,7 +1,13 @@
-// Geometric look schedule with a convergent alpha-spending sequence.
+// When to analyse accumulating blocks, and at what confidence: a geometric look schedule with a convergent
+// alpha-spending sequence. Looking at the data after every block and stopping at the first significant interval
+// inflates the false-positive rate far above alpha (Armitage, McPherson & Rowe 1969), so the rule fixes the looks in
+// advance and spends a share of alpha at each one.
+//
+// The runner's loop (stats/sequential.h): after each block, if is_look(blocks), take a verdict at
+// confidence_at_look(look_index(blocks)) and stop on a decision. When the budget or block cap ends the session and
+// the last block was not itself a look, take the final verdict at confidence_for_final(look_index(blocks)): the
+// final analysis is one more look and spends like one, so the family-wise error stays within alpha.
 #pragma once
-
-#include "stats/stopping.h"
 
 #include <cstddef>
 
@@ -16,7 +22,7 @@ namespace kwb::stats {
 // infinitely many looks, so by the union bound the family-wise error stays <= alpha however many looks the budget
 // allows and wherever it ends, with no need to know the number of looks in advance (unlike Pocock or
 // O'Brien-Fleming boundaries). The price is some power at later looks.
-class AlphaSpendingRule final : public StoppingRule {
+class AlphaSpendingRule {
 public:
   // With fewer blocks the t quantile at a spent confidence (df <= 3, confidence >= 0.97) is so large that a look
   // cannot decide anything, and the signed-rank interval cannot reach that confidence at all.
@@ -26,11 +32,18 @@ public:
   // Throws std::invalid_argument unless 0 < alpha < 1, min_blocks >= k_smallest_min_blocks, growth_percent >= 1.
   explicit AlphaSpendingRule(double alpha, size_t min_blocks, unsigned growth_percent = k_default_growth_percent);
 
-  bool is_look(size_t blocks) const override;
-  size_t look_index(size_t blocks) const override;
-  size_t next_look(size_t blocks) const override;
-  double confidence_at_look(size_t k) const override;   // 1 - alpha_k
-  double confidence_for_final(size_t looks_done) const override;  // confidence_at_look(looks_done + 1)
+  // True when an analysis is scheduled after exactly `blocks` blocks.
+  bool is_look(size_t blocks) const;
+  // Number of looks scheduled at or before `blocks`: the 1-based index of the look at `blocks` when is_look(blocks),
+  // 0 before the first look.
+  size_t look_index(size_t blocks) const;
+  // The first look after `blocks` blocks (strictly greater).
+  size_t next_look(size_t blocks) const;
+  // Confidence of the interval at look k >= 1: 1 - alpha_k.
+  double confidence_at_look(size_t k) const;
+  // Confidence of the verdict taken when the session ends after `looks_done` looks without a decision:
+  // confidence_at_look(looks_done + 1).
+  double confidence_for_final(size_t looks_done) const;
 
   double alpha_at_look(size_t k) const;  // alpha_k; throws for k == 0
 

@@ -1,9 +1,6 @@
 #include "task/data.h"
 
-#include <bit>
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <numbers>
 #include <stdexcept>
 
@@ -28,95 +25,6 @@ double Rng::normal() {
 
 uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce) {
   return mix_seed(mix_seed(mix_seed(c.seed, input_index + 1), set_index + 1), nonce);
-}
-
-namespace {
-
-// A binary floating-point format of 16 bits: 1 sign bit, `E` exponent bits, `M` stored significand bits.
-template <int E, int M>
-struct Half {
-  static constexpr int bias = (1 << (E - 1)) - 1;
-  static constexpr uint16_t inf = static_cast<uint16_t>(((1u << E) - 1) << M);
-  static constexpr uint16_t quiet_nan = static_cast<uint16_t>(inf | (1u << (M - 1)));
-
-  static uint16_t bits(double v) {
-    const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
-    if (std::isnan(v)) return sign | quiet_nan;
-    const double a = std::fabs(v);
-    if (std::isinf(a)) return sign | inf;
-    // Subnormals and zero: a multiple of the smallest subnormal 2^(1 - bias - M), rounded to nearest even (the
-    // default rounding mode); 2^M of them is the smallest normal, whose bits are that same integer.
-    const double min_normal = std::ldexp(1.0, 1 - bias);
-    if (a < min_normal) return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, bias - 1 + M)));
-    int exp = 0;
-    const double frac = std::frexp(a, &exp);  // a = frac * 2^exp, frac in [0.5, 1)
-    int e = exp - 1;                           // a = s * 2^e, s in [1, 2)
-    double m = std::nearbyint(std::ldexp(frac, M + 1)) - std::ldexp(1.0, M);  // stored significand, rounded once
-    if (m >= std::ldexp(1.0, M)) {  // rounded up to the next power of two
-      m = 0;
-      ++e;
-    }
-    if (e + bias >= (1 << E) - 1) return sign | inf;
-    return sign | static_cast<uint16_t>((static_cast<unsigned>(e + bias) << M) | static_cast<unsigned>(m));
-  }
-
-  static double value(uint16_t b) {
-    const double sign = (b & 0x8000) != 0 ? -1.0 : 1.0;
-    const unsigned e = (b >> M) & ((1u << E) - 1);
-    const unsigned m = b & ((1u << M) - 1);
-    if (e == (1u << E) - 1) return m == 0 ? sign * std::numeric_limits<double>::infinity()
-                                          : std::copysign(std::numeric_limits<double>::quiet_NaN(), sign);
-    if (e == 0) return sign * std::ldexp(static_cast<double>(m), 1 - bias - M);
-    return sign * std::ldexp(static_cast<double>(m + (1u << M)), static_cast<int>(e) - bias - M);
-  }
-};
-
-using F16 = Half<5, 10>;
-using BF16 = Half<8, 7>;
-
-}  // namespace
-
-uint16_t f16_bits(double v) { return F16::bits(v); }
-uint16_t bf16_bits(double v) { return BF16::bits(v); }
-double f16_value(uint16_t bits) { return F16::value(bits); }
-double bf16_value(uint16_t bits) { return BF16::value(bits); }
-
-double load_element(DType dtype, const unsigned char* data, size_t i) {
-  switch (dtype) {
-    case DType::f16:
-    case DType::bf16: {
-      uint16_t b;
-      std::memcpy(&b, data + 2 * i, 2);
-      return dtype == DType::f16 ? f16_value(b) : bf16_value(b);
-    }
-    case DType::f32: {
-      float f;
-      std::memcpy(&f, data + 4 * i, 4);
-      return f;
-    }
-    case DType::f64: break;
-  }
-  double d;
-  std::memcpy(&d, data + 8 * i, 8);
-  return d;
-}
-
-void store_element(DType dtype, unsigned char* data, size_t i, double v) {
-  switch (dtype) {
-    case DType::f16:
-    case DType::bf16: {
-      const uint16_t b = dtype == DType::f16 ? f16_bits(v) : bf16_bits(v);
-      std::memcpy(data + 2 * i, &b, 2);
-      return;
-    }
-    case DType::f32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(data + 4 * i, &f, 4);
-      return;
-    }
-    case DType::f64: break;
-  }
-  std::memcpy(data + 8 * i, &v, 8);
 }
 
 void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char> out, uint64_t seed) {

@@ -24,34 +24,6 @@ namespace kwb {
 
 namespace fs = std::filesystem;
 
-const char* to_string(DType d) {
-  switch (d) {
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::f32: return "f32";
-    case DType::f64: return "f64";
-  }
-  return "?";
-}
-
-size_t dtype_size(DType d) {
-  switch (d) {
-    case DType::f16:
-    case DType::bf16: return 2;
-    case DType::f32: return 4;
-    case DType::f64: return 8;
-  }
-  return 8;
-}
-
-std::optional<DType> parse_dtype(const std::string& s) {
-  if (s == "f16") return DType::f16;
-  if (s == "bf16") return DType::bf16;
-  if (s == "f32") return DType::f32;
-  if (s == "f64") return DType::f64;
-  return std::nullopt;
-}
-
 const char* to_string(DistributionKind k) {
   switch (k) {
     case DistributionKind::normal: return "normal";
@@ -344,7 +316,7 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
     if (!names.insert(t.name).second) r.fail(r.get("name"), "name", fmt::format("duplicate tensor '{}'", t.name));
     std::string dt = r.string("dtype");
     auto parsed = parse_dtype(dt);
-    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, k_dtype_choices));
+    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, dtype_choices()));
     t.dtype = *parsed;
     const toml::array& shape = r.array("shape");
     if (shape.empty()) r.fail(&shape, "shape", "a tensor needs at least one dimension");
@@ -468,10 +440,8 @@ void check_case_size(const Task& task, const Case& c, TableReader& r) {
   }
 }
 
-}  // namespace
-
-Task load_task(const fs::path& dir_in) {
-  Task task;
+// The manifest of the task folder `dir_in`, parsed; fills in where the task lives and the manifest's hash.
+toml::table parse_manifest(Task& task, const fs::path& dir_in) {
   if (!fs::is_directory(dir_in)) {
     throw DataError(fmt::format("{}: not a task folder (expected a directory holding task.toml)", dir_in.string()));
   }
@@ -482,15 +452,15 @@ Task load_task(const fs::path& dir_in) {
     throw DataError(fmt::format("{}: missing (a task folder must hold task.toml)", file));
   }
   task.manifest_sha256 = sha256_file(task.manifest);
-
-  toml::table root;
   try {
-    root = toml::parse_file(file);
+    return toml::parse_file(file);
   } catch (const toml::parse_error& e) {
     throw DataError(fmt::format("{}:{}: TOML syntax error: {}", file, e.source().begin.line, e.description()));
   }
+}
 
-  TableReader top(root, "", file);
+// name, description, oracle, threads.
+void read_header(Task& task, TableReader& top) {
   task.name = top.string("name");
   task.description = top.string("description");
   if (const std::string named = top.string("oracle"); fs::path(named).extension().empty()) {
@@ -509,180 +479,219 @@ Task load_task(const fs::path& dir_in) {
     }
     task.threads = static_cast<int>(*t->value<int64_t>());
   }
+}
 
-  // signature
-  {
-    TableReader sig(top.table("signature"), "signature", file);
-    task.signature.inputs = read_tensors(sig.array("inputs"), "signature.inputs", file, true);
-    task.signature.outputs = read_tensors(sig.array("outputs"), "signature.outputs", file, false);
-    if (task.signature.outputs.empty()) sig.fail(sig.get("outputs"), "outputs", "a task needs at least one output");
-    if (const toml::node* scalars = sig.get("scalars")) {
-      if (!scalars->is_array()) sig.fail(scalars, "scalars", "expected an array of { name, default }");
-      const toml::array& arr = *scalars->as_array();
-      for (size_t i = 0; i < arr.size(); ++i) {
-        std::string p = fmt::format("signature.scalars[{}]", i);
-        TableReader r(as_table(*arr.get(i), p, file), p, file);
-        ScalarSpec s{r.string("name"), r.finite_number("default", -k_max_data_parameter, k_max_data_parameter)};
-        r.reject_unknown_keys();
-        task.signature.scalars.push_back(std::move(s));
-      }
-    }
-    sig.reject_unknown_keys();
-    std::set<std::string> all;
-    for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
-      for (const TensorSpec& t : *list) {
-        if (!all.insert(t.name).second) {
-          sig.fail(nullptr, "outputs", fmt::format("tensor name '{}' is used twice", t.name));
-        }
-      }
-    }
+std::vector<ScalarSpec> read_scalars(TableReader& sig, const std::string& file) {
+  std::vector<ScalarSpec> out;
+  const toml::node* scalars = sig.get("scalars");
+  if (scalars == nullptr) return out;
+  if (!scalars->is_array()) sig.fail(scalars, "scalars", "expected an array of { name, default }");
+  const toml::array& arr = *scalars->as_array();
+  for (size_t i = 0; i < arr.size(); ++i) {
+    std::string p = fmt::format("signature.scalars[{}]", i);
+    TableReader r(as_table(*arr.get(i), p, file), p, file);
+    ScalarSpec s{r.string("name"), r.finite_number("default", -k_max_data_parameter, k_max_data_parameter)};
+    r.reject_unknown_keys();
+    out.push_back(std::move(s));
   }
+  return out;
+}
 
-  // tolerance
-  {
-    TableReader tol(top.table("tolerance"), "tolerance", file);
-    for (auto [key, value] : {std::pair{"rtol", &task.tolerance.rtol}, std::pair{"atol", &task.tolerance.atol}}) {
-      *value = tol.number(key);
-      if (!std::isfinite(*value) || *value < 0) {
-        tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
-                                                "expected| <= atol + rtol * |expected|",
-                                                *value));
-      }
-    }
-    tol.reject_unknown_keys();
-  }
-
-  // every dim name any shape uses
-  std::set<std::string> dim_names;
-  for (const auto* list : {&task.signature.inputs, &task.signature.outputs}) {
+Signature read_signature(TableReader& top, const std::string& file) {
+  Signature s;
+  TableReader sig(top.table("signature"), "signature", file);
+  s.inputs = read_tensors(sig.array("inputs"), "signature.inputs", file, true);
+  s.outputs = read_tensors(sig.array("outputs"), "signature.outputs", file, false);
+  if (s.outputs.empty()) sig.fail(sig.get("outputs"), "outputs", "a task needs at least one output");
+  s.scalars = read_scalars(sig, file);
+  sig.reject_unknown_keys();
+  std::set<std::string> all;
+  for (const auto* list : {&s.inputs, &s.outputs}) {
     for (const TensorSpec& t : *list) {
-      for (const ShapeExpr& e : t.shape) e.collect_names(dim_names);
+      if (!all.insert(t.name).second) sig.fail(nullptr, "outputs", fmt::format("tensor name '{}' is used twice", t.name));
     }
   }
+  return s;
+}
 
-  // cases
-  {
-    const toml::array& cases = top.array("cases");
-    if (cases.empty()) top.fail(&cases, "cases", "a task needs at least one case");
-    for (size_t i = 0; i < cases.size(); ++i) {
-      std::string p = fmt::format("cases[{}]", i);
-      TableReader r(as_table(*cases.get(i), p, file), p, file);
-      Case c;
-      c.line = r.line();
-      c.name = r.string("name");
-      if (task.find_case(c.name) != nullptr) r.fail(r.get("name"), "name", fmt::format("duplicate case '{}'", c.name));
-      std::string role = r.string("role");
-      if (role == "timing") {
-        c.role = CaseRole::timing;
-      } else if (role == "correctness") {
-        c.role = CaseRole::correctness;
-      } else {
-        r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
-      }
-      TableReader dims(r.table("dims"), p + ".dims", file);
-      for (const auto& [k, v] : r.table("dims")) {
-        std::string key(k.str());
-        if (!dim_names.contains(key)) {
-          dims.fail(&v, key, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", key,
-                                         fmt::join(dim_names, ", ")));
-        }
-        int64_t value = dims.integer(key);
-        if (value <= 0) dims.fail(&v, key, fmt::format("dims must be positive integers (got {})", value));
-        c.dims[key] = value;
-      }
-      for (const std::string& needed : dim_names) {
-        if (!c.dims.contains(needed)) {
-          dims.fail(nullptr, needed, fmt::format("missing: the signature's shapes use dim '{}'", needed));
-        }
-      }
-      c.data = *read_distribution(r, true);
-      int64_t seed = r.integer("seed");
-      if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
-      c.seed = static_cast<uint64_t>(seed);
-      if (const toml::node* sc = r.get("scalars")) {
-        const toml::table& st = as_table(*sc, p + ".scalars", file);
-        TableReader sr(st, p + ".scalars", file);
-        for (const ScalarSpec& s : task.signature.scalars) {
-          if (auto v = sr.optional_finite(s.name, -k_max_data_parameter, k_max_data_parameter)) {
-            c.scalars[s.name] = *v;
-          }
-        }
-        sr.reject_unknown_keys();
-      }
-      r.reject_unknown_keys();
-      check_case_size(task, c, r);
-      task.cases.push_back(std::move(c));
+Tolerance read_tolerance(TableReader& top, const std::string& file) {
+  Tolerance out;
+  TableReader tol(top.table("tolerance"), "tolerance", file);
+  for (auto [key, value] : {std::pair{"rtol", &out.rtol}, std::pair{"atol", &out.atol}}) {
+    *value = tol.number(key);
+    if (!std::isfinite(*value) || *value < 0) {
+      tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
+                                              "expected| <= atol + rtol * |expected|",
+                                              *value));
     }
   }
+  tol.reject_unknown_keys();
+  return out;
+}
 
-  // backends
-  {
-    TableReader backends(top.table("backends"), "backends", file);
-    // Names first: [[backends.cpu.controls]] next to a misspelled [backends.cpux] must not read as a cpu section
-    // without a baseline.
-    const std::vector<std::string> names = backend_names();
-    for (const auto& [k, v] : top.table("backends")) {
-      const std::string name(k.str());
-      if (!parse_backend(name)) {
-        const std::optional<std::string> guess = closest_match(name, names);
-        backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(names, ", "),
-                                            guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
-      }
-    }
-    for (const auto& [k, v] : top.table("backends")) {
-      std::string name(k.str());
-      std::string p = "backends." + name;
-      TableReader b(as_table(v, p, file), p, file);
-      BackendImpls impls;
-      impls.baseline = resolve_source(b, "baseline", task.dir);
-      impls.reference = resolve_source(b, "reference", task.dir);
-      if (const toml::node* controls = b.get("controls")) {
-        if (!controls->is_array()) b.fail(controls, "controls", "expected an array of tables ([[backends.X.controls]])");
-        const toml::array& arr = *controls->as_array();
-        for (size_t i = 0; i < arr.size(); ++i) {
-          std::string cp = fmt::format("{}.controls[{}]", p, i);
-          TableReader cr(as_table(*arr.get(i), cp, file), cp, file);
-          ControlSpec ctl;
-          ctl.name = cr.string("name");
-          // The name becomes a file name in the bundle (checks/control_<name>.json).
-          if (ctl.name.empty() || ctl.name.size() > 64 ||
-              ctl.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
-                  std::string::npos) {
-            cr.fail(cr.get("name"), "name", fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'",
-                                                        ctl.name));
-          }
-          if ((cr.get("source") != nullptr) == (cr.get("base") != nullptr)) {
-            cr.fail(cr.get("source") != nullptr ? cr.get("source") : nullptr, "source",
-                    "give either 'source' (a file of its own) or 'base', 'replace' and 'with' (a change of one file)");
-          }
-          if (cr.get("source") != nullptr) {
-            ctl.source = resolve_source(cr, "source", task.dir);
-          } else {
-            ctl.base = resolve_source(cr, "base", task.dir);
-            ctl.replace = cr.string("replace");
-            ctl.with = cr.string("with");
-            ctl.source = derived_control_source(cr, ctl);
-          }
-          const std::string expect = cr.string("expect");
-          const std::optional<FailureReason> reason = parse_failure_reason(expect);
-          if (!reason) {
-            const std::optional<std::string> guess = closest_match(expect, failure_reason_names());
-            cr.fail(cr.get("expect"), "expect",
-                    fmt::format("unknown failure reason '{}' (expected one of {}){}", expect,
-                                fmt::join(failure_reason_names(), ", "),
-                                guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
-          }
-          ctl.expect = *reason;
-          cr.reject_unknown_keys();
-          impls.controls.push_back(std::move(ctl));
-        }
-      }
-      b.reject_unknown_keys();
-      backends.get(name);
-      task.backends[*parse_backend(name)] = std::move(impls);
+// Every dim name any shape uses.
+std::set<std::string> dim_names_of(const Signature& sig) {
+  std::set<std::string> names;
+  for (const auto* list : {&sig.inputs, &sig.outputs}) {
+    for (const TensorSpec& t : *list) {
+      for (const ShapeExpr& e : t.shape) e.collect_names(names);
     }
   }
+  return names;
+}
 
+// A case's dims: exactly the dim names the shapes use, each a positive integer.
+std::map<std::string, int64_t> read_case_dims(TableReader& r, const std::string& p, const std::string& file,
+                                             const std::set<std::string>& dim_names) {
+  std::map<std::string, int64_t> out;
+  TableReader dims(r.table("dims"), p + ".dims", file);
+  for (const auto& [k, v] : r.table("dims")) {
+    std::string key(k.str());
+    if (!dim_names.contains(key)) {
+      dims.fail(&v, key, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", key,
+                                     fmt::join(dim_names, ", ")));
+    }
+    int64_t value = dims.integer(key);
+    if (value <= 0) dims.fail(&v, key, fmt::format("dims must be positive integers (got {})", value));
+    out[key] = value;
+  }
+  for (const std::string& needed : dim_names) {
+    if (!out.contains(needed)) dims.fail(nullptr, needed, fmt::format("missing: the signature's shapes use dim '{}'", needed));
+  }
+  return out;
+}
+
+// cases[i], checked against the task read so far (its signature, the cases before it).
+Case read_case(const Task& task, const toml::node& node, size_t i, const std::string& file,
+               const std::set<std::string>& dim_names) {
+  std::string p = fmt::format("cases[{}]", i);
+  TableReader r(as_table(node, p, file), p, file);
+  Case c;
+  c.line = r.line();
+  c.name = r.string("name");
+  if (task.find_case(c.name) != nullptr) r.fail(r.get("name"), "name", fmt::format("duplicate case '{}'", c.name));
+  std::string role = r.string("role");
+  if (role == "timing") {
+    c.role = CaseRole::timing;
+  } else if (role == "correctness") {
+    c.role = CaseRole::correctness;
+  } else {
+    r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
+  }
+  c.dims = read_case_dims(r, p, file, dim_names);
+  c.data = *read_distribution(r, true);
+  int64_t seed = r.integer("seed");
+  if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
+  c.seed = static_cast<uint64_t>(seed);
+  if (const toml::node* sc = r.get("scalars")) {
+    const toml::table& st = as_table(*sc, p + ".scalars", file);
+    TableReader sr(st, p + ".scalars", file);
+    for (const ScalarSpec& s : task.signature.scalars) {
+      if (auto v = sr.optional_finite(s.name, -k_max_data_parameter, k_max_data_parameter)) c.scalars[s.name] = *v;
+    }
+    sr.reject_unknown_keys();
+  }
+  r.reject_unknown_keys();
+  check_case_size(task, c, r);
+  return c;
+}
+
+void read_cases(Task& task, TableReader& top, const std::string& file) {
+  const std::set<std::string> dim_names = dim_names_of(task.signature);
+  const toml::array& cases = top.array("cases");
+  if (cases.empty()) top.fail(&cases, "cases", "a task needs at least one case");
+  for (size_t i = 0; i < cases.size(); ++i) task.cases.push_back(read_case(task, *cases.get(i), i, file, dim_names));
+}
+
+// One [[backends.X.controls]] entry: a file of its own, or a change of one file; and the failure it must show.
+ControlSpec read_control(TableReader& cr, const fs::path& dir) {
+  ControlSpec ctl;
+  ctl.name = cr.string("name");
+  // The name becomes a file name in the bundle (checks/control_<name>.json).
+  if (ctl.name.empty() || ctl.name.size() > 64 ||
+      ctl.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
+          std::string::npos) {
+    cr.fail(cr.get("name"), "name", fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'", ctl.name));
+  }
+  if ((cr.get("source") != nullptr) == (cr.get("base") != nullptr)) {
+    cr.fail(cr.get("source") != nullptr ? cr.get("source") : nullptr, "source",
+            "give either 'source' (a file of its own) or 'base', 'replace' and 'with' (a change of one file)");
+  }
+  if (cr.get("source") != nullptr) {
+    ctl.source = resolve_source(cr, "source", dir);
+  } else {
+    ctl.base = resolve_source(cr, "base", dir);
+    ctl.replace = cr.string("replace");
+    ctl.with = cr.string("with");
+    ctl.source = derived_control_source(cr, ctl);
+  }
+  const std::string expect = cr.string("expect");
+  const std::optional<FailureReason> reason = parse_failure_reason(expect);
+  if (!reason) {
+    const std::optional<std::string> guess = closest_match(expect, failure_reason_names());
+    cr.fail(cr.get("expect"), "expect",
+            fmt::format("unknown failure reason '{}' (expected one of {}){}", expect,
+                        fmt::join(failure_reason_names(), ", "),
+                        guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+  }
+  ctl.expect = *reason;
+  cr.reject_unknown_keys();
+  return ctl;
+}
+
+// [backends.X] (`p`): its baseline, its reference, its controls.
+BackendImpls read_backend(const toml::node& node, const std::string& p, const std::string& file,
+                          const fs::path& dir) {
+  TableReader b(as_table(node, p, file), p, file);
+  BackendImpls impls;
+  impls.baseline = resolve_source(b, "baseline", dir);
+  impls.reference = resolve_source(b, "reference", dir);
+  if (const toml::node* controls = b.get("controls")) {
+    if (!controls->is_array()) b.fail(controls, "controls", "expected an array of tables ([[backends.X.controls]])");
+    const toml::array& arr = *controls->as_array();
+    for (size_t i = 0; i < arr.size(); ++i) {
+      std::string cp = fmt::format("{}.controls[{}]", p, i);
+      TableReader cr(as_table(*arr.get(i), cp, file), cp, file);
+      impls.controls.push_back(read_control(cr, dir));
+    }
+  }
+  b.reject_unknown_keys();
+  return impls;
+}
+
+void read_backends(Task& task, TableReader& top, const std::string& file) {
+  TableReader backends(top.table("backends"), "backends", file);
+  // Names first: [[backends.cpu.controls]] next to a misspelled [backends.cpux] must not read as a cpu section
+  // without a baseline.
+  const std::vector<std::string> names = backend_names();
+  for (const auto& [k, v] : top.table("backends")) {
+    const std::string name(k.str());
+    if (!parse_backend(name)) {
+      const std::optional<std::string> guess = closest_match(name, names);
+      backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(names, ", "),
+                                          guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+    }
+  }
+  for (const auto& [k, v] : top.table("backends")) {
+    std::string name(k.str());
+    BackendImpls impls = read_backend(v, "backends." + name, file, task.dir);
+    backends.get(name);
+    task.backends[*parse_backend(name)] = std::move(impls);
+  }
+}
+
+}  // namespace
+
+Task load_task(const fs::path& dir_in) {
+  Task task;
+  toml::table root = parse_manifest(task, dir_in);
+  const std::string file = task.manifest.string();
+  TableReader top(root, "", file);
+  read_header(task, top);
+  task.signature = read_signature(top, file);
+  task.tolerance = read_tolerance(top, file);
+  read_cases(task, top, file);
+  read_backends(task, top, file);
   top.reject_unknown_keys();
   return task;
 }

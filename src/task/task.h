@@ -4,6 +4,7 @@
 
 #include "task/shape_expr.h"
 #include "util/backend_kind.h"
+#include "util/dtype.h"
 #include "util/failure_reason.h"
 
 #include <cstdint>
@@ -14,13 +15,6 @@
 #include <vector>
 
 namespace kwb {
-
-// f16: IEEE 754 binary16; bf16: bfloat16 (float32's exponent, 8 significant bits). Conversions: task/data.h.
-enum class DType { f16, bf16, f32, f64 };
-const char* to_string(DType d);
-size_t dtype_size(DType d);
-std::optional<DType> parse_dtype(const std::string& s);
-inline constexpr const char* k_dtype_choices = "f16, bf16, f32, f64";
 
 enum class DistributionKind { normal, uniform, zeros, constant, log_uniform };
 const char* to_string(DistributionKind k);

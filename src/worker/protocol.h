@@ -19,6 +19,8 @@
 // wake or sleep: more than a few microseconds is work the timer did not see (`work_outside_timer`).
 #pragma once
 
+#include "util/dtype.h"
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -123,7 +125,7 @@ inline std::optional<uint64_t> unsigned_field(const nlohmann::json& m, const cha
 struct TensorArg {
   std::string name;
   int buffer = -1;
-  std::string dtype;
+  DType dtype = DType::f32;
   std::vector<int64_t> shape;
 };
 
@@ -142,7 +144,7 @@ inline nlohmann::json to_json(const RunMessage& r) {
   auto tensors = [](const std::vector<TensorArg>& list) {
     nlohmann::json arr = nlohmann::json::array();
     for (const TensorArg& t : list) {
-      arr.push_back({{"name", t.name}, {"buffer", t.buffer}, {"dtype", t.dtype}, {"shape", t.shape}});
+      arr.push_back({{"name", t.name}, {"buffer", t.buffer}, {"dtype", to_string(t.dtype)}, {"shape", t.shape}});
     }
     return arr;
   };
@@ -162,11 +164,11 @@ inline RunMessage run_message_from_json(const nlohmann::json& m) {
       TensorArg a;
       a.name = t.at("name").get<std::string>();
       a.buffer = t.at("buffer").get<int>();
-      a.dtype = t.at("dtype").get<std::string>();
+      const std::string dtype = t.at("dtype").get<std::string>();
+      const std::optional<DType> parsed = parse_dtype(dtype);
+      if (!parsed) throw std::runtime_error("run: unknown dtype " + dtype);
+      a.dtype = *parsed;
       a.shape = t.at("shape").get<std::vector<int64_t>>();
-      if (a.dtype != "f16" && a.dtype != "bf16" && a.dtype != "f32" && a.dtype != "f64") {
-        throw std::runtime_error("run: unknown dtype " + a.dtype);
-      }
       out.push_back(std::move(a));
     }
     return out;

@@ -505,11 +505,7 @@ private:
       d.data = m_backend->host_memory() ? static_cast<void*>(mp.data) : mp.device;
       d.device = m_backend->device();
       d.ndim = static_cast<int32_t>(out.shapes[i].size());
-      // DLPack's codes: bfloat16 is kDLBfloat; the IEEE formats are kDLFloat of their width.
-      d.dtype = t.dtype == "bf16"  ? DLDataType{kDLBfloat, 16, 1}
-                : t.dtype == "f16" ? DLDataType{kDLFloat, 16, 1}
-                : t.dtype == "f32" ? DLDataType{kDLFloat, 32, 1}
-                                   : DLDataType{kDLFloat, 64, 1};
+      d.dtype = to_dlpack(t.dtype);
       d.shape = out.shapes[i].data();
       d.strides = nullptr;  // compact row-major
       d.byte_offset = 0;
@@ -517,26 +513,24 @@ private:
     for (const std::string& n : out.names) out.name_ptrs.push_back(n.c_str());
   }
 
-  // One call, driven by the parent through the control page (worker/protocol.h): the worker takes no time. It
-  // arms, sleeps until the parent has written the call's inputs and woken it, says ready, spins until go, runs,
-  // says done (a device worker then reads the outputs back and says downloaded) and sleeps until the parent has
-  // captured the outputs; only then does it check the device copies and answer on the socket.
-  nlohmann::json run_call(const nlohmann::json& m) {
-    if (m_run == nullptr) return error(FailureReason::protocol, "run before load");
-    const protocol::RunMessage msg = protocol::run_message_from_json(m);
+  // A call's arguments as the candidate gets them, and its descriptors as they were before the call (compared
+  // after it). The scalars' names point into the message.
+  struct CallArgs {
     TensorArgs in, out;
-    build_tensors(msg.inputs, in);
-    build_tensors(msg.outputs, out);
     std::vector<kwb_scalar> scalars;
-    for (const auto& [name, value] : msg.scalars) scalars.push_back({name.c_str(), value});
-    const std::vector<DLTensor> in_copy = in.tensors;
-    const std::vector<DLTensor> out_copy = out.tensors;
+    std::vector<DLTensor> in_copy, out_copy;
+  };
 
-    // Layout randomization: kwb_run's frame starts stack_offset bytes lower than it would (a multiple of 16, so the
-    // ABI's alignment holds). Taken here, before the call's window, so it costs nothing inside it.
-    volatile char* stack_pad = static_cast<volatile char*>(alloca(msg.stack_offset + 16));
-    stack_pad[0] = 0;
+  void build_args(const protocol::RunMessage& msg, CallArgs& a) {
+    build_tensors(msg.inputs, a.in);
+    build_tensors(msg.outputs, a.out);
+    for (const auto& [name, value] : msg.scalars) a.scalars.push_back({name.c_str(), value});
+    a.in_copy = a.in.tensors;
+    a.out_copy = a.out.tensors;
+  }
 
+  // The candidate's view of one call. It points into `in`, `out` and `scalars`, which outlive it.
+  kwb_call make_call(TensorArgs& in, TensorArgs& out, std::vector<kwb_scalar>& scalars) const {
     kwb_call call{};
     call.abi_version = KWB_ABI_VERSION;
     call.num_inputs = static_cast<int32_t>(in.tensors.size());
@@ -548,89 +542,68 @@ private:
     call.num_scalars = static_cast<int32_t>(scalars.size());
     call.scalars = scalars.data();
     call.stream = m_backend->stream();
+    return call;
+  }
 
-    // From here to the read-back, the backend is called only through the sealed call path.
-    const CallPath& path = g_call_path.path;
-    const bool device = !path.host_memory;
-    const uint64_t seq = msg.call;
-    std::atomic<uint32_t>& state = m_control->state;
+  // Says armed and sleeps until the parent has written the call's inputs and woken it; false when the control page
+  // is then not in this call's wake phase.
+  static bool arm_and_wait_for_wake(std::atomic<uint32_t>& state, uint64_t seq) {
     const uint32_t armed = protocol::state_word(seq, protocol::Phase::armed);
-    const uint32_t go = protocol::state_word(seq, protocol::Phase::go);
-    const uint32_t done = protocol::state_word(seq, protocol::Phase::done);
     state.store(armed, std::memory_order_release);
     protocol::futex_wake(state);  // a parent that sleeps while it waits for armed
     while (state.load(std::memory_order_acquire) == armed) protocol::futex_wait(state, armed);
-    if (state.load(std::memory_order_acquire) != protocol::state_word(seq, protocol::Phase::wake)) {
-      return error(FailureReason::protocol, "run: the control page is not in the wake phase of this call");
-    }
-    // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, and the
-    // outputs back after it: the parent validates exactly what the device computed. None of it is timed.
-    // Between wake and ready the worker runs nothing but this function and, on a device backend, the sealed call
-    // path's functions and the sealed OpenCL table: no virtual call, nothing the implementation could have
-    // redirected in an earlier call (the parent counts this window's CPU).
-    if (device) {
-      for (const TensorArgs* list : {&in, &out}) {
-        for (int id : list->buffers) {
-          const Mapping& mp = *m_buffers.at(id);
-          path.upload(path.self, id, mp.data, mp.nbytes);
-        }
+    return state.load(std::memory_order_acquire) == protocol::state_word(seq, protocol::Phase::wake);
+  }
+
+  // A device backend gets the parent's bytes (inputs, and the outputs' fresh poison) before the call, through the
+  // sealed call path only.
+  void upload_all(const CallPath& path, const TensorArgs& in, const TensorArgs& out) const {
+    for (const TensorArgs* list : {&in, &out}) {
+      for (int id : list->buffers) {
+        const Mapping& mp = *m_buffers.at(id);
+        path.upload(path.self, id, mp.data, mp.nbytes);
       }
-      path.prepare_call(path.self);
     }
-    ++m_calls;
-    state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
-    // Spin for go (the parent reacts within microseconds); should the parent share this CPU after all, yield now
-    // and then so that it can run.
-    for (uint32_t spins = 1; state.load(std::memory_order_acquire) != go; ++spins) {
+    path.prepare_call(path.self);
+  }
+
+  // Once the parent has timed done, the outputs go back to its buffers, before it captures them: it times this read
+  // as it times the uploads, and nothing after it can change what it validates. An error answer when the control
+  // page left the phases of this call.
+  std::optional<nlohmann::json> read_back(const CallPath& path, std::atomic<uint32_t>& state, uint64_t seq,
+                                          const TensorArgs& out) {
+    const uint32_t done = protocol::state_word(seq, protocol::Phase::done);
+    const uint32_t read_back = protocol::state_word(seq, protocol::Phase::read_back);
+    for (uint32_t spins = 1; state.load(std::memory_order_acquire) == done; ++spins) {
       protocol::cpu_relax();
       if ((spins & 0xFFFF) == 0) ::sched_yield();
     }
-    path.begin_call(path.self);
-#ifdef KWB_PROFILE_WORKER
-    const int rc = profiled_run(call, seq);
-#else
-    const int rc = m_run(&call);
-#endif
-    path.finish_call(path.self);
-    m_control->rc.store(rc, std::memory_order_relaxed);
-    // Only go may become done: a control page that left go during the call was written by something in this
-    // process other than the worker (the parent has then already taken the call as done, and its CPU watch has seen
-    // what ran afterwards). Say so instead of overwriting the parent's next phase.
-    uint32_t expected_go = go;
-    if (!state.compare_exchange_strong(expected_go, done, std::memory_order_acq_rel)) {
-      return error(FailureReason::protocol, "the control page left the go phase while kwb_run ran (it read " +
-                                   std::to_string(expected_go) + "): something in the worker wrote it");
+    if (const uint32_t now = state.load(std::memory_order_acquire); now != read_back) {
+      return error(FailureReason::protocol, "the control page left the done phase for " + std::to_string(now) +
+                                                " instead of read_back: something in the worker wrote it");
     }
-    protocol::futex_wake(state);  // a parent that sleeps through a long call
-    uint32_t captured_after = done;
-    if (device) {
-      // Once the parent has timed done, the outputs go back to its buffers, before it captures them: it times this
-      // read as it times the uploads, and nothing after it can change what it validates.
-      const uint32_t read_back = protocol::state_word(seq, protocol::Phase::read_back);
-      for (uint32_t spins = 1; state.load(std::memory_order_acquire) == done; ++spins) {
-        protocol::cpu_relax();
-        if ((spins & 0xFFFF) == 0) ::sched_yield();
-      }
-      if (const uint32_t now = state.load(std::memory_order_acquire); now != read_back) {
-        return error(FailureReason::protocol, "the control page left the done phase for " + std::to_string(now) +
-                                                  " instead of read_back: something in the worker wrote it");
-      }
-      for (int id : out.buffers) {
-        Mapping& mp = *m_buffers.at(id);
-        path.download(path.self, id, mp.data, mp.nbytes);
-      }
-      const uint32_t downloaded = protocol::state_word(seq, protocol::Phase::downloaded);
-      uint32_t expected = read_back;
-      if (!state.compare_exchange_strong(expected, downloaded, std::memory_order_acq_rel)) {
-        return error(FailureReason::protocol, "the control page left the read_back phase while the outputs were "
-                                              "read back (it read " + std::to_string(expected) +
-                                              "): something in the worker wrote it");
-      }
-      protocol::futex_wake(state);
-      captured_after = downloaded;
+    for (int id : out.buffers) {
+      Mapping& mp = *m_buffers.at(id);
+      path.download(path.self, id, mp.data, mp.nbytes);
     }
-    while (state.load(std::memory_order_acquire) == captured_after) protocol::futex_wait(state, captured_after);
+    const uint32_t downloaded = protocol::state_word(seq, protocol::Phase::downloaded);
+    uint32_t expected = read_back;
+    if (!state.compare_exchange_strong(expected, downloaded, std::memory_order_acq_rel)) {
+      return error(FailureReason::protocol, "the control page left the read_back phase while the outputs were "
+                                            "read back (it read " + std::to_string(expected) +
+                                            "): something in the worker wrote it");
+    }
+    protocol::futex_wake(state);
+    return std::nullopt;
+  }
 
+  // The answer to a call the parent has captured: whether the descriptors are intact and, on a device backend, the
+  // device copies' checks and what the call ran.
+  nlohmann::json ran_reply(uint64_t seq, bool device, const CallArgs& args) {
+    const TensorArgs& in = args.in;
+    const TensorArgs& out = args.out;
+    const std::vector<DLTensor>& in_copy = args.in_copy;
+    const std::vector<DLTensor>& out_copy = args.out_copy;
     nlohmann::json modified = nlohmann::json::array();
     nlohmann::json overrun = nlohmann::json::array();
     if (device) {
@@ -671,6 +644,72 @@ private:
     reply["profile"] = m_last_profile;
 #endif
     return reply;
+  }
+
+  // One call, driven by the parent through the control page (worker/protocol.h): the worker takes no time. It
+  // arms, sleeps until the parent has written the call's inputs and woken it, says ready, spins until go, runs,
+  // says done (a device worker then reads the outputs back and says downloaded) and sleeps until the parent has
+  // captured the outputs; only then does it check the device copies and answer on the socket.
+  nlohmann::json run_call(const nlohmann::json& m) {
+    if (m_run == nullptr) return error(FailureReason::protocol, "run before load");
+    const protocol::RunMessage msg = protocol::run_message_from_json(m);
+    CallArgs args;
+    build_args(msg, args);
+
+    // Layout randomization: kwb_run's frame starts stack_offset bytes lower than it would (a multiple of 16, so the
+    // ABI's alignment holds). Taken here, before the call's window, so it costs nothing inside it.
+    volatile char* stack_pad = static_cast<volatile char*>(alloca(msg.stack_offset + 16));
+    stack_pad[0] = 0;
+    const kwb_call call = make_call(args.in, args.out, args.scalars);
+
+    // From here to the read-back, the backend is called only through the sealed call path.
+    const CallPath& path = g_call_path.path;
+    const bool device = !path.host_memory;
+    const uint64_t seq = msg.call;
+    std::atomic<uint32_t>& state = m_control->state;
+    const uint32_t go = protocol::state_word(seq, protocol::Phase::go);
+    const uint32_t done = protocol::state_word(seq, protocol::Phase::done);
+    if (!arm_and_wait_for_wake(state, seq)) {
+      return error(FailureReason::protocol, "run: the control page is not in the wake phase of this call");
+    }
+    // A device backend gets the parent's bytes before the call, and the outputs back after it: the parent validates
+    // exactly what the device computed. None of it is timed. Between wake and ready the worker runs nothing but
+    // this function (and upload_all) and, on a device backend, the sealed call path's functions and the sealed
+    // OpenCL table: no virtual call, nothing the implementation could have redirected in an earlier call (the
+    // parent counts this window's CPU).
+    if (device) upload_all(path, args.in, args.out);
+    ++m_calls;
+    state.store(protocol::state_word(seq, protocol::Phase::ready), std::memory_order_release);
+    // Spin for go (the parent reacts within microseconds); should the parent share this CPU after all, yield now
+    // and then so that it can run.
+    for (uint32_t spins = 1; state.load(std::memory_order_acquire) != go; ++spins) {
+      protocol::cpu_relax();
+      if ((spins & 0xFFFF) == 0) ::sched_yield();
+    }
+    path.begin_call(path.self);
+#ifdef KWB_PROFILE_WORKER
+    const int rc = profiled_run(call, seq);
+#else
+    const int rc = m_run(&call);
+#endif
+    path.finish_call(path.self);
+    m_control->rc.store(rc, std::memory_order_relaxed);
+    // Only go may become done: a control page that left go during the call was written by something in this
+    // process other than the worker (the parent has then already taken the call as done, and its CPU watch has seen
+    // what ran afterwards). Say so instead of overwriting the parent's next phase.
+    uint32_t expected_go = go;
+    if (!state.compare_exchange_strong(expected_go, done, std::memory_order_acq_rel)) {
+      return error(FailureReason::protocol, "the control page left the go phase while kwb_run ran (it read " +
+                                   std::to_string(expected_go) + "): something in the worker wrote it");
+    }
+    protocol::futex_wake(state);  // a parent that sleeps through a long call
+    if (device) {
+      if (std::optional<nlohmann::json> failed = read_back(path, state, seq, args.out)) return *failed;
+    }
+    // Asleep until the parent has captured the outputs (after done, or after downloaded on a device backend).
+    const uint32_t captured_after = device ? protocol::state_word(seq, protocol::Phase::downloaded) : done;
+    while (state.load(std::memory_order_acquire) == captured_after) protocol::futex_wait(state, captured_after);
+    return ran_reply(seq, device, args);
   }
 
 #ifdef KWB_PROFILE_WORKER

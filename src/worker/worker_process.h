@@ -122,7 +122,7 @@ struct RunOutcome {
   // ready (a busy machine): the worker legitimately spins that long before go.
   int64_t reaction_ns = 0;
   // CPU from the inputs' arrival to the worker's answer (both ends read while it sleeps, so exact even with the
-  // coarse clock), and whether the per-window figures above are exact (worker_cpu_clock_exact()).
+  // coarse clock), and whether the per-window figures above are exact (WorkerProcess::cpu_clock_exact()).
   int64_t cycle_cpu_ns = -1;
   bool cpu_windows_exact = false;
   bool descriptors_intact = true;

@@ -1,9 +1,11 @@
-// The 16-bit dtypes (task/data.h): bit patterns of known values, rounding to nearest even straight from double,
+// The dtype table (util/dtype.h): each row's name, width, DLPack type, conversions and NaN patterns. The 16-bit
+// dtypes: bit patterns of known values, rounding to nearest even straight from double,
 // overflow, subnormals, NaN and infinity; generated inputs that are exactly values of their dtype; unwritten 16-bit
 // outputs found by their poison.
 #include "oracle/tolerance.h"
 #include "task/data.h"
 #include "task/task.h"
+#include "util/dtype.h"
 
 #include <gtest/gtest.h>
 
@@ -99,6 +101,72 @@ TEST(dtype_test, load_and_store_go_through_the_same_conversions) {
   EXPECT_EQ(dtype_size(DType::bf16), 2u);
   EXPECT_EQ(parse_dtype("bf16"), DType::bf16);
   EXPECT_STREQ(to_string(DType::f16), "f16");
+}
+
+TEST(dtype_table, every_name_parses_back_to_its_row_and_no_other_spelling_does) {
+  for (size_t i = 0; i < std::size(k_dtypes); ++i) {
+    const DTypeInfo& t = k_dtypes[i];
+    EXPECT_EQ(static_cast<size_t>(t.dtype), i);  // rows in enumerator order: dtype_info indexes the table
+    EXPECT_EQ(parse_dtype(to_string(t.dtype)), t.dtype) << t.name;
+    EXPECT_EQ(&dtype_info(t.dtype), &t);
+  }
+  for (const char* other : {"float32", "F32", "fp16", "", "f32 ", "double"}) EXPECT_EQ(parse_dtype(other), std::nullopt);
+  EXPECT_EQ(dtype_choices(), "f16, bf16, f32, f64");
+}
+
+TEST(dtype_table, widths_and_dlpack_types) {
+  struct Expected {
+    DType t;
+    size_t size;
+    uint8_t code;
+  };
+  for (const Expected& e : {Expected{DType::f16, 2, kDLFloat}, Expected{DType::bf16, 2, kDLBfloat},
+                            Expected{DType::f32, 4, kDLFloat}, Expected{DType::f64, 8, kDLFloat}}) {
+    EXPECT_EQ(dtype_size(e.t), e.size) << to_string(e.t);
+    const DLDataType dl = to_dlpack(e.t);
+    EXPECT_EQ(dl.code, e.code) << to_string(e.t);
+    EXPECT_EQ(dl.bits, 8 * e.size) << to_string(e.t);
+    EXPECT_EQ(dl.lanes, 1) << to_string(e.t);
+  }
+}
+
+TEST(dtype_table, values_of_every_dtype_store_and_load_exactly) {
+  for (const DTypeInfo& t : k_dtypes) {
+    std::vector<unsigned char> bytes(4 * t.size);
+    const double values[] = {1.5, -0.25, 0.0, 3.0};
+    for (size_t i = 0; i < 4; ++i) store_element(t.dtype, bytes.data(), i, values[i]);
+    for (size_t i = 0; i < 4; ++i) EXPECT_EQ(load_element(t.dtype, bytes.data(), i), values[i]) << t.name;
+    store_element(t.dtype, bytes.data(), 1, k_inf);
+    EXPECT_EQ(load_element(t.dtype, bytes.data(), 1), k_inf) << t.name;
+  }
+  // Rounded to the dtype, once.
+  std::vector<unsigned char> bytes(8);
+  store_element(DType::f32, bytes.data(), 0, 0.1);
+  EXPECT_EQ(load_element(DType::f32, bytes.data(), 0), static_cast<double>(0.1f));
+  store_element(DType::f64, bytes.data(), 0, 0.1);
+  EXPECT_EQ(load_element(DType::f64, bytes.data(), 0), 0.1);
+  store_element(DType::bf16, bytes.data(), 0, 1.0 + std::ldexp(1.0, -8));
+  EXPECT_EQ(load_element(DType::bf16, bytes.data(), 0), 1.0);
+}
+
+TEST(dtype_table, every_poison_pattern_is_a_nan_other_than_the_canonical_one) {
+  for (DType d : {DType::f16, DType::bf16, DType::f32, DType::f64}) EXPECT_TRUE(dtype_info(d).has_nan);
+  for (const DTypeInfo& t : k_dtypes) {
+    if (!t.has_nan) continue;  // an integer dtype's poison is no NaN
+    // The canonical quiet NaN is what storing a NaN gives; the payload sits below its quiet bit.
+    std::vector<unsigned char> bytes(t.size);
+    store_element(t.dtype, bytes.data(), 0, k_nan);
+    uint64_t canonical = 0;
+    std::memcpy(&canonical, bytes.data(), t.size);
+    EXPECT_EQ(canonical, t.quiet_nan) << t.name;
+    EXPECT_EQ(t.quiet_nan & t.nan_payload, 0u) << t.name;
+    EXPECT_NE(t.nan_payload, 0u) << t.name;
+    for (uint64_t payload : {uint64_t{1}, t.nan_payload, t.nan_payload >> 1}) {
+      const uint64_t poison = t.quiet_nan | (payload & t.nan_payload);
+      std::memcpy(bytes.data(), &poison, t.size);
+      EXPECT_TRUE(std::isnan(load_element(t.dtype, bytes.data(), 0))) << t.name << std::hex << " " << poison;
+    }
+  }
 }
 
 TEST(dtype_test, generated_inputs_are_values_of_their_dtype) {

@@ -7,7 +7,6 @@
 #include "stats/gate.h"
 #include "stats/intervals.h"
 #include "stats/random.h"
-#include "stats/stopping.h"
 
 #include <gtest/gtest.h>
 
@@ -553,14 +552,14 @@ TEST(stats_test, alpha_spending_rejects_invalid_parameters) {
 }
 
 // The looks of AlphaSpendingRule at a fixed confidence: what a runner that ignores repeated looks would do.
-class FixedConfidenceRule final : public StoppingRule {
+class FixedConfidenceRule {
 public:
   explicit FixedConfidenceRule(double confidence) : m_confidence(confidence) {}
-  bool is_look(size_t blocks) const override { return m_schedule.is_look(blocks); }
-  size_t look_index(size_t blocks) const override { return m_schedule.look_index(blocks); }
-  size_t next_look(size_t blocks) const override { return m_schedule.next_look(blocks); }
-  double confidence_at_look(size_t) const override { return m_confidence; }
-  double confidence_for_final(size_t) const override { return m_confidence; }
+  bool is_look(size_t blocks) const { return m_schedule.is_look(blocks); }
+  size_t look_index(size_t blocks) const { return m_schedule.look_index(blocks); }
+  size_t next_look(size_t blocks) const { return m_schedule.next_look(blocks); }
+  double confidence_at_look(size_t) const { return m_confidence; }
+  double confidence_for_final(size_t) const { return m_confidence; }
 
 private:
   AlphaSpendingRule m_schedule{0.05, 10};
@@ -574,7 +573,8 @@ struct SessionShares {
 
 // A/A sessions: normal log ratios (sd 2%) with no true effect, looks per `rule` up to a 60-block cap, stopping at
 // the first decision of the ci gate with X = 0; a final verdict at the cap when it is not itself a look.
-SessionShares simulate_aa_sessions(const StoppingRule& rule) {
+template <typename Rule>
+SessionShares simulate_aa_sessions(const Rule& rule) {
   constexpr size_t k_cap = 60;
   constexpr int k_sessions = 2000;
   constexpr int k_resamples = 200;  // the bootstrap is only a cross-check; keep the simulation fast
