@@ -2,6 +2,7 @@
 #include "builder/builder.h"
 #include "util/json_text.h"
 #include "cli/commands.h"
+#include "cli/comparison_text.h"
 #include "cli/ledger.h"
 #include "cli/options.h"
 #include "cli/progress.h"
@@ -30,25 +31,12 @@ void print_human(const CompareReport& r) {
     for (const std::string& s : r.refused) std::cout << "  " << s << "\n";
     return;
   }
-  std::vector<std::vector<std::string>> rows;
-  for (const WorkloadResult& w : r.workloads) {
-    auto pct = [&](double v) { return fmt::format("{:+.2f}%", v); };
-    if (w.estimate) {
-      rows.push_back({w.name, pct(w.estimate->improvement_pct),
-                      fmt::format("[{}, {}]", pct(w.estimate->ci_low_pct), pct(w.estimate->ci_high_pct)),
-                      fmt::format("{:.2f}%", w.estimate->mde_pct), std::to_string(w.blocks),
-                      std::to_string(w.timed_samples), fmt::format("{:.1f}", w.seconds), fmt::format("{}", w.verdict)});
-    } else {
-      rows.push_back({w.name, "-", "-", "-", std::to_string(w.blocks), std::to_string(w.timed_samples),
-                      fmt::format("{:.1f}", w.seconds), fmt::format("{}", w.verdict)});
-    }
-  }
-  std::cout << "\n"
-            << format_table({r.mode == CompareMode::aa ? "workload (A' vs A)" : "workload", "improvement",
-                             "interval", "MDE", "blocks", "samples", "seconds", "verdict"},
-                            rows);
+  const nlohmann::json j = to_json(r);
+  const std::string other = r.arm_labels.size() > 1 ? r.arm_labels[1] : "B";
+  std::cout << "\n" << comparison_table(j, other);
   std::cout << "\n";
   for (const WorkloadResult& w : r.workloads) std::cout << fmt::format("  {}: {}\n", w.name, w.reason);
+  std::cout << warning_block(noise_warnings(j, other));
   std::cout << fmt::format("\nverdict: {}\n", r.verdict);
 }
 

@@ -1,5 +1,6 @@
 // kwb validate TASK_DIR --candidate SRC [--baseline SRC] --output-dir DIR [gates, budgets] [--json]
 #include "cli/commands.h"
+#include "cli/comparison_text.h"
 #include "cli/ledger.h"
 #include "cli/options.h"
 #include "util/json_text.h"
@@ -21,35 +22,13 @@ namespace {
 
 void print_summary(const ValidateResult& r) {
   const BundleData b = read_bundle(r.bundle);
-  std::vector<std::vector<std::string>> rows;
-  auto find = [](const std::optional<nlohmann::json>& cmp, const std::string& name) -> const nlohmann::json* {
-    if (!cmp) return nullptr;
-    for (const auto& w : (*cmp)["workloads"]) {
-      if (w["name"] == name) return &w;
-    }
-    return nullptr;
-  };
-  auto pct = [](const nlohmann::json* w) {
-    if (w == nullptr || !w->contains("improvement_pct") || !(*w)["improvement_pct"].is_number()) return std::string("-");
-    return fmt::format("{:+.2f}% [{:+.2f}, {:+.2f}]", (*w)["improvement_pct"].get<double>(),
-                       (*w)["ci_low_pct"].get<double>(), (*w)["ci_high_pct"].get<double>());
-  };
-  std::vector<std::string> names;
-  for (const auto* cmp : {&b.ab, &b.aa}) {
-    if (!*cmp) continue;
-    for (const auto& w : (**cmp)["workloads"]) {
-      if (std::find(names.begin(), names.end(), w["name"].get<std::string>()) == names.end()) names.push_back(w["name"]);
-    }
+  if (b.ab) std::cout << "\nA/B: candidate B against baseline A\n" << comparison_table(*b.ab, "B");
+  if (b.aa) std::cout << "\nA/A: the baseline against itself (the noise floor)\n" << comparison_table(*b.aa, "A'");
+  std::vector<std::string> warnings = b.ab ? noise_warnings(*b.ab, "B") : std::vector<std::string>{};
+  for (const nlohmann::json& w : b.environment.value("warnings", nlohmann::json::array())) {
+    if (w.is_string()) warnings.push_back("machine: " + w.get<std::string>());
   }
-  for (const std::string& n : names) {
-    const nlohmann::json* ab = find(b.ab, n);
-    const nlohmann::json* aa = find(b.aa, n);
-    rows.push_back({n, pct(ab), ab ? (*ab)["verdict"].get<std::string>() : "-", pct(aa),
-                    aa ? (*aa)["verdict"].get<std::string>() : "-"});
-  }
-  if (!rows.empty()) {
-    std::cout << "\n" << format_table({"workload", "B vs A (improvement)", "gate", "A' vs A", "A/A"}, rows);
-  }
+  std::cout << warning_block(warnings);
   if (r.decision_json.is_null() || r.decision_json.empty()) {
     std::cout << "\nDECISION: none (the decision stage did not finish; stages.json says why)\n";
   } else {

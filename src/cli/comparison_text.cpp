@@ -1,0 +1,104 @@
+#include "cli/comparison_text.h"
+
+#include "cli/terminal.h"
+#include "stats/descriptive.h"
+#include "util/units.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+namespace kwb::cli {
+
+namespace {
+
+// Above these, a result says so (docs/timing.md, "Reading a result").
+constexpr double k_noisy_mde_pct = 5.0;
+constexpr double k_layout_spread_pct = 10.0;
+
+bool number(const nlohmann::json& w, const char* key) { return w.contains(key) && w[key].is_number(); }
+
+// A/B factor t_A / t_B from an improvement of (1 - t_B / t_A) * 100.
+double factor(double improvement_pct) { return 1.0 / (1.0 - improvement_pct / 100.0); }
+
+std::string arm_time(const nlohmann::json& w, const char* arm) {
+  const nlohmann::json medians = w.value("block_median_ns", nlohmann::json::object()).value(arm, nlohmann::json::array());
+  std::vector<double> v;
+  for (const nlohmann::json& x : medians) {
+    if (x.is_number()) v.push_back(x.get<double>());
+  }
+  return v.empty() ? "-" : time_text(stats::median(v));
+}
+
+}  // namespace
+
+std::string speedup_text(double improvement_pct) {
+  if (!(improvement_pct < 100.0)) return "-";
+  const double f = factor(improvement_pct);
+  if (std::fabs(f - 1.0) < 0.005) return "1.00x (same)";
+  return f > 1.0 ? fmt::format("{:.2f}x faster", f) : fmt::format("{:.2f}x slower", 1.0 / f);
+}
+
+std::string comparison_table(const nlohmann::json& comparison, std::string_view other) {
+  std::vector<std::vector<std::string>> rows;
+  for (const nlohmann::json& w : comparison.value("workloads", nlohmann::json::array())) {
+    const bool est = number(w, "improvement_pct") && number(w, "ci_low_pct") && number(w, "ci_high_pct");
+    const double imp = est ? w["improvement_pct"].get<double>() : 0.0;
+    const double lo = est ? w["ci_low_pct"].get<double>() : 0.0, hi = est ? w["ci_high_pct"].get<double>() : 0.0;
+    rows.push_back({w.value("name", "?"), arm_time(w, "reference"), arm_time(w, "other"),
+                    est ? speedup_text(imp) : "-",
+                    est && hi < 100.0 ? fmt::format("[{:.2f}x, {:.2f}x]", factor(lo), factor(hi)) : "-",
+                    est ? fmt::format("{:+.2f}% [{:+.2f}, {:+.2f}]", imp, lo, hi) : "-",
+                    number(w, "mde_pct") ? fmt::format("{:.2f}%", w["mde_pct"].get<double>()) : "-",
+                    fmt::format("{}", w.value("blocks", 0)), w.value("verdict", "-")});
+  }
+  const std::string o(other);
+  return format_table({"workload", "A per call", o + " per call", o + " vs A", "speedup interval",
+                       "improvement [interval]", "MDE", "blocks", "verdict"},
+                      rows);
+}
+
+std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::string_view other) {
+  std::vector<std::string> out;
+  for (const nlohmann::json& w : comparison.value("workloads", nlohmann::json::array())) {
+    const std::string name = w.value("name", "?");
+    if (w.value("verdict", "") == "INVALID") continue;  // no metric to doubt
+    if (w.value("heavy_tailed", false)) {
+      out.push_back(fmt::format("{}: the block ratios are heavy-tailed (outlying blocks): the interval is the "
+                                "signed-rank one, and the machine was likely disturbed while it ran",
+                                name));
+    }
+    // A large detectable effect matters when it left the result open, or is larger than the effect seen.
+    const bool open = w.value("verdict", "") == "INCONCLUSIVE";
+    const double seen = number(w, "improvement_pct") ? std::fabs(w["improvement_pct"].get<double>()) : 0.0;
+    if (number(w, "mde_pct") && w["mde_pct"].get<double>() > k_noisy_mde_pct &&
+        (open || w["mde_pct"].get<double>() > seen)) {
+      out.push_back(fmt::format("{}: with {} blocks, an effect smaller than {:.1f}% could go undetected (MDE): run "
+                                "longer (--max-minutes) or on a quieter machine",
+                                name, w.value("blocks", 0), w["mde_pct"].get<double>()));
+    }
+    if (w.value("stopped_by_budget", false) && w.value("verdict", "") == "INCONCLUSIVE") {
+      out.push_back(fmt::format("{}: the time budget ran out before the interval settled on either side of the gate",
+                                name));
+    }
+    const nlohmann::json sens = w.value("layout_sensitivity", nlohmann::json::array());
+    for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
+      const nlohmann::json& l = sens[arm];
+      if (l.value("available", false) && number(l, "spread_pct") && l["spread_pct"].get<double>() > k_layout_spread_pct) {
+        out.push_back(fmt::format("{}: arm {}'s speed depends on where its code, stack and data land by {:.1f}% "
+                                  "(its layouts' medians); the comparison draws layouts at random to average it out",
+                                  name, arm == 0 ? std::string("A") : std::string(other), l["spread_pct"].get<double>()));
+      }
+    }
+  }
+  return out;
+}
+
+std::string warning_block(const std::vector<std::string>& warnings) {
+  if (warnings.empty()) return "";
+  std::string out = "\nWARNING: this result is noisy or weak:\n";
+  for (const std::string& w : warnings) out += "  - " + w + "\n";
+  return out;
+}
+
+}  // namespace kwb::cli
