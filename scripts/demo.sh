@@ -8,7 +8,8 @@
 # --workload times all three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=$(bash scripts/build.sh ci)
+# Only what the demo runs: kwb and the programs it starts (the test suites are not built).
+build=$(bash scripts/build.sh ci kwb kwb-worker kwb-profile-worker kwb-confine)
 out="${KWB_DEMO_OUT:-bundles/rmsnorm-fused-$(date +%Y%m%d-%H%M%S)}"
 exec "$build/kwb" validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --output-dir "$out" \
   --min-improvement-pct 10 --workload decode --workload prefill "$@"

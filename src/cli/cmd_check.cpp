@@ -124,7 +124,9 @@ Action add_check(CLI::App& root) {
         std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
                                  report.pass()      ? "it PASSED (the check cannot catch this mistake)"
                                  : expected_reason ? "it was"
-                                                   : "it was rejected, but not for that reason");
+                                                   : fmt::format("it was rejected, but not for that reason (it "
+                                                                 "was for {})",
+                                                                 fmt::join(distinct_reasons(report.failures), ", ")));
       }
     }
     if (!report.built) return static_cast<int>(ExitCode::data_error);

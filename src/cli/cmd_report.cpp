@@ -20,6 +20,17 @@ Action add_report(CLI::App& root) {
     if (!std::filesystem::is_directory(*dir)) {
       throw Error(ExitCode::io_error, fmt::format("{}: no such bundle folder to report on", *dir));
     }
+    // A compare --output-dir folder is not a bundle: it has its result (compare.json) and samples, no plan and no
+    // decision, and a report of it would say nothing (docs/cli.md).
+    const std::filesystem::path folder(*dir);
+    if (!std::filesystem::exists(folder / "plan.json")) {
+      throw Error(ExitCode::io_error,
+                  std::filesystem::exists(folder / "compare.json")
+                      ? fmt::format("{}: a compare result, not a validate bundle: kwb report renders the bundles of "
+                                    "kwb validate (its compare.json is the result, and compare printed it)",
+                                    *dir)
+                      : fmt::format("{}: not a validate bundle (no plan.json)", *dir));
+    }
     write_reports(*dir);
     std::cout << fmt::format("wrote {}/report.md and {}/report.html\n", *dir, *dir);
     return 0;

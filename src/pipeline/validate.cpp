@@ -437,7 +437,8 @@ private:
       if (im.role != ImplRole::control) continue;
       const FailureReason expect = im.expect.value();  // every control has one (task/manifest.cpp)
       CheckReport r = check(i, check_file(control_check_stem(im.name)), 0, expect);
-      ControlOutcome o{im.name, expect, !r.pass(), r.has_reason(expect), timing_refusal(r).has_value()};
+      ControlOutcome o{im.name, expect, !r.pass(), r.has_reason(expect), timing_refusal(r).has_value(),
+                       distinct_reasons(r.failures)};
       m_inputs.controls.push_back(o);
       const std::vector<std::string> reasons = distinct_reasons(r.failures);
       const bool ok = o.rejected && o.expected_reason_seen && o.timing_refused;

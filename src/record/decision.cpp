@@ -60,8 +60,9 @@ Decision decide(const DecisionInputs& in) {
     if (!c.rejected) {
       invalid.push_back(fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
     } else if (!c.expected_reason_seen) {
-      invalid.push_back(fmt::format("control '{}' was rejected, but not for '{}' as its task requires", c.name,
-                                    c.expect));
+      invalid.push_back(fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
+                                    "reported {})",
+                                    c.name, c.expect, c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
     }
     if (!c.timing_refused) invalid.push_back(fmt::format("control '{}' was timed: rejected code got a metric", c.name));
   }
@@ -165,7 +166,8 @@ nlohmann::json to_json(const DecisionInputs& in) {
   nlohmann::json controls = nlohmann::json::array();
   for (const ControlOutcome& c : in.controls) {
     controls.push_back({{"name", c.name}, {"expect", to_string(c.expect)}, {"rejected", c.rejected},
-                        {"expected_reason_seen", c.expected_reason_seen}, {"timing_refused", c.timing_refused}});
+                        {"expected_reason_seen", c.expected_reason_seen}, {"timing_refused", c.timing_refused},
+                        {"reasons", c.reasons}});
   }
   return {{"baseline_check_pass", opt(in.baseline_check_pass)},
           {"baseline_copy_check_pass", opt(in.baseline_copy_check_pass)},

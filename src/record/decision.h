@@ -22,6 +22,7 @@ struct ControlOutcome {
   bool rejected = false;          // its check failed
   bool expected_reason_seen = false;
   bool timing_refused = false;    // a timing request for it yielded no metric
+  std::vector<std::string> reasons;  // the reasons its check reported, each once in the order first seen
 };
 
 struct WorkloadVerdict {

@@ -455,8 +455,13 @@ private:
       const FailureReason expect = *pc.expect;  // every planned control has one (plan_from_json)
       const bool rejected = !m_check_pass.at(stem);
       bool seen = false;
-      for (const json& f : array_field(it->second, "failures")) seen = seen || f.value("reason", "") == to_string(expect);
-      ControlOutcome o{pc.name, expect, rejected, seen, rejected};
+      std::vector<std::string> reasons;
+      for (const json& f : array_field(it->second, "failures")) {
+        const std::string reason = f.value("reason", "");
+        seen = seen || reason == to_string(expect);
+        if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) reasons.push_back(reason);
+      }
+      ControlOutcome o{pc.name, expect, rejected, seen, rejected, reasons};
       m_inputs.controls.push_back(o);
       killed += rejected && seen;
       if (m_b.controls.empty()) continue;

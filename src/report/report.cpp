@@ -110,7 +110,9 @@ void add_summary(ReportModel& m, const BundleData& b, const Plan* plan) {
   if (b.decision) m.reasons = b.decision->reasons;
   if (!b.decision_problem.empty()) m.warnings.push_back("decision.json: " + b.decision_problem);
   m.title = fmt::format("kwb validate: {} on task {}", m.decision, plan ? plan->task.name : "-");
-  m.digest = b.decision ? b.decision->plan_digest : "-";
+  // An interrupted run has no decision, but its plan was frozen: the digest is plan.json's own hash.
+  std::string why;
+  m.digest = b.decision ? b.decision->plan_digest : (b.fs ? b.fs->sha256("plan.json", why).value_or("-") : "-");
   const DecisionScope scope = scope_of(b);
   const std::string dtypes = dtypes_of(scope);
   const std::string workloads = fmt::format("{}", fmt::join(scope.workloads, ", "));

@@ -81,6 +81,11 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   EXPECT_EQ(read_file(dir / "samples.csv"),
             "workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid,device_ns,layout,"
             "stack_offset,tensor_offsets,pre_cpu_ns,post_cpu_ns,window_ns,gap_cpu_ns,outside_cpu_ns,outside_wall_ns\n");
+  // A compare folder is not a validate bundle: report refuses it by name instead of rendering an empty report.
+  KwbRun rep = run_kwb({"report", dir.string()});
+  EXPECT_EQ(rep.exit_code, 74) << rep.errors;
+  EXPECT_NE(rep.errors.find("a compare result, not a validate bundle"), std::string::npos) << rep.errors;
+  EXPECT_FALSE(std::filesystem::exists(dir / "report.md"));
   std::filesystem::remove_all(dir);
 }
 

@@ -694,6 +694,8 @@ TEST(validate_test, controls_stop_at_the_first_worker_failure_and_say_which_reas
   EXPECT_NE(r.json["reasons"].dump().find("control 'crashes_first' was rejected, but not for 'numeric_mismatch'"),
             std::string::npos)
       << r.json["reasons"].dump();
+  EXPECT_NE(r.json["reasons"].dump().find("as its task requires (its check reported "), std::string::npos)
+      << r.json["reasons"].dump();  // and names what it was rejected for
 
   const nlohmann::json controls = nlohmann::json::parse(read_file(d / "controls.json"));
   ASSERT_EQ(controls["controls"].size(), 2u);
