@@ -1,4 +1,5 @@
 #include "profile/callgrind_output.h"
+#include "util/text.h"
 
 #include "util/error.h"
 
@@ -227,7 +228,7 @@ private:
 CallgrindDump parse_callgrind(std::string_view text) { return Parser(text).run(); }
 
 std::string short_function_name(std::string_view name) {
-  std::string out(name);
+  std::string out = demangle(name);
   for (std::string_view noise : {"(anonymous namespace)::", "{anonymous}::"}) {
     for (size_t at; (at = out.find(noise)) != std::string::npos;) out.erase(at, noise.size());
   }

@@ -3,6 +3,7 @@
 // calls first, not counted (PoCL compiles each kernel at its first launch per configuration; CUDA loads modules
 // lazily), then the counted calls; every call is traced and validated like a checked call.
 #include "profile/profile.h"
+#include "util/text.h"
 
 #include "stats/descriptive.h"
 #include "task/data.h"
@@ -99,7 +100,8 @@ void device_pass(const Task& task, const Artifact& artifact, const InputSet& set
   for (size_t n : d.commands) total += static_cast<double>(n);
   d.commands_per_call = d.commands.empty() ? 0 : total / static_cast<double>(d.commands.size());
   for (const std::string& name : order) {
-    d.kernels.push_back({name, static_cast<double>(launches[name]) / d.calls, median_or_zero(launch_ns[name]),
+    // CUDA C++ kernels are traced by their mangled symbol (CUPTI): shown as their source spells them.
+    d.kernels.push_back({demangle(name), static_cast<double>(launches[name]) / d.calls, median_or_zero(launch_ns[name]),
                          on_stream[name]});
   }
   d.median_call_device_ns = median_or_zero(call_device_ns);

@@ -1,5 +1,10 @@
 #include "util/text.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -121,6 +126,14 @@ std::optional<std::string> closest_match(std::string_view word, const std::vecto
     }
   }
   return best;
+}
+
+std::string demangle(std::string_view name) {
+  if (!name.starts_with("_Z")) return std::string(name);
+  int status = 0;
+  const std::string mangled(name);
+  std::unique_ptr<char, void (*)(void*)> out(abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
+  return status == 0 && out ? std::string(out.get()) : mangled;
 }
 
 }  // namespace kwb

@@ -35,4 +35,9 @@ std::string escape_terminal(std::string_view text);
 // the characters of the longer of the two. Ties go to the earlier candidate.
 std::optional<std::string> closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
+// A C++ symbol as its source spells it ("_Z13rmsnorm_kernelPKfPfi" -> "rmsnorm_kernel(float const*, float*, int)"),
+// through the C++ ABI's demangler; a name that is not a mangled one (C, OpenCL kernels, already demangled) is returned
+// as it is.
+std::string demangle(std::string_view name);
+
 }  // namespace kwb

@@ -5,6 +5,8 @@
 #include "task/task.h"
 #include "util/error.h"
 
+#include "util/text.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -152,6 +154,14 @@ TEST(profile_test, short_function_names_drop_namespace_noise_and_parameters) {
   EXPECT_EQ(short_function_name("operator new[](unsigned long)"), "operator new[]");
   EXPECT_EQ(short_function_name("std::vector<int, std::allocator<int> >::push_back(int const&)"),
             "std::vector<int, std::allocator<int> >::push_back");
+}
+
+// A mangled symbol (a CUDA kernel as CUPTI names it, a symbol valgrind could not demangle) reads as its source does.
+TEST(profile_test, mangled_names_are_demangled_and_others_left_as_they_are) {
+  EXPECT_EQ(demangle("_Z14rmsnorm_kernelPKfS0_Pfii"), "rmsnorm_kernel(float const*, float const*, float*, int, int)");
+  EXPECT_EQ(short_function_name("_ZN12_GLOBAL__N_111pass_squareEPKfPfl"), "pass_square");
+  EXPECT_EQ(demangle("rmsnorm_rows"), "rmsnorm_rows");  // an OpenCL kernel, a C function
+  EXPECT_EQ(demangle("_Znot a symbol"), "_Znot a symbol");
 }
 
 TEST(profile_test, min_bytes_moved_counts_every_input_and_output_once) {
