@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Final validation: held-out shapes and a rehearsed timing visit.
         Adversary{"hard_coded_shapes", "output_not_written", {"--held-out", "--case", "zeros", "--case", "decode"}},
         Adversary{"phase_detection", "numeric_mismatch", {"--held-out", "--case", "zeros"}}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& p) { return std::string(p.param.name); });
 
 // ---- details that the parameterized test cannot express ----------------------------------------------------------
 
@@ -196,7 +196,7 @@ TEST_P(HonestTest, passes_the_final_check_with_held_out_cases_and_the_rehearsal)
 }
 
 INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, HonestTest, ::testing::Values("baseline.cpp", "fused.cpp"),
-                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+                         [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 // ---- through compare and validate ---------------------------------------------------------------------------------
 
@@ -219,7 +219,9 @@ TEST(adversarial_test, compare_charges_work_moved_before_go_to_the_candidate) {
   EXPECT_NE(r.json["verdict"], "PASS") << r.json.dump(2);
   for (const auto& w : r.json["workloads"]) {
     EXPECT_NE(w["verdict"], "PASS") << w.dump(2);
-    if (w["improvement_pct"].is_number()) EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump(2);
+    if (w["improvement_pct"].is_number()) {
+      EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump(2);
+    }
   }
 }
 

@@ -114,8 +114,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                       Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
                       Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"}),
-    [](const auto& info) {
-      std::string n = info.param.file;
+    [](const auto& p) {
+      std::string n = p.param.file;
       return n.substr(0, n.find('.'));
     });
 

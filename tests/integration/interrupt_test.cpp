@@ -278,8 +278,8 @@ TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
 }
 
 INSTANTIATE_TEST_SUITE_P(interrupt_test, HelperTest, ::testing::Values(SIGTERM, SIGKILL),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == SIGTERM ? std::string("SIGTERM") : std::string("SIGKILL");
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == SIGTERM ? std::string("SIGTERM") : std::string("SIGKILL");
                          });
 
 // The lines of a manifest whose file no longer hashes to what it says, or is missing.

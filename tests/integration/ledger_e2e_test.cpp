@@ -222,7 +222,9 @@ TEST_F(LedgerE2e, two_loops_at_once_both_finish_lose_no_row_and_never_time_toget
   std::sort(holds.begin(), holds.end());
   for (size_t i = 0; i < holds.size(); ++i) {
     EXPECT_LT(holds[i].first, holds[i].second);
-    if (i > 0) EXPECT_LE(holds[i - 1].second, holds[i].first) << "two timed phases overlap";
+    if (i > 0) {
+      EXPECT_LE(holds[i - 1].second, holds[i].first) << "two timed phases overlap";
+    }
   }
 }
 

@@ -55,7 +55,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadTask{"atol_nan", "atol = 0.0", "atol = nan", 15, "field 'tolerance.atol': must be a finite number >= 0"},
         BadTask{"tolerence", "[tolerance]", "[tolerence]", 13, "did you mean 'tolerance'?"},
         BadTask{"cpux", "[backends.cpu]", "[backends.cpux]", 25, "unknown backend 'cpux'"}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& p) { return std::string(p.param.name); });
 
 // A source without KWB_CANDIDATE_ABI is a bad candidate source, like one that does not compile: 65, naming the file
 // and the macro, with no case run.
