@@ -13,6 +13,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace kwb::cli {
 namespace {
@@ -131,10 +132,7 @@ std::string help_line(const std::string& help, const std::string& flag) {
 
 TEST(defaults_test, compare_and_validate_help_show_the_same_defaults) {
   CLI::App root;
-  add_check(root);
-  add_compare(root);
-  add_validate(root);
-  add_profile(root);
+  const std::vector<Action> actions = {add_check(root), add_compare(root), add_validate(root), add_profile(root)};
   CLI::App* compare = root.get_subcommand("compare");
   CLI::App* validate = root.get_subcommand("validate");
   const std::string compare_help = compare->help();

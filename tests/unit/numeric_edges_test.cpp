@@ -97,7 +97,7 @@ TEST(NumericEdges, profile_flags_are_checked_the_same_way) {
   for (const OptionRange* r : {&k_timeout_range, &k_callgrind_calls_range}) {
     for (const std::string& v : k_edges) {
       CLI::App root;
-      add_profile(root);
+      const Action action = add_profile(root);  // owns what the options parse into
       std::string err;
       try {
         root.parse("profile t --impl a.cpp " + std::string(r->flag) + " " + v, false);
