@@ -45,7 +45,7 @@ TEST(compare_cli_test, an_unknown_command_is_named_and_the_version_carries_the_c
 }
 
 // A bundle folder that is not there: verify fails it (exit 3, "not verified") and report cannot read it (exit 74), as
-// the README's exit-code table says.
+// docs/cli.md's exit-code table says.
 TEST(compare_cli_test, verify_and_report_of_a_missing_bundle_exit_3_and_74) {
   const TempDir tmp("kwb-compare-no-bundle");
   const auto dir = tmp / "out";  // never made
