@@ -49,7 +49,7 @@ struct Sample {
   // each tensor's offset within its page (inputs then outputs).
   int layout = 0;
   uint32_t stack_offset = 0;
-  std::vector<uint32_t> tensor_offsets = {};
+  std::vector<uint32_t> tensor_offsets;
   // The CPU watch's figures for the call (session/worker_session.h, CallResult): the worker's CPU charged before go
   // (beyond the parent's reaction) and after done, -1 where not watched per window; the go-to-done window; the
   // worker's CPU between the previous call and this one (bounded by its median, not charged).

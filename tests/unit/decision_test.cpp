@@ -11,8 +11,8 @@ DecisionInputs all_good() {
   in.baseline_copy_check_pass = true;
   in.candidate_check_pass = true;
   in.controls = {{"no_eps", FailureReason::numeric_mismatch, true, true, true}};
-  in.aa = {{"decode", stats::Verdict::pass, {}, {}}, {"prefill", stats::Verdict::pass, {}, {}}};
-  in.ab = {{"decode", stats::Verdict::pass, {}, {}}, {"prefill", stats::Verdict::pass, {}, {}}};
+  in.aa = {{"decode", stats::Verdict::pass}, {"prefill", stats::Verdict::pass}};
+  in.ab = {{"decode", stats::Verdict::pass}, {"prefill", stats::Verdict::pass}};
   in.final_check_pass = true;
   return in;
 }

@@ -5,7 +5,6 @@
 #include "record/verify.h"
 #include "report/report.h"
 #include "util/fs.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -51,10 +50,12 @@ TEST(report_test, rendering_is_deterministic) {
 }
 
 TEST(report_test, incomplete_bundle_still_renders_and_says_so) {
-  const kwb::test::TempDir dir("kwb-report-empty");
+  auto dir = std::filesystem::temp_directory_path() / ("kwb-report-empty-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
   kwb::BundleData b = kwb::read_bundle(dir);
   EXPECT_FALSE(b.problems.empty());
   EXPECT_NE(kwb::render_markdown(b).find("NO DECISION (incomplete bundle)"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 // Provenance: a plan written by a kwb built from a modified tree is a warning in both reports, never silently absent.
@@ -74,7 +75,9 @@ TEST(report_test, a_plan_from_a_modified_tree_is_a_warning) {
 
 // verify says so too, as a warning: the same bundle's problems do not change with the flag.
 TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
-  const kwb::test::TempDir d("kwb-provenance");
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kwb-provenance-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
   std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
   const kwb::VerifyReport intact = kwb::verify_bundle(d);
   EXPECT_TRUE(intact.warnings.empty());
@@ -87,12 +90,15 @@ TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
   for (const std::string& p : dirty.problems) {
     EXPECT_EQ(p.find("modified"), std::string::npos) << p;  // the edit breaks the plan's digest, nothing more
   }
+  std::filesystem::remove_all(d);
 }
 
 }  // namespace// A bundle from before the oracle was task code names a built-in oracle ("oracle": "rmsnorm"): verify says which
 // kwb wrote it and what to do, rather than only that a field has the wrong type.
 TEST(VerifyOldBundle, an_oracle_given_by_name_says_the_bundle_predates_oracles_as_task_code) {
-  const kwb::test::TempDir d("kwb-old-oracle");
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("kwb-old-oracle-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
   std::filesystem::copy(k_golden / "bundle_decode", d, std::filesystem::copy_options::recursive);
   nlohmann::json plan = nlohmann::json::parse(kwb::read_file(d / "plan.json"));
   plan["task"]["oracle"] = "rmsnorm";
@@ -105,6 +111,7 @@ TEST(VerifyOldBundle, an_oracle_given_by_name_says_the_bundle_predates_oracles_a
                     p.find("verify it with the kwb that wrote it") != std::string::npos);
   }
   EXPECT_TRUE(said) << ::testing::PrintToString(r.problems);
+  std::filesystem::remove_all(d);
 }
 
 
