@@ -16,7 +16,7 @@ Action add_report(CLI::App& root) {
   CLI::App* app = root.add_subcommand("report", "Render report.md and report.html for an evidence bundle");
   app->add_option("bundle", *dir, "Evidence bundle folder")->required();
   return [dir]() {
-    // report cannot read a bundle that is not there: exit 74, as for any bundle it cannot read (README).
+    // report cannot read a bundle that is not there: exit 74, as for any bundle it cannot read (docs/cli.md).
     if (!std::filesystem::is_directory(*dir)) {
       throw Error(ExitCode::io_error, fmt::format("{}: no such bundle folder to report on", *dir));
     }

@@ -56,7 +56,7 @@ Action add_verify(CLI::App& root) {
   app->add_option("bundle", *dir, "Evidence bundle folder")->required();
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
-    // A folder that is not there verifies nothing: a failed verification (exit 3, README), not a usage error.
+    // A folder that is not there verifies nothing: a failed verification (exit 3, docs/cli.md), not a usage error.
     VerifyReport r;
     if (std::filesystem::is_directory(*dir)) {
       r = verify_bundle(*dir);

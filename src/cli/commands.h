@@ -12,17 +12,19 @@ namespace kwb::cli {
 
 using Action = std::function<int()>;
 
-Action add_check(CLI::App& root);
-Action add_compare(CLI::App& root);
-Action add_validate(CLI::App& root);
-Action add_verify(CLI::App& root);
-Action add_report(CLI::App& root);
-Action add_profile(CLI::App& root);
-Action add_keep(CLI::App& root);
-Action add_history(CLI::App& root);
-Action add_mcp(CLI::App& root);
-Action add_revalidate(CLI::App& root);
-Action add_new_task(CLI::App& root);
+// The action owns what the subcommand's options parse into: keep it for as long as the app parses, or parsing
+// writes into freed memory.
+[[nodiscard]] Action add_check(CLI::App& root);
+[[nodiscard]] Action add_compare(CLI::App& root);
+[[nodiscard]] Action add_validate(CLI::App& root);
+[[nodiscard]] Action add_verify(CLI::App& root);
+[[nodiscard]] Action add_report(CLI::App& root);
+[[nodiscard]] Action add_profile(CLI::App& root);
+[[nodiscard]] Action add_keep(CLI::App& root);
+[[nodiscard]] Action add_history(CLI::App& root);
+[[nodiscard]] Action add_mcp(CLI::App& root);
+[[nodiscard]] Action add_revalidate(CLI::App& root);
+[[nodiscard]] Action add_new_task(CLI::App& root);
 
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the

@@ -18,10 +18,6 @@
 #include <iostream>
 #include <signal.h>
 
-#ifndef KWB_VERSION
-#define KWB_VERSION "0.0.0"
-#endif
-
 namespace kwb::cli {
 
 int run(int argc, char** argv) {

@@ -28,10 +28,6 @@
 #include <ctime>
 #include <random>
 
-#ifndef KWB_VERSION
-#define KWB_VERSION "0.0.0"
-#endif
-
 namespace kwb {
 
 namespace fs = std::filesystem;

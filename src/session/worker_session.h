@@ -89,7 +89,7 @@ public:
   WorkerSession(const WorkerSession&) = delete;  // owns a worker process and its buffers
   WorkerSession& operator=(const WorkerSession&) = delete;
 
-  // Refuses an artifact that exports forbidden symbols (build/elf_inspect.h) before any worker exists, then starts a
+  // Refuses an artifact that exports forbidden symbols (builder/elf_inspect.h) before any worker exists, then starts a
   // worker confined to the task's limits and loads the artifact there.
   LoadOutcome start();
   bool alive() const { return m_worker && m_worker->alive(); }

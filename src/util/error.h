@@ -7,7 +7,7 @@
 
 namespace kwb {
 
-// sysexits-style codes (sysexits.h), each listed with what it means in README.md, "Exit codes".
+// sysexits-style codes (sysexits.h), each listed with what it means in docs/cli.md, "Exit codes".
 enum class ExitCode : int {
   ok = 0,              // success / KEEP_CANDIDATE / check passed
   rejected = 1,        // KEEP_BASELINE or check failed

@@ -4,6 +4,7 @@
 // test here that holds it.
 #include "cli_helpers.h"
 #include "util/fs.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -26,21 +27,14 @@ namespace fs = std::filesystem;
 // copied once per test process and removed when it ends.
 class ThreadsTask {
 public:
-  ThreadsTask() : m_dir(fs::temp_directory_path() / ("kwb-threads-task-" + std::to_string(::getpid()))) {
-    fs::remove_all(m_dir);
+  ThreadsTask() {
     fs::copy(k_adversarial / "tasks" / "rmsnorm_threads", m_dir, fs::copy_options::recursive);
     fs::copy_file(k_rmsnorm_lite / "oracle.cpp", m_dir / "oracle.cpp");
   }
-  ~ThreadsTask() {
-    std::error_code ec;
-    fs::remove_all(m_dir, ec);
-  }
-  ThreadsTask(const ThreadsTask&) = delete;
-  ThreadsTask& operator=(const ThreadsTask&) = delete;
-  const fs::path& dir() const { return m_dir; }
+  const fs::path& dir() const { return m_dir.path(); }
 
 private:
-  fs::path m_dir;
+  const TempDir m_dir{"kwb-threads-task"};
 };
 
 fs::path threads_task() {
@@ -119,7 +113,7 @@ INSTANTIATE_TEST_SUITE_P(
         // Final validation: held-out shapes and a rehearsed timing visit.
         Adversary{"hard_coded_shapes", "output_not_written", {"--held-out", "--case", "zeros", "--case", "decode"}},
         Adversary{"phase_detection", "numeric_mismatch", {"--held-out", "--case", "zeros"}}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& p) { return std::string(p.param.name); });
 
 // ---- details that the parameterized test cannot express ----------------------------------------------------------
 
@@ -196,7 +190,7 @@ TEST_P(HonestTest, passes_the_final_check_with_held_out_cases_and_the_rehearsal)
 }
 
 INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, HonestTest, ::testing::Values("baseline.cpp", "fused.cpp"),
-                         [](const auto& info) { return info.param.substr(0, info.param.find('.')); });
+                         [](const auto& p) { return p.param.substr(0, p.param.find('.')); });
 
 // ---- through compare and validate ---------------------------------------------------------------------------------
 
@@ -219,7 +213,9 @@ TEST(adversarial_test, compare_charges_work_moved_before_go_to_the_candidate) {
   EXPECT_NE(r.json["verdict"], "PASS") << r.json.dump(2);
   for (const auto& w : r.json["workloads"]) {
     EXPECT_NE(w["verdict"], "PASS") << w.dump(2);
-    if (w["improvement_pct"].is_number()) EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump(2);
+    if (w["improvement_pct"].is_number()) {
+      EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump(2);
+    }
   }
 }
 
@@ -260,8 +256,8 @@ TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
 }
 
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
-  const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-validate-" + std::to_string(::getpid()));
-  fs::remove_all(out);
+  const TempDir tmp("kwb-adversarial-validate");
+  const fs::path out = tmp / "bundle";
   KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
                       "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "7",
                       "--json"});
@@ -275,15 +271,14 @@ TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_wi
   EXPECT_EQ(candidate["cases"].size(), 1u) << candidate.dump();
   EXPECT_FALSE(candidate["not_run"].empty()) << candidate.dump();
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
-  fs::remove_all(out);
 }
 
 TEST(adversarial_test, validate_rejects_code_special_cased_to_the_published_shapes_at_final_validation) {
   // Every published case passes and the candidate is genuinely faster on the published workloads; only the
   // held-out cases of the final validation can reject it. (No profile, two layouts and a wide A/A bound: the
   // final stage is this test's subject.)
-  const fs::path out = fs::temp_directory_path() / ("kwb-adversarial-heldout-" + std::to_string(::getpid()));
-  fs::remove_all(out);
+  const TempDir tmp("kwb-adversarial-heldout");
+  const fs::path out = tmp / "bundle";
   KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate",
                       (k_adversarial / "hard_coded_shapes.cpp").string(), "--output-dir", out.string(), "--workload",
                       "decode", "--max-minutes", "0.1", "--seed", "5", "--no-profile", "--layouts", "2",
@@ -298,7 +293,6 @@ TEST(adversarial_test, validate_rejects_code_special_cased_to_the_published_shap
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.output;
   EXPECT_TRUE(reasons(j).contains("output_not_written")) << j["failures"].dump();
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
-  fs::remove_all(out);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/sha256.h"
+#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -31,15 +32,8 @@ const std::string k_note = "kwb: builds run in a sandbox that can read only the 
 class BuildSandboxTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    m_root = fs::temp_directory_path() / fmt::format("kwb-build-sandbox-{}-{}", ::getpid(), info->name());
-    fs::remove_all(m_root);
     fs::create_directories(m_root / "cache");
     ::setenv("KWB_CACHE_DIR", (m_root / "cache").c_str(), 1);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(m_root, ec);
   }
   // A sandbox whose writable folder is a fresh "out" below the test's folder.
   BuildSandboxSpec out_spec() const {
@@ -48,7 +42,8 @@ protected:
     fs::create_directories(spec.writable);
     return spec;
   }
-  fs::path m_root;
+  const test::TempDir m_tmp{"kwb-build-sandbox"};
+  const fs::path m_root = m_tmp.path();
 };
 
 // What an object must export to count as built (builder.h): appended to sources that test something else.

@@ -1,6 +1,7 @@
 // End-to-end `kwb check` on the built-in RMSNorm task: the real binaries, the real candidates.
 #include "cli_helpers.h"
 #include "task/task.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -114,8 +115,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                       Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
                       Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"}),
-    [](const auto& info) {
-      std::string n = info.param.file;
+    [](const auto& p) {
+      std::string n = p.param.file;
       return n.substr(0, n.find('.'));
     });
 
@@ -253,14 +254,12 @@ TEST(check_test, compile_error_is_bad_input_with_file_and_line) {
 }
 
 TEST(check_test, malformed_manifest_exits_65_with_file_and_line) {
-  auto dir = std::filesystem::temp_directory_path() / ("kwb-bad-task-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const TempDir dir("kwb-bad-task");
   std::ofstream(dir / "task.toml") << "name = \"x\"\ndescription = \"y\"\noracle = 3\n";
   KwbRun r = run_kwb({"check", dir.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 65);
   EXPECT_NE(r.errors.find("task.toml:3: field 'oracle': expected a string, got an integer"), std::string::npos)
       << r.errors;
-  std::filesystem::remove_all(dir);
 }
 
 TEST(check_test, usage_errors_exit_64) {

@@ -1,6 +1,7 @@
 // End-to-end `kwb compare`: refusal to time rejected code, raw samples on disk, A/A and A/B on the real task.
 #include "cli_helpers.h"
 #include "util/fs.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -11,16 +12,11 @@
 namespace kwb::test {
 namespace {
 
-std::filesystem::path fresh_dir(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / ("kwb-compare-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(d);
-  return d;
-}
-
 // A workload the task lacks is a usage error before anything is built or checked, and the message lists the task's
 // timing cases; check's --case lists every case.
 TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_workloads) {
-  const auto dir = fresh_dir("nope");
+  const TempDir tmp("kwb-compare-nope");
+  const auto dir = tmp / "out";
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "nope", "--output-dir", dir.string()});
   EXPECT_EQ(r.exit_code, 64) << r.errors;
@@ -34,7 +30,6 @@ TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_wo
   EXPECT_EQ(c.exit_code, 64) << c.errors;
   EXPECT_NE(c.errors.find("--case nope"), std::string::npos) << c.errors;
   EXPECT_NE(c.errors.find("zeros"), std::string::npos) << "a correctness case is listed too: " << c.errors;
-  std::filesystem::remove_all(dir);
 }
 
 // A first word that is no command names itself and the commands; --version names the commit kwb was built from.
@@ -50,10 +45,10 @@ TEST(compare_cli_test, an_unknown_command_is_named_and_the_version_carries_the_c
 }
 
 // A bundle folder that is not there: verify fails it (exit 3, "not verified") and report cannot read it (exit 74), as
-// the README's exit-code table says.
+// docs/cli.md's exit-code table says.
 TEST(compare_cli_test, verify_and_report_of_a_missing_bundle_exit_3_and_74) {
-  const auto dir = fresh_dir("no-bundle");
-  std::filesystem::remove_all(dir);
+  const TempDir tmp("kwb-compare-no-bundle");
+  const auto dir = tmp / "out";  // never made
   KwbRun v = run_kwb({"verify", dir.string(), "--json"});
   EXPECT_EQ(v.exit_code, 3) << v.output << v.errors;
   ASSERT_FALSE(v.json.is_discarded()) << v.output;
@@ -67,7 +62,8 @@ TEST(compare_cli_test, verify_and_report_of_a_missing_bundle_exit_3_and_74) {
 }
 
 TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
-  auto dir = fresh_dir("refused");
+  const TempDir tmp("kwb-compare-refused");
+  const auto dir = tmp / "out";
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
                       (k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp").string(), "--output-dir", dir.string(),
                       "--json"});
@@ -86,11 +82,11 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   EXPECT_EQ(rep.exit_code, 74) << rep.errors;
   EXPECT_NE(rep.errors.find("a compare result, not a validate bundle"), std::string::npos) << rep.errors;
   EXPECT_FALSE(std::filesystem::exists(dir / "report.md"));
-  std::filesystem::remove_all(dir);
 }
 
 TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
-  auto dir = fresh_dir("ab");
+  const TempDir tmp("kwb-compare-ab");
+  const auto dir = tmp / "out";
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                       "--workload", "decode", "--workload", "prefill", "--min-improvement-pct", "10", "--max-minutes",
                       "0.5", "--output-dir", dir.string(), "--json"});
@@ -139,7 +135,6 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
   EXPECT_GT(rows, timed);
   nlohmann::json on_disk = nlohmann::json::parse(read_file(dir / "compare.json"));
   EXPECT_EQ(on_disk["verdict"], "PASS");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {

@@ -8,6 +8,7 @@
 #include "cli_helpers.h"
 #include "util/fs.h"
 #include "util/sha256.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -278,8 +279,8 @@ TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
 }
 
 INSTANTIATE_TEST_SUITE_P(interrupt_test, HelperTest, ::testing::Values(SIGTERM, SIGKILL),
-                         [](const ::testing::TestParamInfo<int>& info) {
-                           return info.param == SIGTERM ? std::string("SIGTERM") : std::string("SIGKILL");
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == SIGTERM ? std::string("SIGTERM") : std::string("SIGKILL");
                          });
 
 // The lines of a manifest whose file no longer hashes to what it says, or is missing.
@@ -298,9 +299,8 @@ std::vector<std::string> manifest_mismatches(const fs::path& bundle) {
 // Interrupted in the middle of the A/A comparison, validate records the stage as interrupted, keeps every sample
 // measured before the signal and a manifest over all of it, and makes no decision.
 TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_measured) {
-  const fs::path out = fs::temp_directory_path() / ("kwb-interrupted-bundle-" + std::to_string(::getpid()));
-  std::error_code ec;
-  fs::remove_all(out, ec);
+  const TempDir tmp("kwb-interrupted-bundle");
+  const fs::path out = tmp / "bundle";
   BackgroundKwb kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "30", "--json"});
   ASSERT_GT(kwb.pid(), 0);
@@ -371,7 +371,6 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
   EXPECT_NE(manifest.find("  stages.json\n"), std::string::npos) << manifest;
   EXPECT_NE(manifest.find("  samples.csv\n"), std::string::npos) << manifest;
   EXPECT_TRUE(manifest_mismatches(out).empty()) << manifest;
-  fs::remove_all(out, ec);
 }
 
 }  // namespace

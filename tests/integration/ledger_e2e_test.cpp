@@ -9,6 +9,7 @@
 #include "background_kwb.h"
 #include "cli_helpers.h"
 #include "util/fs.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -28,9 +29,6 @@ using namespace std::chrono_literals;
 class LedgerE2e : public ::testing::Test {
 protected:
   void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-ledger-e2e-" + std::to_string(::getpid()));
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
     // The task copy, with a baseline three times slower than the stock one.
     m_task = m_dir / "rmsnorm";
     fs::copy(k_rmsnorm_lite, m_task, fs::copy_options::recursive);
@@ -60,7 +58,6 @@ protected:
     ::unsetenv("KWB_LEDGER");
     ::unsetenv("KWB_TIMING_LOCK");
     ::unsetenv("KWB_KEY_DIR");
-    fs::remove_all(m_dir);
   }
 
   // Two layouts per arm, not eight, and no profile: the ledger is this test's subject, and every generation's pool
@@ -75,7 +72,8 @@ protected:
     return a;
   }
 
-  fs::path m_dir;
+  const test::TempDir m_tmp{"kwb-ledger-e2e"};
+  const fs::path m_dir = m_tmp.path();
   fs::path m_task;
 };
 
@@ -222,7 +220,9 @@ TEST_F(LedgerE2e, two_loops_at_once_both_finish_lose_no_row_and_never_time_toget
   std::sort(holds.begin(), holds.end());
   for (size_t i = 0; i < holds.size(); ++i) {
     EXPECT_LT(holds[i].first, holds[i].second);
-    if (i > 0) EXPECT_LE(holds[i - 1].second, holds[i].first) << "two timed phases overlap";
+    if (i > 0) {
+      EXPECT_LE(holds[i - 1].second, holds[i].first) << "two timed phases overlap";
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 // validate, whose bundle verifies. This is issue 13's "a new operator folder written outside the repository runs
 // check, compare and validate". Refusals: a folder that holds something, and a name that is not one.
 #include "cli_helpers.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,16 +20,8 @@ namespace fs = std::filesystem;
 
 class NewTask : public ::testing::Test {
 protected:
-  void SetUp() override {
-    m_root = fs::temp_directory_path() /
-             ("kwb-new-task-" + std::to_string(::getpid()) + "-" +
-              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(m_root);
-    fs::create_directories(m_root);
-  }
-  void TearDown() override { fs::remove_all(m_root); }
-
-  fs::path m_root;
+  const test::TempDir m_tmp{"kwb-new-task"};
+  const fs::path m_root = m_tmp.path();
 };
 
 TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_the_repository) {

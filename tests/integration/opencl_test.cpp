@@ -4,6 +4,7 @@
 #include "cli_helpers.h"
 #include "util/fs.h"
 #include "worker/worker_process.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -207,8 +208,8 @@ TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused)
 }
 
 TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
-  const auto dir = std::filesystem::temp_directory_path() / ("kwb-opencl-compare-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const TempDir tmp("kwb-opencl-compare");
+  const auto dir = tmp / "out";
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate",
                       (k_opencl / "fused.cpp").string(), "--workload", "prefill", "--max-minutes", "0.3",
                       "--output-dir", dir.string(), "--json"});
@@ -236,7 +237,6 @@ TEST(opencl_test, compare_runs_end_to_end_with_device_times_in_every_sample) {
     EXPECT_LE(device_ns, ns + ns / 100 + 20000) << line;  // the host window contains the device's events
   }
   EXPECT_GT(rows, 100u);
-  std::filesystem::remove_all(dir);
 }
 
 // Cold mode: a fill of twice the device's cache before every call, outside the timer. It must leave every call

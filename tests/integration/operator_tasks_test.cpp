@@ -69,7 +69,7 @@ INSTANTIATE_TEST_SUITE_P(OperatorTasks, OperatorTaskImplementationTest,
                                            Implementation{"softmax_bf16", "baseline"},
                                            Implementation{"softmax_bf16", "reference"},
                                            Implementation{"gemm", "baseline"}, Implementation{"gemm", "reference"}),
-                         [](const auto& info) { return std::string(info.param.task) + "_" + info.param.role; });
+                         [](const auto& p) { return std::string(p.param.task) + "_" + p.param.role; });
 
 // The reference also passes what final validation runs on a candidate: every case again at a held-out shape, with
 // fresh data, and a rehearsed timing visit. A tolerance derived for the published shapes only would reject an
@@ -126,7 +126,7 @@ std::vector<Control> all_controls() {
 }
 
 INSTANTIATE_TEST_SUITE_P(OperatorTasks, OperatorTaskControlTest, ::testing::ValuesIn(all_controls()),
-                         [](const auto& info) { return std::string(info.param.task) + "_" + info.param.name; });
+                         [](const auto& p) { return std::string(p.param.task) + "_" + p.param.name; });
 
 TEST(OperatorTaskControls, each_task_ships_exactly_the_controls_tested) {
   for (const auto& [name, expected] : k_controls) {

@@ -9,6 +9,7 @@
 #include "util/fs.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -88,8 +89,8 @@ TEST_F(RmsnormOracle, does_not_overflow_where_float_squares_would) {
 }
 
 TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
-  const fs::path cache = fs::temp_directory_path() / ("kwb-oracle-cache-" + std::to_string(::getpid()));
-  fs::remove_all(cache);
+  const TempDir tmp("kwb-oracle-cache");
+  const fs::path cache = tmp / "cache";
   const std::string old_cache = std::getenv("KWB_CACHE_DIR") != nullptr ? std::getenv("KWB_CACHE_DIR") : "";
   ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
   const OracleCall c = call({3.0f, 4.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
@@ -112,7 +113,6 @@ TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
   const OracleCall other = call({3.0f, 5.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
   EXPECT_NE(oracle_cache_key(oracle_artifact(m_task), m_task, other),
             oracle_cache_key(oracle_artifact(m_task), m_task, c));
-  fs::remove_all(cache);
   if (old_cache.empty()) {
     ::unsetenv("KWB_CACHE_DIR");
   } else {
@@ -123,8 +123,8 @@ TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
 // The cache cannot fill a disk: an entry over 4 MiB of outputs is never written (its oracle runs again), and a
 // folder over 256 MiB loses its oldest entries down to 192 MiB.
 TEST_F(RmsnormOracle, the_cache_keeps_no_large_entry_and_prunes_itself_to_its_bound) {
-  const fs::path cache = fs::temp_directory_path() / ("kwb-oracle-bound-" + std::to_string(::getpid()));
-  fs::remove_all(cache);
+  const TempDir tmp("kwb-oracle-bound");
+  const fs::path cache = tmp / "cache";
   const std::string old_cache = std::getenv("KWB_CACHE_DIR") != nullptr ? std::getenv("KWB_CACHE_DIR") : "";
   ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
   // 600 x 1000 outputs: 4.8 MB of doubles, over the 4 MiB bound.
@@ -147,7 +147,6 @@ TEST_F(RmsnormOracle, the_cache_keeps_no_large_entry_and_prunes_itself_to_its_bo
   EXPECT_TRUE(fs::exists(cache / "oracle" / (oracle_cache_key(oracle_artifact(m_task), m_task, small) + ".f64")));
   EXPECT_FALSE(fs::exists(cache / "oracle" / "old0.f64")) << "the oldest entry goes first";
   EXPECT_TRUE(fs::exists(cache / "oracle" / "old29.f64")) << "the newest old entry stays";
-  fs::remove_all(cache);
   if (old_cache.empty()) {
     ::unsetenv("KWB_CACHE_DIR");
   } else {
@@ -243,15 +242,9 @@ int kwb_run(const kwb_call* call) {
 class OwnOracle : public ::testing::Test {
 protected:
   void SetUp() override {
-    m_dir = fs::temp_directory_path() /
-            ("kwb-own-oracle-" + std::to_string(::getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
     write_file_atomic(m_dir / "task.toml", k_scale_task);
     write_file_atomic(m_dir / "scale.c", k_scale_impl);
   }
-  void TearDown() override { fs::remove_all(m_dir); }
 
   KwbRun check_with_oracle(const std::string& oracle_source) {
     write_file_atomic(m_dir / "oracle.c", oracle_source);
@@ -266,7 +259,8 @@ protected:
     EXPECT_NE(r.errors.find(what), std::string::npos) << r.errors;
   }
 
-  fs::path m_dir;
+  const TempDir m_tmp{"kwb-own-oracle"};
+  const fs::path m_dir = m_tmp.path();
 };
 
 TEST_F(OwnOracle, a_task_with_its_own_oracle_passes_check_with_a_stock_kwb) {

@@ -104,7 +104,9 @@ TEST(profile_test, fused_allocates_nothing_and_runs_as_one_function) {
   ASSERT_EQ(calls.size(), 2u);
   EXPECT_EQ(calls[0], calls[1]);  // no allocator in the loop: every call the same
   for (const auto& f : instr.at("functions")) {
-    if (f.at("implementation").get<bool>()) EXPECT_EQ(f.at("short_name"), "kwb_run") << instr.at("functions").dump(2);
+    if (f.at("implementation").get<bool>()) {
+      EXPECT_EQ(f.at("short_name"), "kwb_run") << instr.at("functions").dump(2);
+    }
   }
   EXPECT_EQ(instr.at("implementation_functions"), 1);
 }
@@ -256,7 +258,9 @@ TEST(profile_test, kwb_confine_leaves_the_worker_its_own_proc_and_folder_and_not
   EXPECT_EQ(r.output.find("outside"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("lock"), std::string::npos) << r.output;
   EXPECT_FALSE(leaked);
-  if (::geteuid() == 0) EXPECT_NE(r.output.substr(0, r.output.find('\n')), "0") << r.output;
+  if (::geteuid() == 0) {
+    EXPECT_NE(r.output.substr(0, r.output.find('\n')), "0") << r.output;
+  }
 }
 
 TEST(profile_test, unknown_workload_is_a_usage_error) {

@@ -2,6 +2,7 @@
 // on stderr, before anything is built or run.
 #include "../valid_task.h"
 #include "cli_helpers.h"
+#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -27,8 +28,7 @@ class TaskErrorTest : public ::testing::TestWithParam<BadTask> {};
 
 TEST_P(TaskErrorTest, exits_65_with_file_line_field_and_fix) {
   const BadTask& p = GetParam();
-  const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-{}", ::getpid(), p.name);
-  fs::create_directories(dir);
+  const TempDir dir("kwb-task-error-" + std::string(p.name));
   std::ofstream(dir / "impl.cpp") << "// never built\n";
   std::ofstream(dir / "oracle.cpp") << "// never built\n";
   std::string text = k_valid_manifest;
@@ -41,7 +41,6 @@ TEST_P(TaskErrorTest, exits_65_with_file_line_field_and_fix) {
             std::string::npos)
       << r.errors;
   EXPECT_NE(r.errors.find(p.message), std::string::npos) << r.errors;
-  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -55,7 +54,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadTask{"atol_nan", "atol = 0.0", "atol = nan", 15, "field 'tolerance.atol': must be a finite number >= 0"},
         BadTask{"tolerence", "[tolerance]", "[tolerence]", 13, "did you mean 'tolerance'?"},
         BadTask{"cpux", "[backends.cpu]", "[backends.cpux]", 25, "unknown backend 'cpux'"}),
-    [](const auto& info) { return std::string(info.param.name); });
+    [](const auto& p) { return std::string(p.param.name); });
 
 // A source without KWB_CANDIDATE_ABI is a bad candidate source, like one that does not compile: 65, naming the file
 // and the macro, with no case run.
@@ -74,8 +73,7 @@ TEST(task_errors_test, candidate_without_the_abi_marker_exits_65_naming_the_file
 // A signature and an oracle that disagree on the tensors (here a third input the rmsnorm oracle does not take) is a
 // task error: 65, naming the oracle's file and quoting the oracle's own message, never kwb's internal error.
 TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_oracle) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("kwb-task-error-{}-arity", ::getpid());
-  fs::create_directories(dir);
+  const TempDir dir("kwb-task-error-arity");
   fs::copy_file(k_rmsnorm_lite / "oracle.cpp", dir / "oracle.cpp", fs::copy_options::overwrite_existing);
   std::ofstream(dir / "impl.cpp") << "// never built\n";
   std::string text = k_valid_manifest;
@@ -87,7 +85,6 @@ TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_
   EXPECT_EQ(r.exit_code, 65) << r.errors;
   EXPECT_NE(r.errors.find((fs::canonical(dir) / "oracle.cpp").string()), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("rmsnorm expects inputs (x, weight)"), std::string::npos) << r.errors;
-  fs::remove_all(dir);
 }
 
 // Numbers at the edges (issue 24, class 6): a timeout of 1e308, nan or 1e10 once exited 70 or overflowed a deadline.

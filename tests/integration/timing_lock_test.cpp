@@ -5,6 +5,7 @@
 #include "background_kwb.h"
 #include "cli_helpers.h"
 #include "util/timing_lock.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -24,20 +25,14 @@ using namespace std::chrono_literals;
 
 class TimingLockE2e : public ::testing::Test {
 protected:
-  void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-timing-lock-e2e-" + std::to_string(::getpid()));
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
-  }
-  void TearDown() override { fs::remove_all(m_dir); }
-
   std::vector<std::string> lock_env() const { return {"KWB_TIMING_LOCK=" + (m_dir / "timing.lock").string()}; }
   static std::vector<std::string> compare_args() {
     return {"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload",
             "decode", "--max-minutes", "0.05", "--json"};
   }
 
-  fs::path m_dir;
+  const test::TempDir m_tmp{"kwb-timing-lock-e2e"};
+  const fs::path m_dir = m_tmp.path();
 };
 
 nlohmann::json finished_json(BackgroundKwb& kwb) {

@@ -12,6 +12,7 @@
 #include "util/fs.h"
 #include "util/machine_key.h"
 #include "util/sha256.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -38,10 +39,6 @@ mode_t mode_of(const fs::path& p) {
 class BundleAuth : public ::testing::Test {
 protected:
   void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-auth-test-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
     if (const char* old = std::getenv("KWB_KEY_DIR")) m_old_key_dir = old;
     ::setenv("KWB_KEY_DIR", keys().c_str(), 1);
   }
@@ -51,7 +48,6 @@ protected:
     } else {
       ::unsetenv("KWB_KEY_DIR");
     }
-    fs::remove_all(m_dir);
   }
   fs::path keys() const { return m_dir / "config" / "keys"; }
 
@@ -84,7 +80,8 @@ protected:
     return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
   }
 
-  fs::path m_dir;
+  const test::TempDir m_tmp{"kwb-auth-test"};
+  const fs::path m_dir = m_tmp.path();
   std::optional<std::string> m_old_key_dir;
 };
 

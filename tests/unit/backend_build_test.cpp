@@ -4,6 +4,7 @@
 #include "builder/builder.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -38,16 +39,9 @@ std::vector<fs::path> cuda_sources() {
 
 class BackendBuild : public ::testing::Test {
 protected:
-  void SetUp() override {
-    m_cache = fs::temp_directory_path() / ("kwb-backend-build-test-" + std::to_string(::getpid()));
-    ::setenv("KWB_CACHE_DIR", m_cache.c_str(), 1);
-  }
-  void TearDown() override {
-    ::unsetenv("KWB_CACHE_DIR");
-    std::error_code ec;
-    fs::remove_all(m_cache, ec);
-  }
-  fs::path m_cache;
+  void SetUp() override { ::setenv("KWB_CACHE_DIR", m_cache.string().c_str(), 1); }
+  void TearDown() override { ::unsetenv("KWB_CACHE_DIR"); }
+  const test::TempDir m_cache{"kwb-backend-build-test"};
 };
 
 TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_command) {

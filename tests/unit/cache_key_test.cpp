@@ -4,6 +4,7 @@
 #include "builder/builder.h"
 #include "pipeline/check.h"
 #include "worker/worker_process.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -138,7 +139,7 @@ TEST_F(CacheKey, a_device_runtime_cache_is_keyed_on_the_workers_runtime_settings
 // The compiler driver finds the assembler and the linker on PATH, which the build sandbox passes on: another PATH is
 // another build.
 TEST(CacheKeyBuild, an_artifact_is_keyed_on_the_path_its_compile_gets) {
-  const fs::path cache = fs::temp_directory_path() / ("kwb-cache-key-test-" + std::to_string(::getpid()));
+  const test::TempDir cache("kwb-cache-key-test");
   ScopedEnv cache_dir("KWB_CACHE_DIR", cache.string());
   const fs::path src = k_repository / "tasks" / "rmsnorm" / "cpu" / "baseline.cpp";
   const Artifact first = build_implementation({src, 0, BackendKind::cpu});
@@ -157,8 +158,6 @@ TEST(CacheKeyBuild, an_artifact_is_keyed_on_the_path_its_compile_gets) {
     EXPECT_FALSE(other.from_cache);
     EXPECT_NE(other.identity.key, first.identity.key);
   }
-  std::error_code ec;
-  fs::remove_all(cache, ec);
 }
 
 }  // namespace

@@ -4,10 +4,16 @@
 #include "cli/options.h"
 #include "pipeline/defaults.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace kwb::cli {
 namespace {
@@ -63,11 +69,52 @@ TEST(defaults_test, check_without_flags_parses_to_the_table) {
   EXPECT_EQ(o.nonce, 0u);  // the task's published seeds
 }
 
-TEST(defaults_test, the_option_structs_start_from_the_table) {
-  expect_table(GateConfig{}, Budget{}, TimingOptions{});
-  EXPECT_EQ(CheckOptions{}.timeout, defaults::k_timeout);
-  EXPECT_EQ(CheckOptions{}.calls_per_case, defaults::k_check_calls);
-  EXPECT_EQ(CompareRequest{}.seed, defaults::k_compare_seed);
+// docs/timing.md's table of defaults, the one people read, says what the code's table says: each row's default
+// cell starts with the value in src/pipeline/defaults.h, and every row is checked.
+TEST(defaults_test, the_documented_table_is_the_table) {
+  std::ifstream in(std::filesystem::path(KWB_SOURCE_DIR) / "docs" / "timing.md");
+  ASSERT_TRUE(in) << "docs/timing.md";
+  const auto on = [](bool b) -> std::string { return b ? "on" : "off"; };
+  // flag (as the row names it) -> how its default cell starts.
+  std::map<std::string, std::string> expected = {
+      {"`--timeout-seconds`", std::to_string(std::chrono::seconds(defaults::k_timeout).count())},
+      {"`--calls`", std::to_string(defaults::k_check_calls)},
+      {"`--exhaustive`", on(defaults::k_exhaustive)},
+      {"`--warmups`", std::to_string(defaults::k_warmups)},
+      {"`--samples`", std::to_string(defaults::k_samples)},
+      {"`--cold`", on(defaults::k_cold)},
+      {"`--layouts`", std::to_string(defaults::k_layouts)},
+      {"`--repetitions`", std::to_string(defaults::k_repetitions)},
+      {"`--max-blocks`", std::to_string(defaults::k_max_blocks)},
+      {"`--max-minutes`", fmt::format("{}", defaults::k_max_minutes)},
+      {"alpha", fmt::format("{}", defaults::k_alpha)},
+      {"`--gate`", "`" + gate_name(defaults::k_gate) + "`"},
+      {"`--min-improvement-pct`", fmt::format("{}", defaults::k_min_improvement_pct)},
+      {"`--max-aa-difference-pct`", fmt::format("{}", defaults::k_max_aa_difference_pct)},
+      {"`--seed`", fmt::format("compare: {}", defaults::k_compare_seed)},
+  };
+  bool in_section = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) in_section = line == "## Defaults";
+    if (!in_section || line.rfind("| ", 0) != 0) continue;
+    const size_t flag_end = line.find(" | ", 2);
+    const size_t value_end = line.find(" |", flag_end + 3);
+    ASSERT_NE(value_end, std::string::npos) << line;
+    const std::string flag = line.substr(2, flag_end - 2);
+    const std::string value = line.substr(flag_end + 3, value_end - flag_end - 3);
+    const auto it = expected.find(flag);
+    if (it == expected.end()) {
+      EXPECT_EQ(flag, "flag") << "a row the test does not know: " << line;  // else the header
+      continue;
+    }
+    // "1" must not match "10": the value ends there, or goes on with words.
+    const size_t n = it->second.size();
+    const bool ends = value.size() == n || std::string(" :;(").find(value[n]) != std::string::npos;
+    EXPECT_TRUE(value.rfind(it->second, 0) == 0 && ends)
+        << flag << ": docs/timing.md says " << value << ", src/pipeline/defaults.h " << it->second;
+    expected.erase(it);
+  }
+  for (const auto& [flag, value] : expected) ADD_FAILURE() << flag << " (" << value << ") has no row in docs/timing.md";
 }
 
 // The line of `help` that documents `flag`, with its default.
@@ -85,10 +132,7 @@ std::string help_line(const std::string& help, const std::string& flag) {
 
 TEST(defaults_test, compare_and_validate_help_show_the_same_defaults) {
   CLI::App root;
-  add_check(root);
-  add_compare(root);
-  add_validate(root);
-  add_profile(root);
+  const std::vector<Action> actions = {add_check(root), add_compare(root), add_validate(root), add_profile(root)};
   CLI::App* compare = root.get_subcommand("compare");
   CLI::App* validate = root.get_subcommand("validate");
   const std::string compare_help = compare->help();

@@ -60,8 +60,12 @@ TEST(dtype_test, values_of_bit_patterns_are_exact) {
   // Every pattern that is not NaN converts to a value that converts back to the same pattern.
   for (uint32_t b = 0; b < 0x10000; ++b) {
     const auto bits = static_cast<uint16_t>(b);
-    if (!std::isnan(f16_value(bits))) EXPECT_EQ(f16_bits(f16_value(bits)), bits) << std::hex << b;
-    if (!std::isnan(bf16_value(bits))) EXPECT_EQ(bf16_bits(bf16_value(bits)), bits) << std::hex << b;
+    if (!std::isnan(f16_value(bits))) {
+      EXPECT_EQ(f16_bits(f16_value(bits)), bits) << std::hex << b;
+    }
+    if (!std::isnan(bf16_value(bits))) {
+      EXPECT_EQ(bf16_bits(bf16_value(bits)), bits) << std::hex << b;
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #include "pipeline/check.h"
 #include "task/data.h"
 #include "task/task.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -32,8 +33,8 @@ int find_libm(dl_phdr_info* info, size_t, void* out) {
   return 0;
 }
 
-fs::path scratch_file(const std::string& name, const std::string& bytes) {
-  const fs::path p = fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+fs::path scratch_file(const test::TempDir& dir, const std::string& name, const std::string& bytes) {
+  const fs::path p = dir / name;
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
@@ -55,7 +56,8 @@ TEST(elf_inspect_test, reads_the_exports_of_a_real_shared_object_through_its_has
 }
 
 TEST(elf_inspect_test, malformed_files_are_reported_not_crashed_on) {
-  const fs::path text = scratch_file("kwb-not-elf", "hello, I am not a shared object");
+  const test::TempDir dir("kwb-elf-inspect");
+  const fs::path text = scratch_file(dir, "not-elf", "hello, I am not a shared object");
   ElfInspection r = inspect_shared_object(text);
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.error.find("not an ELF"), std::string::npos) << r.error;
@@ -66,11 +68,9 @@ TEST(elf_inspect_test, malformed_files_are_reported_not_crashed_on) {
   std::ifstream in(libm, std::ios::binary);
   std::string head(256, '\0');
   in.read(head.data(), static_cast<std::streamsize>(head.size()));
-  const fs::path truncated = scratch_file("kwb-truncated-elf", head);
+  const fs::path truncated = scratch_file(dir, "truncated-elf", head);
   EXPECT_FALSE(inspect_shared_object(truncated).ok);
   EXPECT_FALSE(inspect_shared_object("/nonexistent/impl.so").ok);
-  fs::remove(text);
-  fs::remove(truncated);
 }
 
 TEST(elf_inspect_test, only_abi_symbols_and_harmless_instantiations_may_be_exported) {

@@ -3,6 +3,7 @@
 // stale; improvements compound from what each generation measured against its parent).
 #include "ledger/ledger.h"
 #include "util/error.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -20,11 +21,6 @@ namespace fs = std::filesystem;
 
 class LedgerTest : public ::testing::Test {
 protected:
-  void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-ledger-test-" + std::to_string(::getpid()));
-    fs::remove_all(m_dir);
-  }
-  void TearDown() override { fs::remove_all(m_dir); }
   fs::path file() const { return m_dir / "project" / ".kwb" / "ledger.sqlite"; }
 
   static Incumbent impl(const std::string& id, const std::string& src) {
@@ -42,7 +38,8 @@ protected:
     return i;
   }
 
-  fs::path m_dir;
+  const test::TempDir m_tmp{"kwb-ledger-test"};
+  const fs::path m_dir = m_tmp.path();
 };
 
 TEST_F(LedgerTest, a_new_ledger_is_created_with_its_folder_at_the_current_schema_version) {

@@ -2,6 +2,7 @@
 #include "util/error.h"
 #include "util/sha256.h"
 #include "../valid_task.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -22,13 +23,9 @@ const char* const k_valid = kwb::test::k_valid_manifest;
 class ManifestTest : public ::testing::Test {
 protected:
   void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-manifest-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(m_dir);
     std::ofstream(m_dir / "impl.cpp") << "// empty\n";
     std::ofstream(m_dir / "oracle.cpp") << "// the oracle\n";
   }
-  void TearDown() override { fs::remove_all(m_dir); }
 
   void write(const std::string& text) { std::ofstream(m_dir / "task.toml") << text; }
 
@@ -53,7 +50,8 @@ protected:
     return "";
   }
 
-  fs::path m_dir;
+  const kwb::test::TempDir m_tmp{"kwb-manifest"};
+  const fs::path m_dir = m_tmp.path();
 };
 
 // "FILE:LINE: ..." with the right line.

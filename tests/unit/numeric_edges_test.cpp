@@ -8,6 +8,7 @@
 #include "task/task.h"
 #include "util/error.h"
 #include "../valid_task.h"
+#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -96,7 +97,7 @@ TEST(NumericEdges, profile_flags_are_checked_the_same_way) {
   for (const OptionRange* r : {&k_timeout_range, &k_callgrind_calls_range}) {
     for (const std::string& v : k_edges) {
       CLI::App root;
-      add_profile(root);
+      const Action action = add_profile(root);  // owns what the options parse into
       std::string err;
       try {
         root.parse("profile t --impl a.cpp " + std::string(r->flag) + " " + v, false);
@@ -184,13 +185,9 @@ TEST(NumericEdges, mcp_arguments_are_refused_naming_the_argument_and_the_range) 
 class TaskNumbers : public ::testing::Test {
 protected:
   void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-numbers-" + std::to_string(::getpid()) + "-" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(m_dir);
     std::ofstream(m_dir / "impl.cpp") << "// empty\n";
     std::ofstream(m_dir / "oracle.cpp") << "// the oracle\n";
   }
-  void TearDown() override { fs::remove_all(m_dir); }
 
   // The valid manifest with `from` replaced; the DataError's message ("" when it loads).
   std::string load_with(const std::string& from, const std::string& to) {
@@ -208,7 +205,8 @@ protected:
     return "";
   }
 
-  fs::path m_dir;
+  const test::TempDir m_tmp{"kwb-numbers"};
+  const fs::path m_dir = m_tmp.path();
 };
 
 TEST_F(TaskNumbers, every_numeric_field_refuses_inf_nan_and_out_of_range_values_naming_the_field) {

@@ -4,6 +4,7 @@
 // processes would; nothing here depends on how long anything takes.
 #include "util/error.h"
 #include "util/timing_lock.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -23,15 +24,9 @@ namespace fs = std::filesystem;
 
 class TimingLockTest : public ::testing::Test {
 protected:
-  void SetUp() override {
-    m_dir = fs::temp_directory_path() / ("kwb-timing-lock-test-" + std::to_string(::getpid()));
-    fs::remove_all(m_dir);
-    fs::create_directories(m_dir);
-  }
-  void TearDown() override { fs::remove_all(m_dir); }
   fs::path lock_file() const { return m_dir / "timing.lock"; }
 
-  fs::path m_dir;
+  const test::TempDir m_dir{"kwb-timing-lock-test"};
 };
 
 TEST_F(TimingLockTest, a_free_lock_is_taken_at_once_and_says_who_holds_it) {

@@ -6,6 +6,7 @@
 #include "util/fs.h"
 #include "util/json_text.h"
 #include "util/text.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -21,13 +22,6 @@
 namespace fs = std::filesystem;
 
 namespace {
-
-fs::path scratch(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("kwb-untrusted-" + name + "-" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
@@ -81,7 +75,7 @@ TEST(json_text, invalid_utf8_is_replaced_not_thrown) {
 
 // Class 5: a planted name is never written through.
 TEST(write_file_atomic, never_writes_through_a_planted_symlink) {
-  const fs::path d = scratch("plant");
+  const kwb::test::TempDir d("kwb-untrusted-plant");
   const fs::path outside = d / "outside.txt";
   std::ofstream(outside) << "precious";
   fs::create_directories(d / "bundle");
@@ -92,7 +86,6 @@ TEST(write_file_atomic, never_writes_through_a_planted_symlink) {
   EXPECT_EQ(kwb::read_file(outside), "precious");
   EXPECT_FALSE(fs::is_symlink(d / "bundle" / "report.md"));
   EXPECT_EQ(kwb::read_file(d / "bundle" / "report.md"), "new report");
-  fs::remove_all(d);
 }
 
 // Class 4: a bundle's paths are confined, its files are regular, and nothing blocks.
@@ -104,7 +97,7 @@ TEST(bundle_fs, refuses_paths_that_leave_the_bundle) {
 }
 
 TEST(bundle_fs, fifo_symlink_and_oversized_files_are_refused_without_blocking) {
-  const fs::path d = scratch("fs");
+  const kwb::test::TempDir d("kwb-untrusted-fs");
   ASSERT_EQ(::mkfifo((d / "plan.json").c_str(), 0600), 0);
   fs::create_symlink("/etc/hostname", d / "link.json");
   fs::create_directories(d / "sub");
@@ -137,7 +130,6 @@ TEST(bundle_fs, fifo_symlink_and_oversized_files_are_refused_without_blocking) {
   bool named = false;
   for (const std::string& p : b.problems) named = named || p.find("plan.json: refused") != std::string::npos;
   EXPECT_TRUE(named);
-  fs::remove_all(d);
 }
 
 // Class 6: a candidate's file name cannot add a heading to report.md.

@@ -5,6 +5,7 @@
 #include "util/fs.h"
 #include "util/sha256.h"
 #include "worker/shared_buffer.h"
+#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -55,15 +56,13 @@ TEST(util_test, every_failure_reason_has_its_own_name_and_parses_back) {
 }
 
 TEST(util_test, atomic_write_replaces_whole_file_and_leaves_no_temporary) {
-  auto dir = std::filesystem::temp_directory_path() / ("kwb-util-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const kwb::test::TempDir dir("kwb-util");
   kwb::write_file_atomic(dir / "f.json", "first");
   kwb::write_file_atomic(dir / "f.json", "second");
   EXPECT_EQ(kwb::read_file(dir / "f.json"), "second");
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
   EXPECT_EQ(files, 1u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(data_test, same_seed_same_bytes_different_seed_different_bytes) {

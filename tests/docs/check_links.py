@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Checks that the documentation points only at things that exist.
+
+Usage: check_links.py SOURCE_DIR
+
+In README.md, ARCHITECTURE.md, docs/*.md and bench/README.md:
+- every relative Markdown link, [text](path) or [text](path#anchor), names an existing file or folder (resolved
+  from the Markdown file's folder), and its anchor, if any, a heading of that file;
+- every repository path written in the text (src/..., docs/..., tests/..., the other top-level folders) names an
+  existing file or folder, resolved from the repository's root as the documents write them (src/x.{h,cpp} names
+  both).
+Prints each broken reference as FILE:LINE: what, and exits 1 if there is any.
+"""
+import re
+import sys
+from pathlib import Path
+
+DOCUMENTS = ["README.md", "ARCHITECTURE.md", "docs/*.md", "bench/README.md"]
+# Top-level folders whose paths the documents name in their text.
+FOLDERS = ["src", "docs", "tests", "scripts", "bench", "include", "schemas", "tasks", "cmake", ".ci"]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+PATH = re.compile(r"(?<![\w./-])((?:%s)/[\w./+-]*(?:\{[\w.,]+\}|[\w/]))" % "|".join(re.escape(f) for f in FOLDERS))
+LINK_TARGET = re.compile(r"(\[[^\]]*\])\([^)\s]+\)")
+FENCE = re.compile(r"^\s*```")
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def expand(path: str) -> list:
+    """src/x.{h,cpp} -> [src/x.h, src/x.cpp]."""
+    m = re.search(r"\{([^}]*)\}", path)
+    return [path[: m.start()] + alt + path[m.end() :] for alt in m.group(1).split(",")] if m else [path]
+
+
+def anchors(path: Path) -> set:
+    found, counts, fenced = set(), {}, False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if m:
+            s = slug(m.group(1))
+            n = counts.get(s, 0)
+            counts[s] = n + 1
+            found.add(s if n == 0 else f"{s}-{n}")
+    return found
+
+
+def check(root: Path, doc: Path) -> list:
+    errors = []
+    rel = doc.relative_to(root)
+    for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), start=1):
+        where = f"{rel}:{number}"
+        for target in LINK.findall(line):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto:
+                continue
+            path_part, _, anchor = target.partition("#")
+            resolved = (doc.parent / path_part).resolve() if path_part else doc
+            if not resolved.exists():
+                errors.append(f"{where}: link to {target}: {path_part} does not exist")
+            elif anchor and resolved.is_file() and resolved.suffix == ".md" and anchor not in anchors(resolved):
+                errors.append(f"{where}: link to {target}: {resolved.relative_to(root)} has no heading #{anchor}")
+        for written in PATH.findall(LINK_TARGET.sub(r"\1", line)):  # a link's target is checked above
+            for path in expand(written):
+                if not (root / path).exists():
+                    errors.append(f"{where}: {path} does not exist")
+    return errors
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        return 64
+    root = Path(sys.argv[1]).resolve()
+    docs = sorted({p for pattern in DOCUMENTS for p in root.glob(pattern)})
+    if not docs:
+        print(f"check_links.py: no documents under {root}", file=sys.stderr)
+        return 64
+    errors = [e for doc in docs for e in check(root, doc)]
+    for e in errors:
+        print(e)
+    print(f"check_links.py: {len(docs)} documents, {len(errors)} broken references")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
