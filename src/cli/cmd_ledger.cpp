@@ -70,6 +70,18 @@ void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::str
   }
 }
 
+void record_interrupted_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
+                                         const std::string& why) {
+  try {
+    if (!ledger_path()) return;
+    LedgerRun run = interrupted_run_from_bundle(bundle, why);
+    run.kind = kind;
+    record_in_ledger(run);
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
+  }
+}
+
 LedgerRun ledger_run(const Task& task, const CompareReport& report) {
   LedgerRun run;
   run.kind = "compare";

@@ -84,11 +84,13 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   ValidateResult r;
   try {
     r = run_validate(o, obs);
-  } catch (const Interrupted&) {
+  } catch (const Interrupted& i) {
     end_progress_line();
     std::cerr << fmt::format("\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
                              "measured before is kept)\n",
                              o.output_dir.string());
+    // A stopped run is a row too (outcome INTERRUPTED): a loop that retries until PASS shows in the ledger.
+    record_interrupted_bundle_in_ledger(o.output_dir, ledger_kind, i.what());
     throw;
   }
   end_progress_line();

@@ -18,6 +18,9 @@ void record_in_ledger(const LedgerRun& run);
 // The same for a validate run, read back from its bundle (ledger/bundle_entry.h), recorded as `kind` ("validate",
 // or "revalidate" for the incumbent against generation 0), with the manifest digest the run itself computed when it
 // wrote the manifest (not re-read from the folder): what `kwb keep` later requires the bundle to still have.
+// An interrupted validate's bundle (a plan, no decision) as a row with outcome INTERRUPTED and `why`.
+void record_interrupted_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
+                                         const std::string& why);
 void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
                              const std::string& manifest_sha256);
 // A compare run as the ledger records it.

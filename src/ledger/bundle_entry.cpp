@@ -37,14 +37,10 @@ LedgerArm arm_of(const PlannedImpl& impl) {
   return {std::string(to_string(impl.role)), impl.source, impl.identity_key()};
 }
 
-}  // namespace
-
-LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
-  const BundleData b = read_bundle(bundle);
+// What the plan says of the run, and the bundle's own facts (its manifest, the timing lock's holds); the caller adds
+// the outcome.
+LedgerRun planned_run(const std::filesystem::path& bundle, const BundleData& b) {
   if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
-  if (!b.decision) {
-    missing(bundle, b.decision_problem.empty() ? "no decision.json" : "decision.json: " + b.decision_problem);
-  }
   const Plan& plan = *b.plan;
   LedgerRun r;
   r.kind = "validate";
@@ -52,10 +48,6 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   r.task_dir = plan.task.dir;
   r.backend = plan.backend;
   r.started = plan.created;
-  r.finished = b.decision->created;
-  r.outcome = to_string(b.decision->decision);
-  r.reasons = b.decision->reasons;
-  r.plan_digest = b.decision->plan_digest;
   r.bundle = std::filesystem::absolute(bundle).lexically_normal().string();
   std::string why;
   if (b.fs) r.manifest_sha256 = b.fs->sha256(k_manifest_file, why).value_or("");
@@ -66,6 +58,31 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
       r.timing_holds.push_back((**cmp)["timing_lock"]);
     }
   }
+  return r;
+}
+
+}  // namespace
+
+LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
+  const BundleData b = read_bundle(bundle);
+  LedgerRun r = planned_run(bundle, b);
+  if (!b.decision) {
+    missing(bundle, b.decision_problem.empty() ? "no decision.json" : "decision.json: " + b.decision_problem);
+  }
+  r.finished = b.decision->created;
+  r.outcome = to_string(b.decision->decision);
+  r.reasons = b.decision->reasons;
+  r.plan_digest = b.decision->plan_digest;
+  return r;
+}
+
+LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const std::string& why) {
+  const BundleData b = read_bundle(bundle);
+  LedgerRun r = planned_run(bundle, b);
+  std::string unused;
+  r.plan_digest = b.fs ? b.fs->sha256("plan.json", unused).value_or("") : "";
+  r.outcome = "INTERRUPTED";
+  r.reasons = {why};
   return r;
 }
 

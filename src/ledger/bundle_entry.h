@@ -14,6 +14,9 @@ namespace kwb {
 // the A/B workloads' figures, the timing lock's holds, the plan digest. Error(invalid) naming the file when the
 // bundle lacks what a row needs.
 LedgerRun run_from_bundle(const std::filesystem::path& bundle);
+// The row of a validate run that was interrupted (its bundle has a plan and no decision): outcome INTERRUPTED, with
+// `why` (the signal and the stage) as its reason, so that a retry loop's stopped runs are rows too.
+LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const std::string& why);
 
 // What `kwb verify` established beyond the bundle's own consistency: whether this machine's ledger recorded the run
 // (a validate or revalidate row with this manifest digest, plan digest and decision), and whether a key this

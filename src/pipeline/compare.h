@@ -242,6 +242,9 @@ struct CompareRequest {
   std::filesystem::path lock_path;    // empty: timing_lock_path()
   std::string lock_what;
   TimingLock::WaitNotice lock_notice;
+  // A hold of the lock the caller keeps across several comparisons (validate's A/A through A/B, so that both
+  // measure the same machine with nothing timed between them); null: this comparison takes the lock and releases it.
+  const TimingLock* held_lock = nullptr;
 };
 
 CompareReport run_compare(const Task& task, const CompareRequest& request, const ProgressSink& progress);

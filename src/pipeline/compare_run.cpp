@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 namespace kwb {
 
@@ -110,11 +111,14 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
 
   // One timing stage at a time on this machine: the lock is held from before the first worker starts until the last
-  // visit is over, and released when this function leaves, however it leaves.
-  TimingLock lock = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path,
-                                        req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name)
-                                                              : req.lock_what,
-                                        req.lock_notice);
+  // visit is over, and released when this function leaves, however it leaves; or the caller holds it for longer.
+  std::optional<TimingLock> own;
+  if (req.held_lock == nullptr) {
+    own = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path,
+                              req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name) : req.lock_what,
+                              req.lock_notice);
+  }
+  const TimingLock& lock = own ? *own : *req.held_lock;
   report.timing_lock = lock.record();
   WorkerArmRunner runner(task, pools, req.labels, req.timing);
   SteadyClock clock;
@@ -136,7 +140,7 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     report.verdict = overall_verdict(report.workloads);
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
   }
-  lock.release();
+  if (own) own->release();
   report.timing_lock = lock.record();
   report.verdict = overall_verdict(report.workloads);
 }

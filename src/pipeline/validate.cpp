@@ -20,11 +20,13 @@
 #include "util/paths.h"
 #include "util/provenance.h"
 #include "util/sha256.h"
+#include "util/timing_lock.h"
 #include "worker/worker_process.h"
 
 #include <fmt/format.h>
 
 #include <chrono>
+#include <map>
 #include <ctime>
 #include <random>
 
@@ -68,6 +70,7 @@ public:
         const std::optional<std::string> skip =
             stage_skip_reason(m_graph, spec, ended, m_inputs.candidate_built.value_or(false), m_opt.profile);
         ended.emplace_back(spec.stage, stage(i, skip));
+        if (m_graph.comparisons_from(i + 1) == 0) release_timing_lock();
       }
     } catch (const Interrupted& i) {
       // stage() has recorded the stage the signal stopped; what was measured before it is in the bundle already
@@ -79,6 +82,7 @@ public:
         }
       }
       write_stages();
+      release_timing_lock();
       finish_bundle();
       throw;
     }
@@ -488,9 +492,15 @@ private:
     req.seed = mix_seed(m_seed, mode == CompareMode::aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
     req.skip_checks = true;  // both arms passed their checks in this run, on these exact artifacts
     const std::string tag = mode == CompareMode::aa ? "aa" : "ab";
-    req.lock_what = fmt::format("kwb validate: {} {} (bundle {})", m_task.name, mode == CompareMode::aa ? "A/A" : "A/B",
-                                m_opt.output_dir.string());
-    req.lock_notice = m_obs.timing_lock_wait;
+    // One hold of the timing lock from the A/A through the A/B (released by run() after the last stage that times):
+    // nothing else on this machine is timed between the noise floor and the comparison it calibrates.
+    if (!m_timing_lock) {
+      m_timing_lock = TimingLock::acquire(timing_lock_path(),
+                                          fmt::format("kwb validate: {} A/A and A/B (bundle {})", m_task.name,
+                                                      m_opt.output_dir.string()),
+                                          m_obs.timing_lock_wait);
+    }
+    req.held_lock = &*m_timing_lock;
     // Interrupted: what was measured so far is kept (comparisons/<tag>.json with verdict INTERRUPTED, its samples).
     req.on_interrupted = [&](const CompareReport& partial) {
       m_bundle.write_json("comparisons/" + tag + ".json", to_json(partial));
@@ -500,9 +510,22 @@ private:
     CompareReport r = run_compare(m_task, req, m_obs.comparison_progress);
     nlohmann::json j = to_json(r);
     m_bundle.write_json("comparisons/" + tag + ".json", j);
+    m_comparisons[tag] = j;
     for (const Sample& s : r.samples) add_sample(tag, s);
     write_samples();
     return r;
+  }
+
+  // Ends validate's hold of the timing lock, and records when in the comparisons written while it was held.
+  void release_timing_lock() {
+    if (!m_timing_lock) return;
+    m_timing_lock->release();
+    for (auto& [tag, j] : m_comparisons) {
+      if (!j.contains("timing_lock") || !j["timing_lock"].is_object()) continue;
+      j["timing_lock"]["released_unix_ns"] = m_timing_lock->record().released_unix_ns;
+      m_bundle.write_json("comparisons/" + tag + ".json", j);
+    }
+    m_timing_lock.reset();
   }
 
   void add_sample(const std::string& comparison, const Sample& s) {
@@ -521,6 +544,8 @@ private:
     if (w.estimate) {
       v.ci_low_pct = w.estimate->ci_low_pct;
       v.ci_high_pct = w.estimate->ci_high_pct;
+      v.improvement_pct = w.estimate->improvement_pct;
+      v.mde_pct = w.estimate->mde_pct;
     }
     return v;
   }
@@ -603,6 +628,7 @@ private:
     record.decision = m_decision.decision;
     record.exit_code = m_decision.exit_code;
     record.reasons = m_decision.reasons;
+    record.reason_codes = m_decision.reason_codes;
     record.plan_digest = m_plan_digest;
     DecisionScope& scope = record.scope;
     scope.task = m_task.name;
@@ -644,6 +670,8 @@ private:
   Decision m_decision;
   nlohmann::json m_decision_json;
   std::vector<SampleRow> m_samples;
+  std::optional<TimingLock> m_timing_lock;              // held from the A/A's start through the A/B
+  std::map<std::string, nlohmann::json> m_comparisons;  // the comparisons written, by tag
   int m_layouts = 1;
   std::optional<int> m_input_error_code;
   std::string m_input_error;

@@ -6,6 +6,7 @@
 #include "background_kwb.h"
 #include "builder/build_sandbox.h"
 #include "cli_helpers.h"
+#include "ledger/ledger.h"
 #include "util/fs.h"
 #include "util/sha256.h"
 #include "support/temp_dir.h"
@@ -301,6 +302,8 @@ std::vector<std::string> manifest_mismatches(const fs::path& bundle) {
 TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_measured) {
   const TempDir tmp("kwb-interrupted-bundle");
   const fs::path out = tmp / "bundle";
+  const fs::path ledger = tmp / "ledger.sqlite";
+  ::setenv("KWB_LEDGER", ledger.c_str(), 1);
   BackgroundKwb kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "30", "--json"});
   ASSERT_GT(kwb.pid(), 0);
@@ -371,6 +374,15 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
   EXPECT_NE(manifest.find("  stages.json\n"), std::string::npos) << manifest;
   EXPECT_NE(manifest.find("  samples.csv\n"), std::string::npos) << manifest;
   EXPECT_TRUE(manifest_mismatches(out).empty()) << manifest;
+  // The stopped run is a row of the ledger, with the signal as its reason.
+  ::unsetenv("KWB_LEDGER");
+  const std::vector<LedgerRun> runs = Ledger::open(ledger).runs("rmsnorm", BackendKind::cpu);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].kind, "validate");
+  EXPECT_EQ(runs[0].outcome, "INTERRUPTED");
+  ASSERT_EQ(runs[0].reasons.size(), 1u);
+  EXPECT_NE(runs[0].reasons[0].find("SIGTERM"), std::string::npos) << runs[0].reasons[0];
+  EXPECT_EQ(runs[0].bundle, fs::absolute(out).lexically_normal().string());
 }
 
 }  // namespace

@@ -157,6 +157,24 @@ TEST_F(ValidateBundle, stage_log_records_every_stage_in_order) {
 
 // Provenance: the plan says which commit kwb was built from and whether the tree held changes that commit lacks
 // (this very build's answer, cmake/provenance.cmake); verify warns about a modified tree and still accepts the bundle.
+// validate holds the timing lock once, from before its A/A until after its A/B (docs/timing.md, "The timing lock"):
+// both comparisons record the same hold, so no other run's timing fits between them.
+TEST_F(ValidateBundle, the_timing_lock_is_held_once_from_the_aa_through_the_ab) {
+  const nlohmann::json aa = nlohmann::json::parse(read_file(*s_dir / "comparisons" / "aa.json"))["timing_lock"];
+  const nlohmann::json ab = nlohmann::json::parse(read_file(*s_dir / "comparisons" / "ab.json"))["timing_lock"];
+  ASSERT_TRUE(aa.is_object() && ab.is_object()) << aa.dump() << ab.dump();
+  EXPECT_EQ(aa["acquired_unix_ns"], ab["acquired_unix_ns"]);
+  EXPECT_EQ(aa["released_unix_ns"], ab["released_unix_ns"]);
+  EXPECT_GT(ab["released_unix_ns"].get<int64_t>(), ab["acquired_unix_ns"].get<int64_t>());
+  // The hold covers every timed sample's visit: the A/B's samples were taken before it was released.
+  const nlohmann::json stages = nlohmann::json::parse(read_file(*s_dir / "stages.json"))["stages"];
+  for (const nlohmann::json& st : stages) {
+    if (st["name"] == "ab") {
+      EXPECT_EQ(st["status"], "ok") << st.dump();
+    }
+  }
+}
+
 TEST_F(ValidateBundle, plan_records_whether_kwb_was_built_from_a_modified_tree) {
   const nlohmann::json plan = nlohmann::json::parse(read_file(*s_dir / "plan.json"));
   const Provenance built = build_provenance();
