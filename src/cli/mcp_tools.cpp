@@ -25,11 +25,21 @@ struct Param {
   const char* description;
 };
 
+// What a client may assume of a tool (MCP's tool annotations): read_only changes nothing a later call depends on
+// (it may add ledger rows and cache builds); destructive replaces state (the incumbent); idempotent gives the same
+// result when repeated with the same arguments.
+struct Hints {
+  bool read_only = false;
+  bool destructive = false;
+  bool idempotent = false;
+};
+
 struct Tool {
   const char* name;
   const char* verb;
   const char* description;
   std::vector<Param> params;
+  Hints hints = {};
 };
 
 const Param k_task{"task", Kind::string, true, "", "Task folder (holding task.toml)"};
@@ -54,7 +64,8 @@ const std::vector<Tool>& tools() {
         {"impl", Kind::string, true, "--impl", "Implementation source file"},
         k_backend,
         {"cases", Kind::strings, false, "--case", "Only these cases (default: every case)"},
-        {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call (default 60)"}}},
+        {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call (default 60)"}},
+       {.read_only = true, .idempotent = true}},
       {"compare", "compare",
        "Time a candidate against a baseline with interleaved A/B blocks (or A/A with aa=true). Both are checked "
        "first; a rejected one is never timed. For exploring: a decision to keep comes from validate.",
@@ -78,17 +89,20 @@ const std::vector<Tool>& tools() {
       {"profile", "profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
-       {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads}},
+       {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads},
+       {.read_only = true, .idempotent = true}},
       {"verify", "verify",
        "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
        "disagreement, and says whether the bundle is authentic (signed by a trusted key, or recorded by this "
        "machine's ledger) or self-consistent only.",
-       {{"bundle", Kind::string, true, "", "Evidence bundle folder"}}},
+       {{"bundle", Kind::string, true, "", "Evidence bundle folder"}},
+       {.read_only = true, .idempotent = true}},
       {"keep", "keep",
        "Make a bundle's candidate the task's incumbent: only from a bundle that verifies, that this machine's ledger "
        "recorded at the end of its run, and that decided KEEP_CANDIDATE against the current incumbent (a stale or "
        "edited bundle is refused with the reason).",
-       {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}}},
+       {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}},
+       {.destructive = true}},
       {"revalidate", "revalidate",
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
@@ -96,10 +110,12 @@ const std::vector<Tool>& tools() {
         k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_no_profile,
         {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
       {"history", "history", "The lineage of a task's kept implementations and the runs recorded in the ledger.",
-       {k_task, k_backend}},
+       {k_task, k_backend},
+       {.read_only = true, .idempotent = true}},
       {"list_tasks", "",
        "The tasks under a folder (every folder holding a task.toml): name, description, backends, timing workloads.",
-       {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}}},
+       {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}},
+       {.read_only = true, .idempotent = true}},
   };
   return t;
 }
@@ -221,6 +237,11 @@ nlohmann::json tool_list() {
     }
     list.push_back({{"name", t.name},
                     {"description", t.description},
+                    {"annotations",
+                     {{"readOnlyHint", t.hints.read_only},
+                      {"destructiveHint", t.hints.destructive},
+                      {"idempotentHint", t.hints.idempotent},
+                      {"openWorldHint", false}}},
                     {"inputSchema",
                      {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}}}});
   }

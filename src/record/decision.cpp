@@ -38,48 +38,72 @@ std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, cons
   return 100.0 * (1.0 - ratio * std::exp(bias));
 }
 
+namespace {
+
+// The reasons of one kind, each with its stable code (docs/evidence-bundle.md, "The decision").
+struct Reasons {
+  std::vector<std::string> codes, texts;
+  void add(std::string code, std::string text) {
+    codes.push_back(std::move(code));
+    texts.push_back(std::move(text));
+  }
+  bool empty() const { return codes.empty(); }
+  Decision decide(DecisionKind kind, int exit_code) const { return {kind, texts, exit_code, codes}; }
+};
+
+// A workload's estimate and detectable effect, for its reason: " (estimate +1.20% [-3.10%, +5.40%], MDE 6.80%)".
+std::string estimate_text(const WorkloadVerdict& w) {
+  if (!w.improvement_pct || !w.ci_low_pct || !w.ci_high_pct) return "";
+  std::string s = fmt::format(" (estimate {:+.2f}% [{:+.2f}%, {:+.2f}%]", *w.improvement_pct, *w.ci_low_pct,
+                              *w.ci_high_pct);
+  if (w.mde_pct) s += fmt::format(", MDE {:.2f}%", *w.mde_pct);
+  return s + ")";
+}
+
+}  // namespace
+
 Decision decide(const DecisionInputs& in) {
-  std::vector<std::string> invalid, reject, unsure;
-  std::vector<std::string> notes;  // why a KEEP_CANDIDATE stands although an A/A did not settle
-  for (const std::string& e : in.stage_errors) invalid.push_back("stage error: " + e);
-  for (const std::string& m : in.identity_mismatches) invalid.push_back("identity mismatch: " + m);
-  for (const std::string& m : in.environment_mismatches) invalid.push_back("environment changed: " + m);
+  Reasons invalid, reject, unsure;
+  Reasons notes;  // why a KEEP_CANDIDATE stands although an A/A did not settle
+  for (const std::string& e : in.stage_errors) invalid.add("stage_error", "stage error: " + e);
+  for (const std::string& m : in.identity_mismatches) invalid.add("identity_mismatch", "identity mismatch: " + m);
+  for (const std::string& m : in.environment_mismatches) invalid.add("environment_changed", "environment changed: " + m);
   if (in.candidate_built.has_value() && !*in.candidate_built) {
-    if (!invalid.empty()) return {DecisionKind::invalid, invalid, 3};
-    return {DecisionKind::keep_baseline,
-            {"the candidate does not build (build_failed): there is nothing to check, time or keep; its compiler "
-             "output is in checks/candidate.json and plan.json"},
-            1};
+    if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
+    reject.add("candidate_not_built",
+               "the candidate does not build (build_failed): there is nothing to check, time or keep; its compiler "
+               "output is in checks/candidate.json and plan.json");
+    return reject.decide(DecisionKind::keep_baseline, 1);
   }
   if (!in.baseline_check_pass) {
-    invalid.push_back("the baseline was not checked");
+    invalid.add("baseline_not_checked", "the baseline was not checked");
   } else if (!*in.baseline_check_pass) {
-    invalid.push_back("the baseline fails the oracle check: nothing can be judged against it");
+    invalid.add("baseline_fails_check", "the baseline fails the oracle check: nothing can be judged against it");
   }
   for (const ControlOutcome& c : in.controls) {
     if (!c.rejected) {
-      invalid.push_back(fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
+      invalid.add("control_passed", fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
     } else if (!c.expected_reason_seen) {
-      invalid.push_back(fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
+      invalid.add("control_wrong_reason", fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
                                     "reported {})",
                                     c.name, c.expect, c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
     }
-    if (!c.timing_refused) invalid.push_back(fmt::format("control '{}' was timed: rejected code got a metric", c.name));
+    if (!c.timing_refused) invalid.add("control_timed", fmt::format("control '{}' was timed: rejected code got a metric", c.name));
   }
 
   if (!in.candidate_check_pass) {
-    unsure.push_back("the candidate was not checked");
+    unsure.add("candidate_not_checked", "the candidate was not checked");
   } else if (!*in.candidate_check_pass) {
-    reject.push_back(in.candidate_check_reasons.empty()
+    reject.add("candidate_fails_check", in.candidate_check_reasons.empty()
                          ? std::string("the candidate fails the oracle check")
                          : fmt::format("the candidate fails the oracle check ({})",
                                        fmt::join(in.candidate_check_reasons, ", ")));
   }
   if (in.candidate_check_pass.value_or(false)) {
     if (in.baseline_copy_check_pass.has_value() && !*in.baseline_copy_check_pass) {
-      invalid.push_back("the separately built baseline copy (A') fails the check");
+      invalid.add("baseline_copy_fails_check", "the separately built baseline copy (A') fails the check");
     }
-    if (in.aa.empty()) unsure.push_back("no A/A calibration");
+    if (in.aa.empty()) unsure.add("no_aa", "no A/A calibration");
     auto ab_of = [&](const std::string& workload) -> const WorkloadVerdict* {
       for (const WorkloadVerdict& w : in.ab) {
         if (w.workload == workload) return &w;
@@ -88,11 +112,11 @@ Decision decide(const DecisionInputs& in) {
     };
     for (const WorkloadVerdict& w : in.aa) {
       if (w.verdict == stats::Verdict::fail) {
-        invalid.push_back(fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
+        invalid.add("aa_broken_noise_floor", fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
                                       "broken on this machine",
                                       w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
-        invalid.push_back(fmt::format("A/A on '{}' failed validation during timing{}{}", w.workload,
+        invalid.add("aa_invalid", fmt::format("A/A on '{}' failed validation during timing{}{}", w.workload,
                                       w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
         // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
@@ -102,49 +126,45 @@ Decision decide(const DecisionInputs& in) {
         const std::optional<double> net =
             ab && ab->verdict == stats::Verdict::pass ? improvement_net_of_aa_bias(*ab, w) : std::nullopt;
         if (w.verdict == stats::Verdict::inconclusive && net && *net >= in.min_improvement_pct) {
-          notes.push_back(fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
+          notes.add("aa_unsettled_bias_charged", fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
                                       "but charged the worst bias in it the candidate still improves by at least "
                                       "{:+.2f}%, at or above the bar of {}%",
                                       w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in.min_improvement_pct));
         } else {
-          unsure.push_back(fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
+          unsure.add("aa_unsettled", fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
                                        "interval is not small next to the A/B margin over the bar",
                                        w.workload));
         }
       }
     }
-    if (in.ab.empty()) unsure.push_back("no A/B comparison");
+    if (in.ab.empty()) unsure.add("no_ab", "no A/B comparison");
     for (const WorkloadVerdict& w : in.ab) {
       if (w.verdict == stats::Verdict::fail) {
-        reject.push_back(fmt::format("'{}': the candidate does not clear the improvement bar", w.workload));
+        reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload, estimate_text(w)));
       } else if (w.verdict == stats::Verdict::invalid) {
-        reject.push_back(fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
+        reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
                                      w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
-        unsure.push_back(fmt::format("'{}': the interval does not settle the improvement bar", w.workload));
+        unsure.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; to settle it, "
+                                             "time longer (--max-minutes) or on a quieter machine",
+                                             w.workload, estimate_text(w)));
       }
     }
     if (!in.final_check_pass) {
-      unsure.push_back("no final validation");
+      unsure.add("no_final_validation", "no final validation");
     } else if (!*in.final_check_pass) {
-      reject.push_back("the candidate fails the final re-check with fresh data");
+      reject.add("final_recheck_failed", "the candidate fails the final re-check with fresh data");
     }
   }
 
-  Decision d;
-  if (!invalid.empty()) {
-    d = {DecisionKind::invalid, invalid, 3};
-  } else if (!reject.empty()) {
-    d = {DecisionKind::keep_baseline, reject, 1};
-  } else if (!unsure.empty()) {
-    d = {DecisionKind::inconclusive, unsure, 2};
-  } else {
-    std::vector<std::string> why = {notes.empty() ? "every check, control, calibration and workload gate passed"
-                                                  : "every check, control and workload gate passed"};
-    why.insert(why.end(), notes.begin(), notes.end());
-    d = {DecisionKind::keep_candidate, why, 0};
-  }
-  return d;
+  if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
+  if (!reject.empty()) return reject.decide(DecisionKind::keep_baseline, 1);
+  if (!unsure.empty()) return unsure.decide(DecisionKind::inconclusive, 2);
+  Reasons why;
+  why.add("all_passed", notes.empty() ? "every check, control, calibration and workload gate passed"
+                                      : "every check, control and workload gate passed");
+  for (size_t i = 0; i < notes.codes.size(); ++i) why.add(notes.codes[i], notes.texts[i]);
+  return why.decide(DecisionKind::keep_candidate, 0);
 }
 
 namespace {
@@ -156,7 +176,9 @@ nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
     a.push_back({{"workload", w.workload},
                  {"verdict", w.verdict},
                  {"ci_low_pct", opt(w.ci_low_pct)},
-                 {"ci_high_pct", opt(w.ci_high_pct)}});
+                 {"ci_high_pct", opt(w.ci_high_pct)},
+                 {"improvement_pct", opt(w.improvement_pct)},
+                 {"mde_pct", opt(w.mde_pct)}});
   }
   return a;
 }

@@ -33,6 +33,8 @@ struct WorkloadVerdict {
   // An INVALID comparison's own reason (which arm failed validation during timing, why, where), for the decision's
   // words; empty otherwise.
   std::string detail = {};
+  // The estimate itself and the effect detectable with its blocks (percent), for the decision's words.
+  std::optional<double> improvement_pct = {}, mde_pct = {};
 };
 
 struct DecisionInputs {
@@ -80,6 +82,9 @@ struct Decision {
   DecisionKind decision = DecisionKind::invalid;
   std::vector<std::string> reasons;
   int exit_code = 3;
+  // One stable code per reason, in the same order (candidate_not_built, ab_below_bar, aa_unsettled, ...): what a
+  // program branches on; the reasons are for people (docs/evidence-bundle.md, "The decision").
+  std::vector<std::string> reason_codes = {};
 };
 
 Decision decide(const DecisionInputs& in);

@@ -28,6 +28,7 @@ struct DecisionRecord {
   DecisionKind decision = DecisionKind::invalid;
   int exit_code = 3;
   std::vector<std::string> reasons;
+  std::vector<std::string> reason_codes;  // one stable code per reason (Decision::reason_codes)
   std::string plan_digest;  // SHA-256 of plan.json; empty when the freeze failed
   DecisionScope scope;
   nlohmann::json inputs;    // what the decision rule read (to_json(DecisionInputs)); verify re-derives them
@@ -55,6 +56,7 @@ void describe(V& v, DecisionRecord& x) {
   v("decision", x.decision);
   v("exit_code", x.exit_code);
   v("reasons", x.reasons);
+  v("reason_codes", x.reason_codes);
   v("plan_digest", x.plan_digest);
   v("scope", x.scope);
   v("inputs", x.inputs);

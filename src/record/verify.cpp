@@ -650,7 +650,9 @@ private:
       }
     }
     out.push_back({name, derived_verdict, est ? std::optional(est->ci_low_pct) : std::nullopt,
-                   est ? std::optional(est->ci_high_pct) : std::nullopt});
+                   est ? std::optional(est->ci_high_pct) : std::nullopt, "",
+                   est ? std::optional(est->improvement_pct) : std::nullopt,
+                   est ? std::optional(est->mde_pct) : std::nullopt});
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
                          d.size(), derived, timed));
   }
@@ -846,6 +848,9 @@ private:
     } else if (m_b.decision->exit_code != d.exit_code) {
       problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision->exit_code, d.decision,
                           d.exit_code));
+    } else if (m_b.decision->reason_codes != d.reason_codes) {
+      problem(fmt::format("decision.json: reason codes [{}], but the evidence gives [{}]",
+                          fmt::join(m_b.decision->reason_codes, ", "), fmt::join(d.reason_codes, ", ")));
     } else {
       verified(fmt::format("decision.json: {} follows from the re-derived evidence", d.decision));
     }

@@ -148,5 +148,36 @@ TEST(decision_test, missing_evidence_is_never_a_pass) {
   EXPECT_EQ(decide(no_ab).decision, DecisionKind::inconclusive);
 }
 
+// Every reason has its stable code, in the same order; a workload's reason quotes its estimate and detectable
+// effect, and an unsettled one says what would settle it.
+TEST(decision_test, each_reason_has_a_stable_code_and_an_open_workload_says_how_to_settle_it) {
+  Decision d = decide(all_good());
+  EXPECT_EQ(d.reason_codes, std::vector<std::string>{"all_passed"});
+
+  DecisionInputs in = all_good();
+  in.ab[0].verdict = stats::Verdict::inconclusive;
+  in.ab[0].improvement_pct = 1.2;
+  in.ab[0].ci_low_pct = -3.1;
+  in.ab[0].ci_high_pct = 5.4;
+  in.ab[0].mde_pct = 6.8;
+  in.final_check_pass.reset();
+  d = decide(in);
+  EXPECT_EQ(d.decision, DecisionKind::inconclusive);
+  EXPECT_EQ(d.reason_codes, (std::vector<std::string>{"ab_unsettled", "no_final_validation"}));
+  ASSERT_EQ(d.reasons.size(), d.reason_codes.size());
+  EXPECT_NE(d.reasons[0].find("(estimate +1.20% [-3.10%, +5.40%], MDE 6.80%)"), std::string::npos) << d.reasons[0];
+  EXPECT_NE(d.reasons[0].find("time longer (--max-minutes) or on a quieter machine"), std::string::npos);
+
+  in = all_good();
+  in.candidate_built = false;
+  EXPECT_EQ(decide(in).reason_codes, std::vector<std::string>{"candidate_not_built"});
+  in = all_good();
+  in.controls[0].expected_reason_seen = false;
+  in.controls[0].reasons = {"worker_crashed"};
+  d = decide(in);
+  EXPECT_EQ(d.reason_codes, std::vector<std::string>{"control_wrong_reason"});
+  EXPECT_NE(d.reasons[0].find("(its check reported worker_crashed)"), std::string::npos) << d.reasons[0];
+}
+
 }  // namespace
 }  // namespace kwb

@@ -35,6 +35,18 @@ TEST(McpTools, every_verb_an_agent_needs_is_a_tool_with_a_closed_input_schema) {
                                           "history", "keep", "list_tasks"}));
 }
 
+// What a client may assume: only keep replaces state (the incumbent); the readers change nothing a later call sees.
+TEST(McpTools, each_tool_says_whether_it_reads_or_replaces_state) {
+  std::set<std::string> read_only, destructive;
+  for (const auto& t : tool_list()) {
+    ASSERT_TRUE(t["annotations"].is_object()) << t.dump();
+    if (t["annotations"]["readOnlyHint"] == true) read_only.insert(t["name"].get<std::string>());
+    if (t["annotations"]["destructiveHint"] == true) destructive.insert(t["name"].get<std::string>());
+  }
+  EXPECT_EQ(read_only, (std::set<std::string>{"check", "profile", "verify", "history", "list_tasks"}));
+  EXPECT_EQ(destructive, std::set<std::string>{"keep"});
+}
+
 TEST(McpTools, a_call_becomes_the_command_line_the_cli_gets) {
   EXPECT_EQ(tool_argv("check", {{"task", "tasks/rmsnorm"}, {"impl", "f.cpp"}, {"cases", {"zeros", "decode"}}}),
             (Args{"check", "tasks/rmsnorm", "--impl", "f.cpp", "--case", "zeros", "--case", "decode", "--json"}));
