@@ -20,7 +20,8 @@ std::string comparison_table(const nlohmann::json& comparison, std::string_view 
 
 // What makes the result noisy or weak, one line per finding: heavy tails; a detectable effect above 5% that left the
 // result open or is larger than the effect seen; a budget that ran out before the interval settled; an arm whose
-// speed depends on its layout by more than 10%. Empty when none.
+// speed depends on its layout by more than 10% (the spread's interval
+// above 10%). Empty when none.
 std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::string_view other);
 
 // The warning block as printed (empty when there is nothing to warn about).
