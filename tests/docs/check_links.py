@@ -26,7 +26,10 @@ FENCE = re.compile(r"^\s*```")
 
 def slug(heading: str) -> str:
     """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    # Backticks and asterisks are markup; an underscore is markup only at a word's edge (_emphasis_), and GitHub
+    # keeps one inside a word (comparison_text).
+    text = re.sub(r"[`*]", "", heading.strip().lower())
+    text = re.sub(r"(?<!\w)_|_(?!\w)", "", text)
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
     text = re.sub(r"[^\w\- ]", "", text)
     return text.replace(" ", "-")
