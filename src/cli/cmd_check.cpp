@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 
@@ -21,8 +22,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void print_human(const CheckReport& r, const Artifact& art) {
-  std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task, r.implementation);
+// The worst element's share of atol + rtol * |expected| (100% is the limit): the relative error alone misleads
+// where atol dominates (near-zero expected values).
+std::string tolerance_text(double used) {
+  if (!std::isfinite(used)) return "all (inf)";
+  return used < 0.0001 ? "0%" : fmt::format("{:.2g}%", 100.0 * used);
+}
+
+// `shown_as`: how to name the implementation when its path is not what a person gave (a control written as a change
+// of another source lives in kwb's cache); empty: its path.
+void print_human(const CheckReport& r, const Artifact& art, const std::string& shown_as = "") {
+  std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task,
+                           shown_as.empty() ? r.implementation : shown_as);
   if (!r.device.empty()) std::cout << fmt::format("  backend {}: {}\n", r.backend, r.device);
   std::cout << fmt::format("  source sha256 {}  artifact sha256 {}{}\n", art.identity.source_sha256.substr(0, 16),
                            art.identity.artifact_sha256.empty() ? "-" : art.identity.artifact_sha256.substr(0, 16),
@@ -33,11 +44,11 @@ void print_human(const CheckReport& r, const Artifact& art) {
     std::vector<std::vector<std::string>> rows;
     for (const CaseReport& c : r.cases) {
       rows.push_back({c.name, to_string(c.role), c.dims, std::to_string(c.calls_run), std::to_string(c.passed),
-                      std::to_string(c.failed), fmt::format("{:.2e}", c.max_rel_error),
+                      std::to_string(c.failed), tolerance_text(c.tolerance_used),
                       c.failed == 0 ? "ok" : "FAIL"});
     }
     std::cout << "\n"
-              << format_table({"case", "role", "dims", "calls", "passed", "failed", "max rel err", "result"}, rows);
+              << format_table({"case", "role", "dims", "calls", "passed", "failed", "tolerance used", "result"}, rows);
     // The device trace of each case's first call: the kernels an implementation launches are part of what it is.
     for (const CaseReport& c : r.cases) {
       if (c.kernels.empty()) continue;
@@ -119,7 +130,11 @@ Action add_check(CLI::App& root) {
       }
       std::cout << json_text(j, 2) << "\n";
     } else {
-      print_human(report, art);
+      print_human(report, art,
+                  !control             ? ""
+                  : control->base.empty() ? fmt::format("control {} ({})", control->name, control->source.string())
+                                          : fmt::format("control {} ({} with one change)", control->name,
+                                                        control->base.string()));
       if (control) {
         std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
                                  report.pass()      ? "it PASSED (the check cannot catch this mistake)"

@@ -17,6 +17,14 @@ bool within_tolerance(double got, double expected, const Tolerance& tol) {
 
 namespace {
 
+// |got - expected| as a share of what the tolerance allows there (infinite where it allows nothing and there is an
+// error).
+inline double tolerance_used(double abs_err, double e, double atol, double rtol) {
+  const double allowed = atol + rtol * std::fabs(e);
+  if (allowed > 0.0) return abs_err / allowed;
+  return abs_err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
 // One element that is not plainly within tolerance (or is poison): the exact rules, written once.
 inline void classify_slow(OutputComparison& r, size_t i, double g, double e, const Tolerance& tol) {
   const bool e_finite = std::isfinite(e);
@@ -32,6 +40,7 @@ inline void classify_slow(OutputComparison& r, size_t i, double g, double e, con
   const double abs_err = std::fabs(g - e);
   if (abs_err > r.max_abs_error) r.max_abs_error = abs_err;
   if (e != 0.0 && abs_err / std::fabs(e) > r.max_rel_error) r.max_rel_error = abs_err / std::fabs(e);
+  r.max_tolerance_used = std::max(r.max_tolerance_used, tolerance_used(abs_err, e, tol.atol, tol.rtol));
   if (!within_tolerance(g, e, tol)) {
     if (!r.first_value_mismatch) r.first_value_mismatch = ElementReport{i, g, e};
     ++r.value_mismatches;
@@ -70,6 +79,7 @@ void compare_elements(OutputComparison& r, const unsigned char* got, std::span<c
         const double e = expected[i], abs_err = std::fabs(to_double(load(i)) - e);
         r.max_abs_error = std::max(r.max_abs_error, abs_err);
         if (e != 0.0) r.max_rel_error = std::max(r.max_rel_error, abs_err / std::fabs(e));
+        r.max_tolerance_used = std::max(r.max_tolerance_used, tolerance_used(abs_err, e, atol, rtol));
       }
       continue;
     }

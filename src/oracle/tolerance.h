@@ -22,6 +22,9 @@ struct OutputComparison {
   size_t poison_left = 0;           // elements still holding this call's poison pattern: never written
   double max_abs_error = 0.0;       // over finite elements; 0 unless ErrorStats::compute
   double max_rel_error = 0.0;       // over finite elements with |expected| > 0; 0 unless ErrorStats::compute
+  // How much of the tolerance the worst finite element used: max |got - expected| / (atol + rtol * |expected|), so
+  // 1 is the limit (where atol dominates, the relative error alone says little); 0 unless ErrorStats::compute.
+  double max_tolerance_used = 0.0;
   std::optional<ElementReport> first_value_mismatch;
   std::optional<ElementReport> first_nonfinite_mismatch;
 };

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -106,6 +107,7 @@ void add_call(CaseReport& cr, CheckReport& report, CallResult& res) {
   cr.passed += res.passed;
   cr.failed += res.failures.size();
   cr.max_rel_error = std::max(cr.max_rel_error, res.max_rel_error);
+  cr.tolerance_used = std::max(cr.tolerance_used, res.max_tolerance_used);
   if (res.kernels && cr.kernels.empty()) {
     for (const DeviceCommand& k : *res.kernels) cr.kernels.push_back(k.name);
   }
@@ -404,7 +406,7 @@ nlohmann::json to_json(const CheckReport& r) {
   for (const CaseReport& c : r.cases) {
     cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"calls", c.calls_run},
                      {"passed", c.passed}, {"failed", c.failed}, {"max_rel_error", c.max_rel_error},
-                     {"seconds", c.seconds}});
+                     {"tolerance_used", c.tolerance_used}, {"seconds", c.seconds}});
     if (!c.kernels.empty()) cases.back()["kernels"] = c.kernels;
   }
   nlohmann::json failures = nlohmann::json::array();
@@ -445,6 +447,8 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     cr.passed = c.at("passed");
     cr.failed = c.at("failed");
     cr.max_rel_error = c.at("max_rel_error");
+    cr.tolerance_used = c.at("tolerance_used").is_null() ? std::numeric_limits<double>::infinity()
+                                                           : c.at("tolerance_used").get<double>();
     cr.seconds = c.at("seconds");
     if (c.contains("kernels")) cr.kernels = c.at("kernels").get<std::vector<std::string>>();
     r.cases.push_back(cr);

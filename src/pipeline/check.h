@@ -67,6 +67,7 @@ struct CaseReport {
   size_t passed = 0;
   size_t failed = 0;
   double max_rel_error = 0.0;
+  double tolerance_used = 0.0;  // the largest share of the tolerance an element used (1: at the limit)
   double seconds = 0.0;
   // Device backends: what the case's first call launched, in order, as the worker's trace saw it.
   std::vector<std::string> kernels;

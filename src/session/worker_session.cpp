@@ -373,6 +373,7 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
   const OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance,
                                               guards.poison[i], check_mode ? ErrorStats::compute : ErrorStats::skip);
   checks.res.max_rel_error = std::max(checks.res.max_rel_error, cmp.max_rel_error);
+  checks.res.max_tolerance_used = std::max(checks.res.max_tolerance_used, cmp.max_tolerance_used);
   checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
                fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
   checks.check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,

@@ -45,6 +45,7 @@ struct CallResult {
   size_t passed = 0;
   std::vector<Failure> failures;
   double max_rel_error = 0.0;
+  double max_tolerance_used = 0.0;  // OutputComparison::max_tolerance_used, over the call's outputs
   bool valid() const { return completed && failures.empty(); }
   std::optional<RunProfile> profile;  // only from kwb-profile-worker
   int64_t device_ns = -1;              // device backends: the device's own time for the call (-1: none)

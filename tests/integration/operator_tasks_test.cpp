@@ -159,6 +159,10 @@ TEST(OperatorTaskControls, check_control_by_name_reports_whether_its_reason_was_
   EXPECT_EQ(r.json["control"]["name"], "online_mask_nan");
   EXPECT_EQ(r.json["control"]["expect"], "nan_mismatch");
   EXPECT_EQ(r.json["control"]["expected_reason_seen"], true) << r.json["failures"].dump();
+  // On the terminal a control written as a change is named as the task names it, not by its file in kwb's cache.
+  KwbRun human = run_kwb({"check", k_softmax.string(), "--control", "online_mask_nan"});
+  EXPECT_NE(human.output.find("implementation control online_mask_nan ("), std::string::npos) << human.output;
+  EXPECT_NE(human.output.find("online.cpp with one change)"), std::string::npos) << human.output;
   KwbRun unknown = run_kwb({"check", k_softmax.string(), "--control", "no_such_control"});
   EXPECT_EQ(unknown.exit_code, 64);
   EXPECT_NE(unknown.errors.find("online_mask_nan"), std::string::npos) << unknown.errors;

@@ -110,4 +110,19 @@ TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chu
   EXPECT_LE(clean.max_rel_error, 0x1p-24 * 1.0001);  // and no more than float's unit roundoff
 }
 
+// Near zero, atol governs: a relative error of 50% can use half the tolerance, and the report says the share used
+// (check's "tolerance used"), which means the same wherever the element lies.
+TEST(tolerance_test, the_share_of_the_tolerance_used_is_reported_where_the_relative_error_misleads) {
+  const kwb::Tolerance tol{1e-3, 1e-6};  // rtol 1e-3, atol 1e-6
+  const std::vector<float> got = {1.5e-6f, 100.05f};
+  const std::vector<double> expected = {1e-6, 100.0};  // allowed: 1e-6 + 1e-9 and 1e-6 + 0.1
+  const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u);
+  EXPECT_EQ(c.value_mismatches, 0u);
+  EXPECT_NEAR(c.max_rel_error, 0.5, 1e-3);        // looks alarming
+  EXPECT_NEAR(c.max_tolerance_used, 0.5, 2e-3);   // both elements use about half of what they may
+  const kwb::OutputComparison skipped =
+      kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u, kwb::ErrorStats::skip);
+  EXPECT_EQ(skipped.max_tolerance_used, 0.0);
+}
+
 }  // namespace
