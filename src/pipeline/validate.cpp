@@ -369,6 +369,13 @@ private:
   static std::string check_summary(const CheckReport& r) {
     std::string s = fmt::format("{}: {} assertions passed, {} failed", r.pass() ? "PASS" : "FAIL", r.passed, r.failed);
     if (!r.not_run.empty()) s += fmt::format("; {} case(s) not run: {}", r.not_run.size(), r.stop_reason);
+    // The first failure, named, so that the progress line and stages.json say why without opening the report.
+    if (!r.failures.empty()) {
+      const Failure& f = r.failures.front();
+      s += fmt::format("; first failure: case {}{}, {} ({}): {}", f.case_name,
+                       f.call >= 0 ? fmt::format(" call {}", f.call) : "", f.assertion, to_string(f.reason),
+                       f.detail.size() > 240 ? f.detail.substr(0, 240) + " ..." : f.detail);
+    }
     return s;
   }
 
