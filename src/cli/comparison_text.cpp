@@ -2,6 +2,7 @@
 
 #include "cli/terminal.h"
 #include "stats/descriptive.h"
+#include "stats/layout.h"
 #include "util/units.h"
 
 #include <fmt/format.h>
@@ -84,10 +85,12 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
     const nlohmann::json sens = w.value("layout_sensitivity", nlohmann::json::array());
     for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
       const nlohmann::json& l = sens[arm];
-      // Only when the interval itself clears the threshold: with few visits per layout the spread of noisy medians
-      // is large by chance alone (docs/timing.md, "Layout randomization").
+      // Only when the permutation test shows that layout matters and the interval itself clears the threshold: with
+      // few visits per layout the spread of noisy medians is large by chance alone (docs/timing.md, "Layout
+      // randomization").
       if (l.value("available", false) && number(l, "spread_pct") && number(l, "ci_low_pct") &&
-          number(l, "ci_high_pct") && l["ci_low_pct"].get<double>() > k_layout_spread_pct) {
+          number(l, "ci_high_pct") && number(l, "p_value") && l["p_value"].get<double>() < stats::k_layout_alpha &&
+          l["ci_low_pct"].get<double>() > k_layout_spread_pct) {
         out.push_back(fmt::format("{}: arm {}'s speed depends on where its code, stack and data land: its layouts' "
                                   "medians spread by {:.1f}% [{:.1f}%, {:.1f}%]; the comparison draws layouts at random "
                                   "to average it out",

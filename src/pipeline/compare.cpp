@@ -466,9 +466,12 @@ nlohmann::json to_json(const stats::LayoutSensitivity& l) {
   nlohmann::json j = {{"available", l.available}, {"variant_median_ns", l.variant_median_ns},
                       {"variant_visits", l.variant_visits}};
   if (l.available) {
+    j["observed_spread_pct"] = l.observed_spread_pct;
     j["spread_pct"] = l.spread_pct;
     j["ci_low_pct"] = l.ci_low_pct;
     j["ci_high_pct"] = l.ci_high_pct;
+    j["null_spread_pct"] = l.null_spread_pct;
+    j["p_value"] = l.p_value;
   }
   return j;
 }

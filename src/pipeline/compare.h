@@ -8,6 +8,7 @@
 #include "builder/builder.h"
 #include "pipeline/defaults.h"
 #include "record/samples.h"
+#include "record/schema.h"
 #include "session/worker_session.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
@@ -27,9 +28,6 @@
 #include <vector>
 
 namespace kwb {
-
-inline constexpr const char* k_compare_schema = "kwb.compare";
-inline constexpr int k_compare_schema_version = 1;
 
 enum class CompareMode { ab, aa };
 

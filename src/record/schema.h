@@ -14,4 +14,10 @@ inline constexpr const char* k_final_schema = "kwb.final";
 // oracle is a record (never a name), and no field outside the declaration is accepted.
 inline constexpr int k_bundle_schema_version = 2;
 
+// compare.json (compare --output-dir) and a bundle's comparisons/*.json, versioned on their own: verify refuses a
+// comparison of another version, since it re-derives every figure in it.
+// 2: layout sensitivity is bias-corrected (basic bootstrap) and records the observed spread.
+inline constexpr const char* k_compare_schema = "kwb.compare";
+inline constexpr int k_compare_schema_version = 2;
+
 }  // namespace kwb

@@ -2,6 +2,7 @@
 
 #include "record/bundle_reader.h"
 #include "record/bundle_writer.h"
+#include "record/schema.h"
 #include "record/decision.h"
 #include "record/verify_comparison.h"
 #include "stats/alpha_spending_rule.h"
@@ -242,8 +243,8 @@ private:
     // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
     // cannot be bound to its role.
     for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, "kwb.check", 2);
-    if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare");
-    if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare");
+    if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare", k_compare_schema_version);
+    if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare", k_compare_schema_version);
   }
 
   void plan_digest() {
@@ -694,9 +695,12 @@ private:
       }
       const stats::LayoutSensitivity l = stats::layout_sensitivity(medians, m_plan.layout.layouts, seed ^ arm);
       if (recorded.size() != 2 || bool_field(recorded[arm], "available") != l.available ||
-          (l.available && (!close_enough(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
+          (l.available && (!close_enough(num_field(recorded[arm], "observed_spread_pct"), l.observed_spread_pct) ||
+                           !close_enough(num_field(recorded[arm], "spread_pct"), l.spread_pct) ||
                            !close_enough(num_field(recorded[arm], "ci_low_pct"), l.ci_low_pct) ||
-                           !close_enough(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct)))) {
+                           !close_enough(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct) ||
+                           !close_enough(num_field(recorded[arm], "null_spread_pct"), l.null_spread_pct) ||
+                           !close_enough(num_field(recorded[arm], "p_value"), l.p_value)))) {
         problem(fmt::format("{}: layout sensitivity of arm {} does not follow from samples.csv (re-derived {:.3f}% "
                             "[{:.3f}%, {:.3f}%])",
                             where, labels[arm], l.spread_pct, l.ci_low_pct, l.ci_high_pct));

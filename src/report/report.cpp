@@ -151,7 +151,8 @@ void add_workloads(ReportModel& m, const BundleData& b) {
 
 // How much each arm's speed depends on where its code, stack and data landed (docs/timing.md, "Layout").
 void add_layouts(ReportModel& m, const BundleData& b) {
-  m.layouts.header = {"comparison", "workload", "arm", "layouts", "spread of per-layout medians (max/min - 1)", "interval"};
+  m.layouts.header = {"comparison", "workload", "arm", "layouts", "observed spread of per-layout medians (max/min - 1)",
+                      "bias-corrected spread", "95% interval", "noise alone (permutation median)", "p (no layout effect)"};
   for (const auto& [tag, cmp] : {std::pair{"A/B", &b.ab}, std::pair{"A/A", &b.aa}}) {
     if (!*cmp) continue;
     for (const json& w : (**cmp).value("workloads", json::array())) {
@@ -160,8 +161,12 @@ void add_layouts(ReportModel& m, const BundleData& b) {
         const json& l = sens[arm];
         const bool ok = l.value("available", false);
         m.layouts.rows.push_back({tag, w.value("name", "?"), arm == 0 ? "A" : (std::string(tag) == "A/A" ? "A'" : "B"),
-                                  str(w, "layouts"), ok ? fmt::format("{:.2f}%", l.value("spread_pct", 0.0)) : "too few visits",
-                                  ok ? fmt::format("[{:.2f}%, {:.2f}%]", l.value("ci_low_pct", 0.0), l.value("ci_high_pct", 0.0)) : "-"});
+                                  str(w, "layouts"),
+                                  ok ? fmt::format("{:.2f}%", l.value("observed_spread_pct", 0.0)) : "too few visits",
+                                  ok ? fmt::format("{:.2f}%", l.value("spread_pct", 0.0)) : "-",
+                                  ok ? fmt::format("[{:.2f}%, {:.2f}%]", l.value("ci_low_pct", 0.0), l.value("ci_high_pct", 0.0)) : "-",
+                                  ok ? fmt::format("{:.2f}%", l.value("null_spread_pct", 0.0)) : "-",
+                                  ok ? fmt::format("{:.4f}", l.value("p_value", 1.0)) : "-"});
       }
     }
   }

@@ -22,6 +22,42 @@ double spread(const std::vector<double>& medians) {
   return any ? (hi / lo - 1.0) * 100.0 : 0.0;
 }
 
+// Whether layout matters at all: under "no layout effect" the visits of the builds visited at least twice are
+// exchangeable, so their build labels are shuffled (group sizes kept) and the spread recomputed, 2000 times. The
+// p-value is the share of shuffles whose spread reaches the observed one, counting the observed arrangement
+// (Phipson & Smyth 2010); the median shuffled spread is what noise alone gives with these visits.
+void permutation_test(const std::vector<std::vector<double>>& by, double observed, std::uint64_t seed,
+                      LayoutSensitivity& out) {
+  constexpr int k_permutations = 2000;
+  std::vector<double> pooled;
+  for (const auto& v : by) {
+    if (v.size() >= 2) pooled.insert(pooled.end(), v.begin(), v.end());
+  }
+  Xoshiro256StarStar rng(seed ^ 0x9E7A17ull);
+  std::vector<double> spreads, medians(by.size()), group;
+  spreads.reserve(k_permutations);
+  int reached = 0;
+  for (int r = 0; r < k_permutations; ++r) {
+    for (std::size_t i = pooled.size(); i > 1; --i) std::swap(pooled[i - 1], pooled[rng.uniform_below(i)]);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < by.size(); ++i) {
+      if (by[i].size() < 2) {
+        medians[i] = -1.0;
+        continue;
+      }
+      group.assign(pooled.begin() + static_cast<std::ptrdiff_t>(at),
+                   pooled.begin() + static_cast<std::ptrdiff_t>(at + by[i].size()));
+      at += by[i].size();
+      medians[i] = median(group);
+    }
+    spreads.push_back(spread(medians));
+    reached += spreads.back() >= observed * (1.0 - 1e-12);
+  }
+  std::sort(spreads.begin(), spreads.end());
+  out.null_spread_pct = spreads[spreads.size() / 2];
+  out.p_value = static_cast<double>(reached + 1) / static_cast<double>(k_permutations + 1);
+}
+
 }  // namespace
 
 LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts, std::uint64_t seed) {
@@ -41,7 +77,7 @@ LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& 
   if (!out.available) return out;
   std::vector<double> point(k);  // builds visited at least twice, as in the bootstrap
   for (std::size_t i = 0; i < k; ++i) point[i] = by[i].size() >= 2 ? out.variant_median_ns[i] : -1.0;
-  out.spread_pct = spread(point);
+  out.observed_spread_pct = spread(point);
   constexpr int k_resamples = 2000;
   Xoshiro256StarStar rng(seed ^ 0x1A7037ull);
   std::vector<double> spreads;
@@ -60,8 +96,16 @@ LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& 
     spreads.push_back(spread(medians));
   }
   std::sort(spreads.begin(), spreads.end());
-  out.ci_low_pct = spreads[static_cast<std::size_t>(0.025 * (k_resamples - 1))];
-  out.ci_high_pct = spreads[static_cast<std::size_t>(0.975 * (k_resamples - 1))];
+  auto at = [&](double p) { return spreads[static_cast<std::size_t>(p * (k_resamples - 1))]; };
+  // The basic (reverse percentile) bootstrap: the resampled spreads sit above the observed one by about as much as
+  // the observed one sits above the true spread, so both the point and the interval are reflected about the
+  // observed spread (Davison & Hinkley 1997, sec. 5.2). With the bootstrap median as the centre, the point always
+  // lies inside its interval; all three are clipped at 0, which a spread cannot go below.
+  const double observed = out.observed_spread_pct;
+  permutation_test(by, observed, seed, out);
+  out.spread_pct = std::max(0.0, 2.0 * observed - at(0.5));
+  out.ci_low_pct = std::max(0.0, 2.0 * observed - at(0.975));
+  out.ci_high_pct = std::max(0.0, 2.0 * observed - at(0.025));
   return out;
 }
 

@@ -60,15 +60,23 @@ inline VisitLayout visit_layout(std::uint64_t workload_seed, std::size_t arm, in
 }
 
 // How much an arm's speed depends on its layout: the median of the visit medians of each build in its pool, and
-// their spread, max/min - 1, with a 95% interval from a bootstrap that resamples visits within each build
-// (stratified, 2000 resamples, percentile interval). The spread of noisy medians is above zero even when layout
-// does not matter; the interval's lower end is what layout certainly does.
+// their spread, max/min - 1. The observed spread of noisy medians is above zero even when layout does not matter;
+// a bootstrap that resamples visits within each build (stratified, 2000 resamples) measures that bias, and the
+// estimate and its 95% interval are the basic bootstrap's: reflected about the observed spread, so the estimate is
+// bias-corrected and always inside its interval. A spread of a few noisy medians can be large by chance alone, so a
+// permutation test (build labels shuffled among the visits) says whether layout matters at all: p_value, and the
+// spread noise alone gives (null_spread_pct). Layout is shown to matter when p_value < k_layout_alpha.
 struct LayoutSensitivity {
   std::vector<double> variant_median_ns;  // per build; -1 where the build was not visited
   std::vector<std::size_t> variant_visits;
   bool available = false;  // at least two builds with at least two visits each
-  double spread_pct = 0.0, ci_low_pct = 0.0, ci_high_pct = 0.0;
+  double observed_spread_pct = 0.0;  // max/min - 1 of the medians of the builds visited at least twice
+  double spread_pct = 0.0, ci_low_pct = 0.0, ci_high_pct = 0.0;  // bias-corrected estimate and interval
+  double null_spread_pct = 0.0;  // the median spread over permutations of the build labels: noise alone
+  double p_value = 1.0;          // permutation p-value of "no layout effect"
 };
+
+inline constexpr double k_layout_alpha = 0.01;
 
 // `visits`: (build index, visit median in ns) of one arm in one workload. Deterministic in `seed`.
 LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts, std::uint64_t seed);

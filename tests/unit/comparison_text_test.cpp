@@ -36,8 +36,12 @@ json comparison() {
   json noisy = workload("dram", 1.5, -20.0, 19.0, 62.0, "INCONCLUSIVE", {3.1e6, 2.2e6, 4.0e6}, {3.0e6, 2.9e6, 3.6e6});
   noisy["heavy_tailed"] = true;
   noisy["stopped_by_budget"] = true;
-  noisy["layout_sensitivity"] = {{{"available", true}, {"spread_pct", 14.25}, {"ci_low_pct", 11.0}, {"ci_high_pct", 30.5}},
-                                 {{"available", true}, {"spread_pct", 40.0}, {"ci_low_pct", 2.0}, {"ci_high_pct", 80.0}}};
+  // Arm A: layout matters (permutation p < 0.01) and its interval clears 10%: warned. Arm B: an interval above 10%
+  // that noise alone explains (p = 0.2): not warned.
+  noisy["layout_sensitivity"] = {{{"available", true}, {"spread_pct", 14.25}, {"ci_low_pct", 11.0}, {"ci_high_pct", 30.5},
+                                  {"p_value", 0.0005}},
+                                 {{"available", true}, {"spread_pct", 40.0}, {"ci_low_pct", 12.0}, {"ci_high_pct", 80.0},
+                                  {"p_value", 0.2}}};
   json invalid = {{"name", "zeros"}, {"verdict", "INVALID"}, {"blocks", 2}, {"improvement_pct", nullptr},
                   {"ci_low_pct", nullptr}, {"ci_high_pct", nullptr}, {"mde_pct", nullptr}};
   return {{"workloads", {clear, loss, noisy, invalid}}};

@@ -2,6 +2,7 @@
 // deterministic in the seed (verify re-derives it), and its offsets keep the alignment kwb promises.
 #include "builder/builder.h"
 #include "stats/layout.h"
+#include "stats/random.h"
 
 #include <gtest/gtest.h>
 
@@ -99,8 +100,32 @@ TEST(layout_test, sensitivity_finds_a_layout_effect_and_not_one_that_is_absent) 
   EXPECT_NEAR(b.spread_pct, 5.0, 1.0);
   EXPECT_LE(b.ci_low_pct, b.spread_pct);
   EXPECT_GE(b.ci_high_pct, b.spread_pct);
+  EXPECT_LT(b.p_value, kwb::stats::k_layout_alpha);
+  EXPECT_GT(f.p_value, kwb::stats::k_layout_alpha);
   // Too few visits: no figure.
   EXPECT_FALSE(kwb::stats::layout_sensitivity({{0, 1.0}, {1, 2.0}}, 8, 1).available);
+}
+
+// The case: few visits per build and pure noise, where the observed spread of noisy medians is large by
+// chance and a percentile interval of the resampled spreads could lie wholly above it. The bias-corrected estimate
+// lies inside its own interval for every seed and below the observed spread. With 30% noise and three visits per
+// build, intervals clear 10% by chance, but the permutation test keeps noise from passing for layout: p-values
+// below 0.01 about as often as 1% of the seeds.
+TEST(layout_test, the_spread_estimate_lies_inside_its_interval_and_noise_alone_is_not_layout) {
+  int significant = 0;
+  for (std::uint64_t seed = 1; seed <= 100; ++seed) {
+    kwb::stats::Xoshiro256StarStar rng(seed);
+    std::vector<std::pair<int, double>> visits;
+    for (int b = 0; b < 24; ++b) visits.emplace_back(b % 8, 1000.0 * (1.0 + 0.3 * rng.uniform_open01()));
+    const auto l = kwb::stats::layout_sensitivity(visits, 8, seed);
+    ASSERT_TRUE(l.available);
+    EXPECT_GE(l.spread_pct, l.ci_low_pct) << seed;
+    EXPECT_LE(l.spread_pct, l.ci_high_pct) << seed;
+    EXPECT_LE(l.spread_pct, l.observed_spread_pct) << seed;
+    EXPECT_GT(l.null_spread_pct, 5.0) << seed;  // what noise alone spreads three-visit medians by
+    significant += l.p_value < kwb::stats::k_layout_alpha;
+  }
+  EXPECT_LE(significant, 4);
 }
 
 }  // namespace
