@@ -1,7 +1,7 @@
 // Golden tests of the reports: a fixed bundle (tests/golden/bundle_decode, from a real decode-only run) renders to
 // exactly tests/golden/report_decode.md. Set KWB_UPDATE_GOLDEN=1 to rewrite the golden file after an intended
 // change, and review the diff. The bundle's JSON files, samples.csv and checks/ come from a committed (clean) build:
-//   kwb validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --workload decode --max-minutes 0.2 \
+//   kwb validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --workload decode --max-minutes 0.2
 //       --max-aa-difference-pct 10 --seed 7 --no-profile --output-dir D
 #include "record/bundle_reader.h"
 #include "record/verify.h"
