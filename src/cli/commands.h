@@ -16,6 +16,7 @@ using Action = std::function<int()>;
 // writes into freed memory.
 [[nodiscard]] Action add_check(CLI::App& root);
 [[nodiscard]] Action add_compare(CLI::App& root);
+[[nodiscard]] Action add_compare_saved(CLI::App& root);
 [[nodiscard]] Action add_validate(CLI::App& root);
 [[nodiscard]] Action add_verify(CLI::App& root);
 [[nodiscard]] Action add_report(CLI::App& root);

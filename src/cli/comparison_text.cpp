@@ -102,9 +102,9 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
   return out;
 }
 
-std::string warning_block(const std::vector<std::string>& warnings) {
+std::string warning_block(const std::vector<std::string>& warnings, std::string_view title) {
   if (warnings.empty()) return "";
-  std::string out = "\nWARNING: this result is noisy or weak:\n";
+  std::string out = fmt::format("\nWARNING: {}:\n", title);
   for (const std::string& w : warnings) out += "  - " + w + "\n";
   return out;
 }

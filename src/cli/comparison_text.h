@@ -25,6 +25,7 @@ std::string comparison_table(const nlohmann::json& comparison, std::string_view 
 std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::string_view other);
 
 // The warning block as printed (empty when there is nothing to warn about).
-std::string warning_block(const std::vector<std::string>& warnings);
+std::string warning_block(const std::vector<std::string>& warnings,
+                          std::string_view title = "this result is noisy or weak");
 
 }  // namespace kwb::cli

@@ -34,6 +34,7 @@ int run(int argc, char** argv) {
   const std::vector<std::pair<std::string, Action>> verbs = {
       {"check", add_check(app)},
       {"compare", add_compare(app)},
+      {"compare-saved", add_compare_saved(app)},
       {"validate", add_validate(app)},
       {"verify", add_verify(app)},
       {"report", add_report(app)},

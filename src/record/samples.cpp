@@ -119,19 +119,23 @@ std::string samples_csv(const std::vector<SampleRow>& rows) {
   return out;
 }
 
-std::vector<SampleRow> parse_samples_csv(std::string_view text, std::vector<std::string>& problems) {
+namespace {
+
+// Both files: a bundle's (a leading "comparison" column) and compare --output-dir's (none; comparison stays "").
+std::vector<SampleRow> parse_rows(std::string_view text, bool with_comparison, std::vector<std::string>& problems) {
   std::vector<SampleRow> rows;
   std::istringstream in{std::string(text)};
   std::string line;
   int n = 0;
-  const size_t columns = column_count() + 1;
+  const size_t columns = column_count() + (with_comparison ? 1 : 0);
   while (std::getline(in, line)) {
     ++n;
     if (n == 1) {
-      if (line + "\n" != samples_csv_header(true)) {
+      const std::string header = samples_csv_header(with_comparison);
+      if (line + "\n" != header) {
         problems.push_back(fmt::format("samples.csv:1: the header is not this kwb's ({}): written by another kwb "
                                        "version, or edited",
-                                       samples_csv_header(true).substr(0, samples_csv_header(true).size() - 1)));
+                                       header.substr(0, header.size() - 1)));
         return rows;
       }
       continue;
@@ -149,8 +153,8 @@ std::vector<SampleRow> parse_samples_csv(std::string_view text, std::vector<std:
     }
     SampleRow r;
     r.line = n;
-    r.comparison = cells[0];
-    const std::vector<std::string> rest(cells.begin() + 1, cells.end());
+    if (with_comparison) r.comparison = cells[0];
+    const std::vector<std::string> rest(cells.begin() + (with_comparison ? 1 : 0), cells.end());
     RowReader reader(rest);
     describe_columns(reader, static_cast<Sample&>(r));
     if (!reader.error.empty()) {
@@ -164,6 +168,16 @@ std::vector<SampleRow> parse_samples_csv(std::string_view text, std::vector<std:
     rows.push_back(std::move(r));
   }
   return rows;
+}
+
+}  // namespace
+
+std::vector<SampleRow> parse_samples_csv(std::string_view text, std::vector<std::string>& problems) {
+  return parse_rows(text, true, problems);
+}
+
+std::vector<SampleRow> parse_compare_samples_csv(std::string_view text, std::vector<std::string>& problems) {
+  return parse_rows(text, false, problems);
 }
 
 }  // namespace kwb

@@ -81,5 +81,7 @@ std::string samples_csv(const std::vector<SampleRow>& rows);
 // Reads a bundle's samples.csv: the header must be exactly samples_csv_header(true). A malformed row is a problem
 // ("samples.csv:<line>: ..."), never a crash; the rows that parse are returned.
 std::vector<SampleRow> parse_samples_csv(std::string_view text, std::vector<std::string>& problems);
+// Reads compare --output-dir's samples.csv (header samples_csv_header(false)); every row's comparison is "".
+std::vector<SampleRow> parse_compare_samples_csv(std::string_view text, std::vector<std::string>& problems);
 
 }  // namespace kwb

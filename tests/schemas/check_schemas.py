@@ -165,8 +165,10 @@ def main():
         timed = {0, 1, 2, 3}
         run("check (PASS)", ["check", str(task), "--impl", str(fused), "--case", "zeros", "--json"], {0})
         run("check (control, FAIL)", ["check", str(task), "--impl", str(control), "--case", "zeros", "--json"], {1})
+        saved = tmp / "compare-out"
         run("compare", ["compare", str(task), "--candidate", str(fused), "--workload", "decode", "--max-minutes", "0.05",
-                        "--json"], timed)
+                        "--output-dir", str(saved), "--json"], timed)
+        checker.check_file("compare --output-dir compare.json", saved / "compare.json")
         decision = run("validate", ["validate", str(task), "--candidate", str(fused), "--workload", "decode",
                                     "--max-minutes", "0.1", "--max-aa-difference-pct", "25", "--output-dir",
                                     str(bundle), "--json"], timed)
@@ -178,6 +180,7 @@ def main():
         if decision is not None and decision != bundle_docs.get("decision.json"):
             checker.error("validate", "--json printed something other than the bundle's decision.json")
         run("verify", ["verify", str(bundle), "--json"], {0})
+        run("compare-saved", ["compare-saved", str(saved), str(bundle), "--old-arm", "A", "--json"], {0})
         run("keep", ["keep", str(bundle), "--json"], {0, 1})
         run("history", ["history", str(task), "--json"], {0})
         run("profile", ["profile", str(task), "--impl", str(fused), "--workload", "decode", "--json"], {0})
