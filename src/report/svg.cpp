@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 namespace kwb::svg {
 
@@ -60,6 +61,25 @@ std::string format_ns(double ns) {
 }
 
 }  // namespace
+
+std::vector<LineLabel> place_line_labels(const std::vector<Line>& lines, const std::function<double(double)>& py) {
+  std::vector<Line> sorted = lines;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const Line& a, const Line& b) { return py(a.y) < py(b.y); });
+  std::vector<LineLabel> out;
+  double previous_py = -INFINITY;
+  for (const Line& l : sorted) {
+    const double at = py(l.y);
+    // Lines drawn on the same pixel row (a gate of +0% and "no change") share one label.
+    if (!out.empty() && at - previous_py < 0.5) {
+      out.back().text += " = " + l.label;
+      continue;
+    }
+    const double wanted = at - 4;
+    out.push_back({out.empty() ? wanted : std::max(wanted, out.back().baseline + k_label_line_height), l.label, l.color});
+    previous_py = at;
+  }
+  return out;
+}
 
 std::string strip_plot(const std::string& title, const std::string& unit, const std::vector<Series>& rows) {
   const double row_h = 34;
@@ -161,9 +181,12 @@ std::string index_plot(const std::string& title, const std::string& y_label, con
                      k_top + plot_h / 2, k_top + plot_h / 2, escape(y_label));
   for (const Line& l : lines) {
     out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
-                       "stroke-dasharray=\"6 4\"/><text x=\"{2}\" y=\"{4:.1f}\" class=\"tick\" text-anchor=\"end\" "
-                       "fill=\"{3}\">{5}</text>\n",
-                       k_left, py(l.y), k_width - k_right, l.color, py(l.y) - 4, escape(l.label));
+                       "stroke-dasharray=\"6 4\"/>\n",
+                       k_left, py(l.y), k_width - k_right, l.color);
+  }
+  for (const LineLabel& l : place_line_labels(lines, py)) {
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{}</text>\n",
+                       k_width - k_right, l.baseline, l.color, escape(l.text));
   }
   for (size_t i = 0; i < y.size(); ++i) {
     out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"#333\"/>", px(static_cast<double>(i)), py(y[i]));

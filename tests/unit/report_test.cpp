@@ -6,6 +6,7 @@
 #include "record/bundle_reader.h"
 #include "record/verify.h"
 #include "report/report.h"
+#include "report/svg.h"
 #include "util/fs.h"
 
 #include <gtest/gtest.h>
@@ -94,6 +95,28 @@ TEST(report_test, verify_warns_about_a_modified_tree_without_failing_for_it) {
     EXPECT_EQ(p.find("modified"), std::string::npos) << p;  // the edit breaks the plan's digest, nothing more
   }
   std::filesystem::remove_all(d);
+}
+
+// The A/B panel draws the gate (+0% by default) and "no change" on one row: one label, not two on top of each other.
+// Lines a few pixels apart get labels at least a line height apart, top to bottom.
+TEST(report_test, reference_line_labels_never_overlap) {
+  auto py = [](double v) { return 100.0 - v; };  // one pixel per unit, up is larger
+  const auto same = kwb::svg::place_line_labels({{0.0, "gate +0%", "#cf222e"}, {0.0, "no change", "#888"}}, py);
+  ASSERT_EQ(same.size(), 1u);
+  EXPECT_EQ(same[0].text, "gate +0% = no change");
+  const auto close = kwb::svg::place_line_labels(
+      {{-3.0, "-3%", "#9a6700"}, {0.0, "a", "#888"}, {3.0, "+3%", "#9a6700"}, {40.0, "far", "#888"}}, py);
+  ASSERT_EQ(close.size(), 4u);
+  EXPECT_EQ(close[0].text, "far");
+  EXPECT_DOUBLE_EQ(close[0].baseline, 100.0 - 40.0 - 4.0);  // alone: 4 px above its line
+  for (size_t i = 1; i < close.size(); ++i) {
+    EXPECT_GE(close[i].baseline - close[i - 1].baseline, kwb::svg::k_label_line_height) << close[i].text;
+  }
+  // And in a rendered page: no two reference labels of one panel on the same baseline.
+  const std::string svg = kwb::svg::index_plot("t", "y", {1.0, 2.0}, {-1.0, 1.0, "band"},
+                                               {{0.0, "gate +0%", "#cf222e"}, {0.0, "no change", "#888"}});
+  EXPECT_NE(svg.find(">gate +0% = no change</text>"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find(">no change</text>"), std::string::npos) << svg;
 }
 
 }  // namespace
