@@ -106,7 +106,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     print_summary(r);
   }
   if (r.input_error_code) {
-    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the failed freeze)\n", r.input_error, r.bundle.string());
+    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the stage that found it, in stages.json)\n", r.input_error, r.bundle.string());
     return *r.input_error_code;
   }
   return r.decision.exit_code;

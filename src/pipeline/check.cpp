@@ -56,17 +56,32 @@ std::vector<Case> held_out_cases(const Task& task, const std::vector<const Case*
   for (const Case& c : task.cases) {
     for (const auto& [dim, v] : c.dims) published[dim].insert(v);
   }
-  // An odd value near `v` that no case uses for `dim`: odd, so that no SIMD width or block size divides it.
+  auto constraint = [&](const std::string& dim) {
+    const auto at = task.dim_constraints.find(dim);
+    return at == task.dim_constraints.end() ? DimConstraint{} : at->second;
+  };
+  // A value near `v` that no case uses for `dim`: an odd multiple of the dim's multiple_of (odd when it has none),
+  // so that no SIMD width or block size beyond what the task requires divides it; at least its min.
   auto perturb = [&](const std::string& dim, int64_t v) {
     const std::set<int64_t>& taken = published[dim];
-    int64_t reach = std::max<int64_t>(2, v / 8);
+    const DimConstraint c = constraint(dim);
+    const int64_t m = c.multiple_of;
+    int64_t reach = std::max<int64_t>(2 * m, v / 8);
     for (;;) {
       std::vector<int64_t> candidates;
-      for (int64_t x = std::max<int64_t>(1, v - reach) | 1; x <= v + reach; x += 2) {
-        if (!taken.contains(x)) candidates.push_back(x);
+      const int64_t lo = std::max<int64_t>(c.min, v - reach);
+      for (int64_t k = ((lo + m - 1) / m) | 1; k * m <= v + reach; k += 2) {
+        if (!taken.contains(k * m)) candidates.push_back(k * m);
       }
       if (!candidates.empty()) return candidates[rng.next() % candidates.size()];
       reach *= 2;
+    }
+  };
+  // A dim equal to another takes its value.
+  auto tie = [&](Case& h) {
+    for (auto& [dim, v] : h.dims) {
+      const DimConstraint c = constraint(dim);
+      if (!c.equal_to.empty()) v = h.dims.at(c.equal_to);
     }
   };
   auto bytes_of = [&](const Case& c) {
@@ -82,12 +97,22 @@ std::vector<Case> held_out_cases(const Task& task, const std::vector<const Case*
     h.name = c->name + "~held_out";
     h.role = CaseRole::correctness;
     h.seed = mix_seed(c->seed, rng.next());
-    for (auto& [dim, v] : h.dims) v = perturb(dim, v);
+    for (auto& [dim, v] : h.dims) {
+      if (constraint(dim).equal_to.empty()) v = perturb(dim, v);
+    }
+    tie(h);
     while (bytes_of(h) > k_held_out_max_bytes) {
-      auto largest = std::max_element(h.dims.begin(), h.dims.end(),
-                                      [](const auto& a, const auto& b) { return a.second < b.second; });
+      auto largest = h.dims.end();
+      for (auto it = h.dims.begin(); it != h.dims.end(); ++it) {
+        if (constraint(it->first).equal_to.empty() && (largest == h.dims.end() || it->second > largest->second)) {
+          largest = it;
+        }
+      }
       if (largest == h.dims.end() || largest->second <= 1) break;
-      largest->second = perturb(largest->first, largest->second / 2);
+      const int64_t smaller = perturb(largest->first, largest->second / 2);
+      if (smaller >= largest->second) break;  // its min or multiple_of keeps it from shrinking
+      largest->second = smaller;
+      tie(h);
     }
     out.push_back(std::move(h));
   }
@@ -198,7 +223,7 @@ std::string check_cache_key(const Task& task, const Artifact& artifact, const Ch
                                     std::to_string(options.nonce),
                                     std::to_string(options.calls_per_case),
                                     to_string(options.stop_after_reason),
-                                    options.held_out ? "held_out" : "published",
+                                    options.held_out ? (options.held_out_only ? "held_out only" : "held_out") : "published",
                                     options.exhaustive ? "exhaustive" : "stops at a worker failure",
                                     fmt::format("{} only-cases", options.only_cases.size())};
   for (const std::string& c : options.only_cases) parts.push_back(c);
@@ -261,11 +286,12 @@ CheckPlan plan_check(const Task& task, const CheckOptions& options, Rng& secret)
     std::vector<const Case*> extra;
     for (const Case& h : plan.held_out) extra.push_back(&h);
     std::stable_sort(extra.begin(), extra.end(), by_size);
+    if (options.held_out_only) plan.order.clear();
     plan.order.insert(plan.order.end(), extra.begin(), extra.end());
   }
   plan.held_out_nonce = options.nonce != 0 ? options.nonce : secret.next();
   // The rehearsal runs on the smallest timing case.
-  if (options.held_out) {
+  if (options.held_out && !options.held_out_only) {
     for (const Case& c : task.cases) {
       if (c.role == CaseRole::timing &&
           (plan.rehearsal == nullptr || input_bytes(task, c) < input_bytes(task, *plan.rehearsal))) {

@@ -43,6 +43,10 @@ struct CheckOptions {
   // k_rehearsal_min_calls and k_rehearsal_max_calls in timing mode, every output validated; "<case>~rehearsal"),
   // so code special-cased to the published shapes, or honest only while it believes it is being checked, fails.
   bool held_out = false;
+  // With held_out: only the held-out cases, without the published ones or the rehearsal. validate runs the baseline
+  // so before any timing, with the final check's nonce, so that a task whose shapes cannot move as held-out shapes
+  // do (a head_dim that must stay even, undeclared in [dims]) fails in seconds, not after the timing.
+  bool held_out_only = false;
 };
 
 inline constexpr int k_rehearsal_min_calls = 64;
@@ -52,7 +56,8 @@ inline constexpr int k_rehearsal_max_calls = 128;  // above what a timing visit 
 inline constexpr size_t k_held_out_max_bytes = size_t{16} << 20;
 
 // The held-out counterparts of `cases` (see CheckOptions::held_out), derived from `seed`: each dimension becomes an
-// odd value within about 1/8 of the original that no case of the task uses for that dimension.
+// odd value within about 1/8 of the original that no case of the task uses for that dimension; where the task's
+// [dims] constrain it, an odd multiple of its multiple_of, at least its min, or the value of the dim it equals.
 std::vector<Case> held_out_cases(const Task& task, const std::vector<const Case*>& cases, uint64_t seed);
 
 // Cases whose inputs exceed this get half the calls: each call of such a case validates tens of millions of

@@ -386,8 +386,48 @@ private:
     m_inputs.baseline_check_pass = r.pass();
     m_inputs.min_improvement_pct = m_opt.gate.min_improvement_pct;
     m_stage_failed = !r.pass();
-    return check_summary(r);
+    if (!r.pass()) return check_summary(r);
+    return check_summary(r) + "; " + probe_held_out_shapes();
   }
+
+  // The final check's held-out shapes (its nonce, so exactly those shapes), tried on the baseline before anything is
+  // timed: a task whose operator cannot take them (a head_dim that must stay even, undeclared in [dims]) is a task
+  // error found in seconds (exit 65), not an INVALID after minutes of timing. Only the baseline runs them: the
+  // candidate meets them first in the final check. Nothing of this run is evidence; a failure is the input error.
+  std::string probe_held_out_shapes() {
+    const size_t i = index_of(ImplRole::baseline);
+    require_identity(i);
+    CheckOptions co;
+    co.backend = m_opt.backend;
+    co.timeout = m_opt.timing.timeout;
+    co.nonce = m_final_nonce;
+    co.held_out = true;
+    co.held_out_only = true;
+    std::string why;
+    try {
+      const CheckReport r = run_check(m_task, m_artifacts[i], co);
+      if (r.pass()) return fmt::format("the final check's {} held-out shape(s) taken by the baseline", r.cases.size());
+      const Failure& f = r.failures.front();
+      std::string dims = "shapes unknown";
+      for (const CaseReport& cr : r.cases) {
+        if (cr.name == f.case_name) dims = cr.dims;
+      }
+      why = fmt::format("the baseline fails the held-out case {} ({}): {} ({}): {}", f.case_name, dims, f.assertion,
+                        to_string(f.reason),
+                        f.detail.size() > 300 ? f.detail.substr(0, 300) + " ..." : f.detail);
+    } catch (const Error& e) {
+      why = fmt::format("the held-out shapes fail before the baseline runs: {}", e.what());
+    }
+    const std::string message = fmt::format(
+        "{}: the task cannot take the held-out shapes the final check uses (every dim moves to a fresh odd value): "
+        "{}. Declare what the operator needs in task.toml's [dims] table (e.g. head_dim = {{ multiple_of = 2 }}, "
+        "n_kv = {{ equal_to = \"n_ctx\" }}; docs/task-format.md, \"Dims: what the operator requires of a shape\"), or fix the baseline",
+        m_task.manifest.string(), why);
+    m_input_error_code = static_cast<int>(ExitCode::data_error);
+    m_input_error = message;
+    throw DataError(message);
+  }
+
 
   // Structural facts only (instructions, allocations, passes, bandwidth), never part of the decision. The
   // baseline is profiled here, after its check; the candidate right after its own check passes (a rejected

@@ -223,7 +223,7 @@ private:
       "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
       "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
       "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
-      "base",   "replace",     "with"};
+      "base",   "replace",     "with",   "multiple_of", "min", "equal_to"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -540,6 +540,56 @@ std::set<std::string> dim_names_of(const Signature& sig) {
   return names;
 }
 
+// [dims]: per dim name the shapes use, { multiple_of = N, min = N, equal_to = "other" }. equal_to must name another
+// dim that is itself free of equal_to (no chains, no cycles), and then takes no other key.
+std::map<std::string, DimConstraint> read_dim_constraints(TableReader& top, const std::string& file,
+                                                          const std::set<std::string>& dim_names) {
+  std::map<std::string, DimConstraint> out;
+  if (top.get("dims") == nullptr) return out;
+  TableReader dims(top.table("dims"), "dims", file);
+  for (const auto& [k, v] : top.table("dims")) {
+    const std::string name(k.str());
+    if (!dim_names.contains(name)) {
+      dims.fail(&v, name, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", name,
+                                      fmt::join(dim_names, ", ")));
+    }
+    TableReader d(as_table(v, "dims." + name, file), "dims." + name, file);
+    DimConstraint c;
+    constexpr int64_t k_max = int64_t{1} << 30;
+    if (d.get("multiple_of") != nullptr) {
+      c.multiple_of = d.integer("multiple_of");
+      if (c.multiple_of < 1 || c.multiple_of > k_max) {
+        d.fail(d.get("multiple_of"), "multiple_of", fmt::format("must be an integer from 1 to {} (got {})", k_max, c.multiple_of));
+      }
+    }
+    if (d.get("min") != nullptr) {
+      c.min = d.integer("min");
+      if (c.min < 1 || c.min > k_max) d.fail(d.get("min"), "min", fmt::format("must be an integer from 1 to {} (got {})", k_max, c.min));
+    }
+    if (auto other = d.optional_string("equal_to")) {
+      if (!dim_names.contains(*other) || *other == name) {
+        d.fail(d.get("equal_to"), "equal_to", fmt::format("'{}' is not another dim the shapes use ({})", *other,
+                                                         fmt::join(dim_names, ", ")));
+      }
+      if (d.get("multiple_of") != nullptr || d.get("min") != nullptr) {
+        d.fail(d.get("equal_to"), "equal_to", "a dim equal to another takes that dim's constraints; give them there");
+      }
+      c.equal_to = *other;
+    }
+    d.reject_unknown_keys();
+    dims.get(name);
+    out[name] = c;
+  }
+  for (const auto& [name, c] : out) {
+    if (!c.equal_to.empty() && out.contains(c.equal_to) && !out.at(c.equal_to).equal_to.empty()) {
+      dims.fail(nullptr, name, fmt::format("equal_to = '{}', which is itself equal to '{}': name '{}' directly",
+                                           c.equal_to, out.at(c.equal_to).equal_to, out.at(c.equal_to).equal_to));
+    }
+  }
+  dims.reject_unknown_keys();
+  return out;
+}
+
 // A case's dims: exactly the dim names the shapes use, each a positive integer.
 std::map<std::string, int64_t> read_case_dims(TableReader& r, const std::string& p, const std::string& file,
                                              const std::set<std::string>& dim_names) {
@@ -579,6 +629,9 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
     r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
   }
   c.dims = read_case_dims(r, p, file, dim_names);
+  if (const std::string why = constraint_violation(task.dim_constraints, c.dims); !why.empty()) {
+    r.fail(r.get("dims"), "dims", why + "; change the case or the constraint");
+  }
   c.data = *read_distribution(r, true);
   int64_t seed = r.integer("seed");
   if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
@@ -690,10 +743,29 @@ Task load_task(const fs::path& dir_in) {
   read_header(task, top);
   task.signature = read_signature(top, file);
   task.tolerance = read_tolerance(top, file);
+  task.dim_constraints = read_dim_constraints(top, file, dim_names_of(task.signature));
   read_cases(task, top, file);
   read_backends(task, top, file);
   top.reject_unknown_keys();
   return task;
+}
+
+std::string constraint_violation(const std::map<std::string, DimConstraint>& constraints,
+                                 const std::map<std::string, int64_t>& dims) {
+  for (const auto& [name, c] : constraints) {
+    const auto at = dims.find(name);
+    if (at == dims.end()) continue;
+    const int64_t v = at->second;
+    if (!c.equal_to.empty() && dims.contains(c.equal_to) && dims.at(c.equal_to) != v) {
+      return fmt::format("dim '{}' = {} must equal dim '{}' = {} ([dims] {}.equal_to)", name, v, c.equal_to,
+                         dims.at(c.equal_to), name);
+    }
+    if (v % c.multiple_of != 0) {
+      return fmt::format("dim '{}' = {} must be a multiple of {} ([dims] {}.multiple_of)", name, v, c.multiple_of, name);
+    }
+    if (v < c.min) return fmt::format("dim '{}' = {} must be at least {} ([dims] {}.min)", name, v, c.min, name);
+  }
+  return "";
 }
 
 }  // namespace kwb

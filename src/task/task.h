@@ -59,6 +59,19 @@ struct Tolerance {
   double atol = 0.0;
 };
 
+// What the operator requires of one dim, declared in the task's [dims] table and kept by every shape kwb makes up
+// (validate's held-out shapes, check.h): a multiple of N (2: even), at least a minimum, or equal to another dim.
+// Every published case must satisfy them too (the task does not load otherwise).
+struct DimConstraint {
+  int64_t multiple_of = 1;
+  int64_t min = 1;
+  std::string equal_to;  // another dim's name; empty when free
+};
+
+// Why `dims` break `constraints`, naming the dim, its value and the [dims] key ("" when they keep them).
+std::string constraint_violation(const std::map<std::string, DimConstraint>& constraints,
+                                 const std::map<std::string, int64_t>& dims);
+
 enum class CaseRole { timing, correctness };
 const char* to_string(CaseRole r);
 
@@ -101,6 +114,7 @@ struct Task {
   int threads = 1;
   Signature signature;
   Tolerance tolerance;
+  std::map<std::string, DimConstraint> dim_constraints;  // by dim name; a dim not listed is free
   std::vector<Case> cases;
   std::map<BackendKind, BackendImpls> backends;
 

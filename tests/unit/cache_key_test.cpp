@@ -106,6 +106,10 @@ TEST_F(CacheKey, a_check_is_keyed_on_every_option) {
       [](CheckOptions& o) { o.only_cases = {"decode"}; },
       [](CheckOptions& o) { o.stop_after_reason = FailureReason::crashed; },
       [](CheckOptions& o) { o.held_out = true; },
+      [](CheckOptions& o) {
+        o.held_out = true;
+        o.held_out_only = true;
+      },
   };
   for (const auto& change : changes) {
     CheckOptions o;

@@ -1,3 +1,4 @@
+#include "pipeline/check.h"
 #include "task/task.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -346,6 +347,54 @@ TEST(manifest_test, builtin_rmsnorm_task_loads) {
   for (const kwb::Case& c : t.cases) timing += c.role == kwb::CaseRole::timing;
   EXPECT_EQ(timing, 3u);
   EXPECT_GE(t.backends.at(kwb::BackendKind::cpu).controls.size(), 6u);
+}
+
+// [dims]: what the operator requires of a dim, read strictly, kept by every published case (the task does not load
+// otherwise) and by every held-out shape.
+TEST_F(ManifestTest, dim_constraints_are_read_kept_by_the_cases_and_refused_when_wrong) {
+  const std::string dims_table = "\n[dims]\ncols = { multiple_of = 4, min = 4 }\nrows = { equal_to = \"cols\" }\n";
+  const std::string case_dims = "dims = { rows = 2, cols = 8 }";
+  std::string s = k_valid;
+  s.replace(s.find("[[cases]]"), 0, dims_table + "\n");
+  s.replace(s.find(case_dims), case_dims.size(), "dims = { rows = 8, cols = 8 }");
+  write(s);
+  const kwb::Task t = kwb::load_task(m_dir);
+  ASSERT_EQ(t.dim_constraints.size(), 2u);
+  EXPECT_EQ(t.dim_constraints.at("cols").multiple_of, 4);
+  EXPECT_EQ(t.dim_constraints.at("cols").min, 4);
+  EXPECT_EQ(t.dim_constraints.at("rows").equal_to, "cols");
+  // Held-out shapes keep them: cols an odd multiple of 4, never published, rows equal to it.
+  std::vector<const kwb::Case*> all;
+  for (const kwb::Case& c : t.cases) all.push_back(&c);
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    for (const kwb::Case& h : kwb::held_out_cases(t, all, seed)) {
+      const int64_t cols = h.dims.at("cols");
+      EXPECT_EQ(cols % 4, 0) << cols;
+      EXPECT_EQ((cols / 4) % 2, 1) << cols;  // no wider power of two divides it than the task asks for
+      EXPECT_NE(cols, 8);
+      EXPECT_EQ(h.dims.at("rows"), cols);
+      EXPECT_EQ(kwb::constraint_violation(t.dim_constraints, h.dims), "");
+    }
+  }
+  // A published case that breaks a constraint is refused at its dims, naming the dim, the value and the key.
+  std::string bad = s;
+  bad.replace(bad.find("dims = { rows = 8, cols = 8 }"), 29, "dims = { rows = 6, cols = 6 }");
+  write(bad);
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("dim 'cols' = 6 must be a multiple of 4 ([dims] cols.multiple_of)"), std::string::npos) << msg;
+  // Unknown dims, keys, chains and self-references are refused with the fix.
+  for (const auto& [table, expected] : std::vector<std::pair<std::string, std::string>>{
+           {"nope = { multiple_of = 2 }", "no tensor shape uses a dim named 'nope'"},
+           {"cols = { multiple_of = 0 }", "must be an integer from 1 to"},
+           {"cols = { even = true }", "even"},
+           {"cols = { equal_to = \"cols\" }", "is not another dim"},
+           {"rows = { equal_to = \"cols\", min = 2 }", "takes that dim's constraints"}}) {
+    std::string v = k_valid;
+    v.replace(v.find("[[cases]]"), 0, "[dims]\n" + table + "\n\n");
+    write(v);
+    msg = load_error();
+    EXPECT_NE(msg.find(expected), std::string::npos) << table << ": " << msg;
+  }
 }
 
 }  // namespace
