@@ -208,10 +208,10 @@ TimingLock TimingLock::acquire(const std::filesystem::path& path, const Request&
                              first_in_line ? 0 : count_tickets(queue.get(), queue_path, 1, rec.ticket)};
       if (timed_out) {
         throw Error(ExitCode::lock_timeout,
-                    fmt::format("timing lock {}: gave up after {:.1f} s of waiting (the lock timeout): it is held "
+                    fmt::format("timing lock {}: gave up after {:.1f} s of waiting (lock timeout {:g} s): it is held "
                                 "by {}{} (one timing stage at a time on this machine; wait longer, or try again "
                                 "when that run is over)",
-                                path.string(), w.waited_s, w.holder,
+                                path.string(), w.waited_s, *request.timeout_s, w.holder,
                                 w.waiters_ahead > 0
                                     ? fmt::format(", and {} other kwb {} waiting ahead of this one", w.waiters_ahead,
                                                   w.waiters_ahead == 1 ? "was" : "were")

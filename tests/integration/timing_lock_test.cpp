@@ -174,7 +174,7 @@ TEST_F(TimingLockE2e, a_compare_past_its_lock_timeout_exits_75_naming_the_holder
 }
 
 // A validate that gives up waiting keeps its bundle: the checks it ran, the A/A's stage error naming the holder, an
-// INVALID decision, and exit 75.
+// INVALID decision that verify re-derives, and exit 75.
 TEST_F(TimingLockE2e, a_validate_past_its_lock_timeout_keeps_an_invalid_bundle_and_exits_75) {
   const fs::path bundle = m_dir / "bundle";
   const auto [code, errors] = run_while_held(validate_args(bundle));
@@ -192,6 +192,9 @@ TEST_F(TimingLockE2e, a_validate_past_its_lock_timeout_keeps_an_invalid_bundle_a
       EXPECT_EQ(st["status"], "skipped") << st.dump();
     }
   }
+  // verify re-derives the INVALID from the recorded stage error: the bundle is whole.
+  const KwbRun v = run_kwb({"verify", bundle.string(), "--json"});
+  EXPECT_EQ(v.exit_code, 0) << v.output << v.errors;
   EXPECT_TRUE(timing_lock_queue(lock_file()).empty());
 }
 
