@@ -101,6 +101,7 @@ Action add_compare(CLI::App& root) {
     req.labels = {"A", a->aa ? "A'" : "B"};
     req.lock_what = fmt::format("kwb compare{}: {} ({})", a->aa ? " --aa" : "", task.name, task.dir.string());
     req.lock_notice = make_lock_notice("  ");
+    req.lock_waited = make_lock_waited("  ");
     // A stopped comparison is a row too (verdict INTERRUPTED, with what it measured before the signal).
     req.on_interrupted = [&task](const CompareReport& partial) { record_in_ledger(ledger_run(task, partial)); };
     CompareReport report = run_compare(task, req, make_progress_sink("  "));

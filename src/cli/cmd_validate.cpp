@@ -67,7 +67,9 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   ValidateObserver obs;
   obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
     if (budget_left > 0) {
-      std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s)\n", i, n, stage, budget_left);
+      std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s, plus any wait for the timing "
+                               "lock)\n",
+                               i, n, stage, budget_left);
     } else {
       std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
     }
@@ -81,6 +83,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   };
   obs.comparison_progress = make_progress_sink("      ");
   obs.timing_lock_wait = make_lock_notice("      ");
+  obs.timing_lock_waited = make_lock_waited("      ");
   ValidateResult r;
   try {
     r = run_validate(o, obs);
@@ -104,6 +107,12 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     std::cout << json_text(r.decision_json, 2) << "\n";
   } else {
     print_summary(r);
+  }
+  if (!r.lock_timeout.empty()) {
+    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records what was measured before it, with an INVALID "
+                             "decision)\n",
+                             r.lock_timeout, r.bundle.string());
+    return static_cast<int>(ExitCode::lock_timeout);
   }
   if (r.input_error_code) {
     std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the stage that found it, in stages.json)\n", r.input_error, r.bundle.string());

@@ -20,7 +20,8 @@ const OptionRange* option_range(std::string_view flag) {
   static constexpr const OptionRange* k_all[] = {
       &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_max_minutes_range,
       &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,
-      &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range};
+      &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range,
+      &k_lock_timeout_range};
   for (const OptionRange* r : k_all) {
     if (flag == r->flag) return r;
   }
@@ -152,6 +153,10 @@ void add_timing_options(CLI::App& app, TimingArgs& a) {
       ->check(in_range(k_max_minutes_range));
   app.add_option("--timeout-seconds", a.timeout_seconds, "Per call, timed or checked")->capture_default_str()
       ->check(in_range(k_timeout_range));
+  app.add_option("--lock-timeout", a.lock_timeout_seconds,
+                 "Give up (exit 75) after waiting this many seconds for the timing lock (default: wait as long as it "
+                 "takes)")
+      ->check(in_range(k_lock_timeout_range));
   app.add_option("--workload", a.workloads, "Only this timing case (repeatable)");
   app.add_flag("--cold", a.cold, "Flush caches before every timed call, outside the timer (default: warm)");
   app.add_option("--layouts", a.layouts,
@@ -205,6 +210,7 @@ CompareRequest compare_request(const CompareArgs& a) {
   r.seed = a.seed;
   r.output_dir = a.output_dir;
   r.exhaustive_checks = a.timing.exhaustive;
+  r.lock_timeout_s = a.timing.lock_timeout_seconds;
   return r;
 }
 
@@ -245,6 +251,7 @@ ValidateOptions validate_options(const ValidateArgs& a) {
   o.exhaustive_checks = a.timing.exhaustive;
   o.layouts = a.timing.layouts;
   o.profile = !a.no_profile;
+  o.lock_timeout_s = a.timing.lock_timeout_seconds;
   return o;
 }
 

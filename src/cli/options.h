@@ -37,6 +37,7 @@ inline constexpr OptionRange k_timeout_range{"--timeout-seconds", 0.001, 86400.0
 inline constexpr OptionRange k_min_improvement_range{"--min-improvement-pct", -99.0, 1000.0, false};
 inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 100.0, false};
 inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
+inline constexpr OptionRange k_lock_timeout_range{"--lock-timeout", 0.0, 604800.0, false};  // 0: do not wait
 inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
 inline constexpr OptionRange k_repetitions_range{"--repetitions", 2, 1'000'000, true};
 inline constexpr OptionRange k_max_blocks_range{"--max-blocks", 2, 10'000'000, true};
@@ -92,6 +93,7 @@ struct TimingArgs {
   int samples = defaults::k_samples;
   double max_minutes = defaults::k_max_minutes;
   double timeout_seconds = k_default_timeout_seconds;
+  std::optional<double> lock_timeout_seconds;  // none: wait for the timing lock as long as it takes
   std::vector<std::string> workloads;
   bool cold = defaults::k_cold;
   bool exhaustive = defaults::k_exhaustive;

@@ -433,6 +433,9 @@ nlohmann::json to_json(const CompareReport& r) {
   if (r.timing_lock) {
     const TimingLockRecord& l = *r.timing_lock;
     j["timing_lock"] = {{"path", l.path},
+                        {"arrived_unix_ns", l.arrived_unix_ns},
+                        {"ticket", l.ticket},
+                        {"waiters_ahead", l.waiters_ahead},
                         {"waited_seconds", l.waited_s},
                         {"waited_for", l.waited_for},
                         {"acquired_unix_ns", l.acquired_unix_ns},

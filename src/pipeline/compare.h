@@ -214,6 +214,10 @@ nlohmann::json to_json(const CompareReport& r);
 
 namespace kwb {
 
+// Told once a comparison holds the timing lock after waiting for it: its hold (waited_s, waited_for) and the timing
+// budget still ahead, in seconds, counted from that moment.
+using LockWaited = std::function<void(const TimingLockRecord& hold, double budget_ahead_s)>;
+
 // Everything `kwb compare` does after parsing: check every arm (refusing to time any that fails), then the
 // sequential comparison per workload. Raw samples and the summary are rewritten into output_dir (when given) after
 // every workload, so an interrupted run keeps what it measured.
@@ -236,10 +240,14 @@ struct CompareRequest {
   // INTERRUPTED (written to output_dir too), before the Interrupted exception goes on.
   std::function<void(const CompareReport&)> on_interrupted;
   // The timing lock (util/timing_lock.h): taken around the timed phase, after the arms' checks. `lock_what` says
-  // what is timed, for whoever waits next; `lock_notice` is told when this run must wait, and by whom.
+  // what is timed, for whoever waits next; `lock_notice` is told when this run must wait, and by whom;
+  // `lock_waited`, once it holds the lock after a wait, with its hold and the timing budget ahead from then on (every
+  // workload's max_seconds). Past `lock_timeout_s` of waiting it gives up (Error lock_timeout); none: it waits.
   std::filesystem::path lock_path;    // empty: timing_lock_path()
   std::string lock_what;
   TimingLock::WaitNotice lock_notice;
+  LockWaited lock_waited;
+  std::optional<double> lock_timeout_s;
   // A hold of the lock the caller keeps across several comparisons (validate's A/A through A/B, so that both
   // measure the same machine with nothing timed between them); null: this comparison takes the lock and releases it.
   const TimingLock* held_lock = nullptr;

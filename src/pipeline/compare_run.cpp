@@ -114,9 +114,14 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
   // visit is over, and released when this function leaves, however it leaves; or the caller holds it for longer.
   std::optional<TimingLock> own;
   if (req.held_lock == nullptr) {
-    own = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path,
-                              req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name) : req.lock_what,
-                              req.lock_notice);
+    TimingLock::Request lr;
+    lr.what = req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name) : req.lock_what;
+    lr.notice = req.lock_notice;
+    lr.timeout_s = req.lock_timeout_s;
+    own = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path, lr);
+    if (req.lock_waited && !own->record().waited_for.empty()) {
+      req.lock_waited(own->record(), static_cast<double>(workloads.size()) * req.budget.max_seconds);
+    }
   }
   const TimingLock& lock = own ? *own : *req.held_lock;
   report.timing_lock = lock.record();

@@ -96,6 +96,7 @@ public:
     r.bundle = m_bundle.dir();
     r.input_error_code = m_input_error_code;
     r.input_error = m_input_error;
+    r.lock_timeout = m_lock_timeout;
     return r;
   }
 
@@ -130,14 +131,10 @@ private:
   std::string stage(size_t index, const std::optional<std::string>& skip_reason) {
     const StageSpec& spec = m_graph.at(index);
     const std::string& name = spec.name;
+    m_stage_index = index;
     if (m_obs.stage_started) {
-      // The comparisons still ahead (A/A, A/B), each at most max_seconds per workload.
-      size_t workloads = m_opt.workloads.size();
-      if (workloads == 0) {
-        for (const Case& c : m_task.cases) workloads += c.role == CaseRole::timing;
-      }
       m_obs.stage_started(static_cast<int>(index) + 1, static_cast<int>(m_graph.size()), name,
-                          m_graph.comparisons_from(index) * static_cast<double>(workloads) * m_opt.budget.max_seconds);
+                          timing_budget_from(index));
     }
     const auto t0 = std::chrono::steady_clock::now();
     std::string status = "ok", summary;
@@ -169,6 +166,9 @@ private:
         status = "error";
         summary = e.what();
         m_inputs.stage_errors.push_back(fmt::format("{}: {}", name, e.what()));
+        if (const auto* err = dynamic_cast<const Error*>(&e); err && err->code() == ExitCode::lock_timeout) {
+          m_lock_timeout = e.what();
+        }
       }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -178,6 +178,16 @@ private:
     write_stages();
     if (m_obs.stage_finished) m_obs.stage_finished(name, status, summary, seconds);
     return status;
+  }
+
+  // An upper bound on the timing from the start of stage `index` on: the comparisons still ahead (A/A, A/B), each at
+  // most max_seconds per workload.
+  double timing_budget_from(size_t index) const {
+    size_t workloads = m_opt.workloads.size();
+    if (workloads == 0) {
+      for (const Case& c : m_task.cases) workloads += c.role == CaseRole::timing;
+    }
+    return m_graph.comparisons_from(index) * static_cast<double>(workloads) * m_opt.budget.max_seconds;
   }
 
   std::string run_body(Stage s) {
@@ -542,10 +552,14 @@ private:
     // One hold of the timing lock from the A/A through the A/B (released by run() after the last stage that times):
     // nothing else on this machine is timed between the noise floor and the comparison it calibrates.
     if (!m_timing_lock) {
-      m_timing_lock = TimingLock::acquire(timing_lock_path(),
-                                          fmt::format("kwb validate: {} A/A and A/B (bundle {})", m_task.name,
-                                                      m_opt.output_dir.string()),
-                                          m_obs.timing_lock_wait);
+      TimingLock::Request lr;
+      lr.what = fmt::format("kwb validate: {} A/A and A/B (bundle {})", m_task.name, m_opt.output_dir.string());
+      lr.notice = m_obs.timing_lock_wait;
+      lr.timeout_s = m_opt.lock_timeout_s;
+      m_timing_lock = TimingLock::acquire(timing_lock_path(), lr);
+      if (m_obs.timing_lock_waited && !m_timing_lock->record().waited_for.empty()) {
+        m_obs.timing_lock_waited(m_timing_lock->record(), timing_budget_from(m_stage_index));
+      }
     }
     req.held_lock = &*m_timing_lock;
     // Interrupted: what was measured so far is kept (comparisons/<tag>.json with verdict INTERRUPTED, its samples).
@@ -718,6 +732,8 @@ private:
   nlohmann::json m_decision_json;
   std::vector<SampleRow> m_samples;
   std::optional<TimingLock> m_timing_lock;              // held from the A/A's start through the A/B
+  std::string m_lock_timeout;                           // the comparison that gave up waiting for it, why
+  size_t m_stage_index = 0;                             // the stage running now
   std::map<std::string, nlohmann::json> m_comparisons;  // the comparisons written, by tag
   int m_layouts = 1;
   std::optional<int> m_input_error_code;

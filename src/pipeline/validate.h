@@ -36,6 +36,9 @@ struct ValidateOptions {
   // Profile baseline and candidate (the profile stage, and the candidate's after its check). Descriptive only: the
   // decision never depends on it, and under valgrind it is the slowest part of a short validate.
   bool profile = true;
+  // Give up waiting for the timing lock after this many seconds (the comparison's stage errs, the decision is
+  // INVALID, and ValidateResult::lock_timeout says so); none: wait as long as it takes.
+  std::optional<double> lock_timeout_s;
   std::vector<std::string> argv;
   // The stages to run, in order (record/stages.h); null: kwb's own declaration, validate_stages(). Tests add a
   // marker stage here to see validate and verify follow the declaration.
@@ -52,6 +55,7 @@ struct ValidateObserver {
   std::function<void(const std::string& digest)> plan_frozen;
   ProgressSink comparison_progress;
   TimingLock::WaitNotice timing_lock_wait;  // a comparison waits for the timing lock (util/timing_lock.h)
+  LockWaited timing_lock_waited;            // ... and holds it now: its hold, and the timing budget from now on
 };
 
 struct ValidateResult {
@@ -65,6 +69,9 @@ struct ValidateResult {
   // command exits with this input error's code (65 for a bad task) rather than 3, naming what to fix.
   std::optional<int> input_error_code;
   std::string input_error;
+  // A comparison gave up waiting for the timing lock (--lock-timeout): the bundle records the stage error, what was
+  // measured before it and an INVALID decision, and the command exits 75 (ExitCode::lock_timeout) with this message.
+  std::string lock_timeout;
 };
 
 ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer);

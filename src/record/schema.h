@@ -16,7 +16,8 @@ inline constexpr int k_bundle_schema_version = 2;
 
 // compare.json (compare --output-dir) and a bundle's comparisons/*.json, versioned on their own: verify refuses a
 // comparison of another version, since it re-derives every figure in it.
-// 2: layout sensitivity is bias-corrected (basic bootstrap) and records the observed spread.
+// 2: layout sensitivity is bias-corrected (basic bootstrap) with a permutation test, and timing_lock records the
+// queue (arrived_unix_ns, ticket, waiters_ahead), so that the order served can be checked.
 inline constexpr const char* k_compare_schema = "kwb.compare";
 inline constexpr int k_compare_schema_version = 2;
 

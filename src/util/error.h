@@ -18,6 +18,7 @@ enum class ExitCode : int {
   unavailable = 69,    // EX_UNAVAILABLE: backend missing
   internal = 70,       // EX_SOFTWARE
   io_error = 74,       // EX_IOERR: cannot write the bundle
+  lock_timeout = 75,   // EX_TEMPFAIL: the timing lock stayed busy past --lock-timeout; try again later
   not_authentic = 77,  // EX_NOPERM: keep of a bundle this machine's ledger did not record at the end of its run
 };
 

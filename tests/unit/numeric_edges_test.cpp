@@ -49,7 +49,7 @@ std::vector<Verb> verbs() {
   const std::vector<const OptionRange*> timing = {&k_min_improvement_range, &k_max_aa_range, &k_repetitions_range,
                                                   &k_max_blocks_range, &k_warmups_range, &k_samples_range,
                                                   &k_max_minutes_range, &k_timeout_range, &k_layouts_range,
-                                                  &k_seed_range};
+                                                  &k_seed_range, &k_lock_timeout_range};
   return {
       {"check", "t --impl a.cpp", {&k_timeout_range, &k_seed_range, &k_calls_range},
        [](CLI::App& app) { add_check_options(app, check = CheckArgs{}); }},
