@@ -88,10 +88,12 @@ const std::vector<Tool>& tools() {
         k_backend,
         {"cases", Kind::strings, false, "--case", "Only these cases (default: every case)"},
         {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call"},
-        {"seed", Kind::integer, false, "--seed", "Data nonce: 0 uses the task's published seeds, another draws fresh data"},
+        {"seed", Kind::integer, false, "--seed",
+         "Data nonce: 0 uses the task's published seeds, another draws fresh data"},
         {"calls", Kind::integer, false, "--calls", "Calls per case, each with fresh data"},
         {"held_out", Kind::boolean, false, "--held-out",
-         "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final validation does"},
+         "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final validation "
+         "does"},
         {"exhaustive", Kind::boolean, false, "--exhaustive",
          "Run every case even after the worker failed in one (timeout, crash, sandbox violation); by default the "
          "check stops there and lists the cases not run"}},
@@ -282,7 +284,9 @@ nlohmann::json cli_default(const Tool& tool, const Param& p) {
   if (p.flag[0] != '-' || p.kind == Kind::strings) return nullptr;
   const CLI::App* verb = command_line().get_subcommand(tool.verb);
   const CLI::Option* option = verb->get_option_no_throw(p.flag);
-  if (option == nullptr) throw InternalError(fmt::format("kwb mcp: tool {}: kwb {} has no option {}", tool.name, tool.verb, p.flag));
+  if (option == nullptr) {
+    throw InternalError(fmt::format("kwb mcp: tool {}: kwb {} has no option {}", tool.name, tool.verb, p.flag));
+  }
   const std::string text = option->get_default_str();
   if (text.empty()) return nullptr;
   switch (p.kind) {
@@ -404,7 +408,10 @@ nlohmann::json tool_list() {
                       {"idempotentHint", t.hints.idempotent},
                       {"openWorldHint", false}}},
                     {"inputSchema",
-                     {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}}},
+                     {{"type", "object"},
+                      {"properties", props},
+                      {"required", required},
+                      {"additionalProperties", false}}},
                     {"outputSchema", output_schema(t)}});
   }
   return list;

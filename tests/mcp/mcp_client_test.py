@@ -119,7 +119,8 @@ async def run(kwb, src, tmp, task):
                     "validate's input schema names the backends and gates")
             require(props["max_minutes"]["minimum"] > 0 and props["layouts"]["maximum"] == 64,
                     "and the command line's ranges")
-            require({"control", "exhaustive", "seed", "calls", "held_out"} <= set(tools["check"].input_schema["properties"]),
+            check_args = set(tools["check"].input_schema["properties"])
+            require({"control", "exhaustive", "seed", "calls", "held_out"} <= check_args,
                     "check takes control, exhaustive, seed, calls, held_out")
 
             listed = await agent.call("list_tasks", {"root": "tasks"})
@@ -173,7 +174,8 @@ async def run(kwb, src, tmp, task):
                                               "layouts": 2})
             seconds = time.monotonic() - started
             d = v.structured_content["result"]
-            require(not v.is_error and d["decision"] == "KEEP_BASELINE" and d["reason_codes"] == ["candidate_not_built"],
+            require(not v.is_error and d["decision"] == "KEEP_BASELINE"
+                    and d["reason_codes"] == ["candidate_not_built"],
                     f"validate of a source that does not compile decides KEEP_BASELINE, candidate_not_built: "
                     f"{v.content[0].text[:300]}")
             require("build_failed" in d["reasons"][0] and compiler_line.search(v.content[0].text),
@@ -188,8 +190,8 @@ async def run(kwb, src, tmp, task):
             # message in the text and in the structured result's stderr.
             missing = await agent.call("check", {"task": os.path.join(tmp, "no-such-task"), "impl": broken})
             msc = missing.structured_content
-            require(missing.is_error and msc["result"] is None and msc["exit_code"] > 3 and "no-such-task" in msc["stderr"]
-                    and "no-such-task" in missing.content[0].text,
+            require(missing.is_error and msc["result"] is None and msc["exit_code"] > 3
+                    and "no-such-task" in msc["stderr"] and "no-such-task" in missing.content[0].text,
                     f"a call that fails outright carries kwb's message: {missing.content[0].text[:200]}")
 
             # compare against a control: both are checked first, and the rejected one is never timed.

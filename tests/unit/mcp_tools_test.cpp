@@ -12,7 +12,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -154,9 +156,9 @@ TEST(McpTools, kwb_carries_every_schema_file_as_it_is) {
 // verb's output fail its own schema (whose objects reject unknown fields).
 TEST(McpTools, every_tool_declares_its_result_with_the_verbs_own_schema) {
   const std::map<std::string, std::string> result_schema = {
-      {"check", "kwb.check"},   {"compare", "kwb.compare"}, {"validate", "kwb.decision"}, {"revalidate", "kwb.decision"},
-      {"profile", "kwb.profile"}, {"verify", "kwb.verify"},  {"keep", "kwb.keep"},         {"history", "kwb.history"},
-      {"list_tasks", "kwb.tasks"}};
+      {"check", "kwb.check"},     {"compare", "kwb.compare"}, {"validate", "kwb.decision"},
+      {"revalidate", "kwb.decision"}, {"profile", "kwb.profile"}, {"verify", "kwb.verify"},
+      {"keep", "kwb.keep"},       {"history", "kwb.history"}, {"list_tasks", "kwb.tasks"}};
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
     const nlohmann::json& o = t["outputSchema"];
