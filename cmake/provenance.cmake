@@ -4,6 +4,7 @@
 # at the last build, not at the last configure. OUT is rewritten only when its content changes, so an unchanged
 # tree recompiles nothing. Outside a git checkout both are unknown.
 #   cmake -DSOURCE_DIR=... -DOUT=... -P provenance.cmake
+include(${CMAKE_CURRENT_LIST_DIR}/write_if_changed.cmake)
 find_package(Git QUIET)
 set(sha "")
 set(dirty "std::nullopt")
@@ -36,10 +37,4 @@ Provenance build_provenance() { return {\"${sha}\", ${dirty}}; }
 
 }  // namespace kwb
 ")
-set(old "")
-if(EXISTS ${OUT})
-  file(READ ${OUT} old)
-endif()
-if(NOT old STREQUAL text)
-  file(WRITE ${OUT} "${text}")
-endif()
+write_if_changed(${OUT} "${text}")

@@ -9,7 +9,7 @@ bash scripts/setup.sh
 # network more than on the CPU.
 venv="build/$preset/mcp-venv"
 make_venv() {
-  if ! "$venv/bin/python" -c "import mcp" 2>/dev/null; then
+  if ! "$venv/bin/python" -c "import mcp, jsonschema" 2>/dev/null; then
     python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/mcp/requirements.txt
   fi

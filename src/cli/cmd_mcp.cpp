@@ -207,9 +207,8 @@ private:
     if (m_calls.contains(id.dump())) throw mcp::InvalidParams("tools/call: a call with this id is still running");
     if (mcp::runs_in_process(tool)) {
       const nlohmann::json out = mcp::list_tasks(args);
-      return reply(id, {{"content", {{{"type", "text"}, {"text", fmt::format("{} task(s)", out["tasks"].size())}}}},
-                        {"structuredContent", out},
-                        {"isError", false}});
+      return reply(id, tool_result(fmt::format("{} task(s)", out["tasks"].size()), mcp::structured_result(out, 0, ""),
+                                   false));
     }
     std::vector<std::string> argv = mcp::tool_argv(tool, args);
     argv.insert(argv.begin(), m_exe);
@@ -262,9 +261,10 @@ private:
     if (c.cancelled) return;  // a cancelled request gets no response (MCP, "Cancellation")
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     const nlohmann::json out = nlohmann::json::parse(c.out_text, nullptr, false);
-    // Verdicts and decisions (0-3) are results, whatever they say; anything else is the call failing. A failing
-    // call that still wrote its JSON result (a candidate that does not compile: check exits 65 with the compiler's
-    // errors in its failures) keeps it, and its summary says what failed; otherwise the text is kwb's stderr.
+    // Verdicts and decisions (0-3) are results, whatever they say; anything else is the call failing (isError).
+    // Either way the result carries the verb's JSON and its stderr: a failing call that still wrote its JSON (a
+    // candidate that does not compile: check exits 65 with the compiler's errors in its failures) keeps it, and
+    // its summary says what failed; without JSON the text ends with kwb's stderr.
     const bool result = code <= 3 && out.is_object();
     auto tail = [](const std::string& s) { return s.size() > 4000 ? s.substr(s.size() - 4000) : s; };
     std::string text = result            ? mcp::summary(c.tool, c.arguments, out, code)
@@ -273,12 +273,15 @@ private:
                                          : fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
                                                        c.err_text.empty() ? std::string("no output")
                                                                           : tail(c.err_text));
-    nlohmann::json r = {{"content", {{{"type", "text"}, {"text", text}}}}, {"isError", !result}};
-    if (out.is_object()) {
-      r["structuredContent"] = out;
-      r["structuredContent"]["exit_code"] = code;
-    }
-    reply(c.id, r);
+    reply(c.id, tool_result(text, mcp::structured_result(out, code, c.err_text), !result));
+  }
+
+  // A tools/call result: the line to read first, then structuredContent serialized as text too (MCP asks for it,
+  // for clients that read only text).
+  static nlohmann::json tool_result(const std::string& text, const nlohmann::json& structured, bool is_error) {
+    return {{"content", {{{"type", "text"}, {"text", text}}, {{"type", "text"}, {"text", json_text(structured)}}}},
+            {"structuredContent", structured},
+            {"isError", is_error}};
   }
 
   std::string m_exe;

@@ -1,13 +1,19 @@
 #include "cli/mcp_tools.h"
 
+#include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/schema_files.h"
 #include "task/task.h"
+#include "util/error.h"
+#include "util/fs.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 namespace kwb::cli::mcp {
@@ -23,6 +29,7 @@ struct Param {
   bool required;
   const char* flag;  // "" for the positional argument; for a boolean, the flag given when true
   const char* description;
+  std::vector<std::string> choices = {};  // a string's only values (its schema's enum), when the CLI fixes them
 };
 
 // What a client may assume of a tool (MCP's tool annotations): read_only changes nothing a later call depends on
@@ -37,82 +44,111 @@ struct Hints {
 struct Tool {
   const char* name;
   const char* verb;
+  const char* result;  // the schema of the verb's JSON: schemas/<result>.schema.json
   const char* description;
   std::vector<Param> params;
   Hints hints = {};
 };
 
 const Param k_task{"task", Kind::string, true, "", "Task folder (holding task.toml)"};
-const Param k_backend{"backend", Kind::string, false, "--backend", "cpu (default), opencl or cuda"};
+const Param k_backend{"backend", Kind::string, false, "--backend", "Where the implementation runs", backend_names()};
 const Param k_workloads{"workloads", Kind::strings, false, "--workload",
-                        "Only these timing cases (default: every timing case of the task)"};
+                        "Only these timing cases (default: every timing case of the task; list_tasks names them)"};
 const Param k_max_minutes{"max_minutes", Kind::number, false, "--max-minutes",
                           "Timing budget per workload comparison, in minutes"};
 const Param k_min_improvement{"min_improvement_pct", Kind::number, false, "--min-improvement-pct",
-                              "Improvement the candidate must show on every workload (default 0)"};
+                              "Improvement the candidate must show on every workload, in percent"};
+const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
+                     "A/A: largest |A' vs A| accepted as the noise floor, in percent"};
+const Param k_gate{"gate", Kind::string, false, "--gate",
+                   "ci: the whole interval must clear the bar; point: the median must (legacy)", gate_names()};
+const Param k_cold{"cold", Kind::boolean, false, "--cold",
+                   "Flush caches before every timed call, outside the timer (default: warm)"};
+const Param k_timeout{"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call, timed or checked"};
+const Param k_repetitions{"repetitions", Kind::integer, false, "--repetitions",
+                          "Minimum blocks per comparison (the first look)"};
+const Param k_layouts{"layouts", Kind::integer, false, "--layouts",
+                      "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)"};
 const Param k_no_profile{"no_profile", Kind::boolean, false, "--no-profile",
                          "Skip the profile stage (descriptive; the decision never depends on it)"};
-const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
-                     "A/A: largest |A' vs A| accepted as the noise floor (default 1)"};
+const Param k_bundle_seed{"seed", Kind::integer, false, "--seed",
+                          "Seed for everything random (default: drawn, recorded in the plan)"};
+const Param k_output_dir{"output_dir", Kind::string, true, "--output-dir",
+                         "Evidence bundle folder (must not exist yet)"};
 
 const std::vector<Tool>& tools() {
   static const std::vector<Tool> t = {
-      {"check", "check",
-       "Check an implementation against the task's oracle: correctness only, no timing. A rejected implementation "
-       "gets its failure reasons and no metric.",
+      {"check", "check", "kwb.check",
+       "Check an implementation (impl: a source file) or one of the task's error controls (control: its name) "
+       "against the task's oracle: correctness only, no timing. A rejected implementation gets its failure reasons "
+       "and no metric; a source that does not compile is rejected with build_failed and the compiler's output.",
        {k_task,
-        {"impl", Kind::string, true, "--impl", "Implementation source file"},
+        {"impl", Kind::string, false, "--impl", "Implementation source file (or give control)"},
+        {"control", Kind::string, false, "--control", "One of the task's error controls, by name (instead of impl)"},
         k_backend,
         {"cases", Kind::strings, false, "--case", "Only these cases (default: every case)"},
-        {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call (default 60)"}},
+        {"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call"},
+        {"seed", Kind::integer, false, "--seed",
+         "Data nonce: 0 uses the task's published seeds, another draws fresh data"},
+        {"calls", Kind::integer, false, "--calls", "Calls per case, each with fresh data"},
+        {"held_out", Kind::boolean, false, "--held-out",
+         "Also run held-out cases (perturbed shapes, fresh data) and rehearse a timing visit, as final validation "
+         "does"},
+        {"exhaustive", Kind::boolean, false, "--exhaustive",
+         "Run every case even after the worker failed in one (timeout, crash, sandbox violation); by default the "
+         "check stops there and lists the cases not run"}},
        {.read_only = true, .idempotent = true}},
-      {"compare", "compare",
+      {"compare", "compare", "kwb.compare",
        "Time a candidate against a baseline with interleaved A/B blocks (or A/A with aa=true). Both are checked "
        "first; a rejected one is never timed. For exploring: a decision to keep comes from validate.",
        {k_task,
         {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement}},
-      {"validate", "validate",
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout,
+        {"seed", Kind::integer, false, "--seed", "Seed for block orders and timed data"},
+        {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}}},
+      {"validate", "validate", "kwb.decision",
        "The whole workflow into an evidence bundle: freeze the plan, check baseline and candidate, controls, "
        "profile, A/A calibration, A/B timing, final validation, decision (KEEP_CANDIDATE, KEEP_BASELINE, "
-       "INCONCLUSIVE, INVALID). The result names the bundle; keep it with the keep tool.",
+       "INCONCLUSIVE, INVALID) with reason codes. A candidate that does not compile is decided at once "
+       "(KEEP_BASELINE, candidate_not_built) with the compiler's output. The result names the bundle; keep it with "
+       "the keep tool.",
        {k_task,
         {"candidate", Kind::string, true, "--candidate", "Candidate source"},
-        {"output_dir", Kind::string, true, "--output-dir", "Evidence bundle folder (must not exist yet)"},
+        k_output_dir,
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"against_incumbent", Kind::boolean, false, "--against=incumbent",
          "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_no_profile,
-        {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
-      {"profile", "profile",
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_repetitions,
+        k_layouts, k_no_profile, k_bundle_seed}},
+      {"profile", "profile", "kwb.profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
        {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads},
        {.read_only = true, .idempotent = true}},
-      {"verify", "verify",
+      {"verify", "verify", "kwb.verify",
        "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
        "disagreement, and says whether the bundle is authentic (signed by a trusted key, or recorded by this "
        "machine's ledger) or self-consistent only.",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder"}},
        {.read_only = true, .idempotent = true}},
-      {"keep", "keep",
+      {"keep", "keep", "kwb.keep",
        "Make a bundle's candidate the task's incumbent: only from a bundle that verifies, that this machine's ledger "
        "recorded at the end of its run, and that decided KEEP_CANDIDATE against the current incumbent (a stale or "
        "edited bundle is refused with the reason).",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder from validate"}},
        {.destructive = true}},
-      {"revalidate", "revalidate",
+      {"revalidate", "revalidate", "kwb.decision",
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
-       {k_task, {"output_dir", Kind::string, true, "--output-dir", "Evidence bundle folder (must not exist yet)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_no_profile,
-        {"seed", Kind::integer, false, "--seed", "Seed for everything random (default: drawn, recorded)"}}},
-      {"history", "history", "The lineage of a task's kept implementations and the runs recorded in the ledger.",
+       {k_task, k_output_dir, k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold,
+        k_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
+      {"history", "history", "kwb.history",
+       "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend},
        {.read_only = true, .idempotent = true}},
-      {"list_tasks", "",
+      {"list_tasks", "", "kwb.tasks",
        "The tasks under a folder (every folder holding a task.toml): name, description, backends, timing workloads.",
        {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}},
        {.read_only = true, .idempotent = true}},
@@ -206,6 +242,10 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
       throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name,
                                       kind_name(p.kind), v->dump().substr(0, 80)));
     }
+    if (!p.choices.empty() && std::find(p.choices.begin(), p.choices.end(), v->get<std::string>()) == p.choices.end()) {
+      throw InvalidParams(fmt::format("tool {}: argument '{}' must be one of {}, not {}", tool.name, p.name,
+                                      fmt::join(p.choices, ", "), v->dump().substr(0, 80)));
+    }
     // The command line's ranges (cli/options.h), checked here too, so the call is refused naming the argument
     // rather than run as a child that refuses it.
     if (const OptionRange* range = option_range(p.flag); range != nullptr) {
@@ -218,7 +258,130 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
   return out;
 }
 
+// A range's bound as the schema states it: an integer option's as an integer (2^64 - 1 for the seed's maximum,
+// which a double rounds up to 2^64).
+nlohmann::json bound(const OptionRange& range, double v) {
+  if (!range.integer) return v;
+  constexpr uint64_t k_max = std::numeric_limits<uint64_t>::max();
+  return v >= static_cast<double>(k_max) ? k_max : static_cast<uint64_t>(v);
+}
+
+// kwb's own command line (the verbs the tools run): a tool argument's default is read from the option it becomes,
+// so the schema cannot state another default than the verb takes.
+const CLI::App& command_line() {
+  static CLI::App app;
+  static const std::vector<Action> actions = {add_check(app),  add_compare(app), add_validate(app),
+                                              add_profile(app), add_verify(app),  add_keep(app),
+                                              add_revalidate(app), add_history(app)};
+  (void)actions;  // they own what the options would parse into; nothing here parses
+  return app;
+}
+
+// What the verb takes when the argument is not given; null when it says nothing (a seed drawn at random, every
+// case, a positional argument).
+nlohmann::json cli_default(const Tool& tool, const Param& p) {
+  if (p.kind == Kind::boolean) return false;  // a flag not given
+  if (p.flag[0] != '-' || p.kind == Kind::strings) return nullptr;
+  const CLI::App* verb = command_line().get_subcommand(tool.verb);
+  const CLI::Option* option = verb->get_option_no_throw(p.flag);
+  if (option == nullptr) {
+    throw InternalError(fmt::format("kwb mcp: tool {}: kwb {} has no option {}", tool.name, tool.verb, p.flag));
+  }
+  const std::string text = option->get_default_str();
+  if (text.empty()) return nullptr;
+  switch (p.kind) {
+    case Kind::number: return std::stod(text);
+    case Kind::integer: return std::stoull(text);
+    default: return text;
+  }
+}
+
+// The schema files, parsed once, by name ("kwb.check").
+const nlohmann::json& schema_document(const std::string& name) {
+  static const std::map<std::string, nlohmann::json> docs = [] {
+    std::map<std::string, nlohmann::json> m;
+    for (const SchemaFile& f : schema_files()) m.emplace(std::string(f.name), nlohmann::json::parse(f.text));
+    return m;
+  }();
+  const auto it = docs.find(name);
+  if (it == docs.end()) {
+    throw InternalError(fmt::format("kwb mcp: schemas/{}.schema.json is not compiled into kwb", name));
+  }
+  return it->second;
+}
+
+// The names of the schema files `j` refers to ("$ref": "kwb.check.schema.json#/$defs/failure").
+void referenced_files(const nlohmann::json& j, std::vector<std::string>& names) {
+  constexpr std::string_view k_suffix = ".schema.json";
+  if (j.is_array()) {
+    for (const auto& x : j) referenced_files(x, names);
+    return;
+  }
+  if (!j.is_object()) return;
+  for (const auto& [key, value] : j.items()) {
+    if (key != "$ref" || !value.is_string()) {
+      referenced_files(value, names);
+      continue;
+    }
+    const std::string ref = value.get<std::string>();
+    const std::string file = ref.substr(0, ref.find('#'));
+    if (file.empty()) continue;  // within the same file
+    if (!file.ends_with(k_suffix)) {
+      throw InternalError(fmt::format("kwb mcp: a schema refers to '{}', not a schema file of schemas/", ref));
+    }
+    names.push_back(file.substr(0, file.size() - k_suffix.size()));
+  }
+}
+
+// `name`'s schema and every schema it refers to, directly or not, into `defs` (by name).
+void add_schema(const std::string& name, nlohmann::json& defs) {
+  if (defs.contains(name)) return;
+  defs[name] = schema_document(name);
+  std::vector<std::string> refs;
+  referenced_files(defs[name], refs);
+  for (const std::string& r : refs) add_schema(r, defs);
+}
+
+// What a call's structuredContent is (structured_result): the verb's own JSON under "result", so the schema file
+// that describes it describes it unchanged. The schema files are embedded whole, each under its "$id", which the
+// files' relative references resolve against: a validator needs nothing outside this schema.
+nlohmann::json output_schema(const Tool& t) {
+  nlohmann::json defs = nlohmann::json::object();
+  add_schema(t.result, defs);
+  return {{"$schema", "https://json-schema.org/draft/2020-12/schema"},
+          {"type", "object"},
+          {"required", {"exit_code", "result", "stderr"}},
+          {"additionalProperties", false},
+          {"properties",
+           {{"exit_code",
+             {{"type", "integer"},
+              {"minimum", 0},
+              {"maximum", 255},
+              {"description", "kwb's exit status (docs/cli.md): 0 to 3 a verdict or decision (a result, whatever it "
+                              "says); above 3 the call failed (isError), e.g. 65 for a source that does not compile"}}},
+            {"result",
+             {{"anyOf", {{{"$ref", defs[t.result]["$id"]}}, {{"type", "null"}}}},
+              {"description", fmt::format("The JSON `kwb {} --json` printed, unchanged (schemas/{}.schema.json); null "
+                                          "when it printed none: stderr says why",
+                                          t.verb[0] == '\0' ? t.name : t.verb, t.result)}}},
+            {"stderr",
+             {{"type", "string"},
+              {"description", fmt::format("The end of what kwb wrote on stderr (at most {} bytes): progress, warnings "
+                                          "and errors",
+                                          k_stderr_kept)}}}}},
+          {"$defs", defs}};
+}
+
 }  // namespace
+
+nlohmann::json structured_result(const nlohmann::json& output, int exit_code, const std::string& stderr_text) {
+  std::string err = stderr_text;
+  if (err.size() > k_stderr_kept) {
+    err.erase(0, err.size() - k_stderr_kept);
+    if (const size_t nl = err.find('\n'); nl != std::string::npos) err.erase(0, nl + 1);  // whole lines only
+  }
+  return {{"exit_code", exit_code}, {"result", output.is_object() ? output : nlohmann::json()}, {"stderr", err}};
+}
 
 nlohmann::json tool_list() {
   nlohmann::json list = nlohmann::json::array();
@@ -229,9 +392,11 @@ nlohmann::json tool_list() {
       nlohmann::json s = schema_of(p.kind);
       s["description"] = p.description;
       if (const OptionRange* range = option_range(p.flag); range != nullptr) {
-        s["minimum"] = range->min;
-        s["maximum"] = range->max;
+        s["minimum"] = bound(*range, range->min);
+        s["maximum"] = bound(*range, range->max);
       }
+      if (!p.choices.empty()) s["enum"] = p.choices;
+      if (nlohmann::json d = cli_default(t, p); !d.is_null()) s["default"] = d;
       props[p.name] = s;
       if (p.required) required.push_back(p.name);
     }
@@ -243,7 +408,11 @@ nlohmann::json tool_list() {
                       {"idempotentHint", t.hints.idempotent},
                       {"openWorldHint", false}}},
                     {"inputSchema",
-                     {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}}}});
+                     {{"type", "object"},
+                      {"properties", props},
+                      {"required", required},
+                      {"additionalProperties", false}}},
+                    {"outputSchema", output_schema(t)}});
   }
   return list;
 }
@@ -254,13 +423,17 @@ std::vector<std::string> tool_argv(const std::string& name, const nlohmann::json
   const Tool& tool = find_tool(name);
   if (tool.verb[0] == '\0') throw InvalidParams(fmt::format("tool {} runs in the server", name));
   const auto values = checked(tool, args);
+  auto given = [&](const char* key) { return args.is_object() && args.contains(key) && !args[key].is_null(); };
+  if (name == "check" && given("impl") == given("control")) {
+    throw InvalidParams(given("impl") ? "tool check: 'impl' and 'control' name two implementations: give one"
+                                      : "tool check: argument 'impl' is required (a source file), or 'control' (one "
+                                        "of the task's error controls, by name)");
+  }
   if (name == "compare") {
     const bool aa = args.is_object() && args.value("aa", false);
-    const bool candidate = args.is_object() && args.contains("candidate") && !args["candidate"].is_null();
-    if (aa == candidate) throw InvalidParams("tool compare: give either 'candidate' or 'aa': true (not both)");
+    if (aa == given("candidate")) throw InvalidParams("tool compare: give either 'candidate' or 'aa': true (not both)");
   }
-  if (name == "validate" && args.value("against_incumbent", false) && args.contains("baseline") &&
-      !args["baseline"].is_null()) {
+  if (name == "validate" && args.value("against_incumbent", false) && given("baseline")) {
     throw InvalidParams("tool validate: 'baseline' and 'against_incumbent' name two baselines: give one");
   }
   std::vector<std::string> argv = {tool.verb};
@@ -331,6 +504,24 @@ nlohmann::json list_tasks(const nlohmann::json& args) {
   return {{"schema", "kwb.tasks"}, {"schema_version", 1}, {"root", root.string()}, {"tasks", tasks}};
 }
 
+namespace {
+
+// A rejected check's first failure in its own words: for a source that does not compile, the compiler's lines.
+std::string first_failure(const nlohmann::json& report) {
+  if (!report.contains("failures") || !report["failures"].is_array() || report["failures"].empty() ||
+      !report["failures"][0].is_object()) {
+    return "";
+  }
+  const nlohmann::json& f = report["failures"][0];
+  std::string detail = f.value("detail", std::string());
+  if (detail.size() > 4000) detail = detail.substr(0, 4000) + "...";
+  const std::string case_name = f.value("case", std::string());
+  return fmt::format("\nfirst failure: {} ({}{}): {}", f.value("reason", std::string("?")),
+                     f.value("assertion", std::string("?")), case_name.empty() ? "" : ", case " + case_name, detail);
+}
+
+}  // namespace
+
 std::string summary(const std::string& tool, const nlohmann::json& args, const nlohmann::json& out, int exit_code) {
   if (!out.is_object()) return fmt::format("kwb {} exited {} without a result", tool, exit_code);
   auto reasons = [&](const nlohmann::json& j, const char* key) {
@@ -348,25 +539,25 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
   if (tool == "check") {
     const std::string verdict = out.value("verdict", "?");
     if (verdict == "PASS") return "check PASS: every assertion passed";
-    // The first failure's own words: for a source that does not compile, the compiler's error lines.
-    std::string first;
-    if (out.contains("failures") && out["failures"].is_array() && !out["failures"].empty() &&
-        out["failures"][0].is_object()) {
-      const nlohmann::json& f = out["failures"][0];
-      std::string detail = f.value("detail", std::string());
-      if (detail.size() > 4000) detail = detail.substr(0, 4000) + "...";
-      first = fmt::format("\nfirst failure: {} ({}{}): {}", f.value("reason", std::string("?")),
-                          f.value("assertion", std::string("?")),
-                          f.value("case", std::string()).empty() ? "" : ", case " + f.value("case", std::string()),
-                          detail);
-    }
     return fmt::format("check {}: rejected for {}. Rejected code has no metric: it is never timed.{}", verdict,
-                       fmt::join(reasons(out, "failures"), ", "), first);
+                       fmt::join(reasons(out, "failures"), ", "), first_failure(out));
   }
   if (tool == "validate" || tool == "revalidate") {
-    return fmt::format("{} {}: {}. bundle: {}", tool, out.value("decision", "?"),
-                       fmt::join(reasons(out, "reasons"), "; "),
-                       std::filesystem::absolute(args.value("output_dir", std::string())).string());
+    const std::filesystem::path bundle = std::filesystem::absolute(args.value("output_dir", std::string()));
+    // A candidate that does not compile: the compiler's lines, from the bundle's check of it, so the agent reads
+    // them without opening the bundle.
+    std::string compiler;
+    const nlohmann::json codes = out.value("reason_codes", nlohmann::json::array());
+    if (std::find(codes.begin(), codes.end(), "candidate_not_built") != codes.end()) {
+      try {
+        compiler = first_failure(nlohmann::json::parse(read_file(bundle / "checks" / "candidate.json")));
+      } catch (const std::exception& e) {
+        compiler = fmt::format("\n(the compiler's output is in checks/candidate.json, which could not be read: {})",
+                               e.what());
+      }
+    }
+    return fmt::format("{} {}: {}. bundle: {}{}", tool, out.value("decision", "?"),
+                       fmt::join(reasons(out, "reasons"), "; "), bundle.string(), compiler);
   }
   if (tool == "compare") {
     std::vector<std::string> parts;

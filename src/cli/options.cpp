@@ -77,6 +77,8 @@ CLI::Validator in_range(const OptionRange& range) {
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
 
+std::vector<std::string> gate_names() { return {gate_name(stats::GateKind::ci), gate_name(stats::GateKind::point)}; }
+
 void add_backend_option(CLI::App& app, BackendKind& backend) {
   // The name is checked first, so the callback's parse cannot fail.
   app.add_option_function<std::string>(
@@ -135,7 +137,7 @@ CheckOptions check_options(const CheckArgs& a) {
 void add_timing_options(CLI::App& app, TimingArgs& a) {
   add_backend_option(app, a.backend);
   app.add_option("--gate", a.gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
-      ->check(CLI::IsMember({"ci", "point"}))->capture_default_str();
+      ->check(CLI::IsMember(gate_names()))->capture_default_str();
   app.add_option("--min-improvement-pct", a.min_improvement_pct,
                  "Improvement the candidate must show on every workload")->capture_default_str()
       ->check(in_range(k_min_improvement_range));

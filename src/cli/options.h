@@ -60,6 +60,8 @@ void add_backend_option(CLI::App& app, BackendKind& backend);
 
 // "ci" or "point", as --gate spells them.
 std::string gate_name(stats::GateKind kind);
+// Every value --gate takes.
+std::vector<std::string> gate_names();
 
 // ---- check ----------------------------------------------------------------------------------------------------------
 

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
 """`kwb mcp` driven by a real MCP client: the Python `mcp` SDK (a test-only dependency from PyPI, installed by
-scripts/test.sh into build/<preset>/mcp-venv).
+scripts/test.sh into build/<preset>/mcp-venv, with jsonschema), as an agent's loop would drive it.
 
     mcp_client_test.py KWB_BINARY SOURCE_DIR [TASK_DIR]
 
 TASK_DIR is the RMSNorm task to call the tools on (default tasks/rmsnorm under SOURCE_DIR, the server's folder;
 CTest passes the copy without the DRAM case).
 
-It initializes, lists the tools, lists the tasks, sends a call with a missing argument (a JSON-RPC error naming
-the field), checks a control (rejected, with reasons and no metric), validates the fused RMSNorm (KEEP_CANDIDATE,
-the bundle's path, progress notifications on the way), keeps it, reads the history, and cancels a long compare
-(its kwb process ends, the server goes on). Exits 0 when every step held, 1 with the step that failed.
+It initializes, lists the tools (each with an output schema) and the tasks, sends a call with a missing argument (a
+JSON-RPC error naming the field), checks a control (rejected, with reasons and no metric), checks a source that
+does not compile (the compiler's lines reach the result), validates it (decided at once: candidate_not_built, with
+the compiler's lines), compares against a control (refused, never timed), validates the fused RMSNorm
+(KEEP_CANDIDATE, the bundle's path, progress notifications on the way), keeps it, reads the history, cancels a
+running validate (its kwb process ends, the server goes on, history shows the run as INTERRUPTED), and validates
+against the incumbent after its source file was overwritten (the bundle's copy of it is the baseline). Every
+structured result, failed calls' included, must validate against the output schema its tool declares. Exits 0 when
+every step held, 1 with the step that failed.
 """
 import asyncio
 import os
@@ -20,11 +25,18 @@ import tempfile
 import time
 
 try:
+    import hashlib
+    import json
+    import re
+
+    import jsonschema
+    from referencing import Registry
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
     from mcp.shared.exceptions import MCPError
 except ImportError as e:  # a missing client is a failure of the test setup, never a pass
-    print(f"FAIL: the Python mcp SDK is not importable ({e}); scripts/test.sh installs it into build/<preset>/mcp-venv")
+    print(f"FAIL: the Python mcp SDK or jsonschema is not importable ({e}); scripts/test.sh installs them into "
+          "build/<preset>/mcp-venv (tests/mcp/requirements.txt)")
     sys.exit(1)
 
 
@@ -49,21 +61,70 @@ def processes_with(marker):
     return found
 
 
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+class Agent:
+    """The client's session, with every tool result checked against the output schema its tool declared."""
+
+    def __init__(self, session):
+        self.s = session
+        self.validators = {}
+        self.validated = {}
+
+    async def list_tools(self):
+        tools = {t.name: t for t in (await self.s.list_tools()).tools}
+        for name, t in tools.items():
+            require(t.output_schema is not None, f"{name} declares an output schema")
+            cls = jsonschema.validators.validator_for(t.output_schema)
+            cls.check_schema(t.output_schema)
+            # As the SDK does: an empty registry, so every $ref must resolve inside the declared schema itself.
+            self.validators[name] = cls(t.output_schema, registry=Registry())
+        return tools
+
+    async def call(self, name, arguments, **kw):
+        r = await self.s.call_tool(name, arguments, **kw)
+        sc = r.structured_content
+        require(isinstance(sc, dict), f"{name}: the result has structured content (isError {r.is_error})")
+        errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message[:300]}"
+                  for e in self.validators[name].iter_errors(sc)]
+        if errors:
+            raise AssertionError(f"{name}: the structured result does not fit the tool's output schema: {errors[:5]}")
+        self.validated[name] = self.validated.get(name, 0) + 1
+        # MCP: the structured content is also given as text, for clients that read only text.
+        require(any(c.type == "text" and c.text.startswith("{") and json.loads(c.text) == sc for c in r.content),
+                f"{name}: the structured result is valid against its output schema, and also given as text")
+        return r
+
+
 async def run(kwb, src, tmp, task):
     env = {"KWB_LEDGER": os.path.join(tmp, "ledger.sqlite"), "KWB_TIMING_LOCK": os.path.join(tmp, "timing.lock")}
+    if os.environ.get("KWB_CACHE_DIR"):
+        env["KWB_CACHE_DIR"] = os.environ["KWB_CACHE_DIR"]
     server = StdioServerParameters(command=kwb, args=["mcp"], env=env, cwd=src)
     async with stdio_client(server) as (read, write):
         async with ClientSession(read, write) as s:
+            agent = Agent(s)
             init = await s.initialize()
             require(init.server_info.name == "kwb", "initialize: the server is kwb")
 
-            tools = {t.name: t for t in (await s.list_tools()).tools}
-            expected = {"check", "compare", "validate", "profile", "verify", "history", "keep", "list_tasks"}
+            tools = await agent.list_tools()
+            expected = {"check", "compare", "validate", "revalidate", "profile", "verify", "history", "keep",
+                        "list_tasks"}
             require(expected <= set(tools), f"tools/list offers {sorted(expected)}")
-            require("impl" in tools["check"].input_schema["required"], "check's input schema requires 'impl'")
+            props = tools["validate"].input_schema["properties"]
+            require(props["backend"]["enum"] == ["cpu", "opencl", "cuda"] and props["gate"]["enum"] == ["ci", "point"],
+                    "validate's input schema names the backends and gates")
+            require(props["max_minutes"]["minimum"] > 0 and props["layouts"]["maximum"] == 64,
+                    "and the command line's ranges")
+            check_args = set(tools["check"].input_schema["properties"])
+            require({"control", "exhaustive", "seed", "calls", "held_out"} <= check_args,
+                    "check takes control, exhaustive, seed, calls, held_out")
 
-            listed = await s.call_tool("list_tasks", {"root": "tasks"})
-            names = [t.get("name") for t in listed.structured_content["tasks"]]
+            listed = await agent.call("list_tasks", {"root": "tasks"})
+            names = [t.get("name") for t in listed.structured_content["result"]["tasks"]]
             require("rmsnorm" in names, "list_tasks finds rmsnorm")
 
             try:
@@ -78,11 +139,11 @@ async def run(kwb, src, tmp, task):
             except MCPError as e:
                 require(e.error.code == -32602 and "'impl'" in e.error.message, "a wrongly typed argument is refused")
 
-            control = await s.call_tool("check", {"task": task,
-                                                  "impl": f"{task}/cpu/controls/no_weight.cpp",
-                                                  "cases": ["normal_scale4", "uniform_offset"]})
-            sc = control.structured_content
-            require(not control.is_error and sc["verdict"] == "FAIL", "the control is rejected (a result, not an error)")
+            control = await agent.call("check", {"task": task, "control": "no_weight",
+                                                 "cases": ["normal_scale4", "uniform_offset"], "calls": 1})
+            sc = control.structured_content["result"]
+            require(not control.is_error and control.structured_content["exit_code"] == 1 and sc["verdict"] == "FAIL",
+                    "the control, named as the task names it, is rejected (a result, not an error)")
             reasons = {f["reason"] for f in sc["failures"]}
             require("numeric_mismatch" in reasons, f"with its reason: {sorted(reasons)}")
             require("improvement_pct" not in str(sc) and "workloads" not in sc, "and no metric")
@@ -94,68 +155,137 @@ async def run(kwb, src, tmp, task):
             with open(broken, "w") as f:
                 f.write('#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n'
                         'extern "C" KWB_EXPORT int kwb_run(const kwb_call* c) { return no_such_function(c); }\n')
-            failed = await s.call_tool("check", {"task": task, "impl": broken})
+            compiler_line = re.compile(r"broken\.cpp:3:\d+: error: .*no_such_function")
+            failed = await agent.call("check", {"task": task, "impl": broken})
             text = failed.content[0].text
             require(failed.is_error and "exit 65" in text, f"a build failure is a failed call with its exit code: {text}")
-            require("build_failed" in text and "no_such_function" in text and "error" in text,
-                    f"and its text carries the compiler's error: {text[:300]}")
-            fsc = failed.structured_content or {}
-            require(fsc.get("exit_code") == 65 and fsc.get("failures", [{}])[0].get("reason") == "build_failed",
-                    "and the check's JSON result comes with it")
+            require("build_failed" in text and compiler_line.search(text),
+                    f"and its text carries the compiler's error line: {text[:300]}")
+            fsc = failed.structured_content
+            require(fsc["exit_code"] == 65 and fsc["result"]["failures"][0]["reason"] == "build_failed"
+                    and compiler_line.search(fsc["result"]["failures"][0]["detail"]),
+                    "and the check's JSON result comes with it, unchanged, with the compiler's lines")
+
+            # validate of that source: decided at once, with the reason code and the compiler's lines.
+            started = time.monotonic()
+            nobuild = os.path.join(tmp, "nobuild")
+            v = await agent.call("validate", {"task": task, "candidate": broken, "output_dir": nobuild,
+                                              "workloads": ["decode"], "max_minutes": 0.1, "no_profile": True,
+                                              "layouts": 2})
+            seconds = time.monotonic() - started
+            d = v.structured_content["result"]
+            require(not v.is_error and d["decision"] == "KEEP_BASELINE"
+                    and d["reason_codes"] == ["candidate_not_built"],
+                    f"validate of a source that does not compile decides KEEP_BASELINE, candidate_not_built: "
+                    f"{v.content[0].text[:300]}")
+            require("build_failed" in d["reasons"][0] and compiler_line.search(v.content[0].text),
+                    "its reason says build_failed and the text quotes the compiler")
+            with open(os.path.join(nobuild, "stages.json")) as f:
+                stages = {st["name"]: st["status"] for st in json.load(f)["stages"]}
+            require(all(stages[n] == "skipped" for n in ("check_baseline", "controls", "aa", "ab")),
+                    f"nothing is checked or timed first: {stages}")
+            require(seconds < 30, f"and it is decided in seconds ({seconds:.1f} s)")
+
+            # A call that fails before the verb decides anything (no such task): a result with no JSON, and kwb's
+            # message in the text and in the structured result's stderr.
+            missing = await agent.call("check", {"task": os.path.join(tmp, "no-such-task"), "impl": broken})
+            msc = missing.structured_content
+            require(missing.is_error and msc["result"] is None and msc["exit_code"] > 3
+                    and "no-such-task" in msc["stderr"] and "no-such-task" in missing.content[0].text,
+                    f"a call that fails outright carries kwb's message: {missing.content[0].text[:200]}")
+
+            # compare against a control: both are checked first, and the rejected one is never timed.
+            refused = await agent.call("compare", {"task": task, "candidate": f"{task}/cpu/controls/no_weight.cpp",
+                                                   "workloads": ["decode"], "max_minutes": 0.05, "gate": "ci",
+                                                   "seed": 7, "timeout_seconds": 30, "cold": False,
+                                                   "output_dir": os.path.join(tmp, "refused-compare")})
+            rsc = refused.structured_content["result"]
+            require(rsc["verdict"] == "REFUSED" and rsc["refused"] and rsc["workloads"] == [],
+                    f"a compare against a control is refused, never timed: {refused.content[0].text[:200]}")
 
             progress = []
 
             async def on_progress(p, total, message):
                 progress.append(message)
 
+            # The agent's candidate lives in its own file, which it will overwrite later (agents do).
+            candidate = os.path.join(tmp, "candidate.cpp")
+            shutil.copy(os.path.join(src, task, "cpu/fused.cpp"), candidate)
             bundle = os.path.join(tmp, "bundle")
-            v = await s.call_tool("validate", {"task": task, "candidate": f"{task}/cpu/fused.cpp",
-                                               "output_dir": bundle, "workloads": ["decode"], "max_minutes": 0.15,
-                                               "max_aa_difference_pct": 25, "against_incumbent": True},
-                                  progress_callback=on_progress)
+            v = await agent.call("validate", {"task": task, "candidate": candidate,
+                                              "output_dir": bundle, "workloads": ["decode"], "max_minutes": 0.15,
+                                              "max_aa_difference_pct": 25, "against_incumbent": True,
+                                              "no_profile": True},
+                                 progress_callback=on_progress)
             require(not v.is_error, "validate ran")
-            require(v.structured_content["decision"] == "KEEP_CANDIDATE",
+            require(v.structured_content["result"]["decision"] == "KEEP_CANDIDATE",
                     f"validate of the fused kernel decides KEEP_CANDIDATE: {v.content[0].text}")
             require(bundle in v.content[0].text, "the result names the bundle")
             require(any("A/A" in m or "freeze" in m for m in progress if m),
                     f"progress notifications came during validate ({len(progress)})")
 
-            verified = await s.call_tool("verify", {"bundle": bundle})
-            require(verified.structured_content["ok"] is True, "the bundle verifies")
-            kept = await s.call_tool("keep", {"bundle": bundle})
-            require(kept.structured_content["kept"] is True, f"keep: {kept.content[0].text}")
-            history = await s.call_tool("history", {"task": task})
-            lineage = history.structured_content["lineage"]
-            require(len(lineage) == 2 and lineage[1]["source"].endswith("fused.cpp"),
+            verified = await agent.call("verify", {"bundle": bundle})
+            require(verified.structured_content["result"]["ok"] is True, "the bundle verifies")
+            kept = await agent.call("keep", {"bundle": bundle})
+            require(kept.structured_content["result"]["kept"] is True, f"keep: {kept.content[0].text}")
+            history = await agent.call("history", {"task": task})
+            lineage = history.structured_content["result"]["lineage"]
+            require(len(lineage) == 2 and lineage[1]["source"].endswith("candidate.cpp"),
                     "history shows the baseline and the kept fused kernel")
 
-            # Cancellation: a long compare, cancelled once it is running, ends its kwb; the server goes on.
-            marker_dir = os.path.join(tmp, "cancel-me")
-            os.makedirs(marker_dir)
-            baseline = os.path.join(marker_dir, "baseline.cpp")
-            shutil.copy(os.path.join(src, task, "cpu/baseline.cpp"), baseline)
-            started = asyncio.Event()
+            # Cancellation: a long validate, cancelled once its plan is frozen, ends its kwb; the server goes on, and
+            # the run is a row of the ledger: INTERRUPTED.
+            cancelled = os.path.join(tmp, "cancel-me")
+            frozen = asyncio.Event()
 
-            async def on_compare_progress(p, total, message):
-                started.set()
+            async def on_validate_progress(p, total, message):
+                if message and "plan digest" in message:
+                    frozen.set()
 
-            call = asyncio.create_task(s.call_tool(
-                "compare", {"task": task, "candidate": f"{task}/cpu/fused.cpp",
-                            "baseline": baseline, "workloads": ["decode"], "max_minutes": 5},
-                progress_callback=on_compare_progress))
-            await asyncio.wait_for(started.wait(), 120)
-            require(processes_with(marker_dir), "the compare is running as a kwb process")
+            call = asyncio.create_task(agent.call(
+                "validate", {"task": task, "candidate": f"{task}/cpu/fused.cpp", "output_dir": cancelled,
+                             "workloads": ["decode"], "max_minutes": 5, "no_profile": True},
+                progress_callback=on_validate_progress))
+            await asyncio.wait_for(frozen.wait(), 120)
+            require(processes_with(cancelled), "the validate is running as a kwb process")
             call.cancel()
             try:
                 await call
             except asyncio.CancelledError:
                 pass
             deadline = time.monotonic() + 20
-            while processes_with(marker_dir) and time.monotonic() < deadline:
+            while processes_with(cancelled) and time.monotonic() < deadline:
                 await asyncio.sleep(0.2)
-            require(not processes_with(marker_dir), "cancelling the call ended its kwb process")
+            require(not processes_with(cancelled), "cancelling the call ended its kwb process")
             await s.send_ping()
             require(True, "the server still answers after the cancellation")
+            history = await agent.call("history", {"task": task})
+            rows = [r for r in history.structured_content["result"]["runs"]
+                    if r["kind"] == "validate" and os.path.realpath(r["bundle"]) == os.path.realpath(cancelled)]
+            require(len(rows) == 1 and rows[0]["outcome"] == "INTERRUPTED",
+                    f"history shows the cancelled validate as INTERRUPTED: {rows}")
+
+            # The agent overwrites the file it kept (the incumbent's source): validate --against incumbent works
+            # from the bundle's copy of it, which is what was kept.
+            kept_sha = sha256(candidate)
+            with open(candidate, "w") as f:
+                f.write("// the agent's next attempt, not yet written\n")
+            again = os.path.join(tmp, "again")
+            v = await agent.call("validate", {"task": task, "candidate": f"{task}/cpu/fused.cpp", "output_dir": again,
+                                              "workloads": ["decode"], "max_minutes": 0.05, "layouts": 2,
+                                              "max_aa_difference_pct": 25, "against_incumbent": True,
+                                              "no_profile": True})
+            require(not v.is_error and v.structured_content["exit_code"] <= 3,
+                    f"[needs the ledger's fallback to the bundle's copy] validate --against incumbent runs after the "
+                    f"incumbent's file was overwritten: {v.content[0].text[:600]}")
+            with open(os.path.join(again, "plan.json")) as f:
+                plan = json.load(f)
+            baseline = [i for i in plan["implementations"] if i["role"] == "baseline"]
+            require(baseline and baseline[0]["identity"]["source_sha256"] == kept_sha,
+                    "its baseline is the kept source, not the overwritten file")
+
+            for name in ("list_tasks", "check", "compare", "validate", "verify", "keep", "history"):
+                require(agent.validated.get(name, 0) > 0, f"{name}'s results were checked against its output schema")
 
 
 def main():

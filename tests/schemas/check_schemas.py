@@ -185,6 +185,26 @@ def main():
         run("history", ["history", str(task), "--json"], {0})
         run("profile", ["profile", str(task), "--impl", str(fused), "--workload", "decode", "--json"], {0})
         run("profile (refused)", ["profile", str(task), "--impl", str(control), "--workload", "decode", "--json"], {1})
+        # kwb mcp's list_tasks runs in the server, not as a verb: its result (kwb.tasks), from one exchange.
+        messages = [
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "check_schemas", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "list_tasks", "arguments": {"root": str(task.parent)}}},
+        ]
+        p = None
+        try:
+            p = subprocess.run([kwb, "mcp"], input="".join(json.dumps(m) + "\n" for m in messages), cwd=tmp, env=env,
+                               capture_output=True, text=True, timeout=60)
+            replies = {m.get("id"): m for m in map(json.loads, p.stdout.splitlines())}
+            tasks = replies[2]["result"]["structuredContent"]["result"]
+            print(f"ran  mcp list_tasks: exit {p.returncode}, {len(tasks['tasks'])} task(s)", flush=True)
+            checker.check_document("mcp list_tasks", tasks)
+        except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError, KeyError, TypeError) as e:
+            checker.error("mcp list_tasks", f"no result: {type(e).__name__}: {e}; stderr:\n"
+                                            f"{p.stderr[-2000:] if p else '(kwb mcp did not run)'}")
         # The cache's records that carry a schema: check reports (compare's) and the bandwidth probe (profile's).
         for sub in ("checks", "bandwidth"):
             files = sorted((cache / sub).glob("*.json"))
