@@ -1,7 +1,10 @@
 // The loop's verbs on the ledger (ledger/ledger.h, docs/agents.md):
 //   kwb keep BUNDLE              promote a verified KEEP_CANDIDATE bundle's candidate to incumbent
-//   kwb history TASK [--backend] the lineage of kept implementations and the runs recorded for the task
-// and the recording every check, compare and validate does (record_in_ledger).
+//   kwb history TASK [--backend] the lineage of kept implementations; with --runs, the runs recorded for the task
+//                                (filtered by kind, outcome, start, count)
+// and the recording every check, compare and validate does (record_in_ledger), each in the ledger of its task
+// (ledger_path), whose file every one of them names.
+#include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/ledger.h"
 #include "cli/terminal.h"
@@ -9,20 +12,32 @@
 #include "task/task.h"
 #include "util/error.h"
 #include "util/json_text.h"
-#include "util/sha256.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
+#include <cctype>
+#include <ctime>
 #include <iostream>
 
 namespace kwb::cli {
 
 namespace {
 
-Ledger open_ledger_or_throw() {
-  const std::optional<std::filesystem::path> path = ledger_path();
+Ledger open_ledger_or_throw(const std::optional<std::filesystem::path>& path) {
   if (!path) throw UsageError("KWB_LEDGER=none: there is no ledger to read or keep in (unset it, or name a file)");
   return Ledger::open(*path);
+}
+
+// Another ledger than `used` in the current folder (.kwb/ledger.sqlite): a loop started here may expect to see
+// what it holds. One sentence naming it and how to read it, or "".
+std::string other_ledger_note(const std::filesystem::path& used) {
+  const std::filesystem::path here = std::filesystem::current_path() / ".kwb" / "ledger.sqlite";
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(here, ec) || std::filesystem::equivalent(here, used, ec)) return "";
+  return fmt::format("note: {} is another ledger, not this task's; KWB_LEDGER={} reads it", here.string(),
+                     here.string());
 }
 
 // The latest revalidation of `incumbent` against generation 0, if any.
@@ -48,9 +63,10 @@ nlohmann::json to_json(const Incumbent& i) {
 
 void record_in_ledger(const LedgerRun& run) {
   try {
-    const std::optional<std::filesystem::path> path = ledger_path();
+    const std::optional<std::filesystem::path> path = ledger_path(run.task_dir);
     if (!path) return;
-    Ledger::open(*path).record(run);
+    const int64_t id = Ledger::open(*path).record(run);
+    std::cerr << fmt::format("kwb: recorded as run {} in the ledger {}\n", id, path->string());
   } catch (const std::exception& e) {
     // The run itself is done and its result stands; only the note of it is missing.
     std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
@@ -60,7 +76,7 @@ void record_in_ledger(const LedgerRun& run) {
 void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
                              const std::string& manifest_sha256) {
   try {
-    if (!ledger_path()) return;
+    if (ledger_off()) return;
     LedgerRun run = run_from_bundle(bundle);
     run.kind = kind;
     run.manifest_sha256 = manifest_sha256;
@@ -73,7 +89,7 @@ void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::str
 void record_interrupted_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,
                                          const std::string& why) {
   try {
-    if (!ledger_path()) return;
+    if (ledger_off()) return;
     LedgerRun run = interrupted_run_from_bundle(bundle, why);
     run.kind = kind;
     record_in_ledger(run);
@@ -114,26 +130,43 @@ LedgerRun ledger_run(const Task& task, const CompareReport& report) {
 
 namespace {
 
-// The source an incumbent was kept from, as long as it still holds what it held then.
-std::filesystem::path verified_source(const Incumbent& i) {
-  const std::filesystem::path src = i.source;
-  if (!std::filesystem::is_regular_file(src) || sha256_file(src) != i.source_sha256) {
-    throw DataError(fmt::format("generation {} of task {} on {} was kept from {}, which {}: restore it{}",
-                                i.generation, i.task, i.backend, src.string(),
-                                std::filesystem::is_regular_file(src) ? "has changed since" : "no longer exists",
-                                i.bundle.empty() ? "" : fmt::format(" (its copy is in {}/artifacts)", i.bundle)));
+// Where generation `generation` of the lineage is read from (incumbent_source_file), saying so on stderr when it is
+// its bundle's copy. That copy stands in for the incumbent only if it builds to the identity that was kept: a
+// source compiled with files beside it (kwb.files) does not, from the bundle.
+std::filesystem::path verified_source(const std::vector<Incumbent>& line, size_t generation) {
+  const IncumbentSource s = incumbent_source_file(line, generation);
+  if (s.note.empty()) return s.path;
+  const Incumbent& i = line[generation];
+  const Artifact art = build_implementation({s.path, 0, i.backend});
+  if (!art.ok || art.identity.key != i.identity) {
+    throw DataError(fmt::format("{}; but that copy {} (the kept source was compiled with files beside it, which the "
+                                "bundle does not keep, or the toolchain changed): restore {} with the bytes of "
+                                "SHA-256 {}",
+                                s.note, art.ok ? fmt::format("builds to identity {}, not the kept {}",
+                                                             art.identity.key.substr(0, 12), i.identity.substr(0, 12))
+                                               : std::string("does not build"),
+                                i.source, i.source_sha256));
   }
-  return src;
+  std::cerr << "kwb: " << s.note << "\n";
+  return s.path;
 }
 
 }  // namespace
 
 std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendKind backend) {
-  const std::optional<std::filesystem::path> path = ledger_path();
+  const std::optional<std::filesystem::path> path = ledger_path(task.dir);
   if (!path) return std::nullopt;
   const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, backend);
-  if (line.empty()) return std::nullopt;
-  return verified_source(line.back());
+  if (line.empty()) {
+    std::cerr << fmt::format("kwb: nothing of task {} on {} kept yet in the ledger {}: the incumbent is the task's "
+                             "baseline\n",
+                             task.name, backend, path->string());
+    if (const std::string note = other_ledger_note(*path); !note.empty()) std::cerr << "kwb: " << note << "\n";
+    return std::nullopt;
+  }
+  std::cerr << fmt::format("kwb: the incumbent of task {} on {} is generation {} in the ledger {}\n", task.name,
+                           backend, line.back().generation, path->string());
+  return verified_source(line, line.size() - 1);
 }
 
 Action add_revalidate(CLI::App& root) {
@@ -145,17 +178,17 @@ Action add_revalidate(CLI::App& root) {
   add_validate_run_options(*app, *a);
   return [a]() {
     const Task task = load_task(a->task_dir);
-    const std::optional<std::filesystem::path> path = ledger_path();
+    const std::optional<std::filesystem::path> path = ledger_path(task.dir);
     if (!path) throw UsageError("KWB_LEDGER=none: there is no lineage to revalidate");
     const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, a->timing.backend);
     if (line.size() < 2) {
       throw UsageError(fmt::format("task {} on {}: nothing has been kept yet, so the incumbent is the original "
-                                   "baseline (kwb keep makes one)",
-                                   task.name, a->timing.backend));
+                                   "baseline (kwb keep makes one; the ledger is {})",
+                                   task.name, a->timing.backend, path->string()));
     }
     ValidateArgs v = *a;
-    v.candidate = verified_source(line.back()).string();
-    v.baseline = verified_source(line.front()).string();
+    v.candidate = verified_source(line, line.size() - 1).string();
+    v.baseline = verified_source(line, 0).string();
     return validate_command(v, "revalidate");
   };
 }
@@ -169,36 +202,230 @@ Action add_keep(CLI::App& root) {
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
     if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
-    Ledger ledger = open_ledger_or_throw();
+    const std::optional<std::filesystem::path> path = bundle_ledger_path(*dir);
+    if (!path && !ledger_off()) {
+      throw Error(ExitCode::invalid, fmt::format("{}: its plan.json does not parse, so the task whose ledger would "
+                                                 "keep it is unknown: nothing is kept from a bundle that does not "
+                                                 "verify (kwb verify {} lists what is wrong)",
+                                                 *dir, *dir));
+    }
+    Ledger ledger = open_ledger_or_throw(path);
     const KeepOutcome k = keep_bundle(ledger, *dir);
     if (*json) {
       nlohmann::json j = {{"schema", "kwb.keep"}, {"schema_version", 1}, {"bundle", *dir},
-                          {"kept", k.kept.has_value()}, {"message", k.message}, {"problems", k.problems},
-                          {"ledger", ledger.path().string()}};
+                          {"kept", k.kept.has_value()}, {"already_incumbent", k.already.has_value()},
+                          {"message", k.message}, {"problems", k.problems}, {"ledger", ledger.path().string()}};
       if (k.kept) j["incumbent"] = to_json(*k.kept);
+      if (k.already) j["incumbent"] = to_json(*k.already);
       std::cout << json_text(j, 2) << "\n";
     } else {
       for (const std::string& p : k.problems) std::cout << "PROBLEM " << p << "\n";
       std::cout << k.message << "\n";
+      std::cout << fmt::format("ledger: {}\n", ledger.path().string());
     }
     return k.exit_code;
   };
 }
 
+namespace {
+
+struct HistoryArgs {
+  std::string task_dir;
+  BackendKind backend = BackendKind::cpu;
+  bool json = false;
+  bool runs = false;
+  std::vector<std::string> kinds, outcomes;
+  std::string since, limit;
+};
+
+// Each value of a filter option, checked against what the ledger records (`lower`: kinds are lower case, outcomes
+// upper case; either is accepted in any case).
+std::vector<std::string> filter_values(const char* option, const std::vector<std::string>& given,
+                                       const std::vector<std::string>& known, bool lower) {
+  std::vector<std::string> out;
+  for (std::string v : given) {
+    for (char& c : v) c = static_cast<char>(lower ? std::tolower(static_cast<unsigned char>(c))
+                                                  : std::toupper(static_cast<unsigned char>(c)));
+    if (std::find(known.begin(), known.end(), v) == known.end()) {
+      throw UsageError(fmt::format("{} {}: not one the ledger records; give one or more of {} (comma-separated, or "
+                                   "the option repeated)",
+                                   option, v, fmt::join(known, ", ")));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+RunFilter run_filter(const HistoryArgs& a, const Task& task, bool backend_given) {
+  RunFilter f;
+  f.task = task.name;
+  if (backend_given) f.backend = a.backend;
+  f.kinds = filter_values("--kind", a.kinds, run_kinds(), true);
+  f.outcomes = filter_values("--outcome", a.outcomes, run_outcomes(), false);
+  if (!a.since.empty()) f.since = since_bound(a.since, std::time(nullptr));
+  if (!a.limit.empty()) {
+    size_t end = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(a.limit, &end);
+    } catch (const std::exception&) {
+      end = 0;
+    }
+    if (end != a.limit.size() || n < 1) {
+      throw UsageError(fmt::format("--limit {}: not a whole number of runs of at least 1: give e.g. --limit 10",
+                                   a.limit));
+    }
+    f.limit = n;
+  }
+  return f;
+}
+
+// The arm a run tried: check's implementation, validate's candidate, compare's B (A' in an A/A); nullptr for none.
+const LedgerArm* candidate_arm(const LedgerRun& r) {
+  for (const char* role : {"candidate", "implementation", "B", "A'"}) {
+    for (const LedgerArm& a : r.arms) {
+      if (a.role == role) return &a;
+    }
+  }
+  return nullptr;
+}
+
+std::string estimate_text(const LedgerWorkload& w) {
+  if (!w.improvement_pct) return fmt::format("{} {}", w.name, w.verdict.empty() ? "no estimate" : w.verdict);
+  std::string interval;
+  if (w.ci_low_pct && w.ci_high_pct) interval = fmt::format(" [{:+.2f}, {:+.2f}]", *w.ci_low_pct, *w.ci_high_pct);
+  return fmt::format("{} {:+.2f}%{}", w.name, *w.improvement_pct, interval);
+}
+
+// A path under the current folder relative to it, as a person typed it; others as recorded.
+std::string shown_path(const std::string& p) {
+  if (p.empty()) return "-";
+  const std::filesystem::path rel = std::filesystem::path(p).lexically_relative(std::filesystem::current_path());
+  return rel.empty() || *rel.begin() == ".." ? p : rel.string();
+}
+
+nlohmann::json run_json(const LedgerRun& r) {
+  nlohmann::json arms = nlohmann::json::array();
+  for (const LedgerArm& a : r.arms) arms.push_back({{"role", a.role}, {"source", a.source}, {"identity", a.identity}});
+  nlohmann::json j = {{"id", r.id},
+                      {"kind", r.kind},
+                      {"task", r.task},
+                      {"task_dir", r.task_dir},
+                      {"backend", to_string(r.backend)},
+                      {"started", r.started},
+                      {"finished", r.finished},
+                      {"outcome", r.outcome},
+                      {"reasons", r.reasons},
+                      {"candidate", nullptr},
+                      {"arms", arms},
+                      {"workloads", kwb::to_json(r.workloads)},
+                      {"bundle", r.bundle},
+                      {"plan_digest", r.plan_digest},
+                      {"manifest_sha256", r.manifest_sha256},
+                      {"timing_holds", r.timing_holds}};
+  if (const LedgerArm* c = candidate_arm(r)) j["candidate"] = {{"role", c->role}, {"source", c->source},
+                                                               {"identity", c->identity}};
+  return j;
+}
+
+int print_runs(const HistoryArgs& a, const Task& task, const RunFilter& f, const Ledger& ledger) {
+  const std::vector<LedgerRun> runs = ledger.find_runs(f);
+  RunFilter all;
+  all.task = f.task;
+  all.backend = f.backend;
+  const size_t recorded = ledger.find_runs(all).size();
+  if (a.json) {
+    nlohmann::json filters = {{"kind", f.kinds}, {"outcome", f.outcomes}};
+    filters["backend"] = f.backend ? nlohmann::json(to_string(*f.backend)) : nlohmann::json(nullptr);
+    filters["since"] = f.since.empty() ? nlohmann::json(nullptr) : nlohmann::json(f.since + "Z");
+    filters["limit"] = f.limit ? nlohmann::json(*f.limit) : nlohmann::json(nullptr);
+    nlohmann::json rows = nlohmann::json::array();
+    for (const LedgerRun& r : runs) rows.push_back(run_json(r));
+    std::cout << json_text({{"schema", "kwb.runs"}, {"schema_version", 1}, {"task", task.name},
+                            {"ledger", ledger.path().string()}, {"filters", filters}, {"recorded", recorded},
+                            {"runs", rows}},
+                           2)
+              << "\n";
+    return 0;
+  }
+  std::vector<std::string> given;
+  if (f.backend) given.push_back(fmt::format("--backend {}", *f.backend));
+  if (!f.kinds.empty()) given.push_back(fmt::format("--kind {}", fmt::join(f.kinds, ",")));
+  if (!f.outcomes.empty()) given.push_back(fmt::format("--outcome {}", fmt::join(f.outcomes, ",")));
+  if (!f.since.empty()) given.push_back(fmt::format("--since {}Z", f.since));
+  if (f.limit) given.push_back(fmt::format("--limit {}", *f.limit));
+  std::cout << fmt::format("ledger {}\n", ledger.path().string());
+  std::cout << fmt::format("task {}: {} run(s) recorded{}; {} shown, most recent first{}\n", task.name, recorded,
+                           f.backend ? fmt::format(" on {}", *f.backend) : "", runs.size(),
+                           given.empty() ? "" : fmt::format(" ({})", fmt::join(given, " ")));
+  if (runs.empty()) {
+    if (const std::string note = other_ledger_note(ledger.path()); !note.empty()) std::cout << note << "\n";
+    return 0;
+  }
+  std::cout << runs_table(runs);
+  return 0;
+}
+
+}  // namespace
+
+std::string runs_table(const std::vector<LedgerRun>& runs) {
+  std::vector<std::vector<std::string>> rows;
+  for (const LedgerRun& r : runs) {
+    const LedgerArm* c = candidate_arm(r);
+    std::vector<std::string> row = {std::to_string(r.id),
+                                    r.kind,
+                                    r.started,
+                                    r.finished,
+                                    r.outcome,
+                                    c ? shown_path(c->source) : "-",
+                                    c && !c->identity.empty() ? c->identity.substr(0, 12) : "-",
+                                    r.workloads.empty() ? "-" : estimate_text(r.workloads[0]),
+                                    shown_path(r.bundle)};
+    rows.push_back(std::move(row));
+    // Further workloads on lines of their own, under the first.
+    for (size_t w = 1; w < r.workloads.size(); ++w) {
+      rows.push_back({"", "", "", "", "", "", "", estimate_text(r.workloads[w]), ""});
+    }
+  }
+  return format_table({"id", "kind", "started (UTC)", "finished (UTC)", "outcome", "candidate", "identity",
+                       "estimate (improvement, 95% interval)", "bundle"},
+                      rows);
+}
+
 Action add_history(CLI::App& root) {
-  auto task_dir = std::make_shared<std::string>();
-  auto backend = std::make_shared<BackendKind>(BackendKind::cpu);
-  auto json = std::make_shared<bool>(false);
-  CLI::App* app = root.add_subcommand("history", "The lineage of a task's kept implementations, from the ledger");
-  app->add_option("task_dir", *task_dir, "Task folder (holding task.toml)")->required();
-  add_backend_option(*app, *backend);
-  app->add_flag("--json", *json, "Print the history as JSON");
-  return [task_dir, backend, json]() {
-    const Task task = load_task(*task_dir);
-    Ledger ledger = open_ledger_or_throw();
-    const std::vector<Incumbent> line = ledger.lineage(task.name, *backend);
-    const std::vector<LedgerRun> runs = ledger.runs(task.name, *backend);
-    if (*json) {
+  auto a = std::make_shared<HistoryArgs>();
+  CLI::App* app = root.add_subcommand(
+      "history", "The lineage of a task's kept implementations, from the ledger; with --runs, the runs recorded for it");
+  app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
+  add_backend_option(*app, a->backend);
+  app->add_flag("--json", a->json, "Print the history as JSON");
+  app->add_flag("--runs", a->runs,
+                "List the runs recorded for the task, most recent first: kind, start and end, candidate, outcome, "
+                "estimate, bundle (all backends unless --backend is given)");
+  app->add_option("--kind", a->kinds, "--runs: only runs of these kinds (check, compare, validate, revalidate, keep)")
+      ->delimiter(',');
+  app->add_option("--outcome", a->outcomes,
+                  "--runs: only runs with these outcomes (e.g. KEEP_CANDIDATE, INTERRUPTED, FAIL)")
+      ->delimiter(',');
+  app->add_option("--since", a->since,
+                  "--runs: only runs started at or after this UTC date or time (2026-12-01, 2026-12-01T22:15), or "
+                  "within this duration back from now (90s, 45m, 2h, 3d, 1w)");
+  app->add_option("--limit", a->limit, "--runs: only the N most recent of the runs that match");
+  return [a, app]() {
+    const bool filtered = !a->kinds.empty() || !a->outcomes.empty() || !a->since.empty() || !a->limit.empty();
+    if (filtered && !a->runs) {
+      throw UsageError("--kind, --outcome, --since and --limit filter the list of runs: add --runs");
+    }
+    const Task task = load_task(a->task_dir);
+    const bool backend_given = app->get_option("--backend")->count() > 0;
+    // The filters are checked before the ledger is opened: a typo is a usage error, never a new ledger file.
+    const std::optional<RunFilter> filter = a->runs ? std::optional(run_filter(*a, task, backend_given)) : std::nullopt;
+    Ledger ledger = open_ledger_or_throw(ledger_path(task.dir));
+    if (filter) return print_runs(*a, task, *filter, ledger);
+    const BackendKind backend = a->backend;
+    const std::vector<Incumbent> line = ledger.lineage(task.name, backend);
+    const std::vector<LedgerRun> runs = ledger.runs(task.name, backend);
+    if (a->json) {
       nlohmann::json l = nlohmann::json::array();
       for (const Incumbent& i : line) l.push_back(to_json(i));
       nlohmann::json r = nlohmann::json::array();
@@ -209,7 +436,7 @@ Action add_history(CLI::App& root) {
                      {"timing_holds", run.timing_holds}});
       }
       nlohmann::json j = {{"schema", "kwb.history"},        {"schema_version", 1},
-                          {"task", task.name},                {"backend", to_string(*backend)},
+                          {"task", task.name},                {"backend", to_string(backend)},
                           {"ledger", ledger.path().string()}, {"lineage", l},
                           {"runs", r}};
       if (!line.empty()) {
@@ -221,9 +448,11 @@ Action add_history(CLI::App& root) {
       std::cout << json_text(j, 2) << "\n";
       return 0;
     }
+    std::cout << fmt::format("ledger {}\n", ledger.path().string());
     if (line.empty()) {
       std::cout << fmt::format("task {} on {}: nothing kept yet; the incumbent is the task's baseline\n", task.name,
-                               *backend);
+                               backend);
+      if (const std::string note = other_ledger_note(ledger.path()); !note.empty()) std::cout << note << "\n";
     } else {
       std::vector<std::vector<std::string>> rows;
       for (const Incumbent& i : line) {
@@ -231,7 +460,7 @@ Action add_history(CLI::App& root) {
                         i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),
                         fmt::format("{:+.2f}%", i.cumulative_pct), i.kept});
       }
-      std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, *backend,
+      std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, backend,
                                line.back().generation)
                 << format_table({"generation", "identity", "source", "over parent", "over baseline", "kept"}, rows);
       std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them)\n";
@@ -242,7 +471,7 @@ Action add_history(CLI::App& root) {
         std::cout << "measured over baseline: not yet (kwb revalidate measures the incumbent against generation 0)\n";
       }
     }
-    std::cout << fmt::format("{} run(s) recorded in {}\n", runs.size(), ledger.path().string());
+    std::cout << fmt::format("{} run(s) recorded on {} (kwb history --runs lists them)\n", runs.size(), backend);
     return 0;
   };
 }

@@ -19,9 +19,9 @@ namespace kwb::cli {
 
 namespace {
 
-// The ledger, when there is one to consult; verify never creates one.
-std::optional<Ledger> existing_ledger(std::string& why_not) {
-  const std::optional<std::filesystem::path> path = ledger_path();
+// The ledger of the bundle's task (bundle_ledger_path), when there is one to consult; verify never creates one.
+std::optional<Ledger> existing_ledger(const std::filesystem::path& bundle, std::string& why_not) {
+  const std::optional<std::filesystem::path> path = bundle_ledger_path(bundle);
   if (!path || !std::filesystem::is_regular_file(*path)) return std::nullopt;
   try {
     return Ledger::open(*path);
@@ -65,7 +65,8 @@ Action add_verify(CLI::App& root) {
                                        "kwb-runs/<task>-<time>)", *dir));
     }
     std::string ledger_error;
-    const std::optional<Ledger> ledger = existing_ledger(ledger_error);
+    const std::optional<Ledger> ledger =
+        std::filesystem::is_directory(*dir) ? existing_ledger(*dir, ledger_error) : std::nullopt;
     Authenticity a = authenticity(r, ledger ? &*ledger : nullptr);
     if (!ledger_error.empty()) a.ledger_detail = "the ledger could not be read: " + ledger_error;
     if (*json) {

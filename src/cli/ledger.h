@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kwb::cli {
 
@@ -29,6 +30,11 @@ LedgerRun ledger_run(const Task& task, const CompareReport& report);
 // The current incumbent's source for `task` on `backend`, or nullopt when nothing was kept (the task's baseline is
 // the incumbent then). DataError when the incumbent's source was changed or removed since it was kept.
 std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendKind backend);
+
+// `kwb history --runs`'s table: one row per run, most recent first as given (id, kind, start and end, outcome, the
+// candidate's source and identity, the first workload's estimate, the bundle), each further workload's estimate on a
+// line of its own under it.
+std::string runs_table(const std::vector<LedgerRun>& runs);
 
 // kwb validate's body: checks the arguments, runs the workflow, prints, records the bundle as `ledger_kind`.
 int validate_command(const ValidateArgs& a, const std::string& ledger_kind);

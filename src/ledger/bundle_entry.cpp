@@ -5,6 +5,7 @@
 #include "record/decision.h"
 #include "record/verify.h"
 #include "util/error.h"
+#include "util/sha256.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -76,6 +77,57 @@ LedgerRun run_from_bundle(const std::filesystem::path& bundle) {
   return r;
 }
 
+std::optional<std::filesystem::path> bundle_ledger_path(const std::filesystem::path& bundle) {
+  const BundleData b = read_bundle(bundle);
+  return ledger_path(b.plan ? std::filesystem::path(b.plan->task.dir) : std::filesystem::path());
+}
+
+IncumbentSource incumbent_source_file(const std::vector<Incumbent>& line, size_t generation) {
+  const Incumbent& i = line.at(generation);
+  const std::filesystem::path src = i.source;
+  const bool exists = std::filesystem::is_regular_file(src);
+  if (exists && sha256_file(src) == i.source_sha256) return {src, ""};
+  const std::string gone = fmt::format("generation {} of task {} on {} was kept from {}, which {}", i.generation,
+                                       i.task, i.backend, src.string(),
+                                       exists ? "has changed since" : "no longer exists");
+  // The copies of it the lineage's bundles hold: the bundle that kept it (its candidate), and the next
+  // generation's (its baseline).
+  std::vector<std::string> bundles;
+  if (!i.bundle.empty()) bundles.push_back(i.bundle);
+  if (generation + 1 < line.size()) bundles.push_back(line[generation + 1].bundle);
+  std::vector<std::string> tried;
+  for (const std::string& bundle : bundles) {
+    const BundleData b = read_bundle(bundle);
+    if (!b.plan) {
+      tried.push_back(fmt::format("{}/plan.json is unreadable ({})", bundle, b.plan_problem));
+      continue;
+    }
+    for (const PlannedImpl& impl : b.plan->implementations) {
+      if (impl.identity_key() != i.identity || impl.bundle_source.empty()) continue;
+      const std::filesystem::path copy = std::filesystem::path(bundle) / impl.bundle_source;
+      if (!std::filesystem::is_regular_file(copy)) {
+        tried.push_back(fmt::format("{} is missing", copy.string()));
+      } else if (const std::string h = sha256_file(copy); h != i.source_sha256) {
+        tried.push_back(fmt::format("{} holds SHA-256 {}, not the kept source's {}", copy.string(), h,
+                                    i.source_sha256));
+      } else {
+        return {copy, fmt::format("{}; using the copy its bundle keeps, {} (SHA-256 {} as kept)", gone,
+                                  copy.string(), i.source_sha256.substr(0, 12))};
+      }
+      break;
+    }
+  }
+  if (bundles.empty()) {
+    throw DataError(fmt::format("{}, and no bundle keeps a copy of it (it is the task's baseline): restore {} "
+                                "(e.g. git checkout -- {})",
+                                gone, src.string(), src.string()));
+  }
+  if (tried.empty()) tried.push_back(fmt::format("no plan of {} names its build identity", fmt::join(bundles, " or ")));
+  throw DataError(fmt::format("{}, and its bundle's copy cannot stand in for it: {}: restore {} with the bytes of "
+                              "SHA-256 {}, or keep a new incumbent",
+                              gone, fmt::join(tried, "; "), src.string(), i.source_sha256));
+}
+
 LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const std::string& why) {
   const BundleData b = read_bundle(bundle);
   LedgerRun r = planned_run(bundle, b);
@@ -99,7 +151,7 @@ std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& se
 Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
   Authenticity a;
   if (ledger == nullptr) {
-    a.ledger_detail = "no ledger to consult (KWB_LEDGER=none, or none was written here yet)";
+    a.ledger_detail = "no ledger to consult (KWB_LEDGER=none, or the bundle's task has no ledger file yet)";
   } else if ((a.recorded = recorded_run(*ledger, report.seal))) {
     a.ledger_detail = fmt::format("recorded by this machine's ledger {} at the end of its run (run {}, {} {})",
                                   ledger->path().string(), a.recorded->id, a.recorded->kind, a.recorded->finished);
@@ -185,7 +237,14 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
       g0.identity = "(the task's declared baseline)";
     }
     Ledger::Promotion p = ledger.promote(run.task, run.backend, base.identity_key(), g0, next);
-    if (p.kept) {
+    if (p.already) {
+      // Keeping what is kept already asks for a state that holds: a retried keep is not an error.
+      out.already = p.already;
+      out.message = fmt::format("already the incumbent: {} is generation {} of task {} on {} (kept {} from {}); "
+                                "nothing changed",
+                                p.already->source, p.already->generation, run.task, run.backend, p.already->kept,
+                                p.already->bundle.empty() ? "the task's baseline" : p.already->bundle);
+    } else if (p.kept) {
       out.kept = p.kept;
       out.message = fmt::format("kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "
                                 "over the original baseline",
@@ -196,7 +255,7 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
       out.message = "not kept: " + p.refused;
     }
   }
-  keep.outcome = out.kept ? "KEPT" : "REFUSED";
+  keep.outcome = out.kept ? "KEPT" : out.already ? "ALREADY_INCUMBENT" : "REFUSED";
   keep.reasons = {out.message};
   ledger.record(keep);
   return out;

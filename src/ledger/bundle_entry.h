@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace kwb {
 
@@ -14,6 +15,18 @@ namespace kwb {
 // the A/B workloads' figures, the timing lock's holds, the plan digest. Error(invalid) naming the file when the
 // bundle lacks what a row needs.
 LedgerRun run_from_bundle(const std::filesystem::path& bundle);
+// The ledger of the task a bundle's plan names (ledger_path); with no readable plan, $KWB_LEDGER or none.
+std::optional<std::filesystem::path> bundle_ledger_path(const std::filesystem::path& bundle);
+// Where generation `generation` of `line` (Ledger::lineage) is to be read from: the file it was kept from, while that
+// still holds what it held then; else the copy of it a bundle of the lineage holds (the bundle that kept it, or the
+// next generation's, whose baseline it was), found by its build identity in the bundle's plan and used only when it
+// hashes to the kept source. `note` (empty for the file itself) says that the copy is used and where it is.
+// DataError naming the source, the copy it tried and why it does not stand in, and the fix.
+struct IncumbentSource {
+  std::filesystem::path path;
+  std::string note;
+};
+IncumbentSource incumbent_source_file(const std::vector<Incumbent>& line, size_t generation);
 // The row of a validate run that was interrupted (its bundle has a plan and no decision): outcome INTERRUPTED, with
 // `why` (the signal and the stage) as its reason, so that a retry loop's stopped runs are rows too.
 LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const std::string& why);
@@ -36,11 +49,12 @@ std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& se
 Authenticity authenticity(const VerifyReport& report, const Ledger* ledger);
 
 struct KeepOutcome {
-  // 0 kept; 1 refused (the reason says why); 3 the bundle does not verify; 77 the ledger has no record of the run
+  // 0 kept, or already the incumbent (nothing changes); 1 refused (the reason says why); 3 the bundle does not verify; 77 the ledger has no record of the run
   // that wrote this bundle as it is (changed after the run, or not recorded here)
   int exit_code = 0;
   std::string message;         // for people
   std::optional<Incumbent> kept;
+  std::optional<Incumbent> already;   // the bundle's candidate is the current incumbent already
   std::vector<std::string> problems;  // verify's, when it did not verify
 };
 

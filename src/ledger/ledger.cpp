@@ -4,10 +4,13 @@
 #include "util/provenance.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sqlite3.h>
 
 #include <unistd.h>
 
+#include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
@@ -129,12 +132,24 @@ private:
   std::filesystem::path m_path;
 };
 
-std::string utc_now_text() {
+std::string utc_text(std::chrono::system_clock::time_point t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
   char buf[32];
-  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  return fmt::format("{}.{:03}Z", buf, ms % 1000);
+}
+
+// Read when the program is loaded, before main: a check or compare is one kwb process, so this is its start.
+const std::string g_process_started = utc_text(std::chrono::system_clock::now());
+
+std::string seconds_text(std::time_t t) {
   std::tm tm{};
   ::gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
   return buf;
 }
 
@@ -167,12 +182,71 @@ private:
 
 }  // namespace
 
-std::optional<std::filesystem::path> ledger_path() {
+std::optional<std::filesystem::path> ledger_path(const std::filesystem::path& task_dir) {
   if (const char* env = std::getenv("KWB_LEDGER"); env != nullptr && *env != '\0') {
     if (std::string(env) == "none") return std::nullopt;
-    return std::filesystem::path(env);
+    return std::filesystem::absolute(env).lexically_normal();
   }
-  return std::filesystem::current_path() / ".kwb" / "ledger.sqlite";
+  if (task_dir.empty()) return std::nullopt;
+  return std::filesystem::absolute(task_dir).lexically_normal() / ".kwb" / "ledger.sqlite";
+}
+
+bool ledger_off() {
+  const char* env = std::getenv("KWB_LEDGER");
+  return env != nullptr && std::string(env) == "none";
+}
+
+std::string utc_now_text() { return utc_text(std::chrono::system_clock::now()); }
+
+const std::string& process_started_text() { return g_process_started; }
+
+std::string since_bound(const std::string& text, std::time_t now) {
+  const auto refuse = [&text]() -> std::string {
+    throw UsageError(fmt::format("--since {}: not a UTC date, date and time, or duration: give e.g. 2026-12-01, "
+                                 "2026-12-01T22:15, 2026-12-01T22:15:19Z, or a duration back from now such as 90s, "
+                                 "45m, 2h, 3d, 1w",
+                                 text));
+  };
+  // A duration: digits and one unit.
+  if (text.size() >= 2 && std::isdigit(static_cast<unsigned char>(text[0])) &&
+      text.find_first_not_of("0123456789") == text.size() - 1) {
+    static const std::pair<char, int64_t> units[] = {{'s', 1}, {'m', 60}, {'h', 3600}, {'d', 86400}, {'w', 604800}};
+    for (const auto& [unit, seconds] : units) {
+      if (text.back() != unit) continue;
+      if (text.size() > 10) return refuse();  // more than 999999999 units: no ledger is that old
+      return seconds_text(now - static_cast<std::time_t>(std::stoll(text.substr(0, text.size() - 1)) * seconds));
+    }
+    return refuse();
+  }
+  std::string t = text;
+  if (!t.empty() && (t.back() == 'Z' || t.back() == 'z')) t.pop_back();
+  if (t.size() > 10 && t[10] == ' ') t[10] = 'T';
+  static const char* const forms[] = {"%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M", "%Y-%m-%d"};
+  for (const char* form : forms) {
+    std::tm tm{};
+    const char* end = ::strptime(t.c_str(), form, &tm);
+    if (end == nullptr || *end != '\0') continue;
+    // Normalized through timegm, so that 2026-02-30 is refused rather than read as March 2.
+    std::tm check = tm;
+    const std::time_t secs = ::timegm(&check);
+    if (check.tm_mday != tm.tm_mday || check.tm_mon != tm.tm_mon) return refuse();
+    return seconds_text(secs);
+  }
+  return refuse();
+}
+
+const std::vector<std::string>& run_kinds() {
+  static const std::vector<std::string> kinds = {"check", "compare", "validate", "revalidate", "keep"};
+  return kinds;
+}
+
+const std::vector<std::string>& run_outcomes() {
+  // check: PASS FAIL BUILD_FAILED; compare: its verdict; validate: its decision; keep: KEPT, ALREADY_INCUMBENT,
+  // REFUSED; a stopped compare or validate: INTERRUPTED.
+  static const std::vector<std::string> outcomes = {
+      "PASS",          "FAIL",         "BUILD_FAILED", "INCONCLUSIVE", "INVALID",           "REFUSED",
+      "INTERRUPTED",   "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",       "ALREADY_INCUMBENT"};
+  return outcomes;
 }
 
 nlohmann::json to_json(const std::vector<LedgerWorkload>& ws) {
@@ -300,7 +374,7 @@ int64_t Ledger::record(const LedgerRun& run) {
                 "plan_digest, bundle, kwb_version, pid, manifest_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 m_path);
   ins.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
-  ins.bind(5, run.started.empty() ? utc_now_text() : run.started);
+  ins.bind(5, run.started.empty() ? process_started_text() : run.started);
   ins.bind(6, run.finished.empty() ? utc_now_text() : run.finished);
   ins.bind(7, run.outcome).bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
   const Provenance built = build_provenance();
@@ -336,11 +410,38 @@ std::vector<LedgerRun> Ledger::runs_with_manifest(const std::string& manifest_sh
   return select_runs("manifest_sha256 = ?", {manifest_sha256});
 }
 
-std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::vector<std::string>& values) const {
+std::vector<LedgerRun> Ledger::find_runs(const RunFilter& f) const {
+  std::vector<std::string> where = {"1"};
+  std::vector<std::string> values;
+  const auto any_of = [&](const char* column, const std::vector<std::string>& options) {
+    if (options.empty()) return;
+    std::string marks;
+    for (const std::string& o : options) {
+      marks += marks.empty() ? "?" : ", ?";
+      values.push_back(o);
+    }
+    where.push_back(fmt::format("{} IN ({})", column, marks));
+  };
+  if (!f.task.empty()) any_of("task", {f.task});
+  if (f.backend) any_of("backend", {std::string(to_string(*f.backend))});
+  any_of("kind", f.kinds);
+  any_of("outcome", f.outcomes);
+  if (!f.since.empty()) {
+    // Every start is written as YYYY-MM-DDTHH:MM:SS followed by a fraction and Z or by Z alone: its first 19
+    // characters compare as the times do.
+    where.push_back("substr(started, 1, 19) >= ?");
+    values.push_back(f.since);
+  }
+  return select_runs(fmt::format("{}", fmt::join(where, " AND ")), values,
+                     f.limit ? fmt::format("ORDER BY id DESC LIMIT {}", *f.limit) : "ORDER BY id DESC");
+}
+
+std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::vector<std::string>& values,
+                                           const std::string& tail) const {
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-              "plan_digest, bundle, manifest_sha256 FROM runs WHERE " + where + " ORDER BY id",
+              "plan_digest, bundle, manifest_sha256 FROM runs WHERE " + where + " " + tail,
               m_path);
   for (size_t i = 0; i < values.size(); ++i) s.bind(static_cast<int>(i + 1), values[i]);
   while (s.step()) {
@@ -430,22 +531,22 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
                 "workloads, improvement_pct) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0)",
                 m_path);
     s.bind(1, task).bind(2, backend).bind(3, g0.identity).bind(4, g0.source).bind(5, g0.source_sha256);
-    s.bind(6, utc_now_text());
+    s.bind(6, seconds_text(std::time(nullptr)) + "Z");
     s.step();
   }
   const Incumbent& current = line.back();
   // A candidate already in the lineage (the same bundle kept twice, or its source validated again) says so first:
   // that, not the age of its bundle, is why it is refused.
   for (const Incumbent& i : line) {
-    if (i.identity == candidate.identity) {
-      p.refused = i.generation == current.generation
-                      ? fmt::format("this candidate is already the incumbent of task {} on {} (generation {}): "
-                                    "nothing to keep",
-                                    task, backend, i.generation)
-                      : fmt::format("this candidate is already generation {} of task {} on {}", i.generation, task,
-                                    backend);
-      return p;
+    if (i.identity != candidate.identity) continue;
+    if (i.generation == current.generation) {
+      p.already = i;  // the state keep asks for holds already: not a refusal
+    } else {
+      p.refused = fmt::format("this candidate is already generation {} of task {} on {}, and the incumbent is now "
+                              "generation {} ({}): an older generation is not kept again",
+                              i.generation, task, backend, current.generation, current.source);
     }
+    return p;
   }
   if (decided_against != current.identity) {
     int against = -1;
@@ -467,7 +568,7 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
   candidate.task = task;
   candidate.backend = backend;
   candidate.generation = current.generation + 1;
-  candidate.kept = utc_now_text();
+  candidate.kept = seconds_text(std::time(nullptr)) + "Z";
   candidate.improvement_pct = summary_improvement_pct(candidate.workloads);
   candidate.cumulative_pct =
       ((1.0 + current.cumulative_pct / 100.0) * (1.0 + candidate.improvement_pct / 100.0) - 1.0) * 100.0;

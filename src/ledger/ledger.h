@@ -1,6 +1,6 @@
-// The ledger: what an optimization loop tried and what it kept (docs/agents.md). One SQLite database per project
-// folder (KWB_LEDGER, else .kwb/ledger.sqlite under the current folder), in WAL mode, written in short
-// transactions, so several kwb processes can record into it at once. Its schema carries a version (PRAGMA
+// The ledger: what an optimization loop tried and what it kept (docs/agents.md). One SQLite database per task
+// folder (KWB_LEDGER, else .kwb/ledger.sqlite in the task folder), in WAL mode, written in short transactions, so
+// several kwb processes can record into it at once. Its schema carries a version (PRAGMA
 // user_version) and is migrated forward when an older ledger is opened; a ledger of a newer kwb is refused.
 //
 // Two kinds of rows:
@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -28,9 +29,22 @@ struct sqlite3;
 
 namespace kwb {
 
-// $KWB_LEDGER when set (the word "none" turns recording off: nullopt), else .kwb/ledger.sqlite under the current
-// folder.
-std::optional<std::filesystem::path> ledger_path();
+// The ledger of the task in `task_dir`: $KWB_LEDGER when set (the word "none" turns recording off: nullopt), else
+// .kwb/ledger.sqlite in the task folder. The lineage is the task's, so it lives with the task: every loop that runs
+// the task, started from whatever folder, reads and writes the same ledger. No task folder (""): $KWB_LEDGER only.
+std::optional<std::filesystem::path> ledger_path(const std::filesystem::path& task_dir);
+// KWB_LEDGER=none: nothing is recorded.
+bool ledger_off();
+
+// UTC as ISO 8601 with milliseconds (2026-12-01T22:15:19.123Z): now, and when this process started (a check or
+// compare is one kwb process, so that is when its run started).
+std::string utc_now_text();
+const std::string& process_started_text();
+
+// The lower bound `kwb history --runs --since TEXT` means, as UTC "YYYY-MM-DDTHH:MM:SS": TEXT is a date
+// (2026-12-01, midnight UTC), a date and time (2026-12-01T22:15, 2026-12-01 22:15:19, an optional trailing Z), or
+// a duration back from `now` (90s, 45m, 2h, 3d, 1w). UsageError naming --since and the accepted forms otherwise.
+std::string since_bound(const std::string& text, std::time_t now);
 
 struct LedgerArm {
   std::string role;      // baseline, candidate, A, B, implementation
@@ -50,8 +64,8 @@ struct LedgerRun {
   std::string task;
   std::string task_dir;
   BackendKind backend = BackendKind::cpu;
-  std::string started;   // UTC, ISO 8601
-  std::string finished;
+  std::string started;   // UTC, ISO 8601; record() writes process_started_text() for ""
+  std::string finished;  // record() writes now for ""
   std::string outcome;   // check/compare verdict, validate decision, keep result
   std::vector<std::string> reasons;
   std::vector<LedgerArm> arms;
@@ -80,6 +94,20 @@ struct Incumbent {
   double cumulative_pct = 0.0;
 };
 
+// Which runs Ledger::find_runs returns: each empty or unset field matches every run.
+struct RunFilter {
+  std::string task;
+  std::optional<BackendKind> backend;
+  std::vector<std::string> kinds;     // any of these
+  std::vector<std::string> outcomes;  // any of these
+  std::string since;                  // started at or after this UTC "YYYY-MM-DDTHH:MM:SS" (since_bound)
+  std::optional<int64_t> limit;       // the most recent ones only
+};
+
+// The kinds of runs and the outcomes the ledger records, for the filters' checks and their error messages.
+const std::vector<std::string>& run_kinds();
+const std::vector<std::string>& run_outcomes();
+
 class Ledger {
 public:
   static constexpr int k_schema_version = 2;
@@ -101,6 +129,8 @@ public:
   std::vector<LedgerRun> runs(const std::string& task, BackendKind backend) const;
   // Every run recorded with this manifest digest (none for ""), oldest first.
   std::vector<LedgerRun> runs_with_manifest(const std::string& manifest_sha256) const;
+  // The runs the filter matches, most recent first.
+  std::vector<LedgerRun> find_runs(const RunFilter& filter) const;
 
   // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept.
   std::vector<Incumbent> lineage(const std::string& task, BackendKind backend) const;
@@ -108,9 +138,11 @@ public:
   // Keeps `candidate` as the next generation, in one transaction that first reads the lineage: `decided_against`
   // (the identity of the baseline the bundle decided against) must be the current incumbent's identity, or, when
   // nothing was kept yet, `generation0` (the task's baseline) must be it, which then becomes generation 0. The
-  // candidate must not be in the lineage already. Returns the new incumbent, or the reason it was refused.
+  // candidate must not be in the lineage already. Returns the new incumbent, or the reason it was refused; a
+  // candidate that is the current incumbent already is not refused: `already` is that incumbent, and nothing changes.
   struct Promotion {
     std::optional<Incumbent> kept;
+    std::optional<Incumbent> already;
     std::string refused;
   };
   Promotion promote(const std::string& task, BackendKind backend, const std::string& decided_against,
@@ -120,7 +152,9 @@ private:
   explicit Ledger(std::filesystem::path path);
   void exec(const std::string& sql) const;
   void migrate();
-  std::vector<LedgerRun> select_runs(const std::string& where, const std::vector<std::string>& values) const;
+  // `tail` follows the WHERE clause (its order and limit).
+  std::vector<LedgerRun> select_runs(const std::string& where, const std::vector<std::string>& values,
+                                     const std::string& tail = "ORDER BY id") const;
 
   std::filesystem::path m_path;
   sqlite3* m_db = nullptr;

@@ -28,15 +28,19 @@ struct KwbRun {
   nlohmann::json json;   // stdout parsed, when it is one JSON document
 };
 
-inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
-  args.insert(args.begin(), KWB_BINARY);
-  CommandResult r = run_command(args, timeout, StderrMode::separate);
+// A finished command as a KwbRun (a signal as 128 + its number, as a shell reports it).
+inline KwbRun kwb_run_of(const CommandResult& r) {
   KwbRun out;
   out.exit_code = r.signal != 0 ? 128 + r.signal : r.exit_code;
   out.output = r.output;
   out.errors = r.errors;
   out.json = nlohmann::json::parse(r.output, nullptr, false);
   return out;
+}
+
+inline KwbRun run_kwb(std::vector<std::string> args, std::chrono::seconds timeout = std::chrono::seconds(300)) {
+  args.insert(args.begin(), KWB_BINARY);
+  return kwb_run_of(run_command(args, timeout, StderrMode::separate));
 }
 
 // The reasons of a list of failures, or of the "failures" list of a report that has one (check, profile).

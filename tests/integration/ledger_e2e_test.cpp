@@ -101,10 +101,17 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
   ASSERT_EQ(k2.exit_code, 0) << k2.output << k2.errors;
   EXPECT_EQ(k2.json["incumbent"]["generation"], 2) << k2.output;
 
-  // Generation 2's bundle kept again: it is the incumbent already.
+  // Generation 2's bundle kept again: it is the incumbent already, which is what keep asks for (exit 0, nothing
+  // changes), not a stale bundle.
   KwbRun twice = run_kwb({"keep", (m_dir / "gen2").string()});
-  EXPECT_EQ(twice.exit_code, 1) << twice.output << twice.errors;
-  EXPECT_NE(twice.output.find("already the incumbent of task"), std::string::npos) << twice.output;
+  EXPECT_EQ(twice.exit_code, 0) << twice.output << twice.errors;
+  EXPECT_NE(twice.output.find("already the incumbent: "), std::string::npos) << twice.output;
+  EXPECT_EQ(twice.output.find("stale"), std::string::npos) << twice.output;
+  KwbRun twice_json = run_kwb({"keep", (m_dir / "gen2").string(), "--json"});
+  EXPECT_EQ(twice_json.exit_code, 0) << twice_json.output;
+  EXPECT_EQ(twice_json.json["kept"], false) << twice_json.output;
+  EXPECT_EQ(twice_json.json["already_incumbent"], true) << twice_json.output;
+  EXPECT_EQ(twice_json.json["incumbent"]["generation"], 2) << twice_json.output;
 
   // A bundle decided against generation 0, kept after generation 2: stale. Its candidate is a copy of the fused
   // kernel with a comment added, so it is in no generation and its bundle's age is what refuses it.
@@ -128,22 +135,36 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
                                (1 + line[2]["improvement_pct"].get<double>() / 100) - 1) * 100;
   EXPECT_NEAR(line[2]["cumulative_pct"].get<double>(), expected, 1e-6);
   EXPECT_GT(line[2]["cumulative_pct"].get<double>(), line[1]["cumulative_pct"].get<double>());
-  // Every validate and keep is a row: three validates, four keeps (two refused).
-  int validates = 0, keeps = 0;
+  // Every validate and keep is a row: three validates, five keeps (two kept, two already the incumbent, one refused).
+  int validates = 0, keeps = 0, already = 0;
   for (const auto& r : h.json["runs"]) {
     validates += r["kind"] == "validate";
     keeps += r["kind"] == "keep";
+    already += r["outcome"] == "ALREADY_INCUMBENT";
   }
   EXPECT_EQ(validates, 3) << h.output;
-  EXPECT_EQ(keeps, 4) << h.output;
+  EXPECT_EQ(keeps, 5) << h.output;
+  EXPECT_EQ(already, 2) << h.output;
   EXPECT_FALSE(h.json.contains("measured_over_baseline")) << "nothing was measured against generation 0 yet";
 
-  // The compounded figure, measured: the incumbent (fused) against generation 0 (the triple baseline).
+  // The compounded figure, measured: the incumbent (fused) against generation 0 (the triple baseline). The loop has
+  // overwritten the incumbent's source file since it was kept (agents do): the copy generation 2's bundle keeps is
+  // measured instead, and kwb says so.
+  write_file_atomic(m_task / "cpu" / "fused.cpp", "// the agent's next attempt, not yet compiled\n");
   std::vector<std::string> reval = validate_args("fused.cpp", "reval", false);
   reval.erase(reval.begin() + 2, reval.begin() + 4);  // revalidate takes no --candidate: it is the incumbent
   reval[0] = "revalidate";
   KwbRun r = run_kwb(reval);
   ASSERT_EQ(r.json.value("decision", ""), "KEEP_CANDIDATE") << r.output << r.errors;
+  EXPECT_NE(r.errors.find("using the copy its bundle keeps, " + (m_dir / "gen2" / "artifacts").string()),
+            std::string::npos)
+      << r.errors;
+  const nlohmann::json reval_plan = nlohmann::json::parse(read_file(m_dir / "reval" / "plan.json"));
+  for (const auto& impl : reval_plan["implementations"]) {
+    if (impl["role"] == "candidate" && impl["layout"] == 0) {
+      EXPECT_EQ(fs::path(impl["source"].get<std::string>()).parent_path(), m_dir / "gen2" / "artifacts") << impl;
+    }
+  }
   KwbRun after = run_kwb({"history", m_task.string(), "--json"});
   ASSERT_TRUE(after.json.contains("measured_over_baseline")) << after.output;
   EXPECT_GT(after.json["measured_over_baseline"]["improvement_pct"].get<double>(), 0.0) << after.output;

@@ -183,6 +183,9 @@ def main():
         run("compare-saved", ["compare-saved", str(saved), str(bundle), "--old-arm", "A", "--json"], {0})
         run("keep", ["keep", str(bundle), "--json"], {0, 1})
         run("history", ["history", str(task), "--json"], {0})
+        run("history --runs", ["history", str(task), "--runs", "--json"], {0})
+        run("history --runs (filtered)", ["history", str(task), "--runs", "--kind", "check,validate", "--outcome",
+                                          "PASS", "--since", "1d", "--limit", "2", "--json"], {0})
         run("profile", ["profile", str(task), "--impl", str(fused), "--workload", "decode", "--json"], {0})
         run("profile (refused)", ["profile", str(task), "--impl", str(control), "--workload", "decode", "--json"], {1})
         # kwb mcp's list_tasks runs in the server, not as a verb: its result (kwb.tasks), from one exchange.

@@ -2,6 +2,7 @@
 // lineage rules of promote (generation 0 is the task's baseline; a bundle decided against an older incumbent is
 // stale; improvements compound from what each generation measured against its parent).
 #include "ledger/ledger.h"
+#include "cli/ledger.h"
 #include "util/error.h"
 #include "support/temp_dir.h"
 
@@ -130,6 +131,7 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
 
   Ledger::Promotion again = l.promote("rmsnorm", BackendKind::cpu, "k2", g0, kept("k1", "/c1.cpp", 5, 5));
   EXPECT_FALSE(again.kept);
+  EXPECT_FALSE(again.already) << "an older generation is not the incumbent";
   EXPECT_NE(again.refused.find("already generation 1"), std::string::npos) << again.refused;
 
   const std::vector<Incumbent> line = Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu);
@@ -144,13 +146,157 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
   EXPECT_TRUE(l.lineage("rmsnorm", BackendKind::opencl).empty()) << "lineages are per backend";
 }
 
-TEST_F(LedgerTest, the_ledger_path_comes_from_kwb_ledger_and_none_turns_recording_off) {
+TEST_F(LedgerTest, the_ledger_is_the_task_folders_unless_kwb_ledger_names_one_and_none_turns_recording_off) {
+  const fs::path task = m_dir / "tasks" / "rmsnorm";
   ::setenv("KWB_LEDGER", file().c_str(), 1);
-  EXPECT_EQ(ledger_path(), file());
+  EXPECT_EQ(ledger_path(task), file());
   ::setenv("KWB_LEDGER", "none", 1);
-  EXPECT_FALSE(ledger_path().has_value());
+  EXPECT_FALSE(ledger_path(task).has_value());
   ::unsetenv("KWB_LEDGER");
-  EXPECT_EQ(ledger_path(), fs::current_path() / ".kwb" / "ledger.sqlite");
+  // Wherever the loop runs from: the task folder decides, not the current folder.
+  EXPECT_EQ(ledger_path(task), task / ".kwb" / "ledger.sqlite");
+  EXPECT_EQ(ledger_path(m_dir / "tasks" / "." / "rmsnorm"), task / ".kwb" / "ledger.sqlite");
+  EXPECT_FALSE(ledger_path("").has_value()) << "no task, no KWB_LEDGER: no ledger";
+  EXPECT_FALSE(ledger_off());
+  ::setenv("KWB_LEDGER", "none", 1);
+  EXPECT_TRUE(ledger_off());
+  ::unsetenv("KWB_LEDGER");
+}
+
+TEST_F(LedgerTest, keeping_the_incumbent_again_is_not_a_refusal_and_changes_nothing) {
+  Ledger l = Ledger::open(file());
+  const Incumbent g0 = impl("k0", "/t/baseline.cpp");
+  ASSERT_TRUE(l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k1", "/c1.cpp", 50, 50)).kept);
+  Ledger::Promotion again = l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k1", "/c1.cpp", 50, 50));
+  EXPECT_FALSE(again.kept);
+  EXPECT_TRUE(again.refused.empty()) << again.refused;
+  ASSERT_TRUE(again.already);
+  EXPECT_EQ(again.already->generation, 1);
+  EXPECT_EQ(l.lineage("rmsnorm", BackendKind::cpu).size(), 2u);
+  // The task's baseline offered before anything was kept: it is generation 0 already, and nothing is written.
+  Ledger fresh = Ledger::open(m_dir / "other.sqlite");
+  Ledger::Promotion base = fresh.promote("rmsnorm", BackendKind::cpu, "k0", g0, impl("k0", "/t/baseline.cpp"));
+  ASSERT_TRUE(base.already);
+  EXPECT_EQ(base.already->generation, 0);
+  EXPECT_TRUE(fresh.lineage("rmsnorm", BackendKind::cpu).empty());
+}
+
+LedgerRun run_of(const std::string& task, const std::string& kind, const std::string& outcome,
+                 const std::string& started, BackendKind backend = BackendKind::cpu) {
+  LedgerRun r;
+  r.task = task;
+  r.kind = kind;
+  r.outcome = outcome;
+  r.backend = backend;
+  r.started = started;
+  r.arms.push_back({"implementation", "/src/" + kind + ".cpp", "key-" + kind});
+  return r;
+}
+
+TEST_F(LedgerTest, find_runs_filters_by_task_backend_kind_outcome_start_and_keeps_the_most_recent) {
+  Ledger l = Ledger::open(file());
+  l.record(run_of("rmsnorm", "check", "PASS", "2026-11-30T10:00:00.000Z"));
+  l.record(run_of("rmsnorm", "check", "FAIL", "2026-11-30T11:00:00.500Z"));
+  l.record(run_of("rmsnorm", "validate", "KEEP_CANDIDATE", "2026-12-01T09:00:00Z"));
+  l.record(run_of("rmsnorm", "validate", "INTERRUPTED", "2026-12-01T10:00:00Z"));
+  l.record(run_of("softmax", "check", "PASS", "2026-12-01T11:00:00.000Z"));
+  l.record(run_of("rmsnorm", "compare", "PASS", "2026-12-01T12:00:00.000Z", BackendKind::opencl));
+  const auto ids = [&](const RunFilter& f) {
+    std::vector<int64_t> out;
+    for (const LedgerRun& r : l.find_runs(f)) out.push_back(r.id);
+    return out;
+  };
+  RunFilter f;
+  f.task = "rmsnorm";
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{6, 4, 3, 2, 1})) << "most recent first, only the task's";
+  f.backend = BackendKind::cpu;
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{4, 3, 2, 1}));
+  f.kinds = {"check"};
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{2, 1}));
+  f.kinds = {"check", "validate"};
+  f.outcomes = {"FAIL", "INTERRUPTED"};
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{4, 2}));
+  f.outcomes.clear();
+  f.since = "2026-11-30T11:00:00";  // a start of 11:00:00.500 is at or after 11:00:00
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{4, 3, 2}));
+  f.since = "2026-11-30T11:00:01";
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{4, 3}));
+  f.since.clear();
+  f.limit = 3;
+  EXPECT_EQ(ids(f), (std::vector<int64_t>{4, 3, 2}));
+  const std::vector<LedgerRun> one = l.find_runs({"rmsnorm", std::nullopt, {"check"}, {"PASS"}, "", 1});
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(one[0].arms.size(), 1u);
+  EXPECT_EQ(one[0].arms[0].source, "/src/check.cpp") << "a found run carries its arms";
+}
+
+TEST_F(LedgerTest, a_run_without_a_start_is_recorded_as_started_when_the_process_did) {
+  Ledger l = Ledger::open(file());
+  LedgerRun r = run_of("rmsnorm", "check", "PASS", "");
+  l.record(r);
+  const LedgerRun got = l.runs("rmsnorm", BackendKind::cpu).at(0);
+  EXPECT_EQ(got.started, process_started_text());
+  EXPECT_LE(got.started, got.finished);
+  EXPECT_NE(got.started, got.finished) << "the test process started well before this row was written";
+  // Milliseconds: YYYY-MM-DDTHH:MM:SS.mmmZ
+  EXPECT_EQ(got.finished.size(), 24u) << got.finished;
+  EXPECT_EQ(got.finished.back(), 'Z');
+}
+
+// The text of `kwb history --runs`: a validate with two workloads (its second estimate on a line of its own), a
+// compare, a check with no estimate; paths outside the current folder as recorded.
+TEST(RunsTable, each_run_is_a_row_with_its_candidate_estimates_and_bundle) {
+  LedgerRun v = run_of("rmsnorm", "validate", "KEEP_CANDIDATE", "2026-12-01T09:00:00Z");
+  v.id = 3;
+  v.finished = "2026-12-01T09:04:10Z";
+  v.arms = {{"baseline", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"}, {"candidate", "/t/cpu/fused.cpp", "bbbbbbbbbbbbbbbb"}};
+  v.workloads = {{"decode", "PASS", 54.5512, 50.1, 58.02}, {"prefill", "PASS", -3.2, -5.0, -1.25}};
+  v.bundle = "/bundles/fused";
+  LedgerRun c = run_of("rmsnorm", "compare", "REFUSED", "2026-12-01T08:00:00.250Z");
+  c.id = 2;
+  c.finished = "2026-12-01T08:00:04.750Z";
+  c.arms = {{"A", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"}, {"B", "/t/cpu/no_eps.cpp", "cccccccccccccccc"}};
+  c.workloads = {{"decode", "REFUSED", std::nullopt, std::nullopt, std::nullopt}};
+  LedgerRun k = run_of("rmsnorm", "check", "PASS", "2026-12-01T07:00:00.000Z");
+  k.id = 1;
+  k.finished = "2026-12-01T07:00:01.500Z";
+  k.arms = {{"implementation", "/t/cpu/fused.cpp", "bbbbbbbbbbbbbbbbbbbb"}};
+  EXPECT_EQ(cli::runs_table({v, c, k}),
+            "id  kind      started (UTC)             finished (UTC)            outcome         candidate          "
+            "identity      estimate (improvement, 95% interval)  bundle\n" +
+                std::string(167, '-') +
+                "\n"
+                "3   validate  2026-12-01T09:00:00Z      2026-12-01T09:04:10Z      KEEP_CANDIDATE  /t/cpu/fused.cpp   "
+                "bbbbbbbbbbbb  decode +54.55% [+50.10, +58.02]       /bundles/fused\n" +
+                std::string(115, ' ') +
+                "prefill -3.20% [-5.00, -1.25]\n"
+                "2   compare   2026-12-01T08:00:00.250Z  2026-12-01T08:00:04.750Z  REFUSED         /t/cpu/no_eps.cpp  "
+                "cccccccccccc  decode REFUSED                        -\n"
+                "1   check     2026-12-01T07:00:00.000Z  2026-12-01T07:00:01.500Z  PASS            /t/cpu/fused.cpp   "
+                "bbbbbbbbbbbb  -                                     -\n");
+}
+
+TEST(SinceBound, dates_times_and_durations_become_a_utc_lower_bound) {
+  const std::time_t now = 1'764'627'319;  // 2025-12-01T22:15:19Z
+  EXPECT_EQ(since_bound("2026-12-01", now), "2026-12-01T00:00:00");
+  EXPECT_EQ(since_bound("2026-12-01T22:15", now), "2026-12-01T22:15:00");
+  EXPECT_EQ(since_bound("2026-12-01T22:15:19Z", now), "2026-12-01T22:15:19");
+  EXPECT_EQ(since_bound("2026-12-01 22:15:19", now), "2026-12-01T22:15:19");
+  EXPECT_EQ(since_bound("90s", now), "2025-12-01T22:13:49");
+  EXPECT_EQ(since_bound("2h", now), "2025-12-01T20:15:19");
+  EXPECT_EQ(since_bound("3d", now), "2025-11-28T22:15:19");
+  EXPECT_EQ(since_bound("1w", now), "2025-11-24T22:15:19");
+  for (const char* bad : {"", "yesterday", "2h30m", "h", "5y", "-2h", "2026-13-01", "2026-02-30", "2026-12-01T25:00",
+                          "2026-12-01Tx", "99999999999d"}) {
+    try {
+      since_bound(bad, now);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const UsageError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("--since"), std::string::npos) << m;
+      EXPECT_NE(m.find("2026-12-01T22:15"), std::string::npos) << "names the forms: " << m;
+    }
+  }
 }
 
 }  // namespace
