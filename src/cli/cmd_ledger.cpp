@@ -7,6 +7,7 @@
 #include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/ledger.h"
+#include "cli/options.h"
 #include "cli/terminal.h"
 #include "ledger/bundle_entry.h"
 #include "task/task.h"
@@ -271,9 +272,10 @@ RunFilter run_filter(const HistoryArgs& a, const Task& task, bool backend_given)
     } catch (const std::exception&) {
       end = 0;
     }
-    if (end != a.limit.size() || n < 1) {
-      throw UsageError(fmt::format("--limit {}: not a whole number of runs of at least 1: give e.g. --limit 10",
-                                   a.limit));
+    if (end != a.limit.size() || n < static_cast<long long>(k_limit_range.min) ||
+        n > static_cast<long long>(k_limit_range.max)) {
+      throw UsageError(fmt::format("--limit {}: not a whole number of runs from {} to {}: give e.g. --limit 10",
+                                   a.limit, k_limit_range.min, k_limit_range.max));
     }
     f.limit = n;
   }

@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/schema_files.h"
+#include "ledger/ledger.h"
 #include "task/task.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -48,6 +49,7 @@ struct Tool {
   const char* description;
   std::vector<Param> params;
   Hints hints = {};
+  std::vector<std::string> fixed = {};  // arguments always given after the verb (the runs tool's --runs)
 };
 
 const Param k_task{"task", Kind::string, true, "", "Task folder (holding task.toml)"};
@@ -65,6 +67,9 @@ const Param k_gate{"gate", Kind::string, false, "--gate",
 const Param k_cold{"cold", Kind::boolean, false, "--cold",
                    "Flush caches before every timed call, outside the timer (default: warm)"};
 const Param k_timeout{"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call, timed or checked"};
+const Param k_lock_timeout{"lock_timeout_seconds", Kind::number, false, "--lock-timeout",
+                           "Give up (exit 75, try again later) if another kwb holds the timing lock this long; "
+                           "default: wait as long as it takes"};
 const Param k_repetitions{"repetitions", Kind::integer, false, "--repetitions",
                           "Minimum blocks per comparison (the first look)"};
 const Param k_layouts{"layouts", Kind::integer, false, "--layouts",
@@ -105,7 +110,7 @@ const std::vector<Tool>& tools() {
         {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout,
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_lock_timeout,
         {"seed", Kind::integer, false, "--seed", "Seed for block orders and timed data"},
         {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}}},
       {"validate", "validate", "kwb.decision",
@@ -120,8 +125,8 @@ const std::vector<Tool>& tools() {
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"against_incumbent", Kind::boolean, false, "--against=incumbent",
          "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_repetitions,
-        k_layouts, k_no_profile, k_bundle_seed}},
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_lock_timeout,
+        k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
       {"profile", "profile", "kwb.profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
@@ -143,11 +148,26 @@ const std::vector<Tool>& tools() {
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
        {k_task, k_output_dir, k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold,
-        k_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
+        k_timeout, k_lock_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
       {"history", "history", "kwb.history",
        "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend},
        {.read_only = true, .idempotent = true}},
+      {"runs", "history", "kwb.runs",
+       "Every run the task's ledger recorded (check, compare, validate, revalidate, keep), most recent first: kind, "
+       "start and end (UTC), outcome, candidate source and identity, the estimate per workload with its interval, "
+       "and the bundle. The filters narrow it; a retry-until-PASS loop shows here.",
+       {k_task,
+        {"backend", Kind::string, false, "--backend", "Only runs on this backend (default: every backend)",
+         backend_names()},
+        {"kind", Kind::strings, false, "--kind", "Only runs of these kinds", run_kinds()},
+        {"outcome", Kind::strings, false, "--outcome", "Only runs with these outcomes", run_outcomes()},
+        {"since", Kind::string, false, "--since",
+         "Only runs started since then: a UTC date or date and time (2026-12-01, 2026-12-01T10:00:00), or an age "
+         "(90s, 45m, 2h, 3d, 1w)"},
+        {"limit", Kind::integer, false, "--limit", "Only the N most recent of the runs that match"}},
+       {.read_only = true, .idempotent = true},
+       {"--runs"}},
       {"list_tasks", "", "kwb.tasks",
        "The tasks under a folder (every folder holding a task.toml): name, description, backends, timing workloads.",
        {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}},
@@ -242,9 +262,13 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
       throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name,
                                       kind_name(p.kind), v->dump().substr(0, 80)));
     }
-    if (!p.choices.empty() && std::find(p.choices.begin(), p.choices.end(), v->get<std::string>()) == p.choices.end()) {
-      throw InvalidParams(fmt::format("tool {}: argument '{}' must be one of {}, not {}", tool.name, p.name,
-                                      fmt::join(p.choices, ", "), v->dump().substr(0, 80)));
+    const nlohmann::json items = p.kind == Kind::strings ? *v : nlohmann::json::array({*v});
+    for (const nlohmann::json& item : items) {
+      if (!p.choices.empty() && std::find(p.choices.begin(), p.choices.end(), item.get<std::string>()) == p.choices.end()) {
+        throw InvalidParams(fmt::format("tool {}: argument '{}' must be {} of {}, not {}", tool.name, p.name,
+                                        p.kind == Kind::strings ? "a list of values each one" : "one",
+                                        fmt::join(p.choices, ", "), item.dump().substr(0, 80)));
+      }
     }
     // The command line's ranges (cli/options.h), checked here too, so the call is refused naming the argument
     // rather than run as a child that refuses it.
@@ -395,7 +419,7 @@ nlohmann::json tool_list() {
         s["minimum"] = bound(*range, range->min);
         s["maximum"] = bound(*range, range->max);
       }
-      if (!p.choices.empty()) s["enum"] = p.choices;
+      if (!p.choices.empty()) (p.kind == Kind::strings ? s["items"]["enum"] : s["enum"]) = p.choices;
       if (nlohmann::json d = cli_default(t, p); !d.is_null()) s["default"] = d;
       props[p.name] = s;
       if (p.required) required.push_back(p.name);
@@ -437,6 +461,7 @@ std::vector<std::string> tool_argv(const std::string& name, const nlohmann::json
     throw InvalidParams("tool validate: 'baseline' and 'against_incumbent' name two baselines: give one");
   }
   std::vector<std::string> argv = {tool.verb};
+  argv.insert(argv.end(), tool.fixed.begin(), tool.fixed.end());
   for (const auto& [p, v] : values) {
     const std::string flag = p->flag;
     switch (p->kind) {
@@ -576,6 +601,10 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
                                                 fmt::join(reasons(out, "problems"), "; "));
   }
   if (tool == "keep") return "keep: " + out.value("message", std::string());
+  if (tool == "runs") {
+    return fmt::format("runs: {} of {} recorded run(s) shown, most recent first",
+                       out.value("runs", nlohmann::json::array()).size(), out.value("recorded", 0));
+  }
   if (tool == "history") {
     const size_t n = out.contains("lineage") ? out["lineage"].size() : 0;
     return n == 0 ? "history: nothing kept yet; the incumbent is the task's baseline"

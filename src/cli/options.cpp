@@ -21,7 +21,7 @@ const OptionRange* option_range(std::string_view flag) {
       &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_max_minutes_range,
       &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,
       &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range,
-      &k_lock_timeout_range};
+      &k_lock_timeout_range, &k_limit_range};
   for (const OptionRange* r : k_all) {
     if (flag == r->flag) return r;
   }

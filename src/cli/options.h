@@ -39,6 +39,7 @@ inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 10
 inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
 inline constexpr OptionRange k_lock_timeout_range{"--lock-timeout", 0.0, 604800.0, false};  // 0: do not wait
 inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
+inline constexpr OptionRange k_limit_range{"--limit", 1, 1'000'000'000, true};  // history --runs
 inline constexpr OptionRange k_repetitions_range{"--repetitions", 2, 1'000'000, true};
 inline constexpr OptionRange k_max_blocks_range{"--max-blocks", 2, 10'000'000, true};
 inline constexpr OptionRange k_warmups_range{"--warmups", 0, 100'000, true};

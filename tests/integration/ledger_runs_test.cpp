@@ -226,7 +226,7 @@ TEST_F(LedgerRuns, twenty_runs_are_listed_most_recent_first_and_every_filter_sel
            {{"--outcome", "KEEP"}, "--outcome KEEP: not one the ledger records; give one or more of PASS"},
            {{"--since", "yesterday"}, "--since yesterday: not a UTC date"},
            {{"--since", "2026-02-30"}, "--since 2026-02-30: not a UTC date"},
-           {{"--limit", "0"}, "--limit 0: not a whole number of runs of at least 1"},
+           {{"--limit", "0"}, "--limit 0: not a whole number of runs from 1 to 1000000000"},
            {{"--limit", "ten"}, "--limit ten: not a whole number"}}) {
     const KwbRun r = history(b.args);
     EXPECT_EQ(r.exit_code, 64) << b.args[1] << ": " << r.output << r.errors;

@@ -43,7 +43,7 @@ TEST(McpTools, every_verb_an_agent_needs_is_a_tool_with_a_closed_input_schema) {
     EXPECT_EQ(t["inputSchema"]["additionalProperties"], false) << t.dump();
   }
   EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify",
-                                          "history", "keep", "list_tasks"}));
+                                          "history", "runs", "keep", "list_tasks"}));
 }
 
 // What a client may assume: only keep replaces state (the incumbent); the readers change nothing a later call sees.
@@ -54,7 +54,7 @@ TEST(McpTools, each_tool_says_whether_it_reads_or_replaces_state) {
     if (t["annotations"]["readOnlyHint"] == true) read_only.insert(t["name"].get<std::string>());
     if (t["annotations"]["destructiveHint"] == true) destructive.insert(t["name"].get<std::string>());
   }
-  EXPECT_EQ(read_only, (std::set<std::string>{"check", "profile", "verify", "history", "list_tasks"}));
+  EXPECT_EQ(read_only, (std::set<std::string>{"check", "profile", "verify", "history", "runs", "list_tasks"}));
   EXPECT_EQ(destructive, std::set<std::string>{"keep"});
 }
 
@@ -158,7 +158,8 @@ TEST(McpTools, every_tool_declares_its_result_with_the_verbs_own_schema) {
   const std::map<std::string, std::string> result_schema = {
       {"check", "kwb.check"},     {"compare", "kwb.compare"}, {"validate", "kwb.decision"},
       {"revalidate", "kwb.decision"}, {"profile", "kwb.profile"}, {"verify", "kwb.verify"},
-      {"keep", "kwb.keep"},       {"history", "kwb.history"}, {"list_tasks", "kwb.tasks"}};
+      {"keep", "kwb.keep"},       {"history", "kwb.history"}, {"list_tasks", "kwb.tasks"},
+      {"runs", "kwb.runs"}};
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
     const nlohmann::json& o = t["outputSchema"];
@@ -252,7 +253,8 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
       {"profile", {{"task", "t"}, {"impl", "f.cpp"}}},
       {"verify", {{"bundle", "b"}}},
       {"keep", {{"bundle", "b"}}},
-      {"history", {{"task", "t"}}}};
+      {"history", {{"task", "t"}}},
+      {"runs", {{"task", "t"}}}};
   size_t arguments = 0;
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
@@ -264,7 +266,9 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
       if (name == "compare" && arg == "aa") args.erase("candidate");
       const std::string type = p["type"];
       nlohmann::json value = type == "boolean" ? nlohmann::json(true)
-                             : type == "array" ? nlohmann::json({"x"})
+                             : type == "array" ? nlohmann::json::array({p["items"].contains("enum")
+                                                                            ? p["items"]["enum"].back()
+                                                                            : nlohmann::json("x")})
                              : p.contains("enum") ? p["enum"].back()
                              : p.contains("minimum") ? p["minimum"]
                                                      : nlohmann::json("x");
@@ -279,12 +283,16 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
         continue;
       }
       // The option the argument became was given (a positional argument: the verb's first option).
-      const CLI::App* verb = cli.root.get_subcommand(name);
+      // (runs is history with --runs always given.)
+      const CLI::App* verb = cli.root.get_subcommand(argv[0]);
       size_t given = 0;
       for (const CLI::Option* o : verb->get_options()) {
-        if (o->get_name() != "--json" && o->count() > 0) ++given;
+        if (o->get_name() != "--json" && o->get_name() != "--runs" && o->count() > 0) ++given;
       }
       EXPECT_EQ(given, args.size()) << name << "." << arg << ": " << nlohmann::json(argv).dump();
+      if (name == "runs") {
+        EXPECT_EQ(verb->get_option("--runs")->count(), 1u);
+      }
       ++arguments;
     }
   }
