@@ -12,6 +12,7 @@
 #include "ledger/bundle_entry.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/machine_key.h"
 #include "util/json_text.h"
 
 #include <fmt/format.h>
@@ -81,6 +82,14 @@ void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::str
     LedgerRun run = run_from_bundle(bundle);
     run.kind = kind;
     run.manifest_sha256 = manifest_sha256;
+    // The seal: what makes this row, and no row written elsewhere, vouch for the bundle (ledger/bundle_entry.h).
+    try {
+      run.seal = seal_ledger_row(machine_key(), BundleSeal{manifest_sha256, run.plan_digest, run.outcome});
+    } catch (const std::exception& e) {
+      std::cerr << fmt::format("kwb: warning: the ledger row is not sealed, so it cannot vouch for the bundle (keep "
+                               "will refuse it): {}\n",
+                               e.what());
+    }
     record_in_ledger(run);
   } catch (const std::exception& e) {
     std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());

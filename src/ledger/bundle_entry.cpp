@@ -138,10 +138,26 @@ LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const
   return r;
 }
 
-std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& seal) {
+std::string ledger_seal_message(const BundleSeal& seal) {
+  return fmt::format("kwb ledger seal v1\nmanifest_sha256 {}\nplan_digest {}\ndecision {}\n", seal.manifest_sha256,
+                     seal.plan_digest, seal.decision);
+}
+
+std::string seal_ledger_row(const SigningKey& key, const BundleSeal& seal) {
+  return key.public_key() + ":" + key.sign(ledger_seal_message(seal));
+}
+
+bool ledger_seal_verifies(const std::string& row_seal, const BundleSeal& seal, const TrustedKeys& keys) {
+  const size_t colon = row_seal.find(':');
+  if (colon == std::string::npos) return false;
+  const std::string key = row_seal.substr(0, colon);
+  return keys.trusts(key) && verify_signature(key, ledger_seal_message(seal), row_seal.substr(colon + 1));
+}
+
+std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& seal, const TrustedKeys& keys) {
   for (LedgerRun& r : ledger.runs_with_manifest(seal.manifest_sha256)) {
     if ((r.kind == "validate" || r.kind == "revalidate") && r.plan_digest == seal.plan_digest &&
-        r.outcome == seal.decision) {
+        r.outcome == seal.decision && ledger_seal_verifies(r.seal, seal, keys)) {
       return std::move(r);
     }
   }
@@ -157,8 +173,8 @@ Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
                                   ledger->path().string(), a.recorded->id, a.recorded->kind, a.recorded->finished);
   } else {
     a.ledger_detail = fmt::format("this bundle's manifest digest ({}) does not match any run this machine's ledger "
-                                  "{} recorded at the end of its run, with this plan digest and decision: it was "
-                                  "changed after the run, or it was not recorded here",
+                                  "{} recorded at the end of its run and sealed with a trusted key, with this plan "
+                                  "digest and decision: it was changed after the run, or it was not recorded here",
                                   report.seal.manifest_sha256.empty() ? "no manifest" : report.seal.manifest_sha256,
                                   ledger->path().string());
   }

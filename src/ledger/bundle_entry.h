@@ -4,6 +4,7 @@
 
 #include "ledger/ledger.h"
 #include "record/verify.h"
+#include "util/machine_key.h"
 
 #include <filesystem>
 #include <string>
@@ -42,8 +43,19 @@ struct Authenticity {
   std::string summary;                // "authentic: ..." or "self-consistent only: ..."
 };
 
-// The validate or revalidate row whose manifest digest, plan digest and decision are the seal's; nullopt if none.
-std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& seal);
+// What a validate row's seal signs: its manifest digest, plan digest and decision, in a fixed text.
+std::string ledger_seal_message(const BundleSeal& seal);
+// A row's seal ("<public key>:<signature>") by `key`.
+std::string seal_ledger_row(const SigningKey& key, const BundleSeal& seal);
+// Whether `row_seal` is a signature of `seal`'s message by a key in `keys`.
+bool ledger_seal_verifies(const std::string& row_seal, const BundleSeal& seal, const TrustedKeys& keys);
+
+// The validate or revalidate row whose manifest digest, plan digest and decision are the seal's, and whose seal a
+// trusted key made (trusted_keys(): this machine's own key, and trusted/*.pub); nullopt if none. A ledger is a file:
+// since a bundle's plan names the task whose ledger is consulted, a forged bundle could come with a ledger of its own,
+// and only the key tells a row this machine wrote from one written anywhere.
+std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& seal,
+                                      const TrustedKeys& keys = trusted_keys());
 
 // `ledger` may be null (KWB_LEDGER=none, or no ledger file yet): only the signature can then make it authentic.
 Authenticity authenticity(const VerifyReport& report, const Ledger* ledger);

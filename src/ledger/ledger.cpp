@@ -76,6 +76,12 @@ CREATE TABLE incumbents (
 ALTER TABLE runs ADD COLUMN manifest_sha256 TEXT NOT NULL DEFAULT '';
 CREATE INDEX runs_manifest ON runs (manifest_sha256);
 )SQL",
+    // 2 -> 3: each validate row's seal, the machine key's signature of its manifest digest, plan digest and
+    // decision, so that a ledger file planted beside a bundle cannot vouch for it (ledger/bundle_entry.h). Older
+    // rows have none and vouch for nothing.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN seal TEXT NOT NULL DEFAULT '';
+)SQL",
 };
 constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
 static_assert(k_known_versions == Ledger::k_schema_version);
@@ -371,7 +377,8 @@ int64_t Ledger::record(const LedgerRun& run) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });
   Statement ins(m_db,
                 "INSERT INTO runs (kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-                "plan_digest, bundle, kwb_version, pid, manifest_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "plan_digest, bundle, kwb_version, pid, manifest_sha256, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "?, ?)",
                 m_path);
   ins.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
   ins.bind(5, run.started.empty() ? process_started_text() : run.started);
@@ -380,7 +387,7 @@ int64_t Ledger::record(const LedgerRun& run) {
   const Provenance built = build_provenance();
   ins.bind(10, run.plan_digest).bind(11, run.bundle);
   ins.bind(12, fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
-  ins.bind(13, static_cast<int64_t>(::getpid())).bind(14, run.manifest_sha256);
+  ins.bind(13, static_cast<int64_t>(::getpid())).bind(14, run.manifest_sha256).bind(15, run.seal);
   ins.step();
   const int64_t id = sqlite3_last_insert_rowid(m_db);
   for (const LedgerArm& a : run.arms) {
@@ -441,7 +448,7 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-              "plan_digest, bundle, manifest_sha256 FROM runs WHERE " + where + " " + tail,
+              "plan_digest, bundle, manifest_sha256, seal FROM runs WHERE " + where + " " + tail,
               m_path);
   for (size_t i = 0; i < values.size(); ++i) s.bind(static_cast<int>(i + 1), values[i]);
   while (s.step()) {
@@ -465,6 +472,7 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
     r.plan_digest = s.text(10);
     r.bundle = s.text(11);
     r.manifest_sha256 = s.text(12);
+    r.seal = s.text(13);
     Statement a(m_db, "SELECT role, source, identity FROM arms WHERE run_id = ? ORDER BY rowid", m_path);
     a.bind(1, r.id);
     while (a.step()) r.arms.push_back({a.text(0), a.text(1), a.text(2)});

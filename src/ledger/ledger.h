@@ -76,6 +76,10 @@ struct LedgerRun {
   std::string bundle;
   // validate and revalidate: the SHA-256 of the bundle's MANIFEST.sha256 as the run that wrote it computed it.
   std::string manifest_sha256;
+  // validate and revalidate: "<public key hex>:<signature hex>", the machine key's Ed25519 signature of the row's
+  // manifest digest, plan digest and decision (ledger/bundle_entry.h, ledger_seal_message); "" when no key could be
+  // used. Only a row whose seal a trusted key made vouches for a bundle: a ledger file anyone can write is no proof.
+  std::string seal;
 };
 
 struct Incumbent {
@@ -110,7 +114,7 @@ const std::vector<std::string>& run_outcomes();
 
 class Ledger {
 public:
-  static constexpr int k_schema_version = 2;
+  static constexpr int k_schema_version = 3;
 
   // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
   // opened, is not a kwb ledger, or was written by a newer kwb.

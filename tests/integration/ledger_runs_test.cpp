@@ -32,6 +32,7 @@ class LedgerRuns : public ::testing::Test {
 protected:
   void SetUp() override {
     fs::copy(k_rmsnorm_lite, m_task, fs::copy_options::recursive);
+    fs::remove_all(m_task / ".kwb");  // the copy starts with no ledger, whatever kwb run on the original left there
     fs::create_directories(m_elsewhere);
     fs::create_directories(m_src);
     write_file_atomic(m_src / "broken.cpp", "#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\nextern \"C\" KWB_EXPORT int "

@@ -559,7 +559,8 @@ TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_wit
 // Issue 24, class 5, on a bundle that needs no timing (its candidate is refused at its check): the bundle validate
 // wrote is authentic (signed by this machine's key, recorded in its ledger); the same bundle with its candidate
 // swapped and every hash, the plan digest and the manifest recomputed (tests/adversarial/bundle_rehash.py) is intact
-// but self-consistent only, and keep refuses it with 77 before it looks at the decision. The KEEP_CANDIDATE case,
+// but self-consistent only, and keep refuses it with 77 before it looks at the decision, even once the forger has
+// planted rows for it in the ledger kwb consults (unsealed ones). The KEEP_CANDIDATE case,
 // which needs timing, is LedgerE2e.a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it.
 TEST(validate_test, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_with_77) {
   const fs::path root = scratch("rehash");
@@ -589,6 +590,16 @@ TEST(validate_test, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_i
   KwbRun keep = run_kwb({"keep", forged.string()});
   EXPECT_EQ(keep.exit_code, 77) << keep.output << keep.errors;
   EXPECT_NE(keep.output.find("does not match the one this machine's ledger"), std::string::npos) << keep.output;
+  // The forger also writes the ledger kwb consults (tests/adversarial/ledger_plant.py): rows with the forged bundle's
+  // digests, unsealed and sealed by a key no one trusts. They vouch for nothing.
+  const CommandResult plant = run_command({"python3", (k_adversarial / "ledger_plant.py").string(),
+                                           (root / "ledger.sqlite").string(), forged.string()},
+                                          std::chrono::seconds(60), StderrMode::separate);
+  ASSERT_EQ(plant.exit_code, 0) << plant.output << plant.errors;
+  KwbRun planted = run_kwb({"verify", forged.string(), "--json"});
+  EXPECT_EQ(planted.json["authenticity"]["established"], "self-consistent only") << planted.output;
+  KwbRun keep_planted = run_kwb({"keep", forged.string()});
+  EXPECT_EQ(keep_planted.exit_code, 77) << keep_planted.output << keep_planted.errors;
   // The genuine bundle passes that test and is refused for its decision instead.
   KwbRun kept = run_kwb({"keep", genuine.string()});
   EXPECT_EQ(kept.exit_code, 1) << kept.output;

@@ -205,9 +205,34 @@ protected:
     r.plan_digest = seal.plan_digest;
     r.manifest_sha256 = seal.manifest_sha256;
     r.bundle = "/bundles/x";
+    r.seal = seal_ledger_row(machine_key(), seal);  // as validate records it
     return r;
   }
 };
+
+// A ledger is a file: a bundle's plan names the task whose ledger verify and keep consult, so a forged bundle can come
+// with a ledger of its own. Its rows match on every digest, but only a row sealed by a trusted key vouches.
+TEST_F(LedgerRecord, a_row_vouches_only_with_a_seal_a_trusted_key_made) {
+  Ledger l = Ledger::open(m_dir / "ledger.sqlite");
+  const BundleSeal seal{std::string(64, 'a'), std::string(64, 'b'), "KEEP_CANDIDATE"};
+  LedgerRun unsealed = validate_run(seal);
+  unsealed.seal = "";
+  l.record(unsealed);
+  EXPECT_FALSE(recorded_run(l, seal));
+  LedgerRun forged = validate_run(seal);
+  forged.seal = seal_ledger_row(SigningKey::generate(), seal);  // a key this machine does not trust
+  l.record(forged);
+  EXPECT_FALSE(recorded_run(l, seal));
+  LedgerRun other_bundle = validate_run(seal);
+  other_bundle.seal = seal_ledger_row(machine_key(), BundleSeal{seal.manifest_sha256, seal.plan_digest, "INVALID"});
+  l.record(other_bundle);
+  EXPECT_FALSE(recorded_run(l, seal));  // a genuine seal of another decision
+  const int64_t id = l.record(validate_run(seal));
+  ASSERT_TRUE(recorded_run(l, seal));
+  EXPECT_EQ(recorded_run(l, seal)->id, id);
+  EXPECT_TRUE(ledger_seal_verifies(recorded_run(l, seal)->seal, seal, trusted_keys()));
+  EXPECT_FALSE(ledger_seal_verifies("not a seal", seal, trusted_keys()));
+}
 
 TEST_F(LedgerRecord, only_a_validate_row_with_the_same_manifest_plan_and_decision_matches) {
   Ledger l = Ledger::open(m_dir / "ledger.sqlite");
@@ -254,7 +279,7 @@ TEST_F(LedgerRecord, a_schema_1_ledger_is_migrated_and_its_old_rows_match_no_bun
     sqlite3_close(db);
   }
   Ledger l = Ledger::open(file);
-  EXPECT_EQ(l.schema_version(), 2);
+  EXPECT_EQ(l.schema_version(), Ledger::k_schema_version);
   const std::vector<LedgerRun> runs = l.runs("rmsnorm", BackendKind::cpu);
   ASSERT_EQ(runs.size(), 1u);
   EXPECT_EQ(runs[0].manifest_sha256, "");
