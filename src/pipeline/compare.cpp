@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 
 namespace kwb {
 
@@ -100,23 +101,21 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     }
     const int block = static_cast<int>(res.blocks);
     // A fresh random order per block: neither arm always goes first (RMIT); over blocks this balances AB and BA.
-    std::vector<size_t> order = {0, 1};
+    size_t order[2] = {0, 1};
     if (order_rng.next() & 1) std::swap(order[0], order[1]);
-    ArmVisit visits[2];
-    bool ok = true;
+    ArmBlock measured = runner.block(workload, order, block);
+    // Kept the moment the block is over: an interruption or a failure in the next block loses none of it.
+    samples_out.insert(samples_out.end(), measured.samples.begin(), measured.samples.end());
+    for (const Sample& s : measured.samples) res.timed_samples += !s.warmup;
+    const bool ok = measured.valid();
     std::string failed_arm;
-    for (int pos = 0; pos < 2 && ok; ++pos) {
-      ArmVisit v = runner.visit(workload, order[static_cast<size_t>(pos)], block, pos);
-      // Kept the moment the visit is over: an interruption or a failure in the next visit loses none of it.
-      samples_out.insert(samples_out.end(), v.samples.begin(), v.samples.end());
-      for (const Sample& s : v.samples) res.timed_samples += !s.warmup;
-      if (!v.valid) {
-        ok = false;
-        failed_arm = arm_labels[order[static_cast<size_t>(pos)]];
-        res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
-      }
-      visits[order[static_cast<size_t>(pos)]] = std::move(v);
+    for (int pos = 0; pos < 2 && ok == false && failed_arm.empty(); ++pos) {
+      const ArmVisit& v = measured.visits[order[static_cast<size_t>(pos)]];
+      if (v.valid) continue;
+      failed_arm = arm_labels[order[static_cast<size_t>(pos)]];
+      res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
     }
+    ArmVisit* visits = measured.visits;
     if (!ok) {
       // An output failed validation during timing: no metric may come from this comparison.
       res.verdict = stats::Verdict::invalid;
@@ -213,12 +212,12 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
     }
   };
   auto fit = [&](int samples) {
-    const auto room = static_cast<int>(max_sets) - m_warmups;
+    const auto room = (static_cast<int>(max_sets) - m_warmups) / (1 + k_rewarm_calls);
     return std::max(k_min_samples_per_visit, std::min(samples, room));
   };
   m_samples = m_options.samples > 0 ? fit(m_options.samples) : 0;
   if (m_samples > 0) {
-    grow_pool(static_cast<size_t>(m_warmups + m_samples));
+    grow_pool(static_cast<size_t>(m_warmups + m_samples * (1 + k_rewarm_calls)));
     return {};
   }
   // Pilot: a few calls of the reference arm size the visits so each lasts ~50 ms of kernel time, between 5 and
@@ -232,7 +231,7 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
     const double t = visit_statistic(pilot) * 1e-9;
     m_samples = fit(static_cast<int>(std::clamp(std::round(0.05 / std::max(t, 1e-9)), 5.0, 100.0)));
   }
-  grow_pool(static_cast<size_t>(m_warmups + m_samples));
+  grow_pool(static_cast<size_t>(m_warmups + m_samples * (1 + k_rewarm_calls)));
   return pilot.samples;
 }
 
@@ -240,88 +239,199 @@ ArmVisit WorkerArmRunner::visit(const std::string&, size_t arm, int block, int o
   return run_visit(arm, block, order_position, m_warmups, m_samples);
 }
 
-ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, int warmups, int samples) {
+// A visit in progress: its worker, its layout and its order of the pool.
+struct WorkerArmRunner::LiveVisit {
   ArmVisit v;
+  size_t arm = 0;
+  int block = 0;
+  int order_position = 0;
+  int warmups = 0;
+  std::set<int> untimed;  // calls after the warm-ups that are not timed either: the re-warm calls of block()
+  int calls = 0;  // every call of the visit
+  int next = 0;   // the next call's index
+  stats::VisitLayout layout;
+  std::vector<size_t> order;
+  std::unique_ptr<WorkerSession> session;
+};
+
+WorkerArmRunner::LiveVisit WorkerArmRunner::start_visit(size_t arm, int block, int order_position) {
+  LiveVisit lv;
+  lv.arm = arm;
+  lv.block = block;
+  lv.order_position = order_position;
   const std::vector<const Artifact*>& pool = m_arms.at(arm);
+  const size_t tensors = m_task.signature.inputs.size() + m_task.signature.outputs.size();
   // The pilot (block -1) runs the reference arm's plain build at the plain layout.
-  const stats::VisitLayout layout =
-      block < 0 ? stats::VisitLayout{0, 0, std::vector<uint32_t>(m_task.signature.inputs.size() + m_task.signature.outputs.size(), 0)}
-                : stats::visit_layout(m_workload_seed, arm, block, static_cast<int>(pool.size()),
-                                      m_task.signature.inputs.size() + m_task.signature.outputs.size(),
-                                      layout_offsets(m_options.backend, static_cast<int>(pool.size())));
+  lv.layout = block < 0 ? stats::VisitLayout{0, 0, std::vector<uint32_t>(tensors, 0)}
+                        : stats::visit_layout(m_workload_seed, arm, block, static_cast<int>(pool.size()), tensors,
+                                              layout_offsets(m_options.backend, static_cast<int>(pool.size())));
   SessionOptions so;
   so.backend = m_options.backend;
   so.timeout = m_options.timeout;
   so.cold = m_options.cold;
   so.poison_seed = mix_seed(m_options.nonce, ++m_visits);
-  so.stack_offset = layout.stack_offset;
-  so.tensor_offsets = layout.tensor_offsets;
-  WorkerSession session(m_task, *pool.at(static_cast<size_t>(layout.variant)), so);
-  LoadOutcome lo = session.start();
-  if (!lo.ok) {
-    v.valid = false;
-    v.failures.push_back({m_case->name, -1, "loads", lo.reason, lo.detail});
-    return v;
-  }
-  v.pid = session.pid();
+  so.stack_offset = lv.layout.stack_offset;
+  so.tensor_offsets = lv.layout.tensor_offsets;
+  lv.session = std::make_unique<WorkerSession>(m_task, *pool.at(static_cast<size_t>(lv.layout.variant)), so);
   // This visit's order of the pool: every call on a set of its own.
-  std::vector<size_t> order(m_pool.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  lv.order.resize(m_pool.size());
+  for (size_t i = 0; i < lv.order.size(); ++i) lv.order[i] = i;
   Rng shuffle(mix_seed(m_options.nonce, m_visits * 0x9E37 + 0x0DE5));
-  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[shuffle.next() % i]);
-  if (order.size() < static_cast<size_t>(warmups + samples)) {
+  for (size_t i = lv.order.size(); i > 1; --i) std::swap(lv.order[i - 1], lv.order[shuffle.next() % i]);
+  LoadOutcome lo = lv.session->start();
+  if (!lo.ok) {
+    lv.v.valid = false;
+    lv.v.failures.push_back({m_case->name, -1, "loads", lo.reason, lo.detail});
+    return lv;
+  }
+  lv.v.pid = lv.session->pid();
+  return lv;
+}
+
+bool WorkerArmRunner::call_next(LiveVisit& lv, std::vector<Sample>& in_order) {
+  if (!lv.v.valid) return false;
+  if (lv.order.size() < static_cast<size_t>(lv.calls)) {
     throw InternalError("compare: the input pool is smaller than a visit");
   }
-  for (int i = 0; i < warmups + samples; ++i) {
-    const size_t set = order[static_cast<size_t>(i)];
-    CallResult r = session.call(*m_pool[set], i, CallMode::timing);
-    Sample s;
-    s.workload = m_case->name;
-    s.block = block;
-    s.arm = m_labels.at(arm);
-    s.order_position = order_position;
-    s.pid = v.pid;
-    s.sample_index = i;
-    s.warmup = i < warmups;
-    s.input_set = static_cast<int>(set);
-    s.ns = r.ns;
-    s.device_ns = r.device_ns;
-    s.output_valid = r.valid();
-    s.layout = layout.variant;
-    s.stack_offset = layout.stack_offset;
-    s.tensor_offsets = layout.tensor_offsets;
-    s.pre_cpu_ns = r.pre_cpu_ns;
-    s.post_cpu_ns = r.post_cpu_ns;
-    s.window_ns = r.window_ns;
-    s.gap_cpu_ns = r.gap_cpu_ns;
-    s.outside_cpu_ns = r.outside_cpu_ns;
-    s.outside_wall_ns = r.outside_wall_ns;
-    v.samples.push_back(s);
-    if (!r.valid()) {
-      v.valid = false;
-      v.failures.insert(v.failures.end(), r.failures.begin(), r.failures.end());
-      break;
-    }
+  const int i = lv.next++;
+  const size_t set = lv.order[static_cast<size_t>(i)];
+  CallResult r = lv.session->call(*m_pool[set], i, CallMode::timing);
+  Sample s;
+  s.workload = m_case->name;
+  s.block = lv.block;
+  s.arm = m_labels.at(lv.arm);
+  s.order_position = lv.order_position;
+  s.pid = lv.v.pid;
+  s.sample_index = i;
+  s.warmup = i < lv.warmups || lv.untimed.count(i) != 0;
+  s.input_set = static_cast<int>(set);
+  s.ns = r.ns;
+  s.device_ns = r.device_ns;
+  s.output_valid = r.valid();
+  s.layout = lv.layout.variant;
+  s.stack_offset = lv.layout.stack_offset;
+  s.tensor_offsets = lv.layout.tensor_offsets;
+  s.pre_cpu_ns = r.pre_cpu_ns;
+  s.post_cpu_ns = r.post_cpu_ns;
+  s.window_ns = r.window_ns;
+  s.gap_cpu_ns = r.gap_cpu_ns;
+  s.outside_cpu_ns = r.outside_cpu_ns;
+  s.outside_wall_ns = r.outside_wall_ns;
+  lv.v.samples.push_back(s);
+  in_order.push_back(s);
+  if (!r.valid()) {
+    lv.v.valid = false;
+    lv.v.failures.insert(lv.v.failures.end(), r.failures.begin(), r.failures.end());
   }
-  if (v.valid) {
+  return lv.v.valid;
+}
+
+void WorkerArmRunner::finish_visit(LiveVisit& lv) {
+  if (!lv.session || lv.v.pid == 0) return;  // never loaded: its failure is recorded
+  if (lv.v.valid) {
     for (const auto& set : m_pool) {
-      CallResult r = session.verify_inputs(*set, warmups + samples);
+      CallResult r = lv.session->verify_inputs(*set, lv.calls);
       if (!r.valid()) {
-        v.valid = false;
-        v.failures.insert(v.failures.end(), r.failures.begin(), r.failures.end());
+        lv.v.valid = false;
+        lv.v.failures.insert(lv.v.failures.end(), r.failures.begin(), r.failures.end());
       }
     }
   }
   // The worker must also say goodbye with the right call count: a forged answer followed by _exit(0) on the last
   // call of a visit is caught here even when its reported time looks plausible.
-  if (!session.shutdown() && v.valid) {
-    v.valid = false;
-    const auto death = session.death();
+  if (!lv.session->shutdown() && lv.v.valid) {
+    lv.v.valid = false;
+    const auto death = lv.session->death();
     const FailureReason reason = death ? death->reason : FailureReason::exited;
-    v.failures.push_back({m_case->name, warmups + samples, "said_goodbye", reason,
-                          death ? death->detail : "the worker did not confirm its calls at shutdown"});
+    lv.v.failures.push_back({m_case->name, lv.calls, "said_goodbye", reason,
+                             death ? death->detail : "the worker did not confirm its calls at shutdown"});
   }
-  return v;
+  lv.session.reset();
+}
+
+ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, int warmups, int samples) {
+  LiveVisit lv = start_visit(arm, block, order_position);
+  lv.warmups = warmups;
+  lv.calls = warmups + samples;
+  std::vector<Sample> in_order;
+  while (lv.next < lv.calls && call_next(lv, in_order)) {
+  }
+  finish_visit(lv);
+  return std::move(lv.v);
+}
+
+ArmBlock ArmRunner::block(const std::string& workload, const size_t order[2], int block) {
+  ArmBlock b;
+  for (int pos = 0; pos < 2; ++pos) {
+    ArmVisit v = visit(workload, order[pos], block, pos);
+    b.samples.insert(b.samples.end(), v.samples.begin(), v.samples.end());
+    const bool ok = v.valid;
+    b.visits[order[pos]] = std::move(v);
+    if (!ok) break;
+  }
+  return b;
+}
+
+// Interleaved calls (docs/timing.md): the machine's speed drifts on every time scale from milliseconds to minutes
+// (a shared host), and pairing calls a call apart cancels far more of that drift than pairing visits a visit apart.
+// Each arm still gets a fresh worker, layout and placement per block; only one worker runs at a time.
+ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int block) {
+  ArmBlock b;
+  LiveVisit live[2];
+  auto fail = [&](LiveVisit& lv, const char* assertion) {
+    if (!lv.v.valid) return;
+    lv.v.valid = false;
+    const auto death = lv.session->death();
+    lv.v.failures.push_back({m_case->name, lv.next, assertion, death ? death->reason : FailureReason::exited,
+                             death ? death->detail : "the worker ended between calls"});
+  };
+  auto finish = [&]() {
+    for (int pos = 0; pos < 2; ++pos) finish_visit(live[pos]);
+    for (int pos = 0; pos < 2; ++pos) b.visits[order[pos]] = std::move(live[pos].v);
+    return b;
+  };
+  for (int pos = 0; pos < 2; ++pos) {
+    live[pos] = start_visit(order[pos], block, pos);
+    live[pos].warmups = m_warmups;
+    live[pos].calls = m_warmups + m_samples * (1 + k_rewarm_calls);
+    if (!live[pos].v.valid) return finish();
+    // Frozen while the other worker starts and runs.
+    if (!live[pos].session->freeze()) {
+      fail(live[pos], "stops_between_calls");
+      return finish();
+    }
+  }
+  int running = -1;  // the position whose worker is thawed, -1 for none
+  auto call = [&](int pos) {
+    if (running >= 0 && running != pos && !live[running].session->freeze()) {
+      fail(live[running], "stops_between_calls");
+      return false;
+    }
+    running = pos;
+    return call_next(live[pos], b.samples);
+  };
+  for (int pos = 0; pos < 2; ++pos) {
+    for (int i = 0; i < m_warmups; ++i) {
+      if (!call(pos)) return finish();
+    }
+  }
+  // Each pair's order is a coin flip from the workload's seed: over a block's pairs both arms go first equally
+  // often in expectation, and the sequence is recorded by the order of the rows in samples.csv.
+  Rng pairs(mix_seed(m_workload_seed, 0x9A175EEDull + static_cast<uint64_t>(block)));
+  // A turn: the arm's re-warm call (untimed), then its timed call, so that whatever the other arm's call left in
+  // the core's caches and TLB is paid by an untimed call of this arm (k_rewarm_calls).
+  auto turn = [&](int pos) {
+    for (int r = 0; r < k_rewarm_calls; ++r) {
+      live[pos].untimed.insert(live[pos].next);
+      if (!call(pos)) return false;
+    }
+    return call(pos);
+  };
+  for (int i = 0; i < m_samples; ++i) {
+    const int first = static_cast<int>(pairs.next() & 1);
+    if (!turn(first) || !turn(1 - first)) return finish();
+  }
+  return finish();
 }
 
 // ---- reporting ------------------------------------------------------------------------------------------------
@@ -412,7 +522,10 @@ nlohmann::json to_json(const CompareReport& r) {
                          {"min_improvement_pct", r.gate.min_improvement_pct},
                          {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
                          {"alpha", r.gate.alpha},
-                         {"stopping", "alpha spending, alpha_k = alpha * 6 / (pi^2 k^2), geometric looks x1.5"}}},
+                         {"stopping", "alpha spending, interim alpha_k = alpha / 2 * 6 / (pi^2 k^2), geometric looks x1.5; the final "
+                                      "analysis spends the rest"},
+                         {"interleaving", "per block: a worker per arm, warm-ups, then pairs of turns (a coin flip "
+                                          "orders each pair), a turn being an untimed re-warm call and a timed call"}}},
                        {"budgets",
                         {{"min_blocks", r.budget.min_blocks},
                          {"max_blocks", r.budget.max_blocks},

@@ -40,11 +40,21 @@ struct ArmVisit {
   std::vector<Failure> failures;
 };
 
+// One block: a visit of each arm. `samples` holds both visits' samples in the order the calls ran.
+struct ArmBlock {
+  ArmVisit visits[2];  // by arm index
+  std::vector<Sample> samples;
+  bool valid() const { return visits[0].valid && visits[1].valid; }
+};
+
 // The seam between the protocol and the processes it runs: tests substitute synthetic arms.
 class ArmRunner {
 public:
   virtual ~ArmRunner() = default;
   virtual ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) = 0;
+  // One block, the arms started in `order`. By default one visit after the other, stopping at the first invalid
+  // visit; WorkerArmRunner interleaves the two visits' calls instead (docs/timing.md, "Interleaved calls").
+  virtual ArmBlock block(const std::string& workload, const size_t order[2], int block);
 };
 
 // The seam for time: budgets and ETAs read this, so tests run on a fake clock.
@@ -145,6 +155,8 @@ public:
   static constexpr size_t k_pool_bytes = size_t{4} << 30;
   static constexpr size_t k_min_pool_sets = 6;
   static constexpr int k_min_samples_per_visit = 3;
+  // In an interleaved block every timed call follows an untimed call of its own worker (block()).
+  static constexpr int k_rewarm_calls = 1;
   WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms, std::vector<std::string> labels,
                   TimingOptions options);
   ~WorkerArmRunner() override;
@@ -152,10 +164,18 @@ public:
   // `workload_seed` draws every visit's layout.
   std::vector<Sample> prepare(const Case& workload, uint64_t workload_seed);
   ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) override;
+  // Both arms' workers live at once: warm-ups of each, then the timed calls in pairs, each pair's order a coin flip,
+  // the worker not called frozen (WorkerSession::freeze) while the other's call runs.
+  ArmBlock block(const std::string& workload, const size_t order[2], int block) override;
   int samples_per_visit() const { return m_samples; }
   int warmups_per_visit() const { return m_warmups; }
 
 private:
+  struct LiveVisit;
+  LiveVisit start_visit(size_t arm, int block, int order_position);
+  // The visit's next call: its sample is appended to the visit and to `in_order`; false when the visit is invalid.
+  bool call_next(LiveVisit& lv, std::vector<Sample>& in_order);
+  void finish_visit(LiveVisit& lv);
   ArmVisit run_visit(size_t arm, int block, int order_position, int warmups, int samples);
 
   const Task& m_task;

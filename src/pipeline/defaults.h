@@ -27,13 +27,14 @@ inline constexpr bool k_exhaustive = false;
 
 // Untimed calls per visit: the first call of a fresh worker pays first-touch faults and lazy binding.
 inline constexpr int k_warmups = 2;
-// Timed calls per visit: few, because what varies is the process, not the call. On this VM the visit-to-visit
-// (process, page placement, layout) variance dominates the call-to-call variance, so the precision per second of a
-// comparison is highest with many short visits (Kalibera & Jones, ISMM 2013, on dimensioning repetitions per level):
-// rmsnorm's A/A reached +-1% on prefill in 10.5 s with 5 calls per visit, 34.7 s with 10, and not in 60 s with 20 or
-// 50 (docs/timing.md "Visit size"). Five is the fewest whose median two slow calls cannot move. 0 sizes visits by
-// a pilot to ~50 ms of kernel time (5 to 100 calls), the rule before this one.
-inline constexpr int k_samples = 5;
+// Timed calls per visit. A block interleaves its two visits' calls (docs/timing.md, "Interleaved calls"), so the
+// machine's drift cancels within the block and what is left per block is the calls' own noise and the process's:
+// more calls per visit pay off until the calls' share is small. Measured on this 2-vCPU VM (rmsnorm's A/A, 3 x 10 s
+// per setting, rotated): prefill's per-block sd of the log ratio 7.4% at 10 calls, 5.7% at 20, 2.3% at 40; decode's
+// 23% at 5, 15% at 20, 5.2% at 40. 20 keeps a block of prefill near a quarter of a second, so the first look (10
+// blocks) comes within seconds; docs/timing.md "Visit size" has the table. 0 sizes visits by a pilot to ~50 ms of
+// kernel time (5 to 100 calls).
+inline constexpr int k_samples = 20;
 // Warm caches: kernels called in a loop run warm; --cold answers another question.
 inline constexpr bool k_cold = false;
 // Builds per arm in the layout pool; 0 picks by backend: 8 on cpu (stats::k_cpu_layouts: four 16-byte slots of a

@@ -18,7 +18,9 @@ inline constexpr int k_bundle_schema_version = 2;
 // comparison of another version, since it re-derives every figure in it.
 // 2: layout sensitivity is bias-corrected (basic bootstrap) with a permutation test, and timing_lock records the
 // queue (arrived_unix_ns, ticket, waiters_ahead), so that the order served can be checked.
+// 3: a block interleaves its two visits' calls (samples.csv rows in the order they ran, with re-warm calls marked
+// warm-up), and the final analysis spends the alpha kept for it (stats/alpha_spending_rule.h).
 inline constexpr const char* k_compare_schema = "kwb.compare";
-inline constexpr int k_compare_schema_version = 2;
+inline constexpr int k_compare_schema_version = 3;
 
 }  // namespace kwb

@@ -100,6 +100,10 @@ LoadOutcome WorkerSession::start() {
 
 bool WorkerSession::shutdown() { return m_worker ? m_worker->shutdown() : true; }
 
+bool WorkerSession::freeze() {
+  return m_worker && m_worker->freeze(std::chrono::steady_clock::now() + m_options.timeout);
+}
+
 const InputSet& WorkerSession::twin_of(const InputSet& set) {
   if (!set.twin) set.twin = std::make_unique<InputSet>(make_twin(m_task, set, m_secret.next()));
   return *set.twin;

@@ -110,6 +110,11 @@ public:
   // Polite exit. False when the worker was gone, or its goodbye does not account for every call (see death()).
   bool shutdown();
 
+  // While another worker's call is timed, this one is stopped (WorkerProcess::freeze): nothing it does can take a
+  // CPU, a cache or memory bandwidth from that call. False, with death() set, when it died or would not stop: the
+  // implementation's failure. The next call() thaws it.
+  bool freeze();
+
   // In timing mode, the chance that a call secretly runs on a twin of its input set (a copy with a few elements
   // changed) swapped in behind the same addresses: a pointer-keyed or sampled-content cache replays a stale result
   // there and fails validation. Which calls, and which elements, come from a secret drawn per session.

@@ -425,6 +425,7 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
 std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& message, std::span<const int> fds) {
   throw_if_interrupted();
   if (!alive()) return std::nullopt;
+  thaw();  // every message is answered, so a frozen worker runs again first
   if (!m_channel.send(message, fds)) {
     record_death(Channel::Status::closed);
     return std::nullopt;
@@ -817,6 +818,7 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
     out.death = m_death;
     return out;
   }
+  thaw();
   protocol::RunMessage message;
   message.call = call;
   message.inputs = req.inputs;
@@ -980,8 +982,54 @@ void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out)
   }
 }
 
+bool WorkerProcess::freeze(std::chrono::steady_clock::time_point deadline) {
+  if (!alive()) return false;
+  if (m_frozen) return true;
+  // The worker's own group (POSIX_SPAWN_SETPGROUP): its threads and anything it left behind stop together.
+  if (::kill(-m_pid, SIGSTOP) != 0) (void)::kill(m_pid, SIGSTOP);
+  for (;;) {
+    // The stop is reported to the parent once every thread of the worker has stopped (a group stop); peek at the
+    // report first, so an exit is left for the usual reaping.
+    siginfo_t info{};
+    if (::waitid(P_PID, static_cast<id_t>(m_pid), &info, WSTOPPED | WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (info.si_pid != 0) {
+      if (info.si_code == CLD_STOPPED) {
+        siginfo_t consumed{};
+        (void)::waitid(P_PID, static_cast<id_t>(m_pid), &consumed, WSTOPPED | WNOHANG);
+        m_frozen = true;
+        return true;
+      }
+      break;  // it ended
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      WorkerDeath d;
+      d.reason = FailureReason::timeout;
+      d.detail = "the worker did not stop when told to (SIGSTOP), before another worker's call; worker killed";
+      (void)kill_and_reap();
+      m_death = d;
+      return false;
+    }
+    timespec pause{0, 10'000};
+    ::nanosleep(&pause, nullptr);
+  }
+  // Gone: classified the usual way, by how it ended.
+  record_death(Channel::Status::closed);
+  return false;
+}
+
+void WorkerProcess::thaw() {
+  if (!m_frozen) return;
+  m_frozen = false;
+  if (m_pid <= 0) return;
+  if (::kill(-m_pid, SIGCONT) != 0) (void)::kill(m_pid, SIGCONT);
+}
+
 bool WorkerProcess::shutdown() {
   if (!alive()) return false;
+  thaw();
   // The goodbye is awaited like any answer; a worker that is already gone (it exited right after its last answer,
   // which it may have forged) fails here with the usual classification of its death.
   auto reply = request({{"type", protocol::k_exit}});

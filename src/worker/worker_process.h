@@ -210,6 +210,14 @@ public:
   // or a request lost, so the run's records are incomplete.
   bool shutdown();
 
+  // Stops every process in the worker's group (SIGSTOP cannot be caught or ignored) and waits until the stop has
+  // taken hold, so that nothing of this worker runs while another worker's call is timed (docs/timing.md,
+  // "Interleaved calls"). False when the worker died or did not stop before `deadline`; death() then says why.
+  bool freeze(std::chrono::steady_clock::time_point deadline);
+  // Lets a frozen worker run again. run() and shutdown() thaw a frozen worker first.
+  void thaw();
+  bool frozen() const { return m_frozen; }
+
 private:
   struct Region {
     int id;
@@ -252,6 +260,7 @@ private:
   UniqueFd m_output;  // memfd holding the worker's stdout+stderr
   std::vector<Region> m_regions;
   std::optional<WorkerDeath> m_death;
+  bool m_frozen = false;
   std::optional<nlohmann::json> m_fault;
   uint64_t m_calls = 0;
   protocol::ControlBlock* m_control = nullptr;  // the control page, shared with the worker

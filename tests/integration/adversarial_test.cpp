@@ -219,6 +219,25 @@ TEST(adversarial_test, compare_charges_work_moved_before_go_to_the_candidate) {
   }
 }
 
+// A thread of the candidate's own streams memory for 300 us whenever one of its timed calls has returned: when the
+// other arm's turn usually comes. The parent stops a worker's whole process group before the other arm's turn
+// (WorkerProcess::freeze), so the burst can only slow the thief's own calls: against the honest multi-threaded
+// kernel it never reads faster. (On a 2-vCPU machine the workers share one CPU and the woken worker preempts the
+// thread, so even with the freeze taken out the thief read 7.5x slower; with more CPUs the burst would run beside
+// the other arm's call.)
+TEST(adversarial_test, compare_freezes_a_worker_while_the_other_arm_is_timed) {
+  KwbRun r = run_kwb({"compare", threads_task().string(), "--candidate", (k_adversarial / "turn_thief.cpp").string(),
+                      "--workload", "decode", "--max-minutes", "0.2", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.json["verdict"], "PASS") << r.json.dump(2);
+  for (const auto& w : r.json["workloads"]) {
+    EXPECT_NE(w["verdict"], "PASS") << w.dump(2);
+    if (w["improvement_pct"].is_number()) {
+      EXPECT_LT(w["improvement_pct"].get<double>(), 5.0) << w.dump(2);
+    }
+  }
+}
+
 TEST(adversarial_test, compare_refuses_to_time_a_pointer_cache) {
   KwbRun r = compare(k_adversarial / "pointer_cache.cpp");
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;

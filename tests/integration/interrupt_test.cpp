@@ -316,8 +316,9 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
     }
     return "";
   };
-  // Workers are started one after another, one per timing visit (after the A' check's one): a third one seen while
-  // the A/A stage runs means the comparison's first visit is over and its samples are in the report.
+  // The A' check starts one worker, then each block starts two (one per arm, alive together while their calls take
+  // turns): a fourth one seen while the A/A stage runs means the comparison's first block is over and its samples
+  // are in the report.
   std::set<pid_t> workers;
   std::string aa_status;
   ASSERT_TRUE(eventually(
@@ -330,13 +331,13 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
           if (p.comm == "kwb-worker") workers.insert(p.pid);
         }
         aa_status = stage_status("aa");
-        return workers.size() >= 3;
+        return workers.size() >= 4;
       },
       600s))
       << "validate never reached the A/A stage\n" << kwb.log();
   auto stages_text = [&] { return fs::exists(out / "stages.json") ? read_file(out / "stages.json") : std::string(); };
   ASSERT_FALSE(kwb.ended()) << kwb.log() << stages_text();
-  ASSERT_EQ(aa_status, "running") << "the A/A stage ended before three of its workers were seen\n"
+  ASSERT_EQ(aa_status, "running") << "the A/A stage ended before four of its workers were seen\n"
                                   << kwb.log() << stages_text();
   interrupt_and_expect_nothing_left(kwb, SIGTERM);
 
@@ -357,7 +358,7 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
     }
   }
   EXPECT_FALSE(fs::exists(out / "decision.json"));
-  // The comparison so far, marked as interrupted, and its samples (the first visit's at least) in samples.csv.
+  // The comparison so far, marked as interrupted, and its samples (the first block's at least) in samples.csv.
   ASSERT_TRUE(fs::exists(out / "comparisons" / "aa.json"));
   const nlohmann::json aa = nlohmann::json::parse(read_file(out / "comparisons" / "aa.json"));
   EXPECT_EQ(aa.value("verdict", ""), "INTERRUPTED");
