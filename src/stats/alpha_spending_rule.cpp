@@ -47,11 +47,15 @@ size_t AlphaSpendingRule::next_look(size_t blocks) const {
 double AlphaSpendingRule::alpha_at_look(size_t k) const {
   if (k == 0) throw std::invalid_argument("AlphaSpendingRule: looks are numbered from 1, got look 0");
   const double kd = static_cast<double>(k);
-  return m_alpha * 6.0 / (std::numbers::pi * std::numbers::pi * kd * kd);
+  return m_alpha * (1.0 - k_final_share) * 6.0 / (std::numbers::pi * std::numbers::pi * kd * kd);
 }
 
 double AlphaSpendingRule::confidence_at_look(size_t k) const { return 1.0 - alpha_at_look(k); }
 
-double AlphaSpendingRule::confidence_for_final(size_t looks_done) const { return confidence_at_look(looks_done + 1); }
+double AlphaSpendingRule::confidence_for_final(size_t looks_done) const {
+  double spent = 0.0;
+  for (size_t k = 1; k <= looks_done; ++k) spent += alpha_at_look(k);
+  return 1.0 - (m_alpha - spent);
+}
 
 }  // namespace kwb::stats

@@ -38,7 +38,9 @@ bool SequentialProcedure::add(double log_ratio) {
 std::optional<SequentialLook> SequentialProcedure::finish() {
   const std::size_t n = m_log_ratios.size();
   if (n < 2) return std::nullopt;
-  if (m_decided || (!m_looks.empty() && m_looks.back().blocks == n)) return m_looks.back();
+  if (m_decided || (!m_looks.empty() && m_looks.back().final_analysis)) return m_looks.back();
+  // The final analysis spends the alpha the interim looks left; when the budget ended on a look, it is a second
+  // analysis of the same blocks at that lower confidence (the union bound covers both).
   m_looks.push_back(look(m_rule.confidence_for_final(m_rule.look_index(n)), true));
   return m_looks.back();
 }

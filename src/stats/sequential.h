@@ -2,7 +2,8 @@
 // the log ratios it re-derives from samples.csv. Looks at the alpha-spending rule's block counts
 // (alpha_spending_rule.h); at each look an interval at that look's confidence (effect.h) judged by the gate
 // (gate.h); stop at the first look that decides (or, for the point gate, at the first look); a comparison the
-// budget ends between looks gets one final analysis that spends like one more look. docs/timing.md explains it.
+// budget ends without a decision gets one final analysis that spends the alpha the looks left (at least half of it).
+// docs/timing.md explains it.
 #pragma once
 
 #include "stats/alpha_spending_rule.h"
@@ -30,7 +31,7 @@ struct SequentialLook {
   double confidence = 0.0;
   EffectEstimate estimate;
   Verdict verdict = Verdict::inconclusive;
-  bool final_analysis = false;  // the budget ended between looks
+  bool final_analysis = false;  // the budget ended without a decision: the reserved alpha
 };
 
 Verdict judge(const SequentialGate& gate, const EffectEstimate& e);
@@ -42,8 +43,8 @@ public:
   // Adds the next block's log ratio, log(other / reference). True once the procedure has decided: stop timing.
   bool add(double log_ratio);
   bool decided() const { return m_decided; }
-  // The outcome after the last block added: the deciding look, or (ended by the budget) the last look if it was
-  // the last block, else a final analysis. nullopt under two blocks: no interval can be formed.
+  // The outcome after the last block added: the deciding look, or (ended by the budget) the final analysis.
+  // nullopt under two blocks: no interval can be formed.
   std::optional<SequentialLook> finish();
 
   const std::vector<SequentialLook>& looks() const { return m_looks; }

@@ -44,12 +44,35 @@ TEST(sequential_test, a_budget_ending_between_looks_gets_one_final_analysis) {
   EXPECT_TRUE(out->final_analysis);
   EXPECT_EQ(out->blocks, 12u);
   EXPECT_EQ(out->verdict, Verdict::inconclusive);
-  // The final analysis spends like one more look: a narrower confidence than the first look's is never used.
-  EXPECT_GE(out->confidence, p.looks().front().confidence);
+  // The final analysis spends the alpha the first look left: 0.05 - 0.015198.
+  EXPECT_NEAR(out->confidence, 1.0 - (0.05 - (1.0 - p.looks().front().confidence)), 1e-12);
+  EXPECT_EQ(p.looks().size(), 2u);
   // Replaying the same ratios gives the same outcome (what verify relies on).
   SequentialProcedure again(g, 3);
   for (double r : ratios(12, 0.0, 0.05)) again.add(r);
   EXPECT_EQ(again.finish()->estimate.ci_low_pct, out->estimate.ci_low_pct);
+}
+
+TEST(sequential_test, a_budget_ending_on_a_look_still_gets_the_reserved_final_analysis) {
+  SequentialGate g;
+  g.aa = true;
+  g.max_aa_difference_pct = 1.0;
+  g.min_blocks = 10;
+  SequentialProcedure p(g, 3);
+  for (double r : ratios(10, 0.0, 0.05)) EXPECT_FALSE(p.add(r));
+  ASSERT_EQ(p.looks().size(), 1u);
+  EXPECT_FALSE(p.looks().back().final_analysis);
+  const auto out = p.finish();
+  ASSERT_TRUE(out.has_value());
+  // The same ten blocks, judged again with the alpha the look left: a narrower interval.
+  EXPECT_TRUE(out->final_analysis);
+  EXPECT_EQ(out->blocks, 10u);
+  EXPECT_LT(out->confidence, p.looks().front().confidence);
+  EXPECT_LT(out->estimate.ci_high_pct - out->estimate.ci_low_pct,
+            p.looks().front().estimate.ci_high_pct - p.looks().front().estimate.ci_low_pct);
+  // finish() twice gives the same outcome, with no third look.
+  EXPECT_EQ(p.finish()->confidence, out->confidence);
+  EXPECT_EQ(p.looks().size(), 2u);
 }
 
 TEST(sequential_test, fewer_than_two_blocks_give_no_interval) {
