@@ -1,6 +1,7 @@
-// `kwb compare`: randomized interleaved blocks (RMIT, Abedi & Brecht ICPE 2017). Each block visits every arm in a
-// fresh random order, each visit in a fresh worker process (so layout and ASLR are sampled, not frozen: Mytkowicz
-// et al. ASPLOS 2009; Kalibera & Jones ISMM 2013 treat the process as the replicate). The effect is estimated from
+// `kwb compare`: randomized interleaved blocks (RMIT, Abedi & Brecht ICPE 2017). Each block gives every arm a visit
+// in a fresh worker process (so layout and ASLR are sampled, not frozen: Mytkowicz et al. ASPLOS 2009; Kalibera &
+// Jones ISMM 2013 treat the process as the replicate), the workers started in a fresh random order and their calls
+// taking turns, one worker running at a time (docs/timing.md, "The protocol"). The effect is estimated from
 // per-block log ratios of per-arm medians and judged by a gate at alpha-spending looks. docs/timing.md explains
 // every choice.
 #pragma once
