@@ -66,7 +66,7 @@ protected:
                                          bool against_incumbent) const {
     std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_task / "cpu" / candidate).string(),
                                   "--output-dir", (m_dir / bundle).string(), "--workload", "decode",
-                                  "--max-minutes", "0.15", "--max-aa-difference-pct", "25", "--layouts", "2",
+                                  "--max-minutes", "0.3", "--max-aa-difference-pct", "25", "--layouts", "2",
                                   "--no-profile", "--json"};
     if (against_incumbent) a.push_back("--against=incumbent");
     return a;
