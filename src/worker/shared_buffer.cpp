@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 
 namespace kwb {
@@ -88,14 +89,18 @@ std::optional<size_t> SharedBuffer::damaged_canary(uint64_t seed) const {
 
 void SharedBuffer::fill_pattern(uint64_t pattern, size_t width) {
   auto d = data();
-  if (width == 2) {
+  if (width == 1) {
+    std::memset(d.data(), static_cast<unsigned char>(pattern), d.size());
+  } else if (width == 2) {
     const auto p16 = static_cast<uint16_t>(pattern);
     for (size_t i = 0; i + 2 <= d.size(); i += 2) std::memcpy(d.data() + i, &p16, 2);
   } else if (width == 4) {
     const auto p32 = static_cast<uint32_t>(pattern);
     for (size_t i = 0; i + 4 <= d.size(); i += 4) std::memcpy(d.data() + i, &p32, 4);
-  } else {
+  } else if (width == 8) {
     for (size_t i = 0; i + 8 <= d.size(); i += 8) std::memcpy(d.data() + i, &pattern, 8);
+  } else {
+    throw std::invalid_argument("SharedBuffer::fill_pattern: width must be 1, 2, 4 or 8 bytes");
   }
 }
 

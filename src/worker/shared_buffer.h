@@ -44,7 +44,7 @@ public:
   void write_canaries(uint64_t seed);
   std::optional<size_t> damaged_canary(uint64_t seed) const;
 
-  // Fills every element with a pattern of `width` bytes (2, 4 or 8).
+  // Fills every element with a pattern of `width` bytes (1, 2, 4 or 8): the low bytes of `pattern`.
   void fill_pattern(uint64_t pattern, size_t width);
 
 private:
