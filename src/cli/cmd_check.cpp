@@ -31,7 +31,37 @@ std::string tolerance_text(double used) {
 
 // `shown_as`: how to name the implementation when its path is not what a person gave (a control written as a change
 // of another source lives in kwb's cache); empty: its path.
-void print_human(const CheckReport& r, const Artifact& art, const std::string& shown_as = "") {
+// Each output's worst element over every case: how far it was, absolutely and relatively, and how much of that
+// output's tolerance it used, with the case it was in, so that a tolerance is judged per output and per mode.
+void print_output_errors(const CheckReport& r, const Task& task) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t i = 0; i < task.signature.outputs.size(); ++i) {
+    OutputErrors worst;
+    std::string worst_case = "-";
+    double worst_used = -1.0;
+    for (const CaseReport& c : r.cases) {
+      if (i >= c.outputs.size()) continue;
+      worst.merge(c.outputs[i]);
+      if (c.outputs[i].tolerance_used > worst_used) {
+        worst_used = c.outputs[i].tolerance_used;
+        worst_case = c.name;
+      }
+    }
+    const TensorSpec& spec = task.signature.outputs[i];
+    const Tolerance& tol = task.output_tolerance.at(i);
+    const bool exact = is_exact_dtype(spec.dtype) || tol.mode == ToleranceMode::exact;
+    rows.push_back({spec.name, to_string(spec.dtype), exact ? "exact" : describe_tolerance(tol),
+                    fmt::format("{:.3g}", worst.max_abs_error), fmt::format("{:.3g}", worst.max_rel_error),
+                    exact ? (worst.max_abs_error == 0.0 ? "equal" : "differs") : tolerance_text(worst.tolerance_used),
+                    worst_case});
+  }
+  std::cout << "\n"
+            << format_table({"output", "dtype", "tolerance", "max abs error", "max rel error", "tolerance used",
+                             "worst case"},
+                            rows);
+}
+
+void print_human(const CheckReport& r, const Artifact& art, const Task& task, const std::string& shown_as = "") {
   std::cout << fmt::format("kwb check: task {}, implementation {}\n", r.task,
                            shown_as.empty() ? r.implementation : shown_as);
   if (!r.device.empty()) std::cout << fmt::format("  backend {}: {}\n", r.backend, r.device);
@@ -49,6 +79,7 @@ void print_human(const CheckReport& r, const Artifact& art, const std::string& s
     }
     std::cout << "\n"
               << format_table({"case", "role", "dims", "calls", "passed", "failed", "tolerance used", "result"}, rows);
+    print_output_errors(r, task);
     // The device trace of each case's first call: the kernels an implementation launches are part of what it is.
     for (const CaseReport& c : r.cases) {
       if (c.kernels.empty()) continue;
@@ -130,7 +161,7 @@ Action add_check(CLI::App& root) {
       }
       std::cout << json_text(j, 2) << "\n";
     } else {
-      print_human(report, art,
+      print_human(report, art, task,
                   !control             ? ""
                   : control->base.empty() ? fmt::format("control {} ({})", control->name, control->source.string())
                                           : fmt::format("control {} ({} with one change)", control->name,

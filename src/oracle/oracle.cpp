@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -350,11 +351,37 @@ std::string oracle_cache_key(const Artifact& oracle, const Task& task, const Ora
   return h.hex_digest();
 }
 
+namespace {
+
+// An integer or boolean output of the oracle must hold values of its dtype: integers within its range (bool: 0 or
+// 1). Anything else (a fraction, a NaN, an out-of-range count) is the oracle's bug, and no candidate could match it.
+void require_dtype_values(const Task& task, const OracleCall& call, const std::vector<std::vector<double>>& outputs) {
+  for (size_t o = 0; o < outputs.size() && o < task.signature.outputs.size(); ++o) {
+    const TensorSpec& spec = task.signature.outputs[o];
+    const DTypeInfo& t = dtype_info(spec.dtype);
+    if (t.kind == DTypeKind::floating) continue;
+    for (size_t i = 0; i < outputs[o].size(); ++i) {
+      const double v = outputs[o][i];
+      if (std::nearbyint(v) == v && v >= t.lowest && v <= t.highest) continue;
+      throw DataError(fmt::format("{}: the oracle wrote {} at element {} of output '{}' (case '{}'), which is {} "
+                                  "({} from {} to {}); an integer or boolean output takes values of its dtype",
+                                  task.oracle.string(), v, i, spec.name, call.case_ != nullptr ? call.case_->name : "?",
+                                  std::isnan(v) ? "NaN, not a value of " + std::string(t.name)
+                                                : "not a value of " + std::string(t.name),
+                                  t.kind == DTypeKind::boolean ? "0 or 1: integers" : "integers", t.lowest,
+                                  t.highest));
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call) {
   OracleRunner& runner = runner_for(task);
   const fs::path file = cache_file(oracle_cache_key(runner.artifact(), task, call));
   if (auto cached = read_cached(file, call)) return std::move(*cached);
   std::vector<std::vector<double>> outputs = runner.run(call);
+  require_dtype_values(task, call, outputs);
   write_cached(file, outputs);
   return outputs;
 }

@@ -33,12 +33,16 @@ struct OutputComparison {
 // validation only needs the verdict.
 enum class ErrorStats { compute, skip };
 
-// Within tolerance: |got - expected| <= atol + rtol * |expected|. Non-finite values must agree exactly in kind
+// Within tolerance: |got - expected| <= what the output's tolerance allows at `expected` (task.h, Tolerance: abs_rel,
+// ulp or exact; an integer or boolean dtype is always exact). Non-finite values must agree exactly in kind
 // (NaN with NaN, +Inf with +Inf). `poison` is the pattern written before the call, in its low bytes at the dtype's
 // width. The counts and the first mismatches are exact whatever `stats` says.
 OutputComparison compare_output(std::span<const unsigned char> got, DType dtype, std::span<const double> expected,
                                 const Tolerance& tol, uint64_t poison, ErrorStats stats = ErrorStats::compute);
 
-bool within_tolerance(double got, double expected, const Tolerance& tol);
+// What `tol` allows |got - expected| to be at `expected`, for an output of `dtype` (ulp mode measures in its units).
+double allowed_error(double expected, const Tolerance& tol, DType dtype);
+bool within_tolerance(double got, double expected, const Tolerance& tol, DType dtype);
+
 
 }  // namespace kwb

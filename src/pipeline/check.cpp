@@ -34,6 +34,7 @@ std::string dims_text(const Task& task, const Case& c) {
 CheckReport empty_report(const Task& task, const Artifact& artifact) {
   CheckReport r;
   r.task = task.name;
+  for (const TensorSpec& o : task.signature.outputs) r.output_names.push_back(o.name);
   r.implementation = artifact.source.string();
   r.identity = artifact.identity;
   return r;
@@ -133,6 +134,8 @@ void add_call(CaseReport& cr, CheckReport& report, CallResult& res) {
   cr.failed += res.failures.size();
   cr.max_rel_error = std::max(cr.max_rel_error, res.max_rel_error);
   cr.tolerance_used = std::max(cr.tolerance_used, res.max_tolerance_used);
+  if (cr.outputs.size() < res.outputs.size()) cr.outputs.resize(res.outputs.size());
+  for (size_t i = 0; i < res.outputs.size(); ++i) cr.outputs[i].merge(res.outputs[i]);
   if (res.kernels && cr.kernels.empty()) {
     for (const DeviceCommand& k : *res.kernels) cr.kernels.push_back(k.name);
   }
@@ -430,9 +433,17 @@ CheckReport run_check_cases(const Task& task, const Artifact& artifact, const Ch
 nlohmann::json to_json(const CheckReport& r) {
   nlohmann::json cases = nlohmann::json::array();
   for (const CaseReport& c : r.cases) {
+    nlohmann::json outputs = nlohmann::json::array();
+    for (size_t i = 0; i < c.outputs.size(); ++i) {
+      const OutputErrors& e = c.outputs[i];
+      outputs.push_back({{"name", i < r.output_names.size() ? r.output_names[i] : std::to_string(i)},
+                         {"max_abs_error", e.max_abs_error},
+                         {"max_rel_error", e.max_rel_error},
+                         {"tolerance_used", e.tolerance_used}});
+    }
     cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"calls", c.calls_run},
                      {"passed", c.passed}, {"failed", c.failed}, {"max_rel_error", c.max_rel_error},
-                     {"tolerance_used", c.tolerance_used}, {"seconds", c.seconds}});
+                     {"tolerance_used", c.tolerance_used}, {"outputs", outputs}, {"seconds", c.seconds}});
     if (!c.kernels.empty()) cases.back()["kernels"] = c.kernels;
   }
   nlohmann::json failures = nlohmann::json::array();
@@ -475,6 +486,14 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     cr.max_rel_error = c.at("max_rel_error");
     cr.tolerance_used = c.at("tolerance_used").is_null() ? std::numeric_limits<double>::infinity()
                                                            : c.at("tolerance_used").get<double>();
+    auto finite_or_inf = [](const nlohmann::json& v) {
+      return v.is_null() ? std::numeric_limits<double>::infinity() : v.get<double>();
+    };
+    for (const auto& o : c.at("outputs")) {
+      cr.outputs.push_back({finite_or_inf(o.at("max_abs_error")), finite_or_inf(o.at("max_rel_error")),
+                            finite_or_inf(o.at("tolerance_used"))});
+      if (r.output_names.size() < cr.outputs.size()) r.output_names.push_back(o.at("name"));
+    }
     cr.seconds = c.at("seconds");
     if (c.contains("kernels")) cr.kernels = c.at("kernels").get<std::vector<std::string>>();
     r.cases.push_back(cr);

@@ -24,7 +24,8 @@
 namespace kwb {
 
 inline constexpr const char* k_check_schema = "kwb.check";
-inline constexpr int k_check_schema_version = 2;  // 2: the "request" block (nonce, held_out, stop_after_reason)
+// 2: the "request" block (nonce, held_out, stop_after_reason). 3: each case's errors per output ("outputs").
+inline constexpr int k_check_schema_version = 3;
 
 struct CheckOptions {
   BackendKind backend = BackendKind::cpu;
@@ -73,6 +74,7 @@ struct CaseReport {
   size_t failed = 0;
   double max_rel_error = 0.0;
   double tolerance_used = 0.0;  // the largest share of the tolerance an element used (1: at the limit)
+  std::vector<OutputErrors> outputs;  // each output's worst element over the case's calls, by signature index
   double seconds = 0.0;
   // Device backends: what the case's first call launched, in order, as the worker's trace saw it.
   std::vector<std::string> kernels;
@@ -87,6 +89,7 @@ struct CheckReport {
   bool built = false;
   std::string build_log;
   std::vector<CaseReport> cases;
+  std::vector<std::string> output_names;  // the task's outputs, in signature order (CaseReport::outputs' names)
   size_t passed = 0;
   size_t failed = 0;
   std::vector<Failure> failures;

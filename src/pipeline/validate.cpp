@@ -308,7 +308,11 @@ private:
     const nlohmann::json oracle = oracle_record(m_task);
     p.task.oracle = {oracle.at("source").get<std::string>(), oracle.at("source_sha256").get<std::string>(),
                      oracle.at("identity")};
-    p.task.tolerance = m_task.tolerance;
+    for (size_t i = 0; i < m_task.signature.outputs.size(); ++i) {
+      const TensorSpec& out = m_task.signature.outputs[i];
+      const Tolerance& t = m_task.output_tolerance.at(i);
+      p.task.tolerances.push_back({out.name, to_string(out.dtype), to_string(t.mode), t.rtol, t.atol, t.ulp});
+    }
     for (const Case& c : m_task.cases) {
       p.task.cases.push_back({c.name, c.role, c.dims, c.seed, to_string(c.data.kind), c.data.scale});
     }

@@ -61,13 +61,24 @@ struct PlanOracle {
   nlohmann::json identity;    // its build identity; identity.source_sha256 == source_sha256, identity.key non-empty
 };
 
+// How one output is compared with the oracle (task.h, Tolerance): its mode (abs_rel, ulp or exact) and that mode's
+// numbers (the others 0).
+struct PlannedTolerance {
+  std::string output;
+  std::string dtype;
+  std::string mode;
+  double rtol = 0;
+  double atol = 0;
+  double ulp = 0;
+};
+
 struct PlanTask {
   std::string name;
   std::string dir;
   std::string manifest_sha256;
   std::string manifest;  // the manifest's text
   PlanOracle oracle;
-  Tolerance tolerance;
+  std::vector<PlannedTolerance> tolerances;  // one per output, in signature order
   std::vector<PlannedCase> cases;
 };
 
@@ -189,9 +200,13 @@ void describe(V& v, PlanOracle& x) {
 }
 
 template <typename V>
-void describe(V& v, Tolerance& x) {
+void describe(V& v, PlannedTolerance& x) {
+  v("output", x.output);
+  v("dtype", x.dtype);
+  v("mode", x.mode);
   v("rtol", x.rtol);
   v("atol", x.atol);
+  v("ulp", x.ulp);
 }
 
 template <typename V>
@@ -201,7 +216,7 @@ void describe(V& v, PlanTask& x) {
   v("manifest_sha256", x.manifest_sha256);
   v("manifest", x.manifest);
   v("oracle", x.oracle);
-  v("tolerance", x.tolerance);
+  v("tolerances", x.tolerances);
   v("cases", x.cases);
 }
 

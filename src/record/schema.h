@@ -12,7 +12,9 @@ inline constexpr const char* k_controls_schema = "kwb.controls";
 inline constexpr const char* k_final_schema = "kwb.final";
 // 2: plan.json has one typed declaration (record/plan.h): a control's `expect` is null for every other role, the
 // oracle is a record (never a name), and no field outside the declaration is accepted.
-inline constexpr int k_bundle_schema_version = 2;
+// 3: plan.json's task has `tolerances`, one per output (mode abs_rel, ulp or exact), for `tolerance`; a check's
+// cases report their errors per output (check schema 3).
+inline constexpr int k_bundle_schema_version = 3;
 
 // compare.json (compare --output-dir) and a bundle's comparisons/*.json, versioned on their own: verify refuses a
 // comparison of another version, since it re-derives every figure in it.

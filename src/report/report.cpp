@@ -277,6 +277,20 @@ void add_implementations_and_environment(ReportModel& m, const BundleData& b, co
 
 }
 
+// Each output's tolerance, in words: "within rtol 0.0001 and atol 1e-06" for one output, "y within ..., idx
+// exactly" for several.
+std::string tolerance_text(const Plan* plan) {
+  if (plan == nullptr || plan->task.tolerances.empty()) return "within its tolerance";
+  std::vector<std::string> parts;
+  for (const PlannedTolerance& t : plan->task.tolerances) {
+    std::string rule = t.mode == "exact" ? "exactly"
+                       : t.mode == "ulp" ? fmt::format("within {} ulp", t.ulp)
+                                         : fmt::format("within rtol {} and atol {}", t.rtol, t.atol);
+    parts.push_back(plan->task.tolerances.size() == 1 ? rule : fmt::format("{} {}", t.output, rule));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 // What the decision does not cover.
 void add_limits(ReportModel& m, const BundleData& b, const Plan* plan) {
   const DecisionScope scope = scope_of(b);
@@ -285,10 +299,9 @@ void add_limits(ReportModel& m, const BundleData& b, const Plan* plan) {
       fmt::format("Holds for this machine ({}), the {} backend, dtype {} and the workloads above only; other shapes, "
                   "dtypes or machines were not measured.",
                   scope.machine, scope.backend, dtypes.empty() ? "-" : dtypes),
-      fmt::format("Correctness is judged against the task's oracle ({}) within rtol {} and atol {} on the task's "
-                  "cases and on fresh data at final validation; inputs outside those cases were not tried.",
-                  oracle_text(plan), plan ? fmt::format("{}", plan->task.tolerance.rtol) : "-",
-                  plan ? fmt::format("{}", plan->task.tolerance.atol) : "-"),
+      fmt::format("Correctness is judged against the task's oracle ({}) {} on the task's cases and on fresh data "
+                  "at final validation; inputs outside those cases were not tried.",
+                  oracle_text(plan), tolerance_text(plan)),
       fmt::format("Intervals are per-block log-ratio intervals at the confidence each look spent (alpha {} spread "
                   "over looks); an effect smaller than the MDE shown could go undetected.",
                   plan ? fmt::format("{}", plan->gates.alpha) : "-"),

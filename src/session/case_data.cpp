@@ -5,12 +5,15 @@
 #include "util/error.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
 namespace kwb {
 
@@ -65,6 +68,47 @@ void compute_expected(const Task& task, InputSet& set) {
   set.output_shapes = std::move(call.output_shapes);
 }
 
+// A twin's change of integer data (an integer or boolean dtype, or an integer law on any dtype): it stays where the
+// input's law puts its values, since such data is often an index or a position the operator requires to be valid
+// (a permutation stays a permutation, a randint value stays in [low, high]): the change is a swap of two elements
+// (arange, permutation), another value of the range (randint), or another value of the dtype (a constant or
+// zeros: -2x, 1 for a zero, -x or 0, the first the dtype holds; a boolean flips). False for floating data, whose
+// change is the caller's.
+bool change_within_support(DType dtype, const Distribution& dist, std::span<unsigned char> data, size_t n, size_t at,
+                           Rng& rng, std::vector<std::string>& changed, const std::string& name) {
+  const DTypeInfo& t = dtype_info(dtype);
+  const bool law_of_integers = dist.kind == DistributionKind::randint || dist.kind == DistributionKind::arange ||
+                               dist.kind == DistributionKind::permutation;
+  if (t.kind == DTypeKind::floating && !law_of_integers) return false;
+  const double v = load_element(dtype, data.data(), at);
+  if (dist.kind == DistributionKind::arange || dist.kind == DistributionKind::permutation) {
+    if (n < 2) return true;  // nothing to swap with: no change
+    const size_t other = (at + 1 + static_cast<size_t>(rng.next() % (n - 1))) % n;
+    store_element(dtype, data.data(), at, load_element(dtype, data.data(), other));
+    store_element(dtype, data.data(), other, v);
+    changed.push_back(fmt::format("{}[{}] and {}[{}] (swapped)", name, at, name, other));
+    return true;
+  }
+  if (dist.kind == DistributionKind::randint) {
+    const uint64_t span = static_cast<uint64_t>(dist.high - dist.low) + 1;
+    if (span < 2 || v < dist.low || v > dist.high) return true;  // a one-value range, or a special value: keep it
+    const uint64_t offset = static_cast<uint64_t>(v - dist.low);
+    store_element(dtype, data.data(), at,
+                  dist.low + static_cast<double>((offset + 1 + rng.next() % (span - 1)) % span));
+  } else if (t.kind == DTypeKind::boolean) {
+    store_element(dtype, data.data(), at, v == 0.0 ? 1.0 : 0.0);
+  } else {
+    for (double w : {-2.0 * v, v == 0.0 ? 1.0 : -v, 0.0}) {
+      if (w != v && w >= t.lowest && w <= t.highest) {
+        store_element(dtype, data.data(), at, w);
+        break;
+      }
+    }
+  }
+  changed.push_back(fmt::format("{}[{}]", name, at));
+  return true;
+}
+
 }  // namespace
 
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
@@ -76,6 +120,14 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     TensorShape shape = resolve_shape(spec, c);
     SharedBuffer buf(fmt::format("kwb-in-{}", spec.name), shape.elements() * dtype_size(spec.dtype));
     const Distribution& dist = spec.distribution ? *spec.distribution : c.data;
+    // Published shapes were checked when the task loaded; a shape kwb made up (held out) is checked here.
+    if (const std::string why = distribution_misfit(dist, spec.dtype, shape.elements()); !why.empty()) {
+      std::vector<std::string> dims;
+      for (const auto& [name, value] : c.dims) dims.push_back(fmt::format("{} = {}", name, value));
+      throw DataError(fmt::format("{}: case '{}', input '{}' at {}: {}; change the case's distribution or "
+                                  "constrain the dims ([dims])",
+                                  task.manifest.string(), c.name, spec.name, fmt::join(dims, ", "), why));
+    }
     fill_tensor(dist, spec.dtype, buf.data(), input_seed(c, i, set_index, nonce));
     buf.seal();
     set.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
@@ -104,8 +156,10 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
     // few enough that a sample of the data almost surely misses every change.
     const size_t n = from.size() / width;
     const size_t count = n == 0 ? 0 : std::min<size_t>(4, 1 + n / 65536);
+    const Distribution& dist = spec.distribution ? *spec.distribution : base.case_->data;
     for (size_t k = 0; k < count; ++k) {
       const size_t at = static_cast<size_t>(rng.next() % n);
+      if (change_within_support(spec.dtype, dist, to, n, at, rng, changed, spec.name)) continue;
       // -2x (or 1 for a zero) is far from x at any scale and keeps the magnitude of the data; -x/2 where -2x would
       // overflow the dtype (a 16-bit one, near its largest values), so that the twin stays finite.
       const double v = load_element(spec.dtype, to.data(), at);

@@ -156,18 +156,57 @@ bool WorkerSession::ensure_outputs(const InputSet& set) {
   return true;
 }
 
+void OutputErrors::merge(const OutputErrors& o) {
+  max_abs_error = std::max(max_abs_error, o.max_abs_error);
+  max_rel_error = std::max(max_rel_error, o.max_rel_error);
+  tolerance_used = std::max(tolerance_used, o.tolerance_used);
+}
+
 namespace {
 
-// A quiet NaN with a random payload: an unwritten element is unmistakable, differs on every call (so nothing
-// can learn it), and cannot pass a tolerance test by accident.
-uint64_t make_poison(Rng& rng, DType dtype) {
+// The pattern an output is filled with before each call, fresh per call, so that nothing can learn it, and such that
+// an element left unwritten cannot pass for a result:
+// - a floating dtype: a quiet NaN with a random payload, never the canonical one a computation produces. It cannot
+//   pass a tolerance test by accident.
+// - bool: a random byte from 2 to 255, which is no boolean.
+// - an integer dtype, which has no pattern a result cannot hold: a random value that this call's expected output
+//   does not contain (8-bit: one drawn from the values absent from it; wider: a random word, redrawn while the
+//   output holds it). An unwritten element then differs from the oracle's value and is reported unwritten. Only an
+//   8-bit output that holds all 256 values gets a value it contains, and an unwritten element hides where the
+//   oracle expects exactly that value (1 in 256 of them), on this call only.
+uint64_t make_poison(Rng& rng, DType dtype, std::span<const double> expected) {
   const DTypeInfo& t = dtype_info(dtype);
-  // A dtype without NaN has no pattern a result cannot hold: it needs a design of its own, not a silent guess.
-  if (!t.has_nan) throw InternalError(fmt::format("no poison pattern for dtype {}, which has no NaN", t.name));
-  for (;;) {
-    // The quiet bit set and a random payload below it; never the canonical quiet NaN a computation produces.
-    const uint64_t p = t.quiet_nan | (rng.next() & t.nan_payload);
-    if (p != t.quiet_nan) return p;
+  if (t.kind == DTypeKind::floating) {
+    for (;;) {
+      // The quiet bit set and a random payload below it; never the canonical quiet NaN a computation produces.
+      const uint64_t p = t.quiet_nan | (rng.next() & t.nan_payload);
+      if (p != t.quiet_nan) return p;
+    }
+  }
+  if (t.kind == DTypeKind::boolean) return 2 + rng.next() % 254;
+  const uint64_t mask = t.size == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * t.size)) - 1;
+  // The value a pattern reads as: load_element's view of its low bytes.
+  auto value_of = [&](uint64_t bits) {
+    unsigned char bytes[8];
+    std::memcpy(bytes, &bits, sizeof bytes);
+    return load_element(dtype, bytes, 0);
+  };
+  if (t.size == 1) {
+    bool seen[256] = {};
+    for (double e : expected) {
+      if (e >= t.lowest && e <= t.highest) seen[static_cast<uint8_t>(static_cast<int>(e))] = true;
+    }
+    std::vector<uint64_t> absent;
+    for (uint64_t b = 0; b < 256; ++b) {
+      if (!seen[static_cast<uint8_t>(static_cast<int>(value_of(b)))]) absent.push_back(b);
+    }
+    if (!absent.empty()) return absent[rng.next() % absent.size()];
+    return rng.next() & mask;
+  }
+  for (int attempt = 0;; ++attempt) {
+    const uint64_t p = rng.next() & mask;
+    const double v = value_of(p);
+    if (attempt == 8 || std::find(expected.begin(), expected.end(), v) == expected.end()) return p;
   }
 }
 
@@ -248,7 +287,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   // A timing trap: this call secretly runs on the set's twin, in the same slots.
   const bool trap = mode == CallMode::timing && hardened() && m_secret.uniform01() < k_trap_probability;
   const InputSet& set = trap ? twin_of(requested) : requested;
-  const Guards guards = draw_guards();
+  const Guards guards = draw_guards(set);
   // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around
   // this); compared after validation to catch work that goes on after the call.
   const bool watch_outputs = hardened();
@@ -266,11 +305,11 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   return res;
 }
 
-WorkerSession::Guards WorkerSession::draw_guards() {
+WorkerSession::Guards WorkerSession::draw_guards(const InputSet& set) {
   const size_t n_out = m_task.signature.outputs.size();
   Guards g{std::vector<uint64_t>(n_out), std::vector<uint64_t>(n_out)};
   for (size_t i = 0; i < n_out; ++i) {
-    g.poison[i] = make_poison(m_rng, m_task.signature.outputs[i].dtype);
+    g.poison[i] = make_poison(m_rng, m_task.signature.outputs[i].dtype, set.expected[i]);
     g.canary_seed[i] = m_rng.next();
   }
   return g;
@@ -374,8 +413,11 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
   const auto damaged = buf.damaged_canary(guards.canary_seed[i]);
   checks.check(!damaged, "no_write_outside:" + spec.name, FailureReason::out_of_bounds_write,
                damaged ? overwrite_detail(buf, *damaged, spec.name) : "");
-  const OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], m_task.tolerance,
-                                              guards.poison[i], check_mode ? ErrorStats::compute : ErrorStats::skip);
+  const Tolerance& tol = m_task.output_tolerance.at(i);
+  const OutputComparison cmp = compare_output(buf.data(), spec.dtype, set.expected[i], tol, guards.poison[i],
+                                              check_mode ? ErrorStats::compute : ErrorStats::skip);
+  if (checks.res.outputs.size() <= i) checks.res.outputs.resize(i + 1);
+  checks.res.outputs[i].merge({cmp.max_abs_error, cmp.max_rel_error, cmp.max_tolerance_used});
   checks.res.max_rel_error = std::max(checks.res.max_rel_error, cmp.max_rel_error);
   checks.res.max_tolerance_used = std::max(checks.res.max_tolerance_used, cmp.max_tolerance_used);
   checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
@@ -388,12 +430,14 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
   FailureReason reason = FailureReason::numeric_mismatch;
   std::string detail;
   if (cmp.value_mismatches > 0) {
-    detail = fmt::format("{} of {} elements of '{}' outside atol {:g} + rtol {:g} * |expected|; {}",
-                         cmp.value_mismatches, cmp.elements, spec.name, m_task.tolerance.atol, m_task.tolerance.rtol,
+    detail = fmt::format("{} of {} elements of '{}' {}; {}", cmp.value_mismatches, cmp.elements, spec.name,
+                         tol.mode == ToleranceMode::exact || is_exact_dtype(spec.dtype)
+                             ? "differ from the oracle's (compared exactly)"
+                             : "outside " + describe_tolerance(tol),
                          describe(*cmp.first_value_mismatch, dims));
     const std::optional<Replay> replay =
         check_mode && i < m_previous_expected.size()
-            ? detect_replay(m_previous_expected[i], set.expected[i], buf.data(), spec.dtype, m_task.tolerance)
+            ? detect_replay(m_previous_expected[i], set.expected[i], buf.data(), spec.dtype, tol)
             : std::nullopt;
     if (replay) {
       reason = FailureReason::stale_output;

@@ -36,6 +36,14 @@ nlohmann::json to_json(const Failure& f);
 // The reasons among `failures`, each once, in the order they first appear.
 std::vector<std::string> distinct_reasons(const std::vector<Failure>& failures);
 
+// One output's worst element in a call (or over calls): OutputComparison's error maxima.
+struct OutputErrors {
+  double max_abs_error = 0.0;
+  double max_rel_error = 0.0;
+  double tolerance_used = 0.0;
+  void merge(const OutputErrors& o);
+};
+
 struct CallResult {
   bool completed = false;  // the worker answered
   // The call's sample (util/cpu_watch.h, charged_ns): window_ns plus the worker's CPU outside the window on the
@@ -46,6 +54,7 @@ struct CallResult {
   std::vector<Failure> failures;
   double max_rel_error = 0.0;
   double max_tolerance_used = 0.0;  // OutputComparison::max_tolerance_used, over the call's outputs
+  std::vector<OutputErrors> outputs;  // per output, by signature index (check mode computes them; else zeros)
   bool valid() const { return completed && failures.empty(); }
   std::optional<RunProfile> profile;  // only from kwb-profile-worker
   int64_t device_ns = -1;              // device backends: the device's own time for the call (-1: none)
@@ -159,7 +168,7 @@ private:
   struct Checks;
   struct Guards;
   // The steps of call().
-  Guards draw_guards();
+  Guards draw_guards(const InputSet& set);
   RunRequest run_request(const InputSet& set) const;
   RunHooks run_hooks(const InputSet& set, const Guards& guards, bool watch_outputs);
   void check_reports(Checks& checks, const RunOutcome& out, const InputSet& set, bool check_mode);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 namespace kwb {
 
@@ -28,6 +29,12 @@ private:
 // The seed of input tensor `input_index` in input set `set_index` of a case, under a run nonce. Different
 // sets of one case never share data, so a replayed output never matches by accident.
 uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce);
+
+// Why `dist` cannot fill `elements` elements of `dtype` with values the dtype holds exactly ("" when it can): an
+// integer or boolean dtype takes the integer laws (randint, arange, permutation) and zeros or constant, with every
+// value (the special value too) an integer within its range; a floating dtype takes integer laws only where every
+// integer they reach is exact in it (bf16: up to 256).
+std::string distribution_misfit(const Distribution& dist, DType dtype, size_t elements);
 
 // Fills `out` (elements of `dtype`) from `dist`.
 void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char> out, uint64_t seed);

@@ -2,6 +2,8 @@
 // file, the line and what was expected, never a silent default (a typo'd `rtoll` must not leave rtol at 0).
 #include "task/task.h"
 
+#include "task/data.h"
+
 #include "util/backend_kind.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -24,6 +26,24 @@ namespace kwb {
 
 namespace fs = std::filesystem;
 
+const char* to_string(ToleranceMode m) {
+  switch (m) {
+    case ToleranceMode::abs_rel: return "abs_rel";
+    case ToleranceMode::ulp: return "ulp";
+    case ToleranceMode::exact: return "exact";
+  }
+  return "?";
+}
+
+std::string describe_tolerance(const Tolerance& tol) {
+  switch (tol.mode) {
+    case ToleranceMode::abs_rel: return fmt::format("atol {:g} + rtol {:g} * |expected|", tol.atol, tol.rtol);
+    case ToleranceMode::ulp: return fmt::format("{:g} ulp of the output's dtype", tol.ulp);
+    case ToleranceMode::exact: return "exact equality";
+  }
+  return "";
+}
+
 const char* to_string(DistributionKind k) {
   switch (k) {
     case DistributionKind::normal: return "normal";
@@ -31,6 +51,9 @@ const char* to_string(DistributionKind k) {
     case DistributionKind::zeros: return "zeros";
     case DistributionKind::constant: return "constant";
     case DistributionKind::log_uniform: return "log_uniform";
+    case DistributionKind::randint: return "randint";
+    case DistributionKind::arange: return "arange";
+    case DistributionKind::permutation: return "permutation";
   }
   return "?";
 }
@@ -97,6 +120,7 @@ public:
   }
 
   std::string field(const std::string& key) const { return m_path.empty() ? key : m_path + "." + key; }
+  const std::string& file() const { return m_file; }
 
   const toml::node* get(const std::string& key) {
     m_seen.insert(key);
@@ -223,7 +247,7 @@ private:
       "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
       "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
       "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
-      "base",   "replace",     "with",   "multiple_of", "min", "equal_to"};
+      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -239,6 +263,75 @@ const toml::table& as_table(const toml::node& n, const std::string& field, const
   return *n.as_table();
 }
 
+// special_fraction and special_value: the special value may be anything a float holds (-inf, nan); its fraction is
+// a probability, and the two come together.
+void read_special_values(TableReader& r, Distribution& d) {
+  const std::optional<double> fraction = r.optional_number("special_fraction");
+  const std::optional<double> special = r.optional_number("special_value");
+  if (fraction.has_value() != special.has_value()) {
+    const char* given = fraction ? "special_fraction" : "special_value";
+    r.fail(r.get(given), given,
+           "special_fraction and special_value go together: give both (e.g. special_fraction = 0.25, "
+           "special_value = -inf), or neither");
+  }
+  if (fraction) {
+    if (!(*fraction > 0.0 && *fraction <= 1.0)) {
+      r.fail(r.get("special_fraction"), "special_fraction",
+             fmt::format("a probability in (0, 1] (got {})", *fraction));
+    }
+    d.special_fraction = *fraction;
+    d.special_value = *special;
+  }
+}
+
+constexpr DistributionKind k_distribution_kinds[] = {
+    DistributionKind::normal,  DistributionKind::uniform, DistributionKind::zeros,      DistributionKind::constant,
+    DistributionKind::log_uniform, DistributionKind::randint, DistributionKind::arange, DistributionKind::permutation};
+
+// An integer key of an integer law: a TOML integer (or a float with an integral value) within +-2^53, the integers
+// a double holds exactly.
+std::optional<double> optional_integral(TableReader& r, const std::string& key) {
+  const std::optional<double> v = r.optional_number(key);
+  if (v && !(std::isfinite(*v) && std::nearbyint(*v) == *v && std::fabs(*v) <= 9007199254740991.0)) {
+    r.fail(r.get(key), key, fmt::format("must be an integer within +-2^53 (got {})", *v));
+  }
+  return v;
+}
+
+// randint (low and high, both included), arange (low: the first value, 0 unless given) and permutation (no
+// parameter), with the special-value mix of any law. Parameters of the other laws are refused: a `scale` given to
+// randint would otherwise be silently ignored.
+Distribution read_integer_distribution(TableReader& r, Distribution d) {
+  const char* kind = to_string(d.kind);
+  for (const char* k : {"scale", "mean", "value"}) {
+    if (r.get(k) != nullptr) r.fail(r.get(k), k, fmt::format("{} takes no '{}'", kind, k));
+  }
+  const std::optional<double> low = optional_integral(r, "low");
+  const std::optional<double> high = optional_integral(r, "high");
+  if (d.kind == DistributionKind::randint) {
+    if (!low || !high) {
+      const char* missing = !low ? "low" : "high";
+      throw DataError(fmt::format("{}:{}: missing field '{}' (randint draws integers from low to high, both "
+                                  "included: e.g. low = -128, high = 127)",
+                                  r.file(), r.line(), r.field(missing)));
+    }
+    if (*low > *high) {
+      r.fail(r.get("low"), "low", fmt::format("randint needs low <= high (got low = {}, high = {})", *low, *high));
+    }
+    d.low = *low;
+    d.high = *high;
+  } else {
+    if (high) r.fail(r.get("high"), "high", fmt::format("{} takes no 'high' (its values are set by the tensor's size)", kind));
+    if (d.kind == DistributionKind::permutation && low) {
+      r.fail(r.get("low"), "low", "permutation takes no 'low': it holds 0 to n - 1, n the tensor's elements");
+    }
+    d.low = low.value_or(0.0);
+    d.high = d.low;
+  }
+  read_special_values(r, d);
+  return d;
+}
+
 // Reads distribution/scale/mean/low/high/value keys from a table that may hold other keys too.
 std::optional<Distribution> read_distribution(TableReader& r, bool required) {
   auto kind_text = required ? std::optional(r.string("distribution")) : r.optional_string("distribution");
@@ -249,20 +342,24 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
     return std::nullopt;
   }
   Distribution d;
-  if (*kind_text == "normal") {
-    d.kind = DistributionKind::normal;
-  } else if (*kind_text == "uniform") {
-    d.kind = DistributionKind::uniform;
-  } else if (*kind_text == "zeros") {
-    d.kind = DistributionKind::zeros;
-  } else if (*kind_text == "constant") {
-    d.kind = DistributionKind::constant;
-  } else if (*kind_text == "log_uniform") {
-    d.kind = DistributionKind::log_uniform;
-  } else {
+  bool known = false;
+  for (DistributionKind k : k_distribution_kinds) {
+    if (*kind_text == to_string(k)) {
+      d.kind = k;
+      known = true;
+    }
+  }
+  if (!known) {
+    std::vector<std::string> names;
+    for (DistributionKind k : k_distribution_kinds) names.emplace_back(to_string(k));
+    const std::optional<std::string> guess = closest_match(*kind_text, names);
     r.fail(r.get("distribution"), "distribution",
-           fmt::format("unknown distribution '{}' (expected one of normal, uniform, zeros, constant, log_uniform)",
-                       *kind_text));
+           fmt::format("unknown distribution '{}' (expected one of {}){}", *kind_text, fmt::join(names, ", "),
+                       guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+  }
+  if (d.kind == DistributionKind::randint || d.kind == DistributionKind::arange ||
+      d.kind == DistributionKind::permutation) {
+    return read_integer_distribution(r, d);
   }
   // Generated data must stay finite in every dtype's arithmetic (f64: about 1.8e308): the parameters are bounded
   // well inside it. Infinities and NaNs are asked for with special_value, on purpose.
@@ -283,24 +380,7 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
   if (d.kind == DistributionKind::normal && !(d.scale > 0)) {
     r.fail(r.get("scale"), "scale", fmt::format("normal needs scale > 0 (got {})", d.scale));
   }
-  // The special value may be anything a float holds (-inf, nan); its fraction is a probability, and the two come
-  // together.
-  const std::optional<double> fraction = r.optional_number("special_fraction");
-  const std::optional<double> special = r.optional_number("special_value");
-  if (fraction.has_value() != special.has_value()) {
-    const char* given = fraction ? "special_fraction" : "special_value";
-    r.fail(r.get(given), given,
-           "special_fraction and special_value go together: give both (e.g. special_fraction = 0.25, "
-           "special_value = -inf), or neither");
-  }
-  if (fraction) {
-    if (!(*fraction > 0.0 && *fraction <= 1.0)) {
-      r.fail(r.get("special_fraction"), "special_fraction",
-             fmt::format("a probability in (0, 1] (got {})", *fraction));
-    }
-    d.special_fraction = *fraction;
-    d.special_value = *special;
-  }
+  read_special_values(r, d);
   return d;
 }
 
@@ -514,19 +594,104 @@ Signature read_signature(TableReader& top, const std::string& file) {
   return s;
 }
 
-Tolerance read_tolerance(TableReader& top, const std::string& file) {
+// One tolerance table's fields: `mode` (abs_rel, the default, ulp or exact) and the numbers that mode takes (rtol and
+// atol; ulp; none). `what` names the outputs it applies to, for messages.
+Tolerance read_tolerance_fields(TableReader& tol) {
   Tolerance out;
-  TableReader tol(top.table("tolerance"), "tolerance", file);
-  for (auto [key, value] : {std::pair{"rtol", &out.rtol}, std::pair{"atol", &out.atol}}) {
-    *value = tol.number(key);
-    if (!std::isfinite(*value) || *value < 0) {
-      tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
-                                              "expected| <= atol + rtol * |expected|",
-                                              *value));
+  const std::string mode = tol.optional_string("mode").value_or("abs_rel");
+  if (mode == "abs_rel") {
+    out.mode = ToleranceMode::abs_rel;
+    for (auto [key, value] : {std::pair{"rtol", &out.rtol}, std::pair{"atol", &out.atol}}) {
+      *value = tol.number(key);
+      if (!std::isfinite(*value) || *value < 0) {
+        tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
+                                                "expected| <= atol + rtol * |expected|",
+                                                *value));
+      }
+    }
+    if (tol.get("ulp") != nullptr) tol.fail(tol.get("ulp"), "ulp", "'ulp' needs mode = \"ulp\" (and then no rtol or atol)");
+  } else if (mode == "ulp") {
+    out.mode = ToleranceMode::ulp;
+    const double ulp = tol.number("ulp");
+    if (!std::isfinite(ulp) || ulp <= 0 || ulp > 1048576) {
+      tol.fail(tol.get("ulp"), "ulp",
+               fmt::format("must be a number from above 0 to 2^20 (got {}): outputs pass when |got - expected| <= ulp "
+                           "* the spacing of the output's dtype at |expected|",
+                           ulp));
+    }
+    out.ulp = ulp;
+    for (const char* k : {"rtol", "atol"}) {
+      if (tol.get(k) != nullptr) tol.fail(tol.get(k), k, fmt::format("mode \"ulp\" takes 'ulp', not '{}'", k));
+    }
+  } else if (mode == "exact") {
+    out.mode = ToleranceMode::exact;
+    for (const char* k : {"rtol", "atol", "ulp"}) {
+      if (tol.get(k) != nullptr) tol.fail(tol.get(k), k, fmt::format("mode \"exact\" takes no '{}'", k));
+    }
+  } else {
+    tol.fail(tol.get("mode"), "mode",
+             fmt::format("unknown tolerance mode '{}' (expected abs_rel, ulp or exact)", mode));
+  }
+  return out;
+}
+
+// [tolerance]: the default of the floating outputs, and [tolerance.NAME] per output. An integer or boolean output is
+// compared exactly (its table, if any, may only say mode = "exact"); [tolerance] itself may be left out when every
+// floating output has a table of its own.
+void read_tolerance(Task& task, TableReader& top, const std::string& file) {
+  const Signature& sig = task.signature;
+  bool default_needed = false;
+  const toml::table* top_table = nullptr;
+  if (const toml::node* n = top.get("tolerance"); n != nullptr) top_table = &top.table("tolerance");
+  std::map<std::string, const toml::table*> own;
+  if (top_table != nullptr) {
+    for (const auto& [k, v] : *top_table) {
+      const std::string key(k.str());
+      if (!v.is_table()) continue;
+      const auto it = std::find_if(sig.outputs.begin(), sig.outputs.end(),
+                                   [&](const TensorSpec& t) { return t.name == key; });
+      if (it == sig.outputs.end()) {
+        std::vector<std::string> names;
+        for (const TensorSpec& t : sig.outputs) names.push_back(t.name);
+        throw DataError(fmt::format("{}:{}: field 'tolerance.{}': no output is named '{}' (outputs: {}); a table "
+                                    "under [tolerance] is one output's own tolerance",
+                                    file, TableReader::line_of(v), key, key, fmt::join(names, ", ")));
+      }
+      own[key] = v.as_table();
     }
   }
-  tol.reject_unknown_keys();
-  return out;
+  for (const TensorSpec& t : sig.outputs) default_needed |= !is_exact_dtype(t.dtype) && !own.contains(t.name);
+  if (top_table == nullptr && default_needed) top.table("tolerance");  // the missing-field error, with its fix
+  if (top_table != nullptr) {
+    TableReader tol(*top_table, "tolerance", file);
+    for (const auto& [name, table] : own) tol.get(name);
+    const bool has_default_fields = std::any_of(top_table->begin(), top_table->end(),
+                                                [](const auto& kv) { return !kv.second.is_table(); });
+    if (default_needed || has_default_fields) {
+      task.tolerance = read_tolerance_fields(tol);
+    } else {
+      task.tolerance.mode = ToleranceMode::exact;
+    }
+    tol.reject_unknown_keys();
+  } else {
+    task.tolerance.mode = ToleranceMode::exact;
+  }
+  for (const TensorSpec& t : sig.outputs) {
+    const auto it = own.find(t.name);
+    Tolerance tol = is_exact_dtype(t.dtype) ? Tolerance{ToleranceMode::exact} : task.tolerance;
+    if (it != own.end()) {
+      TableReader r(*it->second, "tolerance." + t.name, file);
+      tol = read_tolerance_fields(r);
+      if (is_exact_dtype(t.dtype) && tol.mode != ToleranceMode::exact) {
+        r.fail(nullptr, "mode",
+               fmt::format("output '{}' is {}: integer and boolean outputs are compared exactly; write mode = "
+                           "\"exact\" or leave the table out",
+                           t.name, to_string(t.dtype)));
+      }
+      r.reject_unknown_keys();
+    }
+    task.output_tolerance.push_back(tol);
+  }
 }
 
 // Every dim name any shape uses.
@@ -646,6 +811,15 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
   }
   r.reject_unknown_keys();
   check_case_size(task, c, r);
+  for (const TensorSpec& in : task.signature.inputs) {
+    const Distribution& dist = in.distribution ? *in.distribution : c.data;
+    const std::string why = distribution_misfit(dist, in.dtype, resolve_shape(in, c).elements());
+    if (!why.empty()) {
+      r.fail(in.distribution ? nullptr : r.get("distribution"), "distribution",
+             fmt::format("input '{}' ({}{}): {}", in.name, to_string(in.dtype),
+                         in.distribution ? ", its own distribution in [signature]" : "", why));
+    }
+  }
   return c;
 }
 
@@ -742,7 +916,7 @@ Task load_task(const fs::path& dir_in) {
   TableReader top(root, "", file);
   read_header(task, top);
   task.signature = read_signature(top, file);
-  task.tolerance = read_tolerance(top, file);
+  read_tolerance(task, top, file);
   task.dim_constraints = read_dim_constraints(top, file, dim_names_of(task.signature));
   read_cases(task, top, file);
   read_backends(task, top, file);

@@ -16,12 +16,15 @@
 
 namespace kwb {
 
-enum class DistributionKind { normal, uniform, zeros, constant, log_uniform };
+enum class DistributionKind { normal, uniform, zeros, constant, log_uniform, randint, arange, permutation };
 const char* to_string(DistributionKind k);
 
 // How to fill a tensor. normal: N(mean, scale^2); uniform: U[low, high); zeros; constant: every element = value;
 // log_uniform: |x| = 10^U[low, high) with a random sign (magnitudes spread over high - low decades: rows whose
 // sums are dominated by a few elements, the ill-conditioned inputs a precision downgrade cannot average away).
+// The integer laws, for integer data and for integer-valued data of any dtype: randint: an integer uniform on
+// [low, high], both included; arange: low, low + 1, ... in memory order (positions); permutation: the integers 0 to
+// n - 1 (n the tensor's elements) in a random order (indices, distinct values without ties).
 struct Distribution {
   DistributionKind kind = DistributionKind::normal;
   double scale = 1.0;
@@ -54,10 +57,25 @@ struct Signature {
   std::vector<ScalarSpec> scalars;
 };
 
+// How an output's elements are compared with the oracle's (docs/task-format.md, "The tolerance"):
+//   abs_rel: |got - expected| <= atol + rtol * |expected|
+//   ulp:     |got - expected| <= ulp * (the spacing of the output's dtype at |expected|): a bound in units in the
+//            last place of the stored type, for operators specified to within rounding of their result
+//   exact:   got == expected; the only mode of integer and boolean outputs
+// In every mode NaN and Inf must match the oracle's in kind.
+enum class ToleranceMode { abs_rel, ulp, exact };
+const char* to_string(ToleranceMode m);
+
 struct Tolerance {
+  ToleranceMode mode = ToleranceMode::abs_rel;
   double rtol = 0.0;
   double atol = 0.0;
+  double ulp = 0.0;  // mode ulp: how many units in the last place
 };
+
+// The rule in words, for messages: "atol 1e-06 + rtol 0.0001 * |expected|", "2 ulp of the output's dtype", "exact
+// equality".
+std::string describe_tolerance(const Tolerance& tol);
 
 // What the operator requires of one dim, declared in the task's [dims] table and kept by every shape kwb makes up
 // (validate's held-out shapes, check.h): a multiple of N (2: even), at least a minimum, or equal to another dim.
@@ -113,7 +131,10 @@ struct Task {
   std::string oracle_sha256;     // of its source
   int threads = 1;
   Signature signature;
-  Tolerance tolerance;
+  Tolerance tolerance;  // [tolerance]: the floating outputs' default (exact when the task has none)
+  // Each output's, by signature index: its own [tolerance.NAME] table, else exact for an integer or boolean dtype,
+  // else `tolerance`.
+  std::vector<Tolerance> output_tolerance;
   std::map<std::string, DimConstraint> dim_constraints;  // by dim name; a dim not listed is free
   std::vector<Case> cases;
   std::map<BackendKind, BackendImpls> backends;

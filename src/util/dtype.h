@@ -6,6 +6,7 @@
 
 #include <dlpack/dlpack.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -19,6 +20,10 @@
 
 namespace kwb {
 
+// What a dtype's values are: floating point (compared within a tolerance, NaN and Inf by kind), integer or boolean
+// (compared exactly; no NaN, so their poison is a design of its own: worker_session.cpp, make_poison).
+enum class DTypeKind : uint8_t { floating, integer, boolean };
+
 namespace dtype_codec {
 
 // What every codec has: the storage word `Bits`, whether the type has NaN, its quiet NaN (a set quiet bit) and the
@@ -29,7 +34,15 @@ namespace dtype_codec {
 template <typename B, int E, int M>
 struct BinaryFloat {
   using Bits = B;
+  static constexpr DTypeKind kind = DTypeKind::floating;
+  static constexpr int significand_bits = M;              // stored, below the implicit leading 1
+  static constexpr int min_exponent = 2 - (1 << (E - 1));  // of the smallest normal, 2^min_exponent: 1 - bias
   static constexpr bool has_nan = true;
+  // The largest integer below which every integer is exact (2^(M+1)): integer-valued data (randint, arange,
+  // permutation) must stay within it.
+  static constexpr double exact_integers = static_cast<double>(uint64_t{1} << (M + 1));
+  static constexpr double lowest = -exact_integers;
+  static constexpr double highest = exact_integers;
   static constexpr Bits sign_bit = static_cast<Bits>(Bits{1} << (E + M));
   static constexpr Bits inf = static_cast<Bits>(((Bits{1} << E) - 1) << M);
   static constexpr Bits quiet_nan = static_cast<Bits>(inf | (Bits{1} << (M - 1)));
@@ -86,22 +99,75 @@ struct Native : BinaryFloat<UnsignedOfSize<T>, static_cast<int>(8 * sizeof(T)) -
   static double to_double(Bits b) { return static_cast<double>(std::bit_cast<T>(b)); }
 };
 
+// A two's-complement integer of the CPU's, stored in its unsigned word. Its values reach the oracle as doubles, so
+// the values kwb generates and the oracle may return are integers a double holds exactly: [lowest, highest] is the
+// type's range clipped to +-(2^53 - 1) (which only clips i64). from_double rounds to nearest and saturates.
+template <typename T>
+struct Integer {
+  using Bits = std::make_unsigned_t<T>;
+  static constexpr DTypeKind kind = DTypeKind::integer;
+  static constexpr bool has_nan = false;
+  static constexpr Bits quiet_nan = 0;
+  static constexpr Bits nan_payload = 0;
+  static constexpr double k_double_exact = 9007199254740991.0;  // 2^53 - 1
+  static constexpr double lowest = std::max(static_cast<double>(std::numeric_limits<T>::lowest()), -k_double_exact);
+  static constexpr double highest = std::min(static_cast<double>(std::numeric_limits<T>::max()), k_double_exact);
+  static constexpr double exact_integers = highest;
+
+  static Bits from_double(double v) {
+    if (std::isnan(v)) return 0;
+    const double r = std::nearbyint(std::clamp(v, lowest, highest));
+    return static_cast<Bits>(static_cast<T>(r));
+  }
+  // Exact for every value of T up to 2^53 in magnitude; beyond, the nearest double, at least 2^53 in magnitude and so
+  // outside [lowest, highest] (compare_output relies on that: the oracle's integers are within it).
+  static double to_double(Bits b) { return static_cast<double>(static_cast<T>(b)); }
+};
+
+// A boolean, one byte: 0 is false, 1 is true (as C++'s bool and DLPack's kDLBool). Any other byte is no boolean;
+// it reads as its own value, which equals neither 0 nor 1, so an output holding one fails the exact comparison.
+struct Bool {
+  using Bits = uint8_t;
+  static constexpr DTypeKind kind = DTypeKind::boolean;
+  static constexpr bool has_nan = false;
+  static constexpr Bits quiet_nan = 0;
+  static constexpr Bits nan_payload = 0;
+  static constexpr double lowest = 0.0;
+  static constexpr double highest = 1.0;
+  static constexpr double exact_integers = 1.0;
+  static Bits from_double(double v) { return v != 0.0 && !std::isnan(v) ? 1 : 0; }
+  static double to_double(Bits b) { return static_cast<double>(b); }
+};
+
 using F16 = Half<5, 10>;   // IEEE 754 binary16
 using BF16 = Half<8, 7>;   // bfloat16: float32's exponent, 8 significant bits
 using F32 = Native<float>;
 using F64 = Native<double>;
+using I8 = Integer<int8_t>;
+using U8 = Integer<uint8_t>;
+using I32 = Integer<int32_t>;
+using I64 = Integer<int64_t>;
 
 }  // namespace dtype_codec
 
-// The table. One row per dtype: its name (in task.toml, in the run message, and the enumerator), its codec (which
-// fixes its width and NaN patterns), and its DLPack type code (bits: the codec's width; one lane).
-#define KWB_DTYPES(X)                       \
-  X(f16, dtype_codec::F16, kDLFloat)        \
-  X(bf16, dtype_codec::BF16, kDLBfloat)     \
-  X(f32, dtype_codec::F32, kDLFloat)        \
-  X(f64, dtype_codec::F64, kDLFloat)
+// DLPack's type code for booleans (kDLBool, DLPack 0.8 and later, one byte per element); Debian 12's dlpack.h (0.6)
+// predates it, so the value is spelled here.
+inline constexpr uint8_t k_dlpack_bool = 6;
 
-#define KWB_DTYPE_ENUMERATOR(name, codec, dl_code) name,
+// The table. One row per dtype: its enumerator, its name (in task.toml and the run message), its codec (which fixes
+// its width, its kind and NaN patterns), and its DLPack type code (bits: the codec's width; one lane).
+#define KWB_DTYPES(X)                       \
+  X(f16, "f16", dtype_codec::F16, kDLFloat)        \
+  X(bf16, "bf16", dtype_codec::BF16, kDLBfloat)     \
+  X(f32, "f32", dtype_codec::F32, kDLFloat)        \
+  X(f64, "f64", dtype_codec::F64, kDLFloat)        \
+  X(i8, "i8", dtype_codec::I8, kDLInt)            \
+  X(u8, "u8", dtype_codec::U8, kDLUInt)           \
+  X(i32, "i32", dtype_codec::I32, kDLInt)          \
+  X(i64, "i64", dtype_codec::I64, kDLInt)          \
+  X(boolean, "bool", dtype_codec::Bool, k_dlpack_bool)
+
+#define KWB_DTYPE_ENUMERATOR(id, name, codec, dl_code) id,
 enum class DType : uint8_t { KWB_DTYPES(KWB_DTYPE_ENUMERATOR) };
 #undef KWB_DTYPE_ENUMERATOR
 
@@ -111,16 +177,22 @@ struct DTypeInfo {
   const char* name;
   size_t size;            // bytes per element
   DLDataType dlpack;      // what the candidate's DLTensor says
+  DTypeKind kind;
+  double lowest;          // integer dtypes: the least value kwb generates or accepts from the oracle
+  double highest;         // integer dtypes: the greatest; floating dtypes: +-2^(M+1), integer-valued data's bound
   bool has_nan;
   uint64_t quiet_nan;     // the quiet NaN's bits (the low `size` bytes); 0 without NaN
   uint64_t nan_payload;   // the payload bits below the quiet bit; 0 without NaN
 };
 
-#define KWB_DTYPE_INFO(name, codec, dl_code)                                                                \
-  DTypeInfo{DType::name,                                                                                    \
-            #name,                                                                                          \
+#define KWB_DTYPE_INFO(id, name, codec, dl_code)                                                                    \
+  DTypeInfo{DType::id,                                                                                      \
+            name,                                                                                          \
             sizeof(codec::Bits),                                                                            \
             DLDataType{static_cast<uint8_t>(dl_code), static_cast<uint8_t>(8 * sizeof(codec::Bits)), 1},    \
+            codec::kind,                                                                                    \
+            codec::lowest,                                                                                  \
+            codec::highest,                                                                                 \
             codec::has_nan,                                                                                 \
             codec::has_nan ? static_cast<uint64_t>(codec::quiet_nan) : 0,                                   \
             codec::has_nan ? static_cast<uint64_t>(codec::nan_payload) : 0},
@@ -131,6 +203,8 @@ constexpr const DTypeInfo& dtype_info(DType d) { return k_dtypes[static_cast<siz
 inline const char* to_string(DType d) { return dtype_info(d).name; }
 inline size_t dtype_size(DType d) { return dtype_info(d).size; }
 inline DLDataType to_dlpack(DType d) { return dtype_info(d).dlpack; }
+// Whether outputs of `d` are compared exactly (integers, booleans) rather than within a tolerance.
+inline bool is_exact_dtype(DType d) { return dtype_info(d).kind != DTypeKind::floating; }
 
 inline std::optional<DType> parse_dtype(std::string_view s) {
   for (const DTypeInfo& t : k_dtypes) {
@@ -151,8 +225,8 @@ inline std::string dtype_choices() {
 template <typename F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
-#define KWB_DTYPE_CASE(name, codec, dl_code) \
-  case DType::name: return f(codec{});
+#define KWB_DTYPE_CASE(id, name, codec, dl_code) \
+  case DType::id: return f(codec{});
     KWB_DTYPES(KWB_DTYPE_CASE)
 #undef KWB_DTYPE_CASE
   }

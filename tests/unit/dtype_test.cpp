@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -115,7 +117,7 @@ TEST(dtype_table, every_name_parses_back_to_its_row_and_no_other_spelling_does) 
     EXPECT_EQ(&dtype_info(t.dtype), &t);
   }
   for (const char* other : {"float32", "F32", "fp16", "", "f32 ", "double"}) EXPECT_EQ(parse_dtype(other), std::nullopt);
-  EXPECT_EQ(dtype_choices(), "f16, bf16, f32, f64");
+  EXPECT_EQ(dtype_choices(), "f16, bf16, f32, f64, i8, u8, i32, i64, bool");
 }
 
 TEST(dtype_table, widths_and_dlpack_types) {
@@ -125,7 +127,10 @@ TEST(dtype_table, widths_and_dlpack_types) {
     uint8_t code;
   };
   for (const Expected& e : {Expected{DType::f16, 2, kDLFloat}, Expected{DType::bf16, 2, kDLBfloat},
-                            Expected{DType::f32, 4, kDLFloat}, Expected{DType::f64, 8, kDLFloat}}) {
+                            Expected{DType::f32, 4, kDLFloat}, Expected{DType::f64, 8, kDLFloat},
+                            Expected{DType::i8, 1, kDLInt}, Expected{DType::u8, 1, kDLUInt},
+                            Expected{DType::i32, 4, kDLInt}, Expected{DType::i64, 8, kDLInt},
+                            Expected{DType::boolean, 1, 6 /* DLPack 0.8's kDLBool */}}) {
     EXPECT_EQ(dtype_size(e.t), e.size) << to_string(e.t);
     const DLDataType dl = to_dlpack(e.t);
     EXPECT_EQ(dl.code, e.code) << to_string(e.t);
@@ -136,6 +141,7 @@ TEST(dtype_table, widths_and_dlpack_types) {
 
 TEST(dtype_table, values_of_every_dtype_store_and_load_exactly) {
   for (const DTypeInfo& t : k_dtypes) {
+    if (t.kind != DTypeKind::floating) continue;  // integers and booleans: the next test
     std::vector<unsigned char> bytes(4 * t.size);
     const double values[] = {1.5, -0.25, 0.0, 3.0};
     for (size_t i = 0; i < 4; ++i) store_element(t.dtype, bytes.data(), i, values[i]);
@@ -151,6 +157,40 @@ TEST(dtype_table, values_of_every_dtype_store_and_load_exactly) {
   EXPECT_EQ(load_element(DType::f64, bytes.data(), 0), 0.1);
   store_element(DType::bf16, bytes.data(), 0, 1.0 + std::ldexp(1.0, -8));
   EXPECT_EQ(load_element(DType::bf16, bytes.data(), 0), 1.0);
+}
+
+// Integers store exactly within their range and saturate beyond it (never wrap: -129 is no 127); a fraction rounds to
+// nearest even; i64 holds what a double holds exactly, +-(2^53 - 1), the range kwb's data and oracle values keep to.
+// A boolean is 0 or 1, and a byte that is neither reads as itself, so it equals no oracle value.
+TEST(dtype_table, integers_store_exactly_in_range_and_saturate_beyond_it) {
+  std::vector<unsigned char> bytes(8);
+  auto round_trip = [&](DType d, double v) {
+    store_element(d, bytes.data(), 0, v);
+    return load_element(d, bytes.data(), 0);
+  };
+  EXPECT_EQ(round_trip(DType::i8, -128), -128);
+  EXPECT_EQ(round_trip(DType::i8, 127), 127);
+  EXPECT_EQ(round_trip(DType::i8, -129), -128);
+  EXPECT_EQ(round_trip(DType::i8, 300), 127);
+  EXPECT_EQ(round_trip(DType::u8, 255), 255);
+  EXPECT_EQ(round_trip(DType::u8, -1), 0);
+  EXPECT_EQ(round_trip(DType::i32, -2147483648.0), -2147483648.0);
+  EXPECT_EQ(round_trip(DType::i32, 2.5), 2);  // ties to even
+  EXPECT_EQ(round_trip(DType::i32, 3.5), 4);
+  EXPECT_EQ(round_trip(DType::i64, 9007199254740991.0), 9007199254740991.0);
+  EXPECT_EQ(round_trip(DType::i64, -1e300), -9007199254740991.0);
+  EXPECT_EQ(dtype_info(DType::i64).highest, 9007199254740991.0);
+  EXPECT_EQ(dtype_info(DType::i8).lowest, -128);
+  EXPECT_EQ(round_trip(DType::boolean, 0.0), 0);
+  EXPECT_EQ(round_trip(DType::boolean, -3.0), 1);
+  bytes[0] = 0xA7;
+  EXPECT_EQ(load_element(DType::boolean, bytes.data(), 0), 167.0);
+  for (DType d : {DType::i8, DType::u8, DType::i32, DType::i64, DType::boolean}) {
+    EXPECT_FALSE(dtype_info(d).has_nan) << to_string(d);
+    EXPECT_TRUE(is_exact_dtype(d)) << to_string(d);
+  }
+  EXPECT_FALSE(is_exact_dtype(DType::bf16));
+  EXPECT_EQ(parse_dtype("bool"), DType::boolean);
 }
 
 TEST(dtype_table, every_poison_pattern_is_a_nan_other_than_the_canonical_one) {
@@ -171,6 +211,69 @@ TEST(dtype_table, every_poison_pattern_is_a_nan_other_than_the_canonical_one) {
       EXPECT_TRUE(std::isnan(load_element(t.dtype, bytes.data(), 0))) << t.name << std::hex << " " << poison;
     }
   }
+}
+
+// The integer laws: randint covers [low, high] with both ends, arange counts from low in memory order, and a
+// permutation holds each of 0..n-1 exactly once, in an order that depends on the seed.
+TEST(dtype_test, integer_laws_draw_the_values_they_promise) {
+  Distribution r;
+  r.kind = DistributionKind::randint;
+  r.low = -3;
+  r.high = 2;
+  std::vector<unsigned char> bytes(4 * 600);
+  fill_tensor(r, DType::i32, bytes, 5);
+  std::set<double> seen;
+  for (size_t i = 0; i < 600; ++i) seen.insert(load_element(DType::i32, bytes.data(), i));
+  EXPECT_EQ(seen, (std::set<double>{-3, -2, -1, 0, 1, 2}));
+
+  Distribution a;
+  a.kind = DistributionKind::arange;
+  a.low = 4095;
+  std::vector<unsigned char> pos(8 * 5);
+  fill_tensor(a, DType::i64, pos, 1);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(load_element(DType::i64, pos.data(), i), 4095.0 + static_cast<double>(i));
+
+  Distribution p;
+  p.kind = DistributionKind::permutation;
+  std::vector<unsigned char> one(4 * 100), two(4 * 100);
+  fill_tensor(p, DType::f32, one, 1);  // a float tensor of distinct integers: tie-free data
+  fill_tensor(p, DType::f32, two, 2);
+  std::set<double> values;
+  for (size_t i = 0; i < 100; ++i) values.insert(load_element(DType::f32, one.data(), i));
+  EXPECT_EQ(values.size(), 100u);
+  EXPECT_EQ(*values.begin(), 0.0);
+  EXPECT_EQ(*values.rbegin(), 99.0);
+  EXPECT_NE(one, two);
+}
+
+// What a law may fill: an integer dtype takes only the integer laws (and zeros, constant) within its range; a float
+// dtype takes an integer law only where every integer it reaches is exact (bf16: 256 values).
+TEST(dtype_test, a_law_that_cannot_fill_a_dtype_exactly_is_named) {
+  Distribution normal;
+  EXPECT_NE(distribution_misfit(normal, DType::i8, 10).find("i8 data needs an integer law"), std::string::npos);
+  EXPECT_EQ(distribution_misfit(normal, DType::f32, 10), "");
+  Distribution r;
+  r.kind = DistributionKind::randint;
+  r.low = -200;
+  r.high = 100;
+  EXPECT_NE(distribution_misfit(r, DType::i8, 10).find("beyond what i8 holds exactly (-128 to 127)"),
+            std::string::npos)
+      << distribution_misfit(r, DType::i8, 10);
+  EXPECT_EQ(distribution_misfit(r, DType::i32, 10), "");
+  Distribution p;
+  p.kind = DistributionKind::permutation;
+  EXPECT_EQ(distribution_misfit(p, DType::bf16, 256), "");
+  EXPECT_NE(distribution_misfit(p, DType::bf16, 258), "");
+  EXPECT_NE(distribution_misfit(p, DType::u8, 257), "");
+  EXPECT_NE(distribution_misfit(p, DType::boolean, 3), "");
+  Distribution c;
+  c.kind = DistributionKind::constant;
+  c.value = 0.5;
+  EXPECT_NE(distribution_misfit(c, DType::i32, 4).find("integers only"), std::string::npos);
+  c.value = 1;
+  c.special_fraction = 0.1;
+  c.special_value = -std::numeric_limits<double>::infinity();
+  EXPECT_NE(distribution_misfit(c, DType::i32, 4).find("special_value"), std::string::npos);
 }
 
 TEST(dtype_test, generated_inputs_are_values_of_their_dtype) {
@@ -199,7 +302,7 @@ TEST(dtype_test, an_unwritten_16_bit_output_is_found_by_its_poison) {
   std::vector<uint16_t> got = {f16_bits(1.0), static_cast<uint16_t>(poison), f16_bits(2.5)};
   const std::vector<double> expected = {1.0, 2.0, 2.0};
   const OutputComparison c = compare_output({reinterpret_cast<const unsigned char*>(got.data()), got.size() * 2},
-                                            DType::f16, expected, Tolerance{1e-3, 0.0}, poison);
+                                            DType::f16, expected, Tolerance{ToleranceMode::abs_rel, 1e-3, 0.0}, poison);
   EXPECT_EQ(c.elements, 3u);
   EXPECT_EQ(c.poison_left, 1u);
   EXPECT_EQ(c.value_mismatches, 1u);  // 2.5 against 2

@@ -118,7 +118,7 @@ TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
 TEST_F(ManifestTest, unknown_dtype_lists_the_choices) {
   write_with("dtype = \"f32\", shape = [\"rows\", \"cols\"] }", "dtype = \"f23\", shape = [\"rows\", \"cols\"] }");
   std::string msg = load_error();
-  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64, i8, u8, i32, i64, bool)"), std::string::npos) << msg;
   expect_location(msg, m_dir, 7);
 }
 
@@ -395,6 +395,93 @@ TEST_F(ManifestTest, dim_constraints_are_read_kept_by_the_cases_and_refused_when
     msg = load_error();
     EXPECT_NE(msg.find(expected), std::string::npos) << table << ": " << msg;
   }
+}
+
+// Per-output tolerances: [tolerance.NAME] gives one output its own rule (abs_rel, ulp or exact); the others keep
+// [tolerance]; an integer or boolean output is exact without a table, and a table may not loosen it.
+TEST_F(ManifestTest, each_output_gets_its_own_tolerance_or_the_default) {
+  std::string s = k_valid;
+  s.replace(s.find("outputs = [{ name = \"y\", dtype = \"f32\", shape = [\"rows\", \"cols\"] }]"),
+            std::string("outputs = [{ name = \"y\", dtype = \"f32\", shape = [\"rows\", \"cols\"] }]").size(),
+            "outputs = [{ name = \"y\", dtype = \"f32\", shape = [\"rows\", \"cols\"] },\n"
+            "  { name = \"z\", dtype = \"bf16\", shape = [\"rows\"] },\n"
+            "  { name = \"idx\", dtype = \"i64\", shape = [\"rows\"] }]");
+  s.replace(s.find("atol = 0.0\n"), std::string("atol = 0.0\n").size(),
+            "atol = 0.0\n[tolerance.z]\nmode = \"ulp\"\nulp = 2\n");
+  write(s);
+  const kwb::Task t = kwb::load_task(m_dir);
+  ASSERT_EQ(t.output_tolerance.size(), 3u);
+  EXPECT_EQ(t.output_tolerance[0].mode, kwb::ToleranceMode::abs_rel);
+  EXPECT_DOUBLE_EQ(t.output_tolerance[0].rtol, 1e-4);
+  EXPECT_EQ(t.output_tolerance[1].mode, kwb::ToleranceMode::ulp);
+  EXPECT_DOUBLE_EQ(t.output_tolerance[1].ulp, 2.0);
+  EXPECT_EQ(t.output_tolerance[2].mode, kwb::ToleranceMode::exact);
+
+  // A table that would loosen an integer output is refused, naming it and the fix.
+  std::string loose = s;
+  loose.replace(loose.find("[tolerance.z]"), 0, "[tolerance.idx]\nrtol = 0.5\natol = 1.0\n");
+  write(loose);
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("output 'idx' is i64: integer and boolean outputs are compared exactly"), std::string::npos)
+      << msg;
+  // A table for no output names the outputs there are.
+  std::string typo = s;
+  typo.replace(typo.find("[tolerance.z]"), std::string("[tolerance.z]").size(), "[tolerance.zz]");
+  write(typo);
+  msg = load_error();
+  EXPECT_NE(msg.find("field 'tolerance.zz': no output is named 'zz' (outputs: y, z, idx)"), std::string::npos) << msg;
+  // ulp mode takes ulp, not rtol; an unknown mode lists the three.
+  std::string mixed = s;
+  mixed.replace(mixed.find("ulp = 2"), std::string("ulp = 2").size(), "ulp = 2\nrtol = 1e-3");
+  write(mixed);
+  msg = load_error();
+  EXPECT_NE(msg.find("field 'tolerance.z.rtol': mode \"ulp\" takes 'ulp', not 'rtol'"), std::string::npos) << msg;
+  std::string unknown = s;
+  unknown.replace(unknown.find("mode = \"ulp\""), std::string("mode = \"ulp\"").size(), "mode = \"ulps\"");
+  write(unknown);
+  msg = load_error();
+  EXPECT_NE(msg.find("unknown tolerance mode 'ulps' (expected abs_rel, ulp or exact)"), std::string::npos) << msg;
+}
+
+// A task whose outputs are all integers needs no [tolerance] at all.
+TEST_F(ManifestTest, a_task_of_integer_outputs_needs_no_tolerance_table) {
+  std::string s = k_valid;
+  s.replace(s.find("{ name = \"y\", dtype = \"f32\""), std::string("{ name = \"y\", dtype = \"f32\"").size(),
+            "{ name = \"y\", dtype = \"i32\"");
+  s.replace(s.find("[tolerance]\nrtol = 1e-4\natol = 0.0\n"), std::string("[tolerance]\nrtol = 1e-4\natol = 0.0\n").size(),
+            "");
+  write(s);
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_EQ(t.output_tolerance.at(0).mode, kwb::ToleranceMode::exact);
+}
+
+// An integer input filled by a floating law, or by an integer law beyond its range, is refused where the case is,
+// naming the input, its dtype and the law.
+TEST_F(ManifestTest, integer_inputs_need_an_integer_law_within_their_range) {
+  std::string s = k_valid;
+  s.replace(s.find("{ name = \"x\", dtype = \"f32\""), std::string("{ name = \"x\", dtype = \"f32\"").size(),
+            "{ name = \"x\", dtype = \"i8\"");
+  write(s);
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("input 'x' (i8): i8 data needs an integer law (randint, arange, permutation, zeros or constant), "
+                     "not normal"),
+            std::string::npos)
+      << msg;
+  s.replace(s.find("distribution = \"normal\"\nscale = 2.0"), std::string("distribution = \"normal\"\nscale = 2.0").size(),
+            "distribution = \"randint\"\nlow = -100\nhigh = 300");
+  write(s);
+  msg = load_error();
+  EXPECT_NE(msg.find("randint reaches -100 to 300 here, beyond what i8 holds exactly (-128 to 127)"), std::string::npos)
+      << msg;
+  s.replace(s.find("high = 300"), std::string("high = 300").size(), "high = 100\nscale = 3.0");
+  write(s);
+  msg = load_error();
+  EXPECT_NE(msg.find("randint takes no 'scale'"), std::string::npos) << msg;
+  s.replace(s.find("high = 100\nscale = 3.0"), std::string("high = 100\nscale = 3.0").size(), "high = 100");
+  write(s);
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_EQ(t.cases.at(0).data.kind, kwb::DistributionKind::randint);
+  EXPECT_DOUBLE_EQ(t.cases.at(0).data.high, 100.0);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ std::vector<unsigned char> stored(const std::vector<double>& values, DType dtype
   return bytes;
 }
 
-const Tolerance k_tol{1e-3, 1e-6};  // rtol, atol
+const Tolerance k_tol{ToleranceMode::abs_rel, 1e-3, 1e-6};  // rtol, atol
 
 TEST(replay_test, an_output_that_is_the_previous_calls_result_is_a_replay) {
   const std::vector<double> previous = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -32,7 +32,7 @@ TEST(replay_test, an_output_that_is_the_previous_calls_result_is_a_replay) {
 TEST(replay_test, a_replay_is_found_in_a_16_bit_output_within_tolerance) {
   const std::vector<double> previous = {1.001, 2.002, 3.003, 4.004};
   const std::vector<double> expected = {-1, -2, -3, -4};
-  const auto r = detect_replay(previous, expected, stored(previous, DType::bf16), DType::bf16, Tolerance{1e-2, 0});
+  const auto r = detect_replay(previous, expected, stored(previous, DType::bf16), DType::bf16, Tolerance{ToleranceMode::abs_rel, 1e-2, 0});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->replayed, 4u);
 }

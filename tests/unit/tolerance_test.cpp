@@ -11,25 +11,25 @@ namespace {
 // The oracle itself is the task's (tasks/rmsnorm/oracle.cpp; tests/integration/oracle_test.cpp runs it). Here: the
 // element-wise comparison of an implementation's outputs with the oracle's.
 
-const kwb::Tolerance k_tol{1e-3, 1e-6};
+const kwb::Tolerance k_tol{kwb::ToleranceMode::abs_rel, 1e-3, 1e-6};
 
 TEST(tolerance_test, boundary_is_inclusive) {
   // |got - expected| <= atol + rtol * |expected|: expected 1 -> bound 1.001e-3 (binary fractions keep it exact
   // enough: test just inside and just outside).
-  EXPECT_TRUE(kwb::within_tolerance(1.0 + 1.0009e-3, 1.0, k_tol));
-  EXPECT_FALSE(kwb::within_tolerance(1.0 + 1.0011e-3, 1.0, k_tol));
-  EXPECT_TRUE(kwb::within_tolerance(-1.0 - 1.0009e-3, -1.0, k_tol));
+  EXPECT_TRUE(kwb::within_tolerance(1.0 + 1.0009e-3, 1.0, k_tol, kwb::DType::f64));
+  EXPECT_FALSE(kwb::within_tolerance(1.0 + 1.0011e-3, 1.0, k_tol, kwb::DType::f64));
+  EXPECT_TRUE(kwb::within_tolerance(-1.0 - 1.0009e-3, -1.0, k_tol, kwb::DType::f64));
 }
 
 TEST(tolerance_test, atol_governs_near_zero) {
-  EXPECT_TRUE(kwb::within_tolerance(9e-7, 0.0, k_tol));
-  EXPECT_FALSE(kwb::within_tolerance(2e-6, 0.0, k_tol));
+  EXPECT_TRUE(kwb::within_tolerance(9e-7, 0.0, k_tol, kwb::DType::f64));
+  EXPECT_FALSE(kwb::within_tolerance(2e-6, 0.0, k_tol, kwb::DType::f64));
 }
 
 TEST(tolerance_test, nan_is_never_within) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_FALSE(kwb::within_tolerance(nan, 1.0, k_tol));
-  EXPECT_FALSE(kwb::within_tolerance(1.0, nan, k_tol));
+  EXPECT_FALSE(kwb::within_tolerance(nan, 1.0, k_tol, kwb::DType::f64));
+  EXPECT_FALSE(kwb::within_tolerance(1.0, nan, k_tol, kwb::DType::f64));
 }
 
 std::span<const unsigned char> bytes(const std::vector<float>& v) {
@@ -113,7 +113,7 @@ TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chu
 // Near zero, atol governs: a relative error of 50% can use half the tolerance, and the report says the share used
 // (check's "tolerance used"), which means the same wherever the element lies.
 TEST(tolerance_test, the_share_of_the_tolerance_used_is_reported_where_the_relative_error_misleads) {
-  const kwb::Tolerance tol{1e-3, 1e-6};  // rtol 1e-3, atol 1e-6
+  const kwb::Tolerance tol{kwb::ToleranceMode::abs_rel, 1e-3, 1e-6};  // rtol 1e-3, atol 1e-6
   const std::vector<float> got = {1.5e-6f, 100.05f};
   const std::vector<double> expected = {1e-6, 100.0};  // allowed: 1e-6 + 1e-9 and 1e-6 + 0.1
   const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u);
@@ -123,6 +123,74 @@ TEST(tolerance_test, the_share_of_the_tolerance_used_is_reported_where_the_relat
   const kwb::OutputComparison skipped =
       kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u, kwb::ErrorStats::skip);
   EXPECT_EQ(skipped.max_tolerance_used, 0.0);
+}
+
+// ulp mode measures in the output's dtype: at 1.0 one f32 ulp is 2^-23, one bf16 ulp 2^-7; at 0 (and below the
+// smallest normal) the spacing is the subnormals', 2^-149 for f32.
+TEST(tolerance_test, ulp_mode_counts_units_in_the_last_place_of_the_output_dtype) {
+  const kwb::Tolerance two_ulp{kwb::ToleranceMode::ulp, 0, 0, 2.0};
+  EXPECT_TRUE(kwb::within_tolerance(1.0 + 2 * 0x1p-23, 1.0, two_ulp, kwb::DType::f32));
+  EXPECT_FALSE(kwb::within_tolerance(1.0 + 3 * 0x1p-23, 1.0, two_ulp, kwb::DType::f32));
+  EXPECT_TRUE(kwb::within_tolerance(1.0 + 2 * 0x1p-7, 1.0, two_ulp, kwb::DType::bf16));
+  EXPECT_FALSE(kwb::within_tolerance(1.0 + 3 * 0x1p-7, 1.0, two_ulp, kwb::DType::bf16));
+  // Just below a power of two the spacing is half: 1.5 ulp at 0.75 is 1.5 * 2^-24.
+  EXPECT_DOUBLE_EQ(kwb::allowed_error(0.75, {kwb::ToleranceMode::ulp, 0, 0, 1.5}, kwb::DType::f32), 1.5 * 0x1p-24);
+  EXPECT_DOUBLE_EQ(kwb::allowed_error(0.0, two_ulp, kwb::DType::f32), 2 * 0x1p-149);
+  EXPECT_DOUBLE_EQ(kwb::allowed_error(-0x1p-140, two_ulp, kwb::DType::f32), 2 * 0x1p-149);  // f32 subnormal range
+  EXPECT_DOUBLE_EQ(kwb::allowed_error(1000.0, two_ulp, kwb::DType::f16), 2 * 0.5);           // f16 at 512..1024
+  // Counted as a share in the report: 1 ulp off under a 2-ulp tolerance is half of it.
+  const std::vector<float> got = {1.0f + 0x1p-23f};
+  const std::vector<double> expected = {1.0};
+  const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, two_ulp, 0x7FC01234u);
+  EXPECT_EQ(c.value_mismatches, 0u);
+  EXPECT_DOUBLE_EQ(c.max_tolerance_used, 0.5);
+}
+
+TEST(tolerance_test, exact_mode_allows_no_difference_and_reports_any_as_beyond_the_tolerance) {
+  const kwb::Tolerance exact{kwb::ToleranceMode::exact};
+  const std::vector<float> got = {1.0f, 2.0f + 0x1p-22f};
+  const std::vector<double> expected = {1.0, 2.0};
+  const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, exact, 0x7FC01234u);
+  EXPECT_EQ(c.value_mismatches, 1u);
+  ASSERT_TRUE(c.first_value_mismatch);
+  EXPECT_EQ(c.first_value_mismatch->index, 1u);
+  EXPECT_TRUE(std::isinf(c.max_tolerance_used));
+}
+
+// An integer output is compared exactly whatever tolerance it is handed: 1 off is a mismatch even under a wide
+// abs_rel tolerance. i64 values beyond 2^53 cannot pass for the oracle's (which are within it).
+TEST(tolerance_test, integer_outputs_are_compared_exactly_whatever_the_tolerance) {
+  const kwb::Tolerance wide{kwb::ToleranceMode::abs_rel, 0.5, 10.0};
+  const std::vector<int32_t> got = {7, 8, -3};
+  const std::vector<double> expected = {7, 9, -3};
+  const kwb::OutputComparison c = kwb::compare_output(
+      {reinterpret_cast<const unsigned char*>(got.data()), got.size() * 4}, kwb::DType::i32, expected, wide, 0xDEADu);
+  EXPECT_EQ(c.value_mismatches, 1u);
+  EXPECT_EQ(c.first_value_mismatch->index, 1u);
+  const std::vector<int64_t> big = {(int64_t{1} << 53) + 1};
+  const std::vector<double> near = {9007199254740991.0};  // 2^53 - 1: the largest i64 the oracle may return
+  const kwb::OutputComparison b = kwb::compare_output(
+      {reinterpret_cast<const unsigned char*>(big.data()), 8}, kwb::DType::i64, near, wide, 0);
+  EXPECT_EQ(b.value_mismatches, 1u);
+}
+
+// A dtype without NaN has no pattern a result cannot hold: an element equal to the poison is unwritten only where
+// the oracle expects something else; where it expects exactly that value, it is a correct result.
+TEST(tolerance_test, integer_poison_counts_as_unwritten_only_where_it_differs_from_the_oracle) {
+  const kwb::Tolerance exact{kwb::ToleranceMode::exact};
+  const std::vector<int8_t> got = {-77, -77, 5};
+  const std::vector<double> expected = {-77, 3, 5};
+  const uint64_t poison = static_cast<uint8_t>(int8_t{-77});
+  const kwb::OutputComparison c = kwb::compare_output(
+      {reinterpret_cast<const unsigned char*>(got.data()), got.size()}, kwb::DType::i8, expected, exact, poison);
+  EXPECT_EQ(c.poison_left, 1u);
+  EXPECT_EQ(c.value_mismatches, 0u);
+  // A boolean output holding a byte other than 0 or 1 (bool's poison is one) matches nothing.
+  const std::vector<uint8_t> flags = {1, 0, 0xA7};
+  const std::vector<double> want = {1, 0, 1};
+  const kwb::OutputComparison f = kwb::compare_output({flags.data(), flags.size()}, kwb::DType::boolean, want, exact,
+                                                      0xA7);
+  EXPECT_EQ(f.poison_left, 1u);
 }
 
 }  // namespace

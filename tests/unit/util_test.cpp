@@ -125,6 +125,21 @@ TEST(shared_buffer_test, canaries_detect_a_write_just_outside_the_data) {
   EXPECT_EQ(*damaged, b.layout().data_offset + 100);
 }
 
+// The poison fills every element at its width, a one-byte dtype's (i8, u8, bool) too: an 8-byte word repeated would
+// leave seven of every eight bytes 0 (a valid bool, i8 or u8 value) and an unwritten element could pass as one.
+TEST(shared_buffer_test, a_pattern_fills_every_element_at_its_width) {
+  for (size_t width : {1u, 2u, 4u, 8u}) {
+    kwb::SharedBuffer b("t", 8 * 13);
+    b.fill_pattern(0x0123456789ABCDEFull, width);
+    const auto d = std::as_const(b).data();
+    for (size_t i = 0; i < d.size(); ++i) {
+      ASSERT_EQ(d[i], static_cast<unsigned char>(0x0123456789ABCDEFull >> (8 * (i % width)))) << width << " " << i;
+    }
+  }
+  kwb::SharedBuffer odd("t", 8);
+  EXPECT_THROW(odd.fill_pattern(1, 3), std::invalid_argument);
+}
+
 TEST(shared_buffer_test, sealed_buffer_refuses_writes_even_through_mprotect) {
   kwb::SharedBuffer b("t", 64);
   b.data()[0] = 7;
