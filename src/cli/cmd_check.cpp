@@ -37,13 +37,15 @@ void print_output_errors(const CheckReport& r, const Task& task) {
   std::vector<std::vector<std::string>> rows;
   for (size_t i = 0; i < task.signature.outputs.size(); ++i) {
     OutputErrors worst;
-    std::string worst_case = "-";
-    double worst_used = -1.0;
+    std::string worst_case = "-";  // none where no element erred at all
+    double worst_used = 0.0, worst_abs = 0.0;
     for (const CaseReport& c : r.cases) {
       if (i >= c.outputs.size()) continue;
       worst.merge(c.outputs[i]);
-      if (c.outputs[i].tolerance_used > worst_used) {
-        worst_used = c.outputs[i].tolerance_used;
+      const OutputErrors& e = c.outputs[i];
+      if (e.tolerance_used > worst_used || (e.tolerance_used == worst_used && e.max_abs_error > worst_abs)) {
+        worst_used = e.tolerance_used;
+        worst_abs = e.max_abs_error;
         worst_case = c.name;
       }
     }
@@ -141,6 +143,7 @@ Action add_check(CLI::App& root) {
     require_backend(args->backend);
     Artifact art = build_implementation({control ? control->source : fs::path(args->impl), 0, args->backend});
     CheckOptions opt = check_options(*args);
+    if (control != nullptr && args->until_rejected) opt.stop_after_reason = control->expect;
     CheckReport report = run_check(task, art, opt);
     LedgerRun run;
     run.kind = "check";

@@ -118,6 +118,10 @@ void add_check_options(CLI::App& app, CheckArgs& a) {
   app.add_flag("--exhaustive", a.exhaustive,
                "Run every case even after the worker failed in one (timeout, crash, sandbox violation); by default "
                "the check stops there and lists the cases not run");
+  app.add_flag("--until-rejected", a.until_rejected,
+               "With --control: stop after the first case in which the control's expected reason appears, as "
+               "validate's control stage does, and list the cases not run")
+      ->needs(control);
 }
 
 CheckOptions check_options(const CheckArgs& a) {

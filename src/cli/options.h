@@ -78,6 +78,7 @@ struct CheckArgs {
   std::vector<std::string> cases;
   bool held_out = false;
   bool exhaustive = defaults::k_exhaustive;
+  bool until_rejected = false;  // with control: stop once its expected reason is seen
 };
 
 void add_check_options(CLI::App& app, CheckArgs& a);

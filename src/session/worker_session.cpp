@@ -420,8 +420,18 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
   checks.res.outputs[i].merge({cmp.max_abs_error, cmp.max_rel_error, cmp.max_tolerance_used});
   checks.res.max_rel_error = std::max(checks.res.max_rel_error, cmp.max_rel_error);
   checks.res.max_tolerance_used = std::max(checks.res.max_tolerance_used, cmp.max_tolerance_used);
-  checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written,
-               fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name));
+  // An integer output's poison is a value of its dtype (make_poison): an element holding it was never written, or
+  // was written with that very value, wrong there; the message says both.
+  std::string unwritten = fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements,
+                                      spec.name);
+  if (cmp.poison_left > 0 && dtype_info(spec.dtype).kind == DTypeKind::integer) {
+    unsigned char bytes[8];
+    std::memcpy(bytes, &guards.poison[i], sizeof bytes);
+    unwritten = fmt::format("{} of {} elements of '{}' still hold this call's poison, {:.0f}, where the oracle expects "
+                            "another value: never written (or written with exactly that wrong value)",
+                            cmp.poison_left, cmp.elements, spec.name, load_element(spec.dtype, bytes, 0));
+  }
+  checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written, unwritten);
   checks.check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,
                cmp.first_nonfinite_mismatch
                    ? fmt::format("{} elements of '{}' disagree with the oracle on NaN/Inf; {}",
