@@ -1,4 +1,4 @@
-// The builder per backend. Every CUDA source kwb ships (the RMSNorm baseline, reference and controls, the
+// The builder per backend. Every CUDA source kwb ships (each shipped task's cuda baseline, reference and controls, the
 // other-stream cheat) builds with the recorded nvcc command on any machine with the CUDA toolkit, GPU or not, so a
 // broken .cu is caught in CI rather than on the first lent GPU (running them needs one: tests/gpu/run.sh).
 #include "builder/builder.h"
@@ -20,20 +20,27 @@ namespace fs = std::filesystem;
 
 const fs::path k_source = KWB_SOURCE_DIR;
 
-std::vector<fs::path> cuda_sources() {
+// Every task under tasks/ with a [backends.cuda] section: its baseline, its reference and each control (one written
+// as a change of another source is built from the changed text kwb writes into its cache folder), and the
+// adversarial corpus's .cu files. `tasks_with_cuda` counts the tasks that contributed.
+std::vector<fs::path> cuda_sources(size_t& tasks_with_cuda) {
   std::vector<fs::path> out;
-  // The task's controls written as a change of another source (base/replace/with) are built from the changed text
-  // kwb writes into its cache folder.
-  const Task task = load_task(k_source / "tasks" / "rmsnorm");
-  for (const ControlSpec& c : task.backends.at(BackendKind::cuda).controls) {
-    if (!c.base.empty()) out.push_back(c.source);
+  tasks_with_cuda = 0;
+  for (const auto& dir : fs::directory_iterator(k_source / "tasks")) {
+    if (!fs::exists(dir.path() / "task.toml")) continue;
+    const Task task = load_task(dir.path());
+    const auto cuda = task.backends.find(BackendKind::cuda);
+    if (cuda == task.backends.end()) continue;
+    ++tasks_with_cuda;
+    out.push_back(cuda->second.baseline);
+    out.push_back(cuda->second.reference);
+    for (const ControlSpec& c : cuda->second.controls) out.push_back(c.source);
   }
-  for (const fs::path& dir : {k_source / "tasks" / "rmsnorm" / "cuda", k_source / "tests" / "adversarial" / "cuda"}) {
-    for (const auto& e : fs::recursive_directory_iterator(dir)) {
-      if (e.path().extension() == ".cu") out.push_back(e.path());
-    }
+  for (const auto& e : fs::recursive_directory_iterator(k_source / "tests" / "adversarial" / "cuda")) {
+    if (e.path().extension() == ".cu") out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;
 }
 
@@ -45,8 +52,11 @@ protected:
 };
 
 TEST_F(BackendBuild, every_shipped_cuda_source_compiles_with_the_recorded_nvcc_command) {
-  const std::vector<fs::path> sources = cuda_sources();
-  ASSERT_EQ(sources.size(), 9u);  // baseline, fused, six controls (no_eps as a change of fused.cu), other_stream
+  size_t tasks = 0;
+  const std::vector<fs::path> sources = cuda_sources(tasks);
+  // rmsnorm, softmax and gemm ship cuda; rmsnorm alone is 8 sources (baseline, fused, six controls), other_stream 1.
+  EXPECT_GE(tasks, 3u);
+  ASSERT_GE(sources.size(), 9u + 2 * (tasks - 1));
   std::vector<BuildRequest> requests;
   for (const fs::path& src : sources) requests.push_back({src, 0, BackendKind::cuda});
   std::vector<Artifact> built;
