@@ -139,7 +139,9 @@ public:
   // What is still bounded is what cannot be charged:
   // - Between calls the worker answers, reads the next request and arms (kwb's protocol work, the same for every
   //   implementation): the median over a worker's calls of that gap (cpu_watch::k_gap_cpu_median_bound_ns), judged
-  //   from the fifth call after the first two (cold paths).
+  //   from the ninth call after the first two (cold paths). Nine, so that a burst of up to four disturbed gaps cannot
+  //   carry the median: three consecutive gaps of 13, 37 and 11 ms of stolen vCPU once made an honest fused RMSNorm
+  //   on prefill INVALID when the median was judged from the fifth call. A thread that never stops is in every gap.
   // - Where only the coarse CPU clock is available (no perf_event_open): CPU over the whole call cycle beyond the
   //   timed window, for parsing the request and answering it.
   // - After its answer the worker waits for the next request, blocked in recvmsg, and is charged nothing: CPU there
@@ -147,7 +149,7 @@ public:
   //   worker's calls, as one call can meet an interrupt or a stolen vCPU (6.4 ms once on an honest baseline on a
   //   loaded 2-vCPU VM), plus a per-call bound no honest call reaches.
   static constexpr size_t k_median_skip_calls = 2;
-  static constexpr size_t k_median_min_calls = 5;
+  static constexpr size_t k_median_min_calls = 9;
   static constexpr int64_t k_cycle_cpu_slack_ns = 2'000'000;
   static constexpr int64_t k_idle_cpu_median_bound_ns = 1'000'000;
   static constexpr int64_t k_idle_cpu_bound_ns = 100'000'000;
