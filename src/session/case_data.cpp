@@ -119,7 +119,7 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     const TensorSpec& spec = task.signature.inputs[i];
     TensorShape shape = resolve_shape(spec, c);
     SharedBuffer buf(fmt::format("kwb-in-{}", spec.name), shape.elements() * dtype_size(spec.dtype));
-    const Distribution& dist = spec.distribution ? *spec.distribution : c.data;
+    const Distribution& dist = input_law(spec, c);
     // Published shapes were checked when the task loaded; a shape kwb made up (held out) is checked here.
     if (const std::string why = distribution_misfit(dist, spec.dtype, shape.elements()); !why.empty()) {
       std::vector<std::string> dims;
@@ -156,7 +156,7 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
     // few enough that a sample of the data almost surely misses every change.
     const size_t n = from.size() / width;
     const size_t count = n == 0 ? 0 : std::min<size_t>(4, 1 + n / 65536);
-    const Distribution& dist = spec.distribution ? *spec.distribution : base.case_->data;
+    const Distribution& dist = input_law(spec, *base.case_);
     for (size_t k = 0; k < count; ++k) {
       const size_t at = static_cast<size_t>(rng.next() % n);
       if (change_within_support(spec.dtype, dist, to, n, at, rng, changed, spec.name)) continue;

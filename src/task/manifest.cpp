@@ -89,6 +89,11 @@ TensorShape resolve_shape(const TensorSpec& spec, const Case& c) {
   return s;
 }
 
+const Distribution& input_law(const TensorSpec& spec, const Case& c) {
+  if (const auto it = c.input_laws.find(spec.name); it != c.input_laws.end()) return it->second;
+  return spec.distribution ? *spec.distribution : c.data;
+}
+
 std::vector<double> resolve_scalars(const Signature& sig, const Case& c) {
   std::vector<double> v;
   for (const ScalarSpec& s : sig.scalars) {
@@ -809,15 +814,35 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
     }
     sr.reject_unknown_keys();
   }
+  // `inputs = { q = { distribution = "normal", scale = 4.0 } }`: this case's law for the inputs it names.
+  if (const toml::node* in = r.get("inputs")) {
+    const toml::table& it = as_table(*in, p + ".inputs", file);
+    for (const auto& [k, v] : it) {
+      const std::string name(k.str());
+      const bool known = std::any_of(task.signature.inputs.begin(), task.signature.inputs.end(),
+                                     [&](const TensorSpec& t) { return t.name == name; });
+      if (!known) {
+        std::vector<std::string> names;
+        for (const TensorSpec& t : task.signature.inputs) names.push_back(t.name);
+        throw DataError(fmt::format("{}:{}: field '{}.inputs.{}': no input is named '{}' (inputs: {})", file,
+                                    TableReader::line_of(v), p, name, name, fmt::join(names, ", ")));
+      }
+      TableReader lr(as_table(v, p + ".inputs." + name, file), p + ".inputs." + name, file);
+      c.input_laws[name] = *read_distribution(lr, true);
+      lr.reject_unknown_keys();
+    }
+  }
   r.reject_unknown_keys();
   check_case_size(task, c, r);
   for (const TensorSpec& in : task.signature.inputs) {
-    const Distribution& dist = in.distribution ? *in.distribution : c.data;
+    const Distribution& dist = input_law(in, c);
     const std::string why = distribution_misfit(dist, in.dtype, resolve_shape(in, c).elements());
     if (!why.empty()) {
-      r.fail(in.distribution ? nullptr : r.get("distribution"), "distribution",
-             fmt::format("input '{}' ({}{}): {}", in.name, to_string(in.dtype),
-                         in.distribution ? ", its own distribution in [signature]" : "", why));
+      const char* whose = c.input_laws.contains(in.name) ? ", this case's law for it in inputs"
+                          : in.distribution             ? ", its own distribution in [signature]"
+                                                        : "";
+      r.fail(in.distribution || c.input_laws.contains(in.name) ? nullptr : r.get("distribution"), "distribution",
+             fmt::format("input '{}' ({}{}): {}", in.name, to_string(in.dtype), whose, why));
     }
   }
   return c;

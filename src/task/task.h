@@ -98,6 +98,9 @@ struct Case {
   CaseRole role = CaseRole::correctness;
   std::map<std::string, int64_t> dims;
   Distribution data;  // for inputs without their own distribution
+  // This case's law for named inputs (its `inputs` table): overrides both `data` and the input's own law in the
+  // signature, so one case can draw one tensor differently (NaN in q while the positions stay an arange).
+  std::map<std::string, Distribution> input_laws;
   uint64_t seed = 0;
   std::map<std::string, double> scalars;  // overrides of signature defaults
   int line = 0;
@@ -156,6 +159,10 @@ struct TensorShape {
   size_t elements() const;
 };
 TensorShape resolve_shape(const TensorSpec& spec, const Case& c);
+
+// The law input `spec` is drawn from in case `c`: the case's own law for it, else the input's law in the
+// signature, else the case's `distribution`.
+const Distribution& input_law(const TensorSpec& spec, const Case& c);
 
 // The scalar values of a case, in signature order.
 std::vector<double> resolve_scalars(const Signature& sig, const Case& c);

@@ -484,4 +484,25 @@ TEST_F(ManifestTest, integer_inputs_need_an_integer_law_within_their_range) {
   EXPECT_DOUBLE_EQ(t.cases.at(0).data.high, 100.0);
 }
 
+// A case may draw a named input by a law of its own, over both the case's law and the input's own in the signature;
+// an input it names must exist, and the law must fit its dtype.
+TEST_F(ManifestTest, a_case_may_give_one_input_a_law_of_its_own) {
+  std::string s = k_valid;
+  s.replace(s.find("seed = 1\n"), std::string("seed = 1\n").size(),
+            "seed = 1\ninputs = { weight = { distribution = \"constant\", value = 2.0 } }\n");
+  write(s);
+  const kwb::Task t = kwb::load_task(m_dir);
+  const kwb::Case& c = t.cases.at(0);
+  EXPECT_EQ(kwb::input_law(t.signature.inputs[1], c).kind, kwb::DistributionKind::constant);  // over its own
+  EXPECT_DOUBLE_EQ(kwb::input_law(t.signature.inputs[1], c).value, 2.0);
+  EXPECT_EQ(kwb::input_law(t.signature.inputs[0], c).kind, kwb::DistributionKind::normal);  // the case's
+  std::string unknown = s;
+  unknown.replace(unknown.find("inputs = { weight"), std::string("inputs = { weight").size(), "inputs = { wieght");
+  write(unknown);
+  std::string msg = load_error();
+  EXPECT_NE(msg.find("field 'cases[0].inputs.wieght': no input is named 'wieght' (inputs: x, weight)"),
+            std::string::npos)
+      << msg;
+}
+
 }  // namespace
