@@ -20,10 +20,13 @@ namespace fs = std::filesystem;
 
 const fs::path k_source = KWB_SOURCE_DIR;
 
-// Every task under tasks/ with a [backends.cuda] section: its baseline, its reference and each control (one written
-// as a change of another source is built from the changed text kwb writes into its cache folder), and the
+// Every task under tasks/ with a [backends.cuda] section: its baseline and its reference, and each control (one
+// written as a change of another source is built from the changed text kwb writes into its cache folder) of
+// rmsnorm, or of every task in the test command's full tier (KWB_TEST_BANK=all: each nvcc costs seconds); and the
 // adversarial corpus's .cu files. `tasks_with_cuda` counts the tasks that contributed.
 std::vector<fs::path> cuda_sources(size_t& tasks_with_cuda) {
+  const char* tier = std::getenv("KWB_TEST_BANK");
+  const bool all_controls = tier != nullptr && std::string(tier) == "all";
   std::vector<fs::path> out;
   tasks_with_cuda = 0;
   for (const auto& dir : fs::directory_iterator(k_source / "tasks")) {
@@ -34,6 +37,7 @@ std::vector<fs::path> cuda_sources(size_t& tasks_with_cuda) {
     ++tasks_with_cuda;
     out.push_back(cuda->second.baseline);
     out.push_back(cuda->second.reference);
+    if (!all_controls && task.name != "rmsnorm") continue;
     for (const ControlSpec& c : cuda->second.controls) out.push_back(c.source);
   }
   for (const auto& e : fs::recursive_directory_iterator(k_source / "tests" / "adversarial" / "cuda")) {
