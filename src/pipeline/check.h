@@ -11,6 +11,7 @@
 
 #include "builder/builder.h"
 #include "pipeline/defaults.h"
+#include "record/schema.h"
 #include "session/worker_session.h"
 #include "task/task.h"
 
@@ -22,10 +23,6 @@
 #include <vector>
 
 namespace kwb {
-
-inline constexpr const char* k_check_schema = "kwb.check";
-// 2: the "request" block (nonce, held_out, stop_after_reason). 3: each case's errors per output ("outputs").
-inline constexpr int k_check_schema_version = 3;
 
 struct CheckOptions {
   BackendKind backend = BackendKind::cpu;

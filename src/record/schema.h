@@ -16,6 +16,11 @@ inline constexpr const char* k_final_schema = "kwb.final";
 // cases report their errors per output (check schema 3).
 inline constexpr int k_bundle_schema_version = 3;
 
+// A check's report (check --json, a bundle's checks/*.json), versioned on its own; verify refuses another version.
+// 2: the "request" block (nonce, held_out, stop_after_reason). 3: each case's errors per output ("outputs").
+inline constexpr const char* k_check_schema = "kwb.check";
+inline constexpr int k_check_schema_version = 3;
+
 // compare.json (compare --output-dir) and a bundle's comparisons/*.json, versioned on their own: verify refuses a
 // comparison of another version, since it re-derives every figure in it.
 // 2: layout sensitivity is bias-corrected (basic bootstrap) with a permutation test, and timing_lock records the

@@ -242,7 +242,7 @@ private:
     if (!m_b.final_.empty()) expect_schema("final.json", m_b.final_, "kwb.final");
     // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
     // cannot be bound to its role.
-    for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, "kwb.check", 2);
+    for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, k_check_schema, k_check_schema_version);
     if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare", k_compare_schema_version);
     if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare", k_compare_schema_version);
   }
