@@ -40,6 +40,10 @@ enum class ErrorStats { compute, skip };
 OutputComparison compare_output(std::span<const unsigned char> got, DType dtype, std::span<const double> expected,
                                 const Tolerance& tol, uint64_t poison, ErrorStats stats = ErrorStats::compute);
 
+// Whether compare_output may use the CPU's vector unit for its plain-fine pass (AVX2, where the CPU has it; on by
+// default). Its results are the same either way; tests turn it off to compare the two.
+void allow_vector_compare(bool allowed);
+
 // What `tol` allows |got - expected| to be at `expected`, for an output of `dtype` (ulp mode measures in its units).
 double allowed_error(double expected, const Tolerance& tol, DType dtype);
 bool within_tolerance(double got, double expected, const Tolerance& tol, DType dtype);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -60,47 +61,61 @@ void SharedBuffer::seal_for_others() {
 }
 
 namespace {
-unsigned char canary_byte(uint64_t seed, size_t offset) {
-  // One 64-bit hash per 8 bytes: cheap, and unpredictable without the seed.
-  uint64_t word = mix_seed(seed, offset / 8);
-  return static_cast<unsigned char>(word >> (8 * (offset % 8)));
+// Byte `offset` of the canaries: byte offset % 8 of one 64-bit hash per 8 bytes, cheap and unpredictable without the
+// seed. `each(offset, byte)` is called for every offset in [from, to), one hash per 8 bytes.
+template <typename F>
+void for_canary_bytes(uint64_t seed, size_t from, size_t to, F each) {
+  size_t i = from;
+  while (i < to) {
+    const uint64_t word = mix_seed(seed, i / 8);
+    const size_t end = std::min(to, (i / 8 + 1) * 8);
+    for (; i < end; ++i) {
+      if (!each(i, static_cast<unsigned char>(word >> (8 * (i % 8))))) return;
+    }
+  }
 }
 }  // namespace
 
 void SharedBuffer::write_canaries(uint64_t seed) {
   if (m_sealed) throw InternalError("SharedBuffer: canaries on a sealed buffer");
   auto w = whole();
-  const size_t data_end = m_layout.data_offset + m_layout.nbytes;
-  for (size_t i = 0; i < m_layout.data_offset; ++i) w[i] = canary_byte(seed, i);
-  for (size_t i = data_end; i < m_layout.total; ++i) w[i] = canary_byte(seed, i);
+  auto put = [&](size_t i, unsigned char byte) {
+    w[i] = byte;
+    return true;
+  };
+  for_canary_bytes(seed, 0, m_layout.data_offset, put);
+  for_canary_bytes(seed, m_layout.data_offset + m_layout.nbytes, m_layout.total, put);
 }
 
 std::optional<size_t> SharedBuffer::damaged_canary(uint64_t seed) const {
   auto w = whole();
-  const size_t data_end = m_layout.data_offset + m_layout.nbytes;
-  for (size_t i = 0; i < m_layout.data_offset; ++i) {
-    if (w[i] != canary_byte(seed, i)) return i;
-  }
-  for (size_t i = data_end; i < m_layout.total; ++i) {
-    if (w[i] != canary_byte(seed, i)) return i;
-  }
-  return std::nullopt;
+  std::optional<size_t> damaged;
+  auto same = [&](size_t i, unsigned char byte) {
+    if (w[i] == byte) return true;
+    damaged = i;
+    return false;
+  };
+  for_canary_bytes(seed, 0, m_layout.data_offset, same);
+  if (!damaged) for_canary_bytes(seed, m_layout.data_offset + m_layout.nbytes, m_layout.total, same);
+  return damaged;
 }
 
 void SharedBuffer::fill_pattern(uint64_t pattern, size_t width) {
-  auto d = data();
-  if (width == 1) {
-    std::memset(d.data(), static_cast<unsigned char>(pattern), d.size());
-  } else if (width == 2) {
-    const auto p16 = static_cast<uint16_t>(pattern);
-    for (size_t i = 0; i + 2 <= d.size(); i += 2) std::memcpy(d.data() + i, &p16, 2);
-  } else if (width == 4) {
-    const auto p32 = static_cast<uint32_t>(pattern);
-    for (size_t i = 0; i + 4 <= d.size(); i += 4) std::memcpy(d.data() + i, &p32, 4);
-  } else if (width == 8) {
-    for (size_t i = 0; i + 8 <= d.size(); i += 8) std::memcpy(d.data() + i, &pattern, 8);
-  } else {
+  if (width != 1 && width != 2 && width != 4 && width != 8) {
     throw std::invalid_argument("SharedBuffer::fill_pattern: width must be 1, 2, 4 or 8 bytes");
+  }
+  auto d = data();
+  // One 64-byte line of the pattern at its width (little-endian, its low `width` bytes), then copies of what is
+  // written, doubling: memcpy's vector stores do the bulk (a prefill output's MiB every call).
+  unsigned char line[64];
+  for (size_t i = 0; i < sizeof line; i += width) std::memcpy(line + i, &pattern, width);
+  const size_t whole = d.size() - d.size() % width;  // a partial trailing element stays as it is
+  size_t done = std::min(whole, sizeof line);
+  std::memcpy(d.data(), line, done);
+  while (done < whole) {
+    const size_t n = std::min(done, whole - done);
+    std::memcpy(d.data() + done, d.data(), n);
+    done += n;
   }
 }
 

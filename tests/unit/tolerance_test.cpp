@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <vector>
 
 namespace {
 
@@ -32,8 +34,9 @@ TEST(tolerance_test, nan_is_never_within) {
   EXPECT_FALSE(kwb::within_tolerance(1.0, nan, k_tol, kwb::DType::f64));
 }
 
-std::span<const unsigned char> bytes(const std::vector<float>& v) {
-  return {reinterpret_cast<const unsigned char*>(v.data()), v.size() * 4};
+template <typename T>
+std::span<const unsigned char> bytes(const std::vector<T>& v) {
+  return {reinterpret_cast<const unsigned char*>(v.data()), v.size() * sizeof(T)};
 }
 
 TEST(tolerance_test, compare_counts_each_kind_of_disagreement) {
@@ -108,6 +111,71 @@ TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chu
   EXPECT_EQ(clean.value_mismatches + clean.nonfinite_mismatches + clean.poison_left, 0u);
   EXPECT_GT(clean.max_rel_error, 0.0);                // float rounding of the sines
   EXPECT_LE(clean.max_rel_error, 0x1p-24 * 1.0001);  // and no more than float's unit roundoff
+}
+
+// The vector pass (AVX2, where the CPU has it) and the scalar one give the same comparison, element for element:
+// random outputs of f32 and f64 seeded with every kind of disagreement (NaN, the poison, +-Inf on either side, just
+// inside and just outside the tolerance, -0, the largest finite values), at lengths that leave every tail.
+TEST(tolerance_test, the_vector_pass_and_the_scalar_pass_agree) {
+  std::mt19937_64 rng(20261202);
+  auto compare_both = [](auto got, const std::vector<double>& expected, kwb::DType dtype, uint64_t poison) {
+    kwb::OutputComparison r[2];
+    for (int vector : {0, 1}) {
+      kwb::allow_vector_compare(vector == 1);
+      r[vector] = kwb::compare_output(bytes(got), dtype, expected, k_tol, poison, kwb::ErrorStats::skip);
+    }
+    kwb::allow_vector_compare(true);
+    EXPECT_EQ(r[0].value_mismatches, r[1].value_mismatches);
+    EXPECT_EQ(r[0].nonfinite_mismatches, r[1].nonfinite_mismatches);
+    EXPECT_EQ(r[0].poison_left, r[1].poison_left);
+    EXPECT_EQ(r[0].first_value_mismatch.has_value(), r[1].first_value_mismatch.has_value());
+    if (r[0].first_value_mismatch && r[1].first_value_mismatch) {
+      EXPECT_EQ(r[0].first_value_mismatch->index, r[1].first_value_mismatch->index);
+    }
+    return r[0].value_mismatches + r[0].nonfinite_mismatches + r[0].poison_left;
+  };
+  size_t disagreements = 0;
+  for (int round = 0; round < 200; ++round) {
+    const size_t n = 1 + rng() % 4200;  // one chunk, two, and every remainder mod 4
+    std::vector<double> expected(n);
+    std::uniform_real_distribution<double> value(-100.0, 100.0);
+    for (double& e : expected) e = value(rng);
+    std::vector<float> f32(n);
+    std::vector<double> f64(n);
+    for (size_t i = 0; i < n; ++i) {
+      f32[i] = static_cast<float>(expected[i]);
+      f64[i] = expected[i];
+    }
+    const uint32_t poison32 = 0x7FC00000u | static_cast<uint32_t>(1 + rng() % 0x3FFFFF);
+    const uint64_t poison64 = 0x7FF8000000000000ull | (1 + rng() % 0xFFFFFFFFFFull);
+    float p32;
+    double p64;
+    std::memcpy(&p32, &poison32, 4);
+    std::memcpy(&p64, &poison64, 8);
+    const int edits = static_cast<int>(rng() % 4);
+    for (int k = 0; k < edits; ++k) {
+      const size_t i = rng() % n;
+      const double allowed = k_tol.atol + k_tol.rtol * std::fabs(expected[i]);
+      switch (rng() % 9) {
+        case 0: f32[i] = std::numeric_limits<float>::quiet_NaN(); f64[i] = std::nan(""); break;
+        case 1: f32[i] = p32; f64[i] = p64; break;
+        case 2: f32[i] = INFINITY; f64[i] = -INFINITY; break;
+        case 3: expected[i] = INFINITY; break;
+        case 4: expected[i] = std::nan(""); break;
+        case 5: f64[i] = expected[i] + allowed; f32[i] = static_cast<float>(expected[i] + 2 * allowed); break;
+        case 6: f64[i] = expected[i] - allowed * 1.0000001; f32[i] = static_cast<float>(expected[i] - allowed / 2); break;
+        case 7: expected[i] = 0.0; f64[i] = -0.0; f32[i] = -0.0f; break;
+        case 8:
+          expected[i] = std::numeric_limits<double>::max();
+          f64[i] = std::numeric_limits<double>::max();
+          f32[i] = std::numeric_limits<float>::max();
+          break;
+      }
+    }
+    disagreements += compare_both(f32, expected, kwb::DType::f32, poison32);
+    disagreements += compare_both(f64, expected, kwb::DType::f64, poison64);
+  }
+  EXPECT_GT(disagreements, 100u);  // the rounds did test disagreements, not only clean outputs
 }
 
 // Near zero, atol governs: a relative error of 50% can use half the tolerance, and the report says the share used

@@ -128,16 +128,38 @@ TEST(shared_buffer_test, canaries_detect_a_write_just_outside_the_data) {
 // The poison fills every element at its width, a one-byte dtype's (i8, u8, bool) too: an 8-byte word repeated would
 // leave seven of every eight bytes 0 (a valid bool, i8 or u8 value) and an unwritten element could pass as one.
 TEST(shared_buffer_test, a_pattern_fills_every_element_at_its_width) {
-  for (size_t width : {1u, 2u, 4u, 8u}) {
-    kwb::SharedBuffer b("t", 8 * 13);
-    b.fill_pattern(0x0123456789ABCDEFull, width);
-    const auto d = std::as_const(b).data();
-    for (size_t i = 0; i < d.size(); ++i) {
-      ASSERT_EQ(d[i], static_cast<unsigned char>(0x0123456789ABCDEFull >> (8 * (i % width)))) << width << " " << i;
+  // 104 bytes: past the first 64-byte line; 98760: many doublings and a last partial copy.
+  for (size_t bytes : {8u * 13u, 8u * 12345u}) {
+    for (size_t width : {1u, 2u, 4u, 8u}) {
+      kwb::SharedBuffer b("t", bytes);
+      b.fill_pattern(0x0123456789ABCDEFull, width);
+      const auto d = std::as_const(b).data();
+      for (size_t i = 0; i < d.size(); ++i) {
+        ASSERT_EQ(d[i], static_cast<unsigned char>(0x0123456789ABCDEFull >> (8 * (i % width))))
+            << bytes << " " << width << " " << i;
+      }
     }
   }
   kwb::SharedBuffer odd("t", 8);
   EXPECT_THROW(odd.fill_pattern(1, 3), std::invalid_argument);
+}
+
+// Every canary byte is checked, before the data and after it, wherever in its 8-byte hash word it lies.
+TEST(shared_buffer_test, canaries_detect_a_write_to_any_byte_around_the_data) {
+  kwb::SharedBuffer b("t", 100, 13);
+  const kwb::BufferLayout l = b.layout();
+  ASSERT_GT(l.data_offset, 16u);
+  for (size_t at : {size_t{0}, size_t{5}, l.data_offset - 1, l.data_offset + 100, l.data_offset + 107, l.total - 1}) {
+    b.write_canaries(77);
+    ASSERT_FALSE(b.damaged_canary(77));
+    (b.data().data() - l.data_offset)[at] ^= 0x40;  // the memfd's byte `at`
+    const auto damaged = b.damaged_canary(77);
+    ASSERT_TRUE(damaged) << at;
+    EXPECT_EQ(*damaged, at);
+  }
+  // Another seed's canaries differ somewhere: they cannot be predicted without it.
+  b.write_canaries(77);
+  EXPECT_TRUE(b.damaged_canary(78));
 }
 
 TEST(shared_buffer_test, sealed_buffer_refuses_writes_even_through_mprotect) {
