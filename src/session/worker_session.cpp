@@ -605,6 +605,15 @@ std::string WorkerSession::work_after_return(bool at_done, int64_t cpu_at_answer
   return "";
 }
 
+CallResult WorkerSession::verify_slots(int call_index) {
+  if (m_slots.content == nullptr) {
+    CallResult none;
+    none.completed = true;
+    return none;
+  }
+  return verify_inputs(*m_slots.content, call_index);
+}
+
 CallResult WorkerSession::verify_inputs(const InputSet& set, int call_index) {
   CallResult res;
   res.completed = true;

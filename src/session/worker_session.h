@@ -115,6 +115,9 @@ public:
   // The input_unchanged assertions for one input set: when the slots hold it, their data must still be its data
   // (the slots are sealed for the worker, so this re-proves what the kernel enforces).
   CallResult verify_inputs(const InputSet& set, int call_index);
+  // verify_inputs for what the slots hold now (the last call's set, or its twin): the one input data the worker
+  // could reach. No assertion when no call has filled them.
+  CallResult verify_slots(int call_index);
 
   // Polite exit. False when the worker was gone, or its goodbye does not account for every call (see death()).
   bool shutdown();
