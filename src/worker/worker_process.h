@@ -255,6 +255,7 @@ private:
   // cpu backend: the parent spins until done (exact t1); device backends: it sleeps on the futex, leaving every CPU
   // to the runtime's threads (t1 then includes a futex wake-up, the same for both arms).
   bool m_spin_for_done = true;
+  bool m_own_cpu = false;  // placed apart from the worker (place_on_cpus): the parent may spin while it waits
   pid_t m_pid = -1;
   Channel m_channel;
   UniqueFd m_output;  // memfd holding the worker's stdout+stderr
