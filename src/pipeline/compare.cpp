@@ -272,6 +272,7 @@ WorkerArmRunner::LiveVisit WorkerArmRunner::start_visit(size_t arm, int block, i
   so.poison_seed = mix_seed(m_options.nonce, ++m_visits);
   so.stack_offset = lv.layout.stack_offset;
   so.tensor_offsets = lv.layout.tensor_offsets;
+  so.twins_made_between_visits = true;
   lv.session = std::make_unique<WorkerSession>(m_task, *pool.at(static_cast<size_t>(lv.layout.variant)), so);
   // This visit's order of the pool: every call on a set of its own.
   lv.order.resize(m_pool.size());
@@ -346,7 +347,13 @@ void WorkerArmRunner::finish_visit(LiveVisit& lv) {
     lv.v.failures.push_back({m_case->name, lv.calls, "said_goodbye", reason,
                              death ? death->detail : "the worker did not confirm its calls at shutdown"});
   }
+  const std::vector<const InputSet*> wanted = lv.session->twins_wanted();
   lv.session.reset();
+  // No worker is running now (the other visit's, if any, is frozen): the twins the visit's traps wanted are made
+  // here, running the oracle where it slows no timed call (SessionOptions::twins_made_between_visits).
+  for (const InputSet* set : wanted) {
+    if (!set->twin) set->twin = std::make_unique<InputSet>(make_twin(m_task, *set, m_twin_secret.next()));
+  }
 }
 
 ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, int warmups, int samples) {

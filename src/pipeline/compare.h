@@ -189,6 +189,7 @@ private:
   int m_samples = 0;
   int m_warmups = 0;
   uint64_t m_visits = 0;
+  Rng m_twin_secret{unpredictable_seed()};  // the twins' changes (WorkerSession's trap secret, made here)
 };
 
 struct CompareReport {

@@ -285,7 +285,11 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   if (!ensure_slots(requested) || !ensure_outputs(requested)) return died();
 
   // A timing trap: this call secretly runs on the set's twin, in the same slots.
-  const bool trap = mode == CallMode::timing && hardened() && m_secret.uniform01() < k_trap_probability;
+  bool trap = mode == CallMode::timing && hardened() && m_secret.uniform01() < k_trap_probability;
+  if (trap && !requested.twin && m_options.twins_made_between_visits) {
+    m_twins_wanted.push_back(&requested);
+    trap = false;
+  }
   const InputSet& set = trap ? twin_of(requested) : requested;
   const Guards guards = draw_guards(set);
   // What the outputs hold at done, captured while the worker is provably asleep (its CPU clock is read around

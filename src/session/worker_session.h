@@ -90,6 +90,11 @@ struct SessionOptions {
   // outputs, in signature order; missing entries are 0).
   uint32_t stack_offset = 0;
   std::vector<uint32_t> tensor_offsets;
+  // Timing traps only on sets whose twin exists already. Making a twin runs the oracle (and fills fresh pages) on
+  // the CPUs the worker uses; done just before a timed call, it slowed that call by whatever it left in the caches,
+  // and only in the first blocks, while twins were still missing. A trap drawn on a set without a twin is skipped and
+  // the set is listed (twins_wanted); compare makes those twins between visits, when no worker runs.
+  bool twins_made_between_visits = false;
 };
 
 class WorkerSession {
@@ -131,6 +136,8 @@ public:
   // changed) swapped in behind the same addresses: a pointer-keyed or sampled-content cache replays a stale result
   // there and fails validation. Which calls, and which elements, come from a secret drawn per session.
   static constexpr double k_trap_probability = 1.0 / 8;
+  // The sets a trap was drawn on that had no twin (SessionOptions::twins_made_between_visits), in draw order.
+  const std::vector<const InputSet*>& twins_wanted() const { return m_twins_wanted; }
   // The physical floor under a reported time: no CPU thread moves more than this many bytes per ns (1 TB/s, above
   // the L1 bandwidth of any current core); a reported time implying more is a lie (docs/threat-model.md).
   static constexpr double k_max_bytes_per_ns_per_thread = 1000.0;
@@ -219,6 +226,7 @@ private:
   // Trap decisions and twin perturbations must not follow from anything the implementation can know (nonces are
   // recorded in bundles and the defaults are public): seeded from the OS.
   Rng m_secret;
+  std::vector<const InputSet*> m_twins_wanted;
   int m_last_id = 0;
 };
 

@@ -4,7 +4,9 @@
 // survives it; outputs are cached by (oracle identity, input data).
 #include "cli_helpers.h"
 #include "oracle/oracle.h"
+#include "builder/builder.h"
 #include "session/case_data.h"
+#include "session/worker_session.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
@@ -14,7 +16,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -176,6 +180,39 @@ TEST_F(RmsnormOracle, a_twin_differs_from_its_base_in_a_few_elements_and_has_its
   EXPECT_GT(differing, 0u);
   EXPECT_LT(differing, base.expected[0].size() / 2);
   EXPECT_NE(twin.twin_detail.find("x["), std::string::npos) << twin.twin_detail;
+}
+
+// A timing trap runs a call on its set's twin, and making a twin runs the oracle: compare asks a session to trap only
+// on sets whose twin exists, and to list the others (SessionOptions::twins_made_between_visits), so the oracle never
+// runs between a visit's calls. Without the option a session makes a twin at its first trap, as check does.
+TEST_F(RmsnormOracle, a_session_that_makes_no_twins_traps_only_on_sets_that_have_one_and_lists_the_rest) {
+  const Task& task = m_task;
+  const std::vector<Artifact> built = build_implementations({{k_rmsnorm_lite / "cpu" / "baseline.cpp"}});
+  ASSERT_TRUE(built.at(0).ok) << built.at(0).log;
+  constexpr int k_calls = 80;  // no trap drawn in 80 calls: (7/8)^80 = 2e-5
+  auto run = [&](bool between_visits, std::vector<std::unique_ptr<InputSet>>& pool) {
+    for (int i = 0; i < k_calls; ++i) {
+      pool.push_back(std::make_unique<InputSet>(make_input_set(task, *task.find_case("decode"), i, 11)));
+    }
+    SessionOptions so;
+    so.timeout = std::chrono::seconds(10);
+    so.twins_made_between_visits = between_visits;
+    WorkerSession session(task, built.at(0), so);
+    EXPECT_TRUE(session.start().ok);
+    for (int i = 0; i < k_calls; ++i) {
+      const CallResult r = session.call(*pool[static_cast<size_t>(i)], i, CallMode::timing);
+      EXPECT_TRUE(r.valid()) << i;
+    }
+    EXPECT_TRUE(session.shutdown());
+    return session.twins_wanted();
+  };
+  std::vector<std::unique_ptr<InputSet>> pool;
+  const std::vector<const InputSet*> wanted = run(true, pool);
+  EXPECT_FALSE(wanted.empty());
+  for (const auto& set : pool) EXPECT_FALSE(set->twin) << "a twin was made during the visit";
+  std::vector<std::unique_ptr<InputSet>> lazy_pool;
+  EXPECT_TRUE(run(false, lazy_pool).empty());
+  EXPECT_TRUE(std::any_of(lazy_pool.begin(), lazy_pool.end(), [](const auto& set) { return set->twin != nullptr; }));
 }
 
 // ---- a task of its own, in a temporary folder ---------------------------------------------------------------------
