@@ -82,8 +82,13 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   WorkloadResult res;
   res.name = workload;
   res.seed = seed;
-  // The decision procedure verify replays (stats/sequential.h).
-  stats::SequentialProcedure procedure(sequential_gate(gate, budget), seed);
+  // The decision procedure verify replays (stats/sequential.h), charged this workload's A/A bias if any.
+  stats::SequentialGate sg = sequential_gate(gate, budget);
+  if (const auto bias = gate.aa_bias_log.find(workload); bias != gate.aa_bias_log.end() && !sg.aa) {
+    sg.aa_bias_log = bias->second;
+  }
+  res.aa_bias_log = sg.aa_bias_log;
+  stats::SequentialProcedure procedure(sg, seed);
   stats::Xoshiro256StarStar order_rng(seed);
   const double start = clock.seconds();
 
@@ -173,6 +178,11 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   const stats::Verdict decided = outcome->verdict;
   res.verdict = decided;
   res.reason = verdict_reason(*res.estimate, gate, decided);
+  if (res.aa_bias_log > 0.0) {
+    res.reason += fmt::format("; charged the A/A's unsettled bias (up to x{:.4f}) it improves by at least {:+.2f}%",
+                              std::exp(res.aa_bias_log),
+                              stats::improvement_net_of_bias_pct(res.estimate->ci_low_pct, res.aa_bias_log));
+  }
   if (res.stopped_by_budget && decided == stats::Verdict::inconclusive) {
     res.reason += fmt::format("; budget ended after {:.1f} s", res.seconds);
   }
@@ -466,7 +476,8 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"seed", w.seed},
                       {"warmups_per_visit", w.warmups_per_visit},
                       {"seconds", w.seconds},
-                      {"stopped_by_budget", w.stopped_by_budget}};
+                      {"stopped_by_budget", w.stopped_by_budget},
+                      {"aa_bias_log", w.aa_bias_log}};
   if (w.estimate) {
     const stats::EffectEstimate& e = *w.estimate;
     j["improvement_pct"] = e.improvement_pct;

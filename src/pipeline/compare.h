@@ -23,6 +23,7 @@
 #include <chrono>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,9 @@ struct GateConfig {
   double min_improvement_pct = defaults::k_min_improvement_pct;
   double max_aa_difference_pct = defaults::k_max_aa_difference_pct;
   double alpha = defaults::k_alpha;
+  // A/B per workload: the bias its A/A could not rule out (record/decision.h, aa_bias_log), which a PASS must clear
+  // the bar net of (stats/sequential.h). Absent: none.
+  std::map<std::string, double> aa_bias_log;
 };
 
 struct Budget {
@@ -112,6 +116,7 @@ struct WorkloadResult {
   std::vector<Look> looks;
   double seconds = 0.0;
   bool stopped_by_budget = false;
+  double aa_bias_log = 0.0;  // A/B: the A/A bias its PASS was charged (GateConfig::aa_bias_log), 0 for none
   std::vector<Failure> failures;
 };
 

@@ -547,6 +547,13 @@ private:
     req.workloads = m_opt.workloads;
     req.gate = m_opt.gate;
     req.gate.mode = mode;
+    // A workload whose A/A did not settle: its A/B passes only once it clears the bar charged the bias that A/A
+    // leaves, so that it keeps timing until the decision can keep the candidate (docs/timing.md).
+    if (mode == CompareMode::ab) {
+      for (const WorkloadVerdict& v : m_inputs.aa) {
+        if (const std::optional<double> bias = aa_bias_log(v)) req.gate.aa_bias_log[v.workload] = *bias;
+      }
+    }
     req.budget = m_opt.budget;
     req.timing = m_opt.timing;
     req.timing.nonce = m_timing_nonce;

@@ -29,13 +29,17 @@ std::optional<DecisionKind> parse_decision(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<double> aa_bias_log(const WorkloadVerdict& aa) {
+  if (aa.verdict != stats::Verdict::inconclusive || !aa.ci_low_pct || !aa.ci_high_pct) return std::nullopt;
+  return stats::aa_interval_bias_log(*aa.ci_low_pct, *aa.ci_high_pct);
+}
+
 std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, const WorkloadVerdict& aa) {
   if (!ab.ci_low_pct || !aa.ci_low_pct || !aa.ci_high_pct) return std::nullopt;
-  const double ratio = 1.0 - *ab.ci_low_pct / 100.0;  // the slowest t_B / t_A the A/B interval allows
-  const double lo = 1.0 - *aa.ci_high_pct / 100.0, hi = 1.0 - *aa.ci_low_pct / 100.0;  // A/A's t_A' / t_A
-  if (!(ratio > 0.0) || !(lo > 0.0) || !(hi > 0.0)) return std::nullopt;
-  const double bias = std::max(std::abs(std::log(lo)), std::abs(std::log(hi)));
-  return 100.0 * (1.0 - ratio * std::exp(bias));
+  if (!(*ab.ci_low_pct < 100.0)) return std::nullopt;  // the slowest t_B / t_A the A/B interval allows must be > 0
+  const std::optional<double> bias = stats::aa_interval_bias_log(*aa.ci_low_pct, *aa.ci_high_pct);
+  if (!bias) return std::nullopt;
+  return stats::improvement_net_of_bias_pct(*ab.ci_low_pct, *bias);
 }
 
 namespace {

@@ -94,6 +94,11 @@ Decision decide(const DecisionInputs& in);
 // exp(max |log(1 - aa / 100)|) over the A/A interval's ends, 100 * (1 - r * factor). None without both intervals.
 std::optional<double> improvement_net_of_aa_bias(const WorkloadVerdict& ab, const WorkloadVerdict& aa);
 
+// The bias a workload's A/B must be charged because its A/A did not settle (stats::aa_interval_bias_log of the A/A
+// interval): validate's A/B stage gates with it, verify re-derives it from the A/A it replayed. None when the A/A
+// passed, failed or has no interval.
+std::optional<double> aa_bias_log(const WorkloadVerdict& aa);
+
 nlohmann::json to_json(const DecisionInputs& in);
 
 }  // namespace kwb

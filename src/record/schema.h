@@ -27,7 +27,10 @@ inline constexpr int k_check_schema_version = 3;
 // queue (arrived_unix_ns, ticket, waiters_ahead), so that the order served can be checked.
 // 3: a block interleaves its two visits' calls (samples.csv rows in the order they ran, with re-warm calls marked
 // warm-up), and the final analysis spends the alpha kept for it (stats/alpha_spending_rule.h).
+// 4: each workload's aa_bias_log: in validate's A/B, the bias its unsettled A/A leaves, which a PASS must clear the
+// bar net of (verify replays a version 3 comparison without it, as it was run).
 inline constexpr const char* k_compare_schema = "kwb.compare";
-inline constexpr int k_compare_schema_version = 3;
+inline constexpr int k_compare_schema_version = 4;
+inline constexpr int k_compare_schema_oldest_verified = 3;
 
 }  // namespace kwb

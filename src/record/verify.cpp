@@ -223,10 +223,14 @@ private:
     }
   }
 
-  void expect_schema(const std::string& file, const json& j, const std::string& schema, int version = -1) {
+  // `version`, or from `oldest` to `version` where given; -1: any version.
+  void expect_schema(const std::string& file, const json& j, const std::string& schema, int version = -1,
+                     int oldest = -1) {
     if (j.empty()) return;  // absence already reported
-    if (!j.contains("schema") || !j["schema"].is_string() || j["schema"] != schema || !j.contains("schema_version") ||
-        !j["schema_version"].is_number_integer() || (version >= 0 && j["schema_version"] != version)) {
+    const bool in_range = j.contains("schema_version") && j["schema_version"].is_number_integer() &&
+                          (version < 0 || (j["schema_version"].get<int>() <= version &&
+                                           j["schema_version"].get<int>() >= (oldest < 0 ? version : oldest)));
+    if (!j.contains("schema") || !j["schema"].is_string() || j["schema"] != schema || !in_range) {
       problem(fmt::format("{}: schema is {} v{}, expected '{}'{}", file, j.value("schema", json()).dump(),
                           j.value("schema_version", json()).dump(), schema,
                           version >= 0 ? fmt::format(" v{} (written by another kwb version; re-run validate)", version)
@@ -243,8 +247,14 @@ private:
     // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
     // cannot be bound to its role.
     for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, k_check_schema, k_check_schema_version);
-    if (m_b.aa) expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare", k_compare_schema_version);
-    if (m_b.ab) expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare", k_compare_schema_version);
+    if (m_b.aa) {
+      expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare", k_compare_schema_version,
+                    k_compare_schema_oldest_verified);
+    }
+    if (m_b.ab) {
+      expect_schema("comparisons/ab.json", *m_b.ab, "kwb.compare", k_compare_schema_version,
+                    k_compare_schema_oldest_verified);
+    }
   }
 
   void plan_digest() {
@@ -571,6 +581,14 @@ private:
   // The charge again, per call, from the figures samples.csv records (util/cpu_watch.h): every sample is its window
   // plus the CPU its worker used outside it on the call's data.
   // Device rows (outside_cpu_ns recorded) charge only the CPU during the capture (cpu_watch::device_charged_ns).
+  // The bias an A/B workload's PASS had to be charged: what its A/A, as replayed here, could not rule out.
+  double expected_aa_bias_log(const std::string& name) const {
+    for (const WorkloadVerdict& v : m_inputs.aa) {
+      if (v.workload == name) return aa_bias_log(v).value_or(0.0);
+    }
+    return 0.0;
+  }
+
   void charge_of(const std::string& tag, const std::string& name, const std::string& where) {
     for (const SampleRow& s : m_b.samples) {
       if (s.comparison != tag || s.workload != name) continue;
@@ -618,6 +636,19 @@ private:
     }
     if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
     if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
+    // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
+    stats::SequentialGate charged = gate;
+    if (!aa) charged.aa_bias_log = expected_aa_bias_log(name);
+    const int version = m_b.ab && m_b.ab->contains("schema_version") && (*m_b.ab)["schema_version"].is_number_integer()
+                            ? (*m_b.ab)["schema_version"].get<int>()
+                            : k_compare_schema_version;
+    if (!aa && version < 4) charged.aa_bias_log = 0.0;  // version 3 ran without the charge
+    if (!aa && version >= 4 &&
+        (!w.contains("aa_bias_log") || !w["aa_bias_log"].is_number() ||
+         !close_enough(w["aa_bias_log"].get<double>(), charged.aa_bias_log))) {
+      problem(fmt::format("{}: aa_bias_log {} recorded, but the A/A replayed leaves {}", where,
+                          w.value("aa_bias_log", json()).dump(), charged.aa_bias_log));
+    }
     const std::vector<double>& d = r.log_ratios;
     bool complete = r.complete;
     const json& recorded = array_field(w, "log_ratios");
@@ -637,7 +668,7 @@ private:
     }
     // The decision procedure replayed on the re-derived ratios, with the plan's gate; its outcome must be the
     // recorded one.
-    const Replay replay = replay_procedure(d, gate, seed, where, m_report.problems);
+    const Replay replay = replay_procedure(d, charged, seed, where, m_report.problems);
     const std::optional<stats::EffectEstimate>& est = replay.estimate;
     const stats::Verdict derived_verdict = replay.verdict;
     const std::string derived(stats::to_string(derived_verdict));

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -50,6 +51,29 @@ Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement
       return effect.improvement_pct >= min_improvement_pct ? Verdict::pass : Verdict::fail;
   }
   throw std::invalid_argument("improvement_verdict: unknown GateKind " + std::to_string(static_cast<int>(kind)));
+}
+
+double improvement_net_of_bias_pct(double ci_low_pct, double bias_log) {
+  return 100.0 * (1.0 - (1.0 - ci_low_pct / 100.0) * std::exp(bias_log));
+}
+
+std::optional<double> aa_interval_bias_log(double ci_low_pct, double ci_high_pct) {
+  const double lo = 1.0 - ci_high_pct / 100.0, hi = 1.0 - ci_low_pct / 100.0;  // the other's time over the reference's
+  if (!(lo > 0.0) || !(hi > 0.0)) return std::nullopt;
+  return std::max(std::abs(std::log(lo)), std::abs(std::log(hi)));
+}
+
+Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind, double bias_log) {
+  const Verdict plain = improvement_verdict(effect, min_improvement_pct, kind);
+  if (kind != GateKind::ci || bias_log == 0.0) return plain;
+  if (!(std::isfinite(bias_log) && bias_log > 0.0)) {
+    throw std::invalid_argument("improvement_verdict: bias_log must be finite and >= 0, got " +
+                                detail::format_number(bias_log));
+  }
+  if (plain == Verdict::pass && improvement_net_of_bias_pct(effect.ci_low_pct, bias_log) < min_improvement_pct) {
+    return Verdict::inconclusive;
+  }
+  return plain;
 }
 
 Verdict aa_verdict(const EffectEstimate& effect, double max_aa_difference_pct) {

@@ -38,6 +38,19 @@ void from_json(const BasicJson& j, Verdict& v) {
 // point: PASS when improvement_pct >= X, else FAIL (the legacy rule: ignores noise, never INCONCLUSIVE).
 Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind);
 
+// The improvement an A/B interval's lower end still guarantees when the harness may be biased by up to a factor
+// exp(bias_log) between two arms: the candidate's time ratio is at most 1 - ci_low_pct / 100, times exp(bias_log).
+double improvement_net_of_bias_pct(double ci_low_pct, double bias_log);
+
+// The largest |log| of an A/A interval's two ends (as improvements in %): the bias between two arms of identical code
+// that the interval cannot rule out. nullopt when an end is at or below -100% of the other's time.
+std::optional<double> aa_interval_bias_log(double ci_low_pct, double ci_high_pct);
+
+// improvement_verdict with the ci gate's PASS side charged an A/A bias (docs/timing.md, "When the A/A does not
+// settle"): PASS only when improvement_net_of_bias_pct(ci_low, bias_log) >= X; FAIL, as without it, when
+// ci_high_pct < X. bias_log = 0 is improvement_verdict. The point gate ignores it.
+Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind, double bias_log);
+
 // A/A equivalence gate, the interval form of TOST (Schuirmann 1987), Y = max_aa_difference_pct > 0:
 // PASS when the whole interval lies within [-Y, +Y]; FAIL when it lies wholly above +Y or wholly below -Y;
 // else INCONCLUSIVE. With the two-sided interval at confidence c each one-sided test runs at level (1 - c) / 2,

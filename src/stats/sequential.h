@@ -24,6 +24,9 @@ struct SequentialGate {
   double max_aa_difference_pct = 1.0;
   double alpha = 0.05;
   std::size_t min_blocks = 10;        // the first look (never below AlphaSpendingRule::k_smallest_min_blocks)
+  // A/B only: the bias between arms that this workload's A/A could not rule out (stats::aa_interval_bias_log), which
+  // a PASS must clear the bar net of (improvement_verdict). 0: none (the A/A settled, or there was none).
+  double aa_bias_log = 0.0;
 };
 
 struct SequentialLook {

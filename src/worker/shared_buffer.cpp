@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
@@ -47,7 +49,19 @@ void SharedBuffer::seal() {
   if (m_sealed) return;
   KWB_POSIX_CALL(::munmap(m_map, m_layout.total));
   m_map = nullptr;
-  KWB_POSIX_CALL(::fcntl(m_fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL));
+  // F_SEAL_WRITE waits (about 150 ms) for pages something else holds a reference to and then fails with EBUSY: a
+  // transient state of the kernel's memory management (seen once in a long opencl comparison on a 6.18 kernel, the
+  // buffer freshly written by this process alone). Asked again, it succeeds once the reference is gone.
+  constexpr int k_attempts = 10;
+  for (int attempt = 1;; ++attempt) {
+    if (::fcntl(m_fd.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) == 0) break;
+    const int err = errno;
+    if (err == EINTR) continue;
+    if (err != EBUSY || attempt == k_attempts) {
+      throw_system_error("fcntl(F_ADD_SEALS) of a shared buffer", __FILE__, __LINE__, err);
+    }
+    ::usleep(20'000);
+  }
   void* p = ::mmap(nullptr, m_layout.total, PROT_READ, MAP_SHARED, m_fd.get(), 0);
   if (p == MAP_FAILED) throw_system_error("mmap(sealed buffer)", __FILE__, __LINE__, errno);
   m_map = static_cast<unsigned char*>(p);

@@ -112,6 +112,36 @@ TEST(compare_test, effect_at_the_bar_is_inconclusive_when_the_budget_ends) {
   EXPECT_GT(r.result.estimate->mde_pct, 0.0);
 }
 
+// Charged an unsettled A/A's bias (validate's A/B), a PASS must clear the bar net of it: B is 16% faster, which
+// clears 10% at the first look, but not once a bias of up to 5% is charged on a noisy first look; the comparison
+// keeps timing until the interval's lower end, less the bias, clears the bar, and records what it was charged.
+TEST(compare_test, a_pass_charged_an_aa_bias_clears_the_bar_net_of_it) {
+  const double bias = std::log(1.05);
+  FakeClock plain_clock, charged_clock;
+  SyntheticRunner plain(plain_clock, 0.84, 0.06, 5), charged(charged_clock, 0.84, 0.06, 5);
+  GateConfig gate{CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05};
+  const Outcome without = run(plain, plain_clock, gate);
+  gate.aa_bias_log["w"] = bias;
+  const Outcome with = run(charged, charged_clock, gate);
+  ASSERT_EQ(without.result.verdict, stats::Verdict::pass) << without.result.reason;
+  EXPECT_DOUBLE_EQ(without.result.aa_bias_log, 0.0);
+  ASSERT_EQ(with.result.verdict, stats::Verdict::pass) << with.result.reason;
+  EXPECT_GT(with.result.blocks, without.result.blocks);
+  EXPECT_DOUBLE_EQ(with.result.aa_bias_log, bias);
+  EXPECT_GE(stats::improvement_net_of_bias_pct(with.result.estimate->ci_low_pct, bias), 10.0);
+  EXPECT_NE(with.result.reason.find("charged the A/A's unsettled bias"), std::string::npos) << with.result.reason;
+  // A FAIL needs no charge: the bar is missed however the harness leans.
+  FakeClock slow_clock;
+  SyntheticRunner slow(slow_clock, 0.95, 0.01, 6);
+  EXPECT_EQ(run(slow, slow_clock, gate).result.verdict, stats::Verdict::fail);
+  // An A/A workload is never charged.
+  FakeClock aa_clock;
+  SyntheticRunner same(aa_clock, 1.0, 0.01, 7);
+  GateConfig aa_gate{CompareMode::aa, stats::GateKind::ci, 10.0, 5.0, 0.05};
+  aa_gate.aa_bias_log["w"] = bias;
+  EXPECT_DOUBLE_EQ(run(same, aa_clock, aa_gate).result.aa_bias_log, 0.0);
+}
+
 TEST(compare_test, every_sample_is_kept_including_warmups) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.8, 0.01, 4);

@@ -464,6 +464,24 @@ TEST(stats_test, ci_gate_boundaries) {
   EXPECT_EQ(improvement_verdict(estimate_with_interval(-8.0, -2.0, -5.0), x, GateKind::ci), Verdict::fail);
 }
 
+// The ci gate charged an A/A bias: PASS needs the lower end net of it (1 - (1 - low) e^b) at the bar; FAIL is
+// unchanged; a bias of 0 is the plain gate. The A/A interval [-3%, +2%] leaves a bias of |log 1.03|.
+TEST(stats_test, ci_gate_charged_an_aa_bias_passes_only_net_of_it) {
+  const double b = *aa_interval_bias_log(-3.0, 2.0);
+  EXPECT_NEAR(b, std::log(1.03), 1e-12);
+  EXPECT_FALSE(aa_interval_bias_log(-1.0, 100.0));  // an end at -100% of the time: no finite bias
+  EXPECT_NEAR(improvement_net_of_bias_pct(20.0, std::log(1.05)), 100.0 * (1.0 - 0.8 * 1.05), 1e-12);
+  const double x = 10.0;
+  EXPECT_EQ(improvement_verdict(estimate_with_interval(12.0, 20.0, 16.0), x, GateKind::ci, 0.0), Verdict::pass);
+  EXPECT_EQ(improvement_verdict(estimate_with_interval(12.0, 20.0, 16.0), x, GateKind::ci, b), Verdict::inconclusive);
+  EXPECT_EQ(improvement_verdict(estimate_with_interval(13.0, 20.0, 16.0), x, GateKind::ci, b),
+            Verdict::pass);  // 1 - 0.87 * 1.03 = 10.39%
+  EXPECT_EQ(improvement_verdict(estimate_with_interval(1.0, 9.0, 5.0), x, GateKind::ci, b), Verdict::fail);
+  EXPECT_EQ(improvement_verdict(estimate_with_interval(-20.0, 30.0, 12.0), x, GateKind::point, b), Verdict::pass);
+  EXPECT_THROW(improvement_verdict(estimate_with_interval(12.0, 20.0, 16.0), x, GateKind::ci, -0.1),
+               std::invalid_argument);
+}
+
 TEST(stats_test, point_gate_uses_point_estimate_only) {
   EXPECT_EQ(improvement_verdict(estimate_with_interval(-20.0, 30.0, 5.0), 5.0, GateKind::point), Verdict::pass);
   EXPECT_EQ(improvement_verdict(estimate_with_interval(4.95, 4.99, 4.97), 5.0, GateKind::point), Verdict::fail);
