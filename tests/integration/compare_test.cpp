@@ -161,10 +161,12 @@ TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
 // before every call of both arms. Every call stays valid (the flush's CPU time is not charged to the call: no
 // timing_implausible, no work outside the timer), the result is recorded as cold, and reading 2 MiB from memory
 // instead of cache leaves fused (one pass) still far ahead of the baseline. One warm-up and one timed call per
-// visit: the flush writes twice the last-level cache before every call, which is most of this test's time.
+// visit: the flush writes twice the last-level cache before every call, which is most of this test's time. It stops
+// at the first look that passes; the budget leaves a loaded machine (a clean-clone CI beside a build: 10 blocks in
+// 6 s, [-42%, +84%]) time for a second look.
 TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
   KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                      "--workload", "prefill", "--max-minutes", "0.1", "--warmups", "1", "--samples", "1", "--cold",
+                      "--workload", "prefill", "--max-minutes", "0.2", "--warmups", "1", "--samples", "1", "--cold",
                       "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.output;
