@@ -7,7 +7,7 @@ Runs a small campaign (two candidates refused at their check, nothing timed; its
 its report, and loads report.html in headless Chromium with every network name unresolvable. Checks the DOM the
 browser built: the page parsed into the tables kwb wrote (a ranking row per candidate, the rejected-evidence table),
 every link is relative and names a file that exists, and the page asked for nothing outside itself (the browser's
-network log holds no request but the file itself). Exit 77 when no headless Chromium is installed (Debian:
+network log holds no request at all). Exit 77 when no headless Chromium is installed (Debian:
 chromium-headless-shell or chromium).
 """
 import json
@@ -108,15 +108,16 @@ def main():
         for href in dom.links:
             if "://" in href or href.startswith("/") or not (page.parent / href).exists():
                 problems.append(f"link {href!r} is not a relative link to a file that exists")
+        # The network log lists every URL the browser requested over the network (a file:// page itself is not a
+        # network request); with names unresolvable, any such request is a resource outside the page.
         urls = set()
-        if log.exists():
-            try:
-                for event in json.loads(log.read_text()).get("events", []):
-                    url = event.get("params", {}).get("url")
-                    if url:
-                        urls.add(url)
-            except ValueError:
-                pass
+        try:
+            for event in json.loads(log.read_text())["events"]:
+                url = event.get("params", {}).get("url")
+                if url:
+                    urls.add(url)
+        except (OSError, ValueError, KeyError) as e:
+            problems.append(f"the browser's network log {log} is not readable ({e}): nothing shows what it requested")
         outside = sorted(u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:", "ftp:"))
                          or (u.startswith("file:") and u != page.as_uri()))
         if outside:
