@@ -13,7 +13,9 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
+#include <set>
 
 namespace kwb {
 namespace {
@@ -274,6 +276,102 @@ TEST(campaign_judge, every_way_a_job_ends_has_its_outcome) {
   EXPECT_EQ(bad_input.outcome, JobOutcome::failed);
   EXPECT_NE(bad_input.detail.find("exited 65"), std::string::npos) << bad_input.detail;
   EXPECT_NE(bad_input.detail.find("task.toml:3"), std::string::npos) << bad_input.detail;
+}
+
+// ---- the loop, with an executor that plays Slurm -------------------------------------------------------------------
+
+// Jobs that stay where `where` says until cancelled, then end as Slurm ends a cancelled job.
+class FakeSlurm final : public Executor {
+public:
+  explicit FakeSlurm(JobProbe::Where where) : m_where(where) {}
+  ExecutorKind kind() const override { return ExecutorKind::slurm; }
+  size_t slots() const override { return 100; }
+  double poll_seconds() const override { return 0.01; }
+  double grace_seconds() const override { return 0.0; }
+  bool jobs_outlive_campaign() const override { return true; }
+  std::string submit(const JobLaunch&) override { return std::to_string(++m_submitted); }
+  JobProbe probe(const std::string& handle, const JobLaunch&) override {
+    JobProbe p;
+    p.where = m_cancelled.contains(handle) ? JobProbe::Where::ended : m_where;
+    p.scheduler_state = m_cancelled.contains(handle) ? "CANCELLED" : m_where == JobProbe::Where::queued ? "PENDING"
+                                                                                                       : "RUNNING";
+    p.scheduler_reason = m_where == JobProbe::Where::queued ? "Resources" : "None";
+    return p;
+  }
+  void cancel(const std::string& handle) override { m_cancelled.insert(handle); }
+
+  int m_submitted = 0;
+  std::set<std::string> m_cancelled;
+
+private:
+  JobProbe::Where m_where;
+};
+
+class CampaignLoop : public CampaignFile {
+protected:
+  Campaign campaign(const std::string& limits) {
+    Campaign c = load(limits + "[executor]\nkind = \"slurm\"\npoll_seconds = 0.05\n" + task_line() +
+                      "candidates = [\"cands/\"]\n");
+    return c;
+  }
+  RunnerHooks hooks() {
+    RunnerHooks h;
+    h.record_accepted = [this](const fs::path&, const std::string&) { ++m_recorded; };
+    return h;
+  }
+  int m_recorded = 0;
+};
+
+TEST_F(CampaignLoop, a_job_pending_past_the_queue_limit_is_cancelled_and_recorded_with_slurms_reason) {
+  const Campaign c = campaign("queue_limit_minutes = 0\n");
+  FakeSlurm slurm(JobProbe::Where::queued);
+  const RunSummary s = run_campaign(c, slurm, hooks());
+  EXPECT_EQ(s.planned, 1u);  // cands/a.cpp and cands/b.cpp hold the same bytes: one job
+  EXPECT_EQ(s.started, 1u);
+  EXPECT_EQ(slurm.m_cancelled.size(), 1u);
+  const CampaignState state = load_state(c.storage);
+  ASSERT_EQ(state.jobs.size(), 1u);
+  for (const Job& j : state.jobs) {
+    if (j.attempt == 0) continue;
+    EXPECT_EQ(j.outcome, JobOutcome::queue_limit) << j.detail;
+    EXPECT_EQ(j.scheduler_state, "CANCELLED");
+    EXPECT_EQ(j.scheduler_reason, "Resources");  // kept from PENDING: why it waited
+    EXPECT_NE(j.detail.find("waited past the queue limit"), std::string::npos) << j.detail;
+  }
+  EXPECT_EQ(m_recorded, 0);
+}
+
+TEST_F(CampaignLoop, a_job_running_past_the_run_limit_is_cancelled_and_recorded_as_a_timeout) {
+  const Campaign c = campaign("run_limit_minutes = 0.1\n");
+  FakeSlurm slurm(JobProbe::Where::running);
+  const auto started = std::chrono::steady_clock::now();
+  (void)run_campaign(c, slurm, hooks());
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::seconds(6));
+  const CampaignState state = load_state(c.storage);
+  size_t timeouts = 0;
+  for (const Job& j : state.jobs) timeouts += j.outcome == JobOutcome::timeout ? 1 : 0;
+  EXPECT_EQ(timeouts, 1u);
+}
+
+TEST_F(CampaignLoop, a_resumed_campaign_polls_its_slurm_jobs_again_instead_of_submitting_them_twice) {
+  const Campaign c = campaign("queue_limit_minutes = 0\n");
+  RunnerHooks none;
+  (void)run_campaign(c, *make_local_executor(), none, RunMode::plan_only);
+  CampaignState state = load_state(c.storage);
+  for (Job& j : state.jobs) {  // as a campaign process killed after sbatch left it
+    j.attempt = 1;
+    j.phase = JobPhase::queued;
+    j.executor = "slurm";
+    j.handle = "77";
+    j.bundle = (c.storage / "jobs" / j.id / "attempt-1" / "bundle").string();
+    j.submitted_unix = 1.0;
+  }
+  save_state(c.storage, state);
+  FakeSlurm slurm(JobProbe::Where::queued);
+  const RunSummary s = run_campaign(c, slurm, hooks());
+  EXPECT_EQ(slurm.m_submitted, 0);  // nothing new
+  EXPECT_EQ(s.started, 0u);
+  EXPECT_EQ(slurm.m_cancelled, std::set<std::string>{"77"});
 }
 
 // ---- state and report -----------------------------------------------------------------------------------------------
