@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages kwb needs to build, test and run, and nothing else. Idempotent: packages already
-# present are left alone and apt is not touched at all when nothing is missing.
+# present are left alone and apt is not touched at all when nothing is missing. chromium-headless-shell is for one
+# test: a campaign's report.html opened in a real browser (tests/campaign/report_in_browser.py).
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   libsqlite3-dev libgtest-dev libgmock-dev python3-jsonschema
   valgrind bubblewrap python3-venv
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
+  chromium-headless-shell
 )
 
 missing=()

@@ -26,11 +26,16 @@ using Action = std::function<int()>;
 [[nodiscard]] Action add_mcp(CLI::App& root);
 [[nodiscard]] Action add_revalidate(CLI::App& root);
 [[nodiscard]] Action add_new_task(CLI::App& root);
+[[nodiscard]] Action add_campaign(CLI::App& root);
 
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the
 // device's description ("" for cpu).
 std::string require_backend(BackendKind backend);
+
+// A campaign file's [validate] value checked as kwb validate's command line checks it (cli/options.h): why it is
+// refused, or "" (campaign/campaign_file.h, FlagCheck).
+std::string check_validate_flag(const std::string& flag, const std::string& value);
 
 // The command line as given, for provenance (plan.json records it).
 inline std::vector<std::string> g_argv;

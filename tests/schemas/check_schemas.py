@@ -188,6 +188,19 @@ def main():
                                           "PASS", "--since", "1d", "--limit", "2", "--json"], {0})
         run("profile", ["profile", str(task), "--impl", str(fused), "--workload", "decode", "--json"], {0})
         run("profile (refused)", ["profile", str(task), "--impl", str(control), "--workload", "decode", "--json"], {1})
+        # A campaign of one candidate refused at its check (nothing timed): its state file and its status.
+        campaign = tmp / "campaign.toml"
+        campaign.write_text(f'name = "schemas"\nstorage = "campaign-out"\n[validate]\nworkloads = ["decode"]\n'
+                            f'layouts = 2\nno_profile = true\n[[tasks]]\ndir = "{task}"\n'
+                            f'candidates = ["{control}"]\n')
+        started = time.monotonic()
+        p = subprocess.run([kwb, "campaign", "run", str(campaign)], cwd=tmp, env=env, capture_output=True, text=True,
+                           timeout=900)
+        print(f"ran  campaign run: exit {p.returncode}, {time.monotonic() - started:.1f} s", flush=True)
+        if p.returncode != 0:
+            checker.error("campaign run", f"exit {p.returncode}, expected 0; stderr:\n{p.stderr[-2000:]}")
+        checker.check_file("campaign state campaign.json", tmp / "campaign-out" / "campaign.json")
+        run("campaign status", ["campaign", "status", str(campaign), "--json"], {0})
         # kwb mcp's list_tasks runs in the server, not as a verb: its result (kwb.tasks), from one exchange.
         messages = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize",

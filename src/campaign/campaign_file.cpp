@@ -1,0 +1,358 @@
+#include "campaign/campaign_file.h"
+
+#include "task/task.h"
+#include "util/error.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <toml++/toml.h>
+
+#include <glob.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <set>
+
+namespace kwb {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// How a [validate] key is written in TOML and on kwb validate's command line.
+enum class ValueKind { number, integer, text, texts, flag };
+struct KeySpec {
+  const char* key;
+  const char* flag;
+  ValueKind kind;
+  const char* example;
+};
+
+const std::vector<KeySpec>& key_specs() {
+  static const std::vector<KeySpec> specs = {
+      {"workloads", "--workload", ValueKind::texts, "workloads = [\"decode\"]"},
+      {"gate", "--gate", ValueKind::text, "gate = \"ci\""},
+      {"min_improvement_pct", "--min-improvement-pct", ValueKind::number, "min_improvement_pct = 2.0"},
+      {"max_aa_difference_pct", "--max-aa-difference-pct", ValueKind::number, "max_aa_difference_pct = 1.0"},
+      {"max_minutes", "--max-minutes", ValueKind::number, "max_minutes = 2.0"},
+      {"repetitions", "--repetitions", ValueKind::integer, "repetitions = 10"},
+      {"max_blocks", "--max-blocks", ValueKind::integer, "max_blocks = 2000"},
+      {"timeout_seconds", "--timeout-seconds", ValueKind::number, "timeout_seconds = 10"},
+      {"layouts", "--layouts", ValueKind::integer, "layouts = 8"},
+      {"seed", "--seed", ValueKind::integer, "seed = 7"},
+      {"cold", "--cold", ValueKind::flag, "cold = true"},
+      {"no_profile", "--no-profile", ValueKind::flag, "no_profile = true"},
+  };
+  return specs;
+}
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+// The one shape of every error: file:line: field: what is wrong; fix.
+[[noreturn]] void fail(const fs::path& file, int line, const std::string& field, const std::string& what) {
+  throw DataError(fmt::format("{}:{}: {}: {}", file.string(), line, field, what));
+}
+
+class Reader {
+public:
+  explicit Reader(fs::path file) : m_file(std::move(file)) {}
+  const fs::path& file() const { return m_file; }
+
+  // Refuses a key of `t` not in `known`: a typo would otherwise silently mean a default.
+  void only(const toml::table& t, const std::string& where, const std::vector<std::string>& known) const {
+    for (auto&& [k, v] : t) {
+      if (std::find(known.begin(), known.end(), std::string(k.str())) == known.end()) {
+        fail(m_file, line_of(v), where.empty() ? std::string(k.str()) : where + "." + std::string(k.str()),
+             fmt::format("unknown key; the keys here are {}", fmt::join(known, ", ")));
+      }
+    }
+  }
+
+  std::optional<std::string> text(const toml::table& t, const std::string& key, const std::string& field) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_string()) fail(m_file, line_of(*n), field, "must be a string, e.g. " + field + " = \"...\"");
+    return n->value<std::string>();
+  }
+
+  // A number in [min, max] (an integer is a number too).
+  std::optional<double> number(const toml::table& t, const std::string& key, const std::string& field, double min,
+                               double max) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_number()) fail(m_file, line_of(*n), field, fmt::format("must be a number from {} to {}", min, max));
+    const double v = n->value<double>().value_or(std::nan(""));
+    if (!std::isfinite(v) || v < min || v > max) {
+      fail(m_file, line_of(*n), field, fmt::format("{} is out of range: give a number from {} to {}", v, min, max));
+    }
+    return v;
+  }
+
+  std::vector<std::string> texts(const toml::table& t, const std::string& key, const std::string& field) const {
+    const toml::node* n = t.get(key);
+    if (n == nullptr) return {};
+    const toml::array* a = n->as_array();
+    if (a == nullptr) fail(m_file, line_of(*n), field, "must be an array of strings, e.g. " + field + " = [\"a\"]");
+    std::vector<std::string> out;
+    for (const toml::node& e : *a) {
+      if (!e.is_string()) fail(m_file, line_of(e), field, "every element must be a string");
+      out.push_back(*e.value<std::string>());
+    }
+    return out;
+  }
+
+private:
+  fs::path m_file;
+};
+
+// A [validate] value as kwb validate's command line spells it ("" for a flag that is set).
+std::string flag_value(const Reader& r, const KeySpec& s, const toml::node& n) {
+  const std::string field = std::string("validate.") + s.key;
+  switch (s.kind) {
+    case ValueKind::number:
+      if (!n.is_number()) fail(r.file(), line_of(n), field, std::string("must be a number, e.g. ") + s.example);
+      return n.is_integer() ? fmt::format("{}", *n.value<int64_t>()) : fmt::format("{}", *n.value<double>());
+    case ValueKind::integer:
+      if (!n.is_integer()) fail(r.file(), line_of(n), field, std::string("must be a whole number, e.g. ") + s.example);
+      return fmt::format("{}", *n.value<int64_t>());
+    case ValueKind::text:
+      if (!n.is_string()) fail(r.file(), line_of(n), field, std::string("must be a string, e.g. ") + s.example);
+      return *n.value<std::string>();
+    case ValueKind::flag:
+      if (!n.is_boolean()) fail(r.file(), line_of(n), field, std::string("must be true or false, e.g. ") + s.example);
+      return "";
+    case ValueKind::texts:
+      break;
+  }
+  return "";
+}
+
+// [validate]: the subset of kwb validate's options a campaign passes through, each checked as kwb validate checks it.
+std::vector<ValidateFlag> validate_flags(const Reader& r, const toml::table& t, const FlagCheck& check,
+                                         BackendKind& backend) {
+  std::vector<std::string> known = validate_keys();
+  known.insert(known.begin(), "backend");
+  r.only(t, "validate", known);
+  if (std::optional<std::string> b = r.text(t, "backend", "validate.backend")) {
+    const std::optional<BackendKind> kind = parse_backend(*b);
+    if (!kind) {
+      fail(r.file(), line_of(*t.get("backend")), "validate.backend",
+           fmt::format("unknown backend '{}' (expected one of {})", *b, fmt::join(backend_names(), ", ")));
+    }
+    backend = *kind;
+  }
+  std::vector<ValidateFlag> out;
+  for (const KeySpec& s : key_specs()) {
+    const toml::node* n = t.get(s.key);
+    if (n == nullptr) continue;
+    const std::string field = std::string("validate.") + s.key;
+    if (s.kind == ValueKind::texts) {
+      for (const std::string& w : r.texts(t, s.key, field)) out.push_back({s.key, s.flag, w, line_of(*n)});
+      continue;
+    }
+    if (s.kind == ValueKind::flag && !n->value<bool>().value_or(false)) {
+      (void)flag_value(r, s, *n);  // checks it is a boolean; false is the default, so nothing is passed
+      continue;
+    }
+    ValidateFlag f{s.key, s.flag, flag_value(r, s, *n), line_of(*n)};
+    if (s.kind != ValueKind::flag) {
+      if (const std::string why = check(f.flag, f.value); !why.empty()) {
+        fail(r.file(), f.line, field, why + fmt::format(" (kwb validate's {}; fix it here)", f.flag));
+      }
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+bool is_source(const fs::path& p) {
+  static const std::set<std::string> exts = {".c", ".cc", ".cpp", ".cxx", ".cu"};
+  return exts.contains(p.extension().string());
+}
+
+// Every source one `candidates` entry names: a file, every source in a folder (not below it), or a glob's matches;
+// sorted within the entry. An entry that names nothing is an error: a typo must not shrink a campaign silently.
+std::vector<fs::path> expand_candidates(const Reader& r, const std::string& entry, const fs::path& base, int line,
+                                        const std::string& field) {
+  const fs::path p = (base / entry).lexically_normal();
+  std::vector<fs::path> out;
+  if (is_glob(entry)) {
+    glob_t g{};
+    const int rc = ::glob(p.c_str(), GLOB_ERR, nullptr, &g);
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; ++i) {
+      if (fs::is_regular_file(g.gl_pathv[i])) out.emplace_back(g.gl_pathv[i]);
+    }
+    ::globfree(&g);
+    if (out.empty()) {
+      fail(r.file(), line, field, fmt::format("the pattern '{}' ({}) matches no file: fix the pattern (it is relative "
+                                              "to the campaign file's folder)", entry, p.string()));
+    }
+  } else if (fs::is_directory(p)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(p)) {
+      if (e.is_regular_file() && is_source(e.path())) out.push_back(e.path());
+    }
+    if (out.empty()) {
+      fail(r.file(), line, field, fmt::format("the folder '{}' ({}) holds no source file (.c, .cc, .cpp, .cxx, .cu)",
+                                              entry, p.string()));
+    }
+  } else if (fs::is_regular_file(p)) {
+    out.push_back(p);
+  } else {
+    fail(r.file(), line, field, fmt::format("'{}' ({}) does not exist: name a source file, a folder or a glob, "
+                                            "relative to the campaign file's folder", entry, p.string()));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+CampaignTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base,
+                       BackendKind backend, const std::vector<ValidateFlag>& flags) {
+  const std::string where = fmt::format("tasks[{}]", index);
+  r.only(t, where, {"dir", "baseline", "candidates"});
+  CampaignTask ct;
+  ct.line = line_of(t);
+  const std::optional<std::string> dir = r.text(t, "dir", where + ".dir");
+  if (!dir) fail(r.file(), ct.line, where + ".dir", "missing: name the task folder, e.g. dir = \"tasks/rmsnorm\"");
+  ct.dir = fs::absolute(base / *dir).lexically_normal();
+  if (!fs::is_regular_file(ct.dir / "task.toml")) {
+    fail(r.file(), line_of(*t.get("dir")), where + ".dir",
+         fmt::format("'{}' ({}) holds no task.toml: name a task folder (kwb new-task makes one)", *dir,
+                     ct.dir.string()));
+  }
+  const Task task = load_task(ct.dir);  // its own errors name task.toml
+  ct.name = task.name;
+  if (!task.backends.contains(backend)) {
+    fail(r.file(), ct.line, where + ".dir",
+         fmt::format("task {} has no [backends.{}] section: pick another validate.backend or add it", task.name,
+                     backend));
+  }
+  for (const ValidateFlag& f : flags) {
+    if (f.flag != "--workload") continue;
+    const Case* c = task.find_case(f.value);
+    if (c == nullptr || c->role != CaseRole::timing) {
+      fail(r.file(), f.line, "validate.workloads",
+           fmt::format("task {} has no timing case '{}': name one of its timing cases", task.name, f.value));
+    }
+  }
+  if (std::optional<std::string> b = r.text(t, "baseline", where + ".baseline")) {
+    if (*b == "incumbent") {
+      ct.baseline = *b;
+    } else {
+      const fs::path p = fs::absolute(base / *b).lexically_normal();
+      if (!fs::is_regular_file(p)) {
+        fail(r.file(), line_of(*t.get("baseline")), where + ".baseline",
+             fmt::format("'{}' ({}) does not exist: name a source file, or \"incumbent\" for the ledger's, or leave "
+                         "it out for the task's baseline", *b, p.string()));
+      }
+      ct.baseline = p.string();
+    }
+  }
+  const toml::node* cn = t.get("candidates");
+  const std::vector<std::string> entries = r.texts(t, "candidates", where + ".candidates");
+  if (entries.empty()) {
+    fail(r.file(), cn ? line_of(*cn) : ct.line, where + ".candidates",
+         "missing or empty: name source files, folders or globs, e.g. candidates = [\"candidates/*.cpp\"]");
+  }
+  std::set<fs::path> seen;
+  for (const std::string& e : entries) {
+    for (fs::path& p : expand_candidates(r, e, base, line_of(*cn), where + ".candidates")) {
+      if (seen.insert(p).second) ct.candidates.push_back(std::move(p));
+    }
+  }
+  return ct;
+}
+
+ExecutorKind executor_kind(const Reader& r, const toml::table& t) {
+  const std::optional<std::string> kind = r.text(t, "kind", "executor.kind");
+  if (!kind || *kind == "local") return ExecutorKind::local;
+  if (*kind == "slurm") return ExecutorKind::slurm;
+  fail(r.file(), line_of(*t.get("kind")), "executor.kind",
+       fmt::format("unknown executor '{}' (expected local or slurm)", *kind));
+}
+
+void read_executor(const Reader& r, const toml::table& t, Campaign& c) {
+  r.only(t, "executor", {"kind", "poll_seconds", "partition", "account", "gres", "sbatch_options"});
+  c.executor = executor_kind(r, t);
+  c.poll_seconds = r.number(t, "poll_seconds", "executor.poll_seconds", 0.05, 600.0).value_or(0.0);
+  for (const char* key : {"partition", "account", "gres", "sbatch_options"}) {
+    if (c.executor == ExecutorKind::local && t.contains(key)) {
+      fail(r.file(), line_of(*t.get(key)), std::string("executor.") + key,
+           "is a Slurm option, but executor.kind is local: remove it, or set kind = \"slurm\"");
+    }
+  }
+  c.slurm.partition = r.text(t, "partition", "executor.partition").value_or("");
+  c.slurm.account = r.text(t, "account", "executor.account").value_or("");
+  c.slurm.gres = r.text(t, "gres", "executor.gres").value_or(c.slurm.gres);
+  c.slurm.sbatch_options = r.texts(t, "sbatch_options", "executor.sbatch_options");
+  for (const std::string& o : c.slurm.sbatch_options) {
+    for (const char* owned : {"--parsable", "--output", "--error", "--job-name", "--time", "--wrap"}) {
+      if (o.rfind(owned, 0) == 0) {
+        fail(r.file(), line_of(*t.get("sbatch_options")), "executor.sbatch_options",
+             fmt::format("'{}' is set by the campaign itself (run_limit_minutes gives --time): remove it", o));
+      }
+    }
+  }
+}
+
+toml::table parse(const fs::path& file) {
+  try {
+    return toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    throw DataError(fmt::format("{}:{}: TOML syntax error: {}", file.string(), e.source().begin.line,
+                                e.description()));
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(ExecutorKind k) { return k == ExecutorKind::local ? "local" : "slurm"; }
+
+const std::vector<std::string>& validate_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (const KeySpec& s : key_specs()) k.emplace_back(s.key);
+    return k;
+  }();
+  return keys;
+}
+
+Campaign load_campaign(const fs::path& given, const FlagCheck& check) {
+  const fs::path file = fs::absolute(given).lexically_normal();
+  if (!fs::is_regular_file(file)) {
+    throw DataError(fmt::format("{}: no such campaign file (give a campaign's .toml; docs/campaigns.md)", given.string()));
+  }
+  const Reader r(file);
+  const toml::table root = parse(file);
+  r.only(root, "", {"name", "storage", "run_limit_minutes", "queue_limit_minutes", "executor", "validate", "tasks"});
+  const fs::path base = file.parent_path();
+  Campaign c;
+  c.file = file;
+  c.name = r.text(root, "name", "name").value_or(file.stem().string());
+  c.storage = fs::absolute(base / r.text(root, "storage", "storage").value_or(file.stem().string() + ".campaign"))
+                  .lexically_normal();
+  // A job longer than a week, or a limit under 6 s, is a typo (minutes given as seconds, or the reverse).
+  c.run_limit_minutes = r.number(root, "run_limit_minutes", "run_limit_minutes", 0.1, 10080.0).value_or(20.0);
+  c.queue_limit_minutes = r.number(root, "queue_limit_minutes", "queue_limit_minutes", 0.0, 10080.0).value_or(5.0);
+  for (const char* table : {"executor", "validate"}) {
+    if (const toml::node* n = root.get(table); n != nullptr && !n->is_table()) {
+      fail(file, line_of(*n), table, fmt::format("must be a table: [{}]", table));
+    }
+  }
+  if (const toml::table* e = root["executor"].as_table()) read_executor(r, *e, c);
+  if (const toml::table* v = root["validate"].as_table()) c.validate = validate_flags(r, *v, check, c.backend);
+  const toml::array* tasks = root["tasks"].as_array();
+  if (tasks == nullptr || tasks->empty()) {
+    fail(file, 1, "tasks", "no [[tasks]]: add one, e.g. [[tasks]] dir = \"tasks/rmsnorm\" candidates = [\"x.cpp\"]");
+  }
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    const toml::table* t = tasks->get(i)->as_table();
+    if (t == nullptr) fail(file, line_of(*tasks->get(i)), fmt::format("tasks[{}]", i), "must be a [[tasks]] table");
+    c.tasks.push_back(read_task(r, *t, i, base, c.backend, c.validate));
+  }
+  return c;
+}
+
+}  // namespace kwb

@@ -1,0 +1,235 @@
+#include "campaign/campaign_report.h"
+
+#include "report/svg.h"
+#include "util/text.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One line of a report table, as plain text per column; each view escapes it its own way.
+struct Row {
+  std::vector<std::string> cells;
+  std::string link;  // the bundle (relative), rendered in the last column
+};
+
+struct Table {
+  std::vector<std::string> header;
+  std::vector<Row> rows;
+};
+
+struct TaskSection {
+  std::string task;
+  std::string backend;
+  Table ranking;    // decided jobs
+  Table undecided;  // every other current job
+  Table lineage;
+};
+
+struct Report {
+  std::string name;
+  std::string campaign_file;
+  std::string updated;
+  std::vector<std::pair<std::string, size_t>> counts;
+  std::vector<TaskSection> tasks;
+  Table rejected;  // every attempt whose bundle was refused
+};
+
+int decision_rank(const std::string& d) {
+  static const std::vector<std::string> order = {"KEEP_CANDIDATE", "INCONCLUSIVE", "KEEP_BASELINE", "INVALID"};
+  const auto it = std::find(order.begin(), order.end(), d);
+  return static_cast<int>(it - order.begin());
+}
+
+std::string speedup_text(double f) { return f >= 1.0 ? fmt::format("{:.2f}x", f) : fmt::format("1/{:.2f}x", 1.0 / f); }
+
+std::string workload_text(const LedgerWorkload& w) {
+  if (!w.improvement_pct) return fmt::format("{}: {}", w.name, w.verdict.empty() ? "no estimate" : w.verdict);
+  std::string s = fmt::format("{}: {:+.2f}%", w.name, *w.improvement_pct);
+  if (w.ci_low_pct && w.ci_high_pct) s += fmt::format(" [{:+.2f}, {:+.2f}]", *w.ci_low_pct, *w.ci_high_pct);
+  if (*w.improvement_pct < 100.0) s += ", " + speedup_text(speedup_factor(*w.improvement_pct));
+  // The interval's bounds as factors, in the same order (a higher improvement is a larger factor).
+  if (w.ci_low_pct && w.ci_high_pct && *w.ci_high_pct < 100.0) {
+    s += fmt::format(" [{}, {}]", speedup_text(speedup_factor(*w.ci_low_pct)),
+                     speedup_text(speedup_factor(*w.ci_high_pct)));
+  }
+  return s + " " + w.verdict;
+}
+
+std::string link_of(const fs::path& storage, const std::string& bundle) {
+  if (bundle.empty() || !fs::exists(bundle)) return "";
+  const fs::path target = fs::exists(fs::path(bundle) / "report.html") ? fs::path(bundle) / "report.html" : fs::path(bundle);
+  return target.lexically_relative(storage).string();
+}
+
+Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage) {
+  std::vector<const Job*> ranked;
+  for (const Job* j : jobs) {
+    if (j->outcome == JobOutcome::decided) ranked.push_back(j);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Job* a, const Job* b) {
+    if (decision_rank(a->decision) != decision_rank(b->decision)) {
+      return decision_rank(a->decision) < decision_rank(b->decision);
+    }
+    return summary_improvement_pct(a->workloads) > summary_improvement_pct(b->workloads);
+  });
+  Table t{{"rank", "candidate", "decision", "improvement (geomean)", "workloads: improvement [95% interval], speedup "
+                                                                    "[interval], verdict", "bundle"}, {}};
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    const Job& j = *ranked[i];
+    std::vector<std::string> ws;
+    for (const LedgerWorkload& w : j.workloads) ws.push_back(workload_text(w));
+    const double g = summary_improvement_pct(j.workloads);
+    t.rows.push_back({{std::to_string(i + 1), fs::path(j.candidate).filename().string(), j.decision,
+                       j.workloads.empty() ? "-" : fmt::format("{:+.2f}% ({})", g, speedup_text(speedup_factor(g))),
+                       ws.empty() ? "- (not timed)" : fmt::format("{}", fmt::join(ws, "; "))},
+                      link_of(storage, j.bundle)});
+  }
+  return t;
+}
+
+Table undecided(const std::vector<const Job*>& jobs, const fs::path& storage) {
+  Table t{{"candidate", "state", "attempt", "job", "Slurm state (reason)", "why", "bundle"}, {}};
+  for (const Job* j : jobs) {
+    if (j->outcome == JobOutcome::decided) continue;
+    const std::string state = j->phase == JobPhase::ended ? std::string(to_string(j->outcome)) : std::string(to_string(j->phase));
+    t.rows.push_back({{fs::path(j->candidate).filename().string(), state, std::to_string(j->attempt),
+                       j->handle.empty() ? "-" : j->executor + " " + j->handle,
+                       j->scheduler_state.empty() ? "-" : fmt::format("{} ({})", j->scheduler_state, j->scheduler_reason),
+                       j->detail.empty() ? "-" : j->detail},
+                      link_of(storage, j->bundle)});
+  }
+  return t;
+}
+
+Table lineage_table(const std::vector<Incumbent>& line, const fs::path& storage) {
+  Table t{{"generation", "source", "identity", "over parent", "over baseline", "kept", "bundle"}, {}};
+  for (const Incumbent& i : line) {
+    t.rows.push_back({{std::to_string(i.generation), i.source, i.identity.substr(0, 12),
+                       i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),
+                       fmt::format("{:+.2f}%", i.cumulative_pct), i.kept.empty() ? "-" : i.kept},
+                      link_of(storage, i.bundle)});
+  }
+  return t;
+}
+
+Report build(const CampaignReportInput& in) {
+  const CampaignState& s = *in.state;
+  Report r{s.name, s.campaign_file, s.updated, {}, {}, {{"candidate", "attempt", "why it was refused", "bundle"}, {}}};
+  std::map<std::string, size_t> counts;
+  std::vector<std::string> order;
+  std::map<std::string, std::vector<const Job*>> by_task;
+  for (const Job& j : s.jobs) {
+    for (const JobAttempt& a : j.earlier) {
+      if (a.outcome == JobOutcome::rejected) {
+        r.rejected.rows.push_back({{fs::path(j.candidate).filename().string(), std::to_string(a.attempt), a.detail},
+                                   link_of(in.storage, a.bundle)});
+      }
+    }
+    if (!j.current) continue;
+    if (j.outcome == JobOutcome::rejected) {
+      r.rejected.rows.push_back({{fs::path(j.candidate).filename().string(), std::to_string(j.attempt), j.detail},
+                                 link_of(in.storage, j.bundle)});
+    }
+    ++counts[j.phase == JobPhase::ended ? std::string(to_string(j.outcome)) : std::string(to_string(j.phase))];
+    if (!by_task.contains(j.task)) order.push_back(j.task);
+    by_task[j.task].push_back(&j);
+  }
+  r.counts.assign(counts.begin(), counts.end());
+  for (const std::string& task : order) {
+    const std::vector<const Job*>& jobs = by_task[task];
+    TaskSection t{task, std::string(to_string(jobs.front()->backend)), ranking(jobs, in.storage),
+                  undecided(jobs, in.storage), {}};
+    if (const auto it = in.lineages.find(task); it != in.lineages.end()) t.lineage = lineage_table(it->second, in.storage);
+    r.tasks.push_back(std::move(t));
+  }
+  return r;
+}
+
+// ---- Markdown -------------------------------------------------------------------------------------------------------
+
+std::string md_table(const Table& t) {
+  if (t.rows.empty()) return "(none)\n";
+  std::string out = "| " + fmt::format("{}", fmt::join(t.header, " | ")) + " |\n|";
+  for (size_t i = 0; i < t.header.size(); ++i) out += "---|";
+  out += "\n";
+  for (const Row& r : t.rows) {
+    out += "|";
+    for (const std::string& c : r.cells) out += " " + escape_markdown(c) + " |";
+    out += r.link.empty() ? " - |\n" : fmt::format(" [bundle]({}) |\n", r.link);
+  }
+  return out;
+}
+
+// ---- HTML -----------------------------------------------------------------------------------------------------------
+
+std::string html_table(const Table& t) {
+  if (t.rows.empty()) return "<p>(none)</p>\n";
+  std::string out = "<table>\n<tr>";
+  for (const std::string& h : t.header) out += "<th>" + svg::escape(h) + "</th>";
+  out += "</tr>\n";
+  for (const Row& r : t.rows) {
+    out += "<tr>";
+    for (const std::string& c : r.cells) out += "<td>" + svg::escape(c) + "</td>";
+    out += r.link.empty() ? "<td>-</td>" : fmt::format("<td><a href=\"{}\">bundle</a></td>", svg::escape(r.link));
+    out += "</tr>\n";
+  }
+  return out + "</table>\n";
+}
+
+}  // namespace
+
+double speedup_factor(double improvement_pct) { return 100.0 / (100.0 - improvement_pct); }
+
+std::string campaign_markdown(const CampaignReportInput& in) {
+  const Report r = build(in);
+  std::string out = fmt::format("# Campaign {}\n\ncampaign file: {}  \nstate updated: {}\n\n", escape_markdown(r.name),
+                                escape_markdown(r.campaign_file), r.updated);
+  std::vector<std::string> counts;
+  for (const auto& [k, n] : r.counts) counts.push_back(fmt::format("{} {}", n, k));
+  out += fmt::format("jobs: {}\n", counts.empty() ? "none" : fmt::format("{}", fmt::join(counts, ", ")));
+  for (const TaskSection& t : r.tasks) {
+    out += fmt::format("\n## Task {} ({})\n\n### Ranking\n\n", escape_markdown(t.task), t.backend);
+    out += md_table(t.ranking);
+    out += "\nImprovement is (A - B) / A for times per call, with its 95% interval; speedup is A / B.\n";
+    out += "\n### Jobs without a decision\n\n" + md_table(t.undecided);
+    out += "\n### Incumbent lineage (the ledger)\n\n" + md_table(t.lineage);
+  }
+  out += "\n## Rejected evidence\n\nBundles that failed verify or authentication, or were not their job's: never in "
+         "the ledger, never kept.\n\n" + md_table(r.rejected);
+  return out;
+}
+
+std::string campaign_html(const CampaignReportInput& in) {
+  const Report r = build(in);
+  std::string out = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>Campaign {name}</title>\n"
+      "<style>\nbody{{font-family:sans-serif;margin:2em;max-width:80em}}table{{border-collapse:collapse;margin:.5em 0}}"
+      "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top}}th{{background:#eee}}"
+      "</style>\n</head>\n<body>\n<h1>Campaign {name}</h1>\n<p>campaign file: {file}<br>state updated: {updated}</p>\n",
+      fmt::arg("name", svg::escape(r.name)), fmt::arg("file", svg::escape(r.campaign_file)),
+      fmt::arg("updated", svg::escape(r.updated)));
+  std::vector<std::string> counts;
+  for (const auto& [k, n] : r.counts) counts.push_back(fmt::format("{} {}", n, k));
+  out += fmt::format("<p id=\"counts\">jobs: {}</p>\n", svg::escape(fmt::format("{}", fmt::join(counts, ", "))));
+  for (const TaskSection& t : r.tasks) {
+    out += fmt::format("<h2>Task {} ({})</h2>\n<h3>Ranking</h3>\n", svg::escape(t.task), svg::escape(t.backend));
+    out += html_table(t.ranking);
+    out += "<p>Improvement is (A - B) / A for times per call, with its 95% interval; speedup is A / B.</p>\n";
+    out += "<h3>Jobs without a decision</h3>\n" + html_table(t.undecided);
+    out += "<h3>Incumbent lineage (the ledger)</h3>\n" + html_table(t.lineage);
+  }
+  out += "<h2>Rejected evidence</h2>\n<p>Bundles that failed verify or authentication, or were not their job's: never "
+         "in the ledger, never kept.</p>\n" + html_table(r.rejected);
+  return out + "</body>\n</html>\n";
+}
+
+}  // namespace kwb

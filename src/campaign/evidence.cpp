@@ -1,0 +1,81 @@
+#include "campaign/evidence.h"
+
+#include "record/bundle_reader.h"
+#include "record/verify.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+namespace kwb {
+
+namespace {
+
+Evidence rejected(std::string detail) {
+  Evidence e;
+  e.verdict = Evidence::Verdict::rejected;
+  e.detail = std::move(detail);
+  return e;
+}
+
+// Why the bundle's plan is not this job's ("" when it is): task, backend, and both arms' sources by content.
+std::string other_job(const Plan& plan, const Job& job) {
+  const PlannedImpl* cand = plan.impl(ImplRole::candidate);
+  const PlannedImpl* base = plan.impl(ImplRole::baseline);
+  if (plan.task.name != job.task) return fmt::format("its plan is of task {}, the job's is {}", plan.task.name, job.task);
+  if (plan.backend != job.backend) return fmt::format("its plan is on {}, the job's on {}", plan.backend, job.backend);
+  if (cand == nullptr || cand->source_sha256() != job.candidate_sha256) {
+    return fmt::format("its candidate's source has SHA-256 {}, the job's candidate {} has {}",
+                       cand ? cand->source_sha256() : "(none)", job.candidate, job.candidate_sha256);
+  }
+  if (!job.baseline_sha256.empty() && (base == nullptr || base->source_sha256() != job.baseline_sha256)) {
+    return fmt::format("its baseline's source has SHA-256 {}, the job's baseline has {}",
+                       base ? base->source_sha256() : "(none)", job.baseline_sha256);
+  }
+  return "";
+}
+
+std::string first_problems(const std::vector<std::string>& problems) {
+  const size_t n = std::min<size_t>(problems.size(), 3);
+  return fmt::format("{}{}", fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(n), "; "),
+                     problems.size() > n ? fmt::format("; and {} more", problems.size() - n) : "");
+}
+
+}  // namespace
+
+Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job) {
+  if (!std::filesystem::is_regular_file(bundle / "decision.json")) {
+    Evidence e;
+    e.detail = std::filesystem::is_directory(bundle)
+                   ? fmt::format("{} has no decision.json (validate stopped before deciding; its stages.json says "
+                                 "where)", bundle.string())
+                   : fmt::format("no bundle at {}", bundle.string());
+    return e;
+  }
+  // 1. It verifies: every hash, every statistic, the decision re-derived from the raw evidence.
+  const VerifyReport v = verify_bundle(bundle);
+  if (!v.ok()) {
+    return rejected(fmt::format("does not verify ({} problem(s)): {}", v.problems.size(), first_problems(v.problems)));
+  }
+  // 2. It is authentic: only a trusted key's signature vouches for a bundle a node wrote without a ledger.
+  if (v.signature.state != SignatureCheck::State::trusted) {
+    return rejected(fmt::format("not authentic (self-consistent only): {}; a node's bundles are trusted once its "
+                                "machine.pub is in this machine's key folder's trusted/ (docs/campaigns.md)",
+                                v.signature.detail));
+  }
+  // 3. It is this job's.
+  const BundleData b = read_bundle(bundle);
+  if (!b.plan) return rejected("plan.json does not parse: " + b.plan_problem);
+  if (const std::string why = other_job(*b.plan, job); !why.empty()) {
+    return rejected("not this job's bundle: " + why);
+  }
+  Evidence e;
+  e.verdict = Evidence::Verdict::accepted;
+  e.decision = v.seal.decision;
+  e.manifest_sha256 = v.seal.manifest_sha256;
+  if (b.ab && b.ab->contains("workloads")) e.workloads = workloads_from_json((*b.ab)["workloads"]);
+  return e;
+}
+
+}  // namespace kwb

@@ -1,0 +1,536 @@
+#include "campaign/runner.h"
+
+#include "ledger/bundle_entry.h"
+#include "ledger/ledger.h"
+#include "task/task.h"
+#include "util/error.h"
+#include "util/interrupt.h"
+#include "util/sha256.h"
+#include "util/timing_lock.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <set>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double wall_now() { return static_cast<double>(unix_now_ns()) / 1e9; }
+
+// Sleeps `seconds`, or less when a signal arrives; an interruption then throws Interrupted.
+void nap(double seconds) {
+  timespec t{static_cast<time_t>(seconds), static_cast<long>((seconds - std::floor(seconds)) * 1e9)};
+  ::nanosleep(&t, nullptr);
+  throw_if_interrupted();
+}
+
+// A name that is safe as one path component: letters, digits, '-', '_' and '.' only.
+std::string component(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' ? c : '_';
+  return out.empty() ? "_" : out.substr(0, 48);
+}
+
+std::string settings_text(const Campaign& c) {
+  std::vector<std::string> parts = {fmt::format("--backend {}", c.backend)};
+  for (const ValidateFlag& f : c.validate) parts.push_back(f.value.empty() ? f.flag : f.flag + " " + f.value);
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
+// The baseline a job compares against, resolved now, as the source file to give validate ("" for the task's own)
+// and its SHA-256. For the incumbent, the ledger's latest generation (ledger/bundle_entry.h finds its source, or its
+// bundle's copy when the file changed since it was kept); the task's own baseline while nothing was kept. The
+// campaign resolves it because the job runs validate with KWB_LEDGER=none, where --against incumbent would find no
+// ledger.
+std::pair<std::string, std::string> resolve_baseline(const CampaignTask& t, const Task& task, BackendKind backend) {
+  const fs::path declared = task.backends.at(backend).baseline;
+  if (t.baseline.empty()) return {"", sha256_file(declared)};
+  if (t.baseline != "incumbent") return {t.baseline, sha256_file(t.baseline)};
+  const std::optional<fs::path> ledger = ledger_path(task.dir);
+  if (ledger && fs::is_regular_file(*ledger)) {
+    const std::vector<Incumbent> line = Ledger::open(*ledger).lineage(task.name, backend);
+    if (line.size() > 1) {
+      const IncumbentSource src = incumbent_source_file(line, line.size() - 1);
+      return {src.path.string(), line.back().source_sha256};
+    }
+  }
+  return {"", sha256_file(declared)};
+}
+
+std::string tail_of(const fs::path& file, size_t lines) {
+  std::ifstream in(file);
+  std::vector<std::string> all;
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty()) all.push_back(l);
+  }
+  const size_t from = all.size() > lines ? all.size() - lines : 0;
+  return fmt::format("{}", fmt::join(all.begin() + static_cast<std::ptrdiff_t>(from), all.end(), " | "));
+}
+
+bool decided(const Job& j) { return j.phase == JobPhase::ended && j.outcome == JobOutcome::decided; }
+
+std::string attempt_folder(const fs::path& storage, const Job& j, int attempt) {
+  return (storage / "jobs" / j.id / fmt::format("attempt-{}", attempt)).string();
+}
+
+// The loop of run_campaign, one named step per member.
+class Loop {
+public:
+  Loop(const Campaign& c, Executor& ex, const RunnerHooks& hooks)
+      : m_c(c), m_ex(ex), m_hooks(hooks), m_kwb(fs::read_symlink("/proc/self/exe")) {}
+
+  RunSummary run(RunMode mode) {
+    m_state = load_state(m_c.storage);
+    m_state.name = m_c.name;
+    m_state.campaign_file = m_c.file.string();
+    plan();
+    if (mode == RunMode::plan_only) {
+      save();
+      return summary();
+    }
+    adopt();
+    save();
+    try {
+      while (step()) nap(m_c.poll_seconds > 0 ? m_c.poll_seconds : m_ex.poll_seconds());
+    } catch (const Interrupted&) {
+      interrupted();
+      throw;
+    }
+    return summary();
+  }
+
+private:
+  // plan: the jobs of the file, matched with the state by key; jobs the file no longer has are kept, not current.
+  void plan() {
+    for (Job& j : m_state.jobs) j.current = false;
+    std::set<std::string> keys;
+    for (Job& p : plan_jobs(m_c)) {
+      // Two candidates with the same bytes are one job: the same identity, the same decision.
+      if (!keys.insert(p.key).second) {
+        say(fmt::format("{}: the same source as another candidate of the task: judged once", p.candidate));
+        continue;
+      }
+      ++m_summary.planned;
+      Job* known = m_state.find(p.key);
+      if (known == nullptr) {
+        m_state.jobs.push_back(std::move(p));
+        continue;
+      }
+      known->current = true;
+      if (decided(*known)) {
+        ++m_summary.skipped;
+        say(fmt::format("{}: decided earlier ({}), same identity and settings: skipped", known->id, known->decision));
+      }
+    }
+  }
+
+  // adopt: what an earlier campaign process left queued or running.
+  void adopt() {
+    for (Job& j : m_state.jobs) {
+      if (!j.current || (j.phase != JobPhase::queued && j.phase != JobPhase::running)) continue;
+      if (j.executor == to_string(m_ex.kind()) && m_ex.jobs_outlive_campaign()) {
+        say(fmt::format("{}: {} job {} from an earlier campaign process: polled again", j.id, j.executor, j.handle));
+        m_tried.insert(j.key);  // this run's attempt of it
+        continue;
+      }
+      // A local job died with that process: recorded as such, and run again by this one.
+      JobProbe gone;
+      gone.where = JobProbe::Where::ended;
+      gone.signal = SIGKILL;
+      gone.detail = "the campaign process that ran it ended while it ran";
+      end(j, gone);
+    }
+  }
+
+  // One pass: submit what fits, poll what runs, and fill the slots that freed at once. False when nothing is left.
+  bool step() {
+    submit_ready();
+    for (Job& j : m_state.jobs) {
+      if (j.current && (j.phase == JobPhase::queued || j.phase == JobPhase::running)) poll(j);
+    }
+    submit_ready();
+    return active_count() > 0;
+  }
+
+  size_t active_count() const {
+    return static_cast<size_t>(std::count_if(m_state.jobs.begin(), m_state.jobs.end(), [](const Job& j) {
+      return j.current && (j.phase == JobPhase::queued || j.phase == JobPhase::running);
+    }));
+  }
+
+  // Jobs to run: current, not decided, not yet tried by this process (a job that failed here waits for the next run).
+  void submit_ready() {
+    for (Job& j : m_state.jobs) {
+      if (active_count() >= m_ex.slots()) return;
+      if (!j.current || decided(j) || j.phase == JobPhase::queued || j.phase == JobPhase::running ||
+          m_tried.contains(j.key)) {
+        continue;
+      }
+      m_tried.insert(j.key);
+      submit(j);
+    }
+  }
+
+  void new_attempt(Job& j) {
+    if (j.attempt > 0) j.earlier.push_back({j.attempt, j.outcome, j.detail, j.bundle, j.handle});
+    ++j.attempt;
+    j.phase = JobPhase::waiting;
+    j.outcome = JobOutcome::none;
+    j.executor = std::string(to_string(m_ex.kind()));
+    j.handle.clear();
+    j.submitted.clear();
+    j.started.clear();
+    j.ended.clear();
+    j.queued_s = j.ran_s = 0.0;
+    j.submitted_unix = j.started_unix = j.stop_sent_unix = 0.0;
+    j.stopping.clear();
+    j.exit_code.reset();
+    j.scheduler_state.clear();
+    j.scheduler_reason.clear();
+    j.decision.clear();
+    j.detail.clear();
+    j.manifest_sha256.clear();
+    j.workloads.clear();
+    j.bundle = (fs::path(attempt_folder(m_c.storage, j, j.attempt)) / "bundle").string();
+  }
+
+  // A bundle already in the folder of an attempt that never ran (a campaign killed between its job's end and its
+  // record, or something dropped there): examined like any job's; it is never overwritten or trusted unseen.
+  bool examine_leftover(Job& j) {
+    const fs::path next = fs::path(attempt_folder(m_c.storage, j, j.attempt + 1)) / "bundle";
+    if (!fs::exists(next)) return false;
+    new_attempt(j);
+    j.executor = "none";
+    JobProbe found;
+    found.where = JobProbe::Where::ended;
+    found.detail = "a bundle was already in the attempt's folder before it ran";
+    say(fmt::format("{}: a bundle is already at {}: examining it", j.id, j.bundle));
+    end(j, found);
+    return j.outcome == JobOutcome::decided;
+  }
+
+  void submit(Job& j) {
+    if (examine_leftover(j)) return;
+    new_attempt(j);
+    const JobLaunch launch = launch_of(j);
+    fs::create_directories(launch.attempt_dir);
+    j.submitted = utc_now_text();
+    j.submitted_unix = wall_now();
+    try {
+      j.handle = m_ex.submit(launch);
+    } catch (const Error& e) {
+      j.phase = JobPhase::ended;
+      j.outcome = JobOutcome::failed;
+      j.ended = utc_now_text();
+      j.detail = fmt::format("not started: {}", e.what());
+      say(fmt::format("{}: {}", j.id, j.detail));
+      save();
+      return;
+    }
+    ++m_summary.started;
+    j.phase = m_ex.kind() == ExecutorKind::local ? JobPhase::running : JobPhase::queued;
+    if (j.phase == JobPhase::running) {
+      j.started = j.submitted;
+      j.started_unix = j.submitted_unix;
+    }
+    say(fmt::format("{}: attempt {} submitted ({} {}): {} against {}", j.id, j.attempt, j.executor, j.handle,
+                    j.candidate, j.baseline.empty() ? "the task's baseline" : j.baseline));
+    save();
+  }
+
+  JobLaunch launch_of(const Job& j) const {
+    JobLaunch l;
+    l.name = fmt::format("kwb-{}-{}", component(m_c.name), j.id);
+    l.attempt_dir = attempt_folder(m_c.storage, j, j.attempt);
+    l.validate = validate_command_line(m_c, j, m_kwb, j.bundle);
+    l.run_limit_s = m_c.run_limit_minutes * 60.0;
+    l.backend = j.backend;
+    return l;
+  }
+
+  void poll(Job& j) {
+    const JobProbe p = m_ex.probe(j.handle, launch_of(j));
+    const double now = wall_now();
+    const bool changed = p.scheduler_state != j.scheduler_state || p.scheduler_reason != j.scheduler_reason;
+    j.scheduler_state = p.scheduler_state;
+    j.scheduler_reason = p.scheduler_reason;
+    if (p.where == JobProbe::Where::ended) {
+      end(j, p);
+      return;
+    }
+    if (p.where == JobProbe::Where::running && j.phase == JobPhase::queued) {
+      j.phase = JobPhase::running;
+      j.started = utc_now_text();
+      j.started_unix = now;
+      j.queued_s = now - j.submitted_unix;
+      say(fmt::format("{}: running ({} {}, queued {:.1f} s)", j.id, j.executor, j.handle, j.queued_s));
+      save();
+    } else if (changed) {
+      save();
+    }
+    enforce_limits(j, now);
+  }
+
+  // The queue limit and the run limit; a job asked to stop and still there 30 s later is asked again (the local
+  // executor then kills it).
+  void enforce_limits(Job& j, double now) {
+    const double queue_limit_s = m_c.queue_limit_minutes * 60.0;
+    const double run_limit_s = m_c.run_limit_minutes * 60.0 + m_ex.grace_seconds();
+    std::string why;
+    if (j.phase == JobPhase::queued && now - j.submitted_unix > queue_limit_s) why = "queue_limit";
+    if (j.phase == JobPhase::running && now - j.started_unix > run_limit_s) why = "run_limit";
+    if (why.empty()) return;
+    if (j.stopping.empty()) {
+      j.stopping = why;
+      j.stop_sent_unix = now;
+      say(fmt::format("{}: past the {} ({}): cancelling {} {}", j.id, why == "queue_limit" ? "queue limit" : "run limit",
+                      why == "queue_limit" ? fmt::format("{} min", m_c.queue_limit_minutes)
+                                           : fmt::format("{} min", m_c.run_limit_minutes),
+                      j.executor, j.handle));
+      m_ex.cancel(j.handle);
+      save();
+    } else if (now - j.stop_sent_unix > 30.0) {
+      j.stop_sent_unix = now;
+      m_ex.cancel(j.handle);
+    }
+  }
+
+  // judge: the ended job's outcome, and its bundle into the ledger when accepted.
+  void end(Job& j, const JobProbe& p) {
+    const double now = wall_now();
+    if (j.started_unix > 0) j.ran_s = now - j.started_unix;
+    j.phase = JobPhase::ended;
+    j.ended = utc_now_text();
+    j.exit_code = p.exit_code;
+    if (!p.scheduler_state.empty()) j.scheduler_state = p.scheduler_state;
+    if (!p.scheduler_reason.empty()) j.scheduler_reason = p.scheduler_reason;
+    const Evidence e = examine_bundle(j.bundle, j);
+    const fs::path attempt_dir = fs::path(j.bundle).parent_path();
+    const Judgement verdict = judge(p, e, j.stopping, tail_of(attempt_dir / "stderr.log", 2));
+    j.outcome = verdict.outcome;
+    j.detail = verdict.detail;
+    if (j.outcome == JobOutcome::decided) {
+      j.decision = e.decision;
+      j.manifest_sha256 = e.manifest_sha256;
+      j.workloads = e.workloads;
+      if (m_hooks.record_accepted) m_hooks.record_accepted(j.bundle, e.manifest_sha256);
+    }
+    say(fmt::format("{}: {}{} — {}", j.id, to_string(j.outcome), j.decision.empty() ? "" : " " + j.decision,
+                    j.detail));
+    save();
+  }
+
+  // The campaign was interrupted (kwb campaign cancel, Ctrl-C): the local job died with the handler's kill; a
+  // Slurm job runs on, for `cancel` to scancel or a resumed run to poll.
+  void interrupted() {
+    for (Job& j : m_state.jobs) {
+      if (!j.current || (j.phase != JobPhase::queued && j.phase != JobPhase::running)) continue;
+      if (m_ex.jobs_outlive_campaign()) continue;
+      j.phase = JobPhase::ended;
+      j.outcome = JobOutcome::cancelled;
+      j.ended = utc_now_text();
+      j.detail = fmt::format("the campaign was interrupted by {} while it ran", signal_name(interrupt_signal()));
+    }
+    save();
+  }
+
+  RunSummary summary() const {
+    RunSummary s = m_summary;
+    for (const Job& j : m_state.jobs) {
+      if (!j.current) continue;
+      ++s.outcomes[j.outcome == JobOutcome::decided ? j.decision : std::string(to_string(j.outcome))];
+    }
+    return s;
+  }
+
+  void save() { save_state(m_c.storage, m_state); }
+  void say(const std::string& line) const {
+    if (m_hooks.say) m_hooks.say(line);
+  }
+
+  const Campaign& m_c;
+  Executor& m_ex;
+  const RunnerHooks& m_hooks;
+  fs::path m_kwb;
+  CampaignState m_state;
+  RunSummary m_summary;
+  std::set<std::string> m_tried;
+};
+
+}  // namespace
+
+std::string task_digest(const fs::path& task_dir) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (auto it = fs::recursive_directory_iterator(task_dir); it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_directory() && it->path().filename() == ".kwb") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file()) {
+      files.emplace_back(it->path().lexically_relative(task_dir).string(), sha256_file(it->path()));
+    }
+  }
+  std::sort(files.begin(), files.end());
+  Sha256 h;
+  for (const auto& [path, digest] : files) h.update(fmt::format("{} {}\n", digest, path));
+  return h.hex_digest();
+}
+
+std::string job_key(const std::string& task_digest, BackendKind backend, const std::string& baseline_sha256,
+                    const std::string& candidate_sha256, const std::string& settings) {
+  return sha256_hex(fmt::format("kwb campaign job v1\ntask {}\nbackend {}\nbaseline {}\ncandidate {}\nsettings {}\n",
+                                task_digest, backend, baseline_sha256, candidate_sha256, settings));
+}
+
+std::vector<Job> plan_jobs(const Campaign& c) {
+  std::vector<Job> out;
+  const std::string settings = settings_text(c);
+  for (const CampaignTask& t : c.tasks) {
+    const Task task = load_task(t.dir);
+    const std::string digest = task_digest(t.dir);
+    const auto [baseline, baseline_sha] = resolve_baseline(t, task, c.backend);
+    for (const fs::path& cand : t.candidates) {
+      Job j;
+      j.task = task.name;
+      j.task_dir = t.dir.string();
+      j.backend = c.backend;
+      j.candidate = cand.string();
+      j.candidate_sha256 = sha256_file(cand);
+      j.baseline = baseline;
+      j.baseline_sha256 = baseline_sha;
+      j.settings = settings;
+      j.key = job_key(digest, c.backend, baseline_sha, j.candidate_sha256, settings);
+      j.id = fmt::format("{}-{}-{}", component(task.name), component(cand.stem().string()), j.key.substr(0, 10));
+      out.push_back(std::move(j));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> validate_command_line(const Campaign& c, const Job& job, const fs::path& kwb,
+                                               const fs::path& bundle) {
+  std::vector<std::string> a = {kwb.string(), "validate", job.task_dir, "--candidate", job.candidate,
+                                "--output-dir", bundle.string(), "--backend", std::string(to_string(c.backend)),
+                                // Waiting for the timing lock is this machine's queue.
+                                "--lock-timeout", fmt::format("{}", c.queue_limit_minutes * 60.0)};
+  if (!job.baseline.empty()) a.insert(a.end(), {"--baseline", job.baseline});
+  for (const ValidateFlag& f : c.validate) {
+    a.push_back(f.flag);
+    if (!f.value.empty()) a.push_back(f.value);
+  }
+  a.push_back("--json");
+  return a;
+}
+
+Judgement judge(const JobProbe& p, const Evidence& e, const std::string& stopping, const std::string& stderr_tail) {
+  const std::string slurm = p.scheduler_state.empty()
+                                ? ""
+                                : fmt::format(" (Slurm: {}, reason {})", p.scheduler_state,
+                                              p.scheduler_reason.empty() ? "None" : p.scheduler_reason);
+  if (stopping == "queue_limit") return {JobOutcome::queue_limit, "waited past the queue limit, cancelled" + slurm};
+  if (e.verdict == Evidence::Verdict::accepted) {
+    return {JobOutcome::decided, "the bundle verifies, is signed by a trusted key and is this job's; recorded in the "
+                                 "ledger"};
+  }
+  if (e.verdict == Evidence::Verdict::rejected) return {JobOutcome::rejected, "rejected evidence: " + e.detail};
+  const int rc = p.exit_code.value_or(-1);
+  if (stopping == "run_limit" || rc == 124 || rc == 137 || p.scheduler_state == "TIMEOUT") {
+    return {JobOutcome::timeout, fmt::format("past the run limit{}{}", rc >= 0 ? fmt::format(", exit {}", rc) : "",
+                                             slurm)};
+  }
+  if (stopping == "cancel" || p.scheduler_state == "CANCELLED") return {JobOutcome::cancelled, "cancelled" + slurm};
+  if (rc == static_cast<int>(ExitCode::lock_timeout)) {
+    return {JobOutcome::queue_limit, "waited past the queue limit for this machine's timing lock (exit 75)" + slurm};
+  }
+  if (rc < 0 || p.signal != 0 || rc >= 128) {
+    std::string why = p.detail.empty() ? "it ended without an exit status" : p.detail;
+    if (p.signal != 0) why = fmt::format("{} (signal {})", p.detail.empty() ? "killed" : p.detail, p.signal);
+    if (rc >= 128) why = fmt::format("kwb validate ended by signal {} (exit {})", rc - 128, rc);
+    return {JobOutcome::died, why + slurm};
+  }
+  return {JobOutcome::failed, fmt::format("kwb validate exited {} without a decision{}: {}", rc, slurm,
+                                          stderr_tail.empty() ? e.detail : stderr_tail)};
+}
+
+CampaignLock CampaignLock::acquire(const fs::path& storage) {
+  fs::create_directories(storage);
+  const fs::path path = storage / "campaign.lock";
+  CampaignLock lock;
+  lock.m_fd = UniqueFd(KWB_POSIX_CALL(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644)));
+  if (::flock(lock.m_fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    const std::optional<int> pid = holder(storage);
+    throw Error(ExitCode::lock_timeout,
+                fmt::format("{}: another kwb campaign (pid {}) is running on this storage folder: wait for it, or "
+                            "stop it with kwb campaign cancel",
+                            path.string(), pid ? std::to_string(*pid) : "unknown"));
+  }
+  // The holder's pid, for `cancel` and for the message of a second `run`; only a note, so a failed write is not fatal.
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock.m_fd.get(), 0) == 0) {
+    [[maybe_unused]] const ssize_t written = ::pwrite(lock.m_fd.get(), pid.data(), pid.size(), 0);
+  }
+  return lock;
+}
+
+std::optional<int> CampaignLock::holder(const fs::path& storage) {
+  const fs::path path = storage / "campaign.lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return std::nullopt;
+  const UniqueFd owned(fd);
+  if (::flock(fd, LOCK_SH | LOCK_NB) == 0) return std::nullopt;  // nobody holds it
+  std::ifstream in(path);
+  int pid = 0;
+  if (in >> pid && pid > 0) return pid;
+  return std::nullopt;
+}
+
+RunSummary run_campaign(const Campaign& c, Executor& executor, const RunnerHooks& hooks, RunMode mode) {
+  const CampaignLock lock = CampaignLock::acquire(c.storage);
+  Loop loop(c, executor, hooks);
+  return loop.run(mode);
+}
+
+size_t cancel_campaign(const fs::path& storage, Executor& slurm, const RunnerHooks& hooks) {
+  // Counted before the campaign process is stopped: it records its own local job as cancelled on the way out.
+  const CampaignState before = load_state(storage);
+  const size_t active = static_cast<size_t>(std::count_if(before.jobs.begin(), before.jobs.end(), [](const Job& j) {
+    return j.phase == JobPhase::queued || j.phase == JobPhase::running;
+  }));
+  if (const std::optional<int> pid = CampaignLock::holder(storage)) {
+    if (hooks.say) hooks.say(fmt::format("stopping the campaign process {} (SIGTERM)", *pid));
+    ::kill(*pid, SIGTERM);
+    for (int i = 0; i < 300 && CampaignLock::holder(storage); ++i) nap(0.1);
+  }
+  const CampaignLock lock = CampaignLock::acquire(storage);
+  CampaignState state = load_state(storage);
+  for (Job& j : state.jobs) {
+    if (j.phase != JobPhase::queued && j.phase != JobPhase::running) continue;
+    if (j.executor == "slurm") {
+      slurm.cancel(j.handle);
+      if (hooks.say) hooks.say(fmt::format("{}: scancel {}", j.id, j.handle));
+    }
+    j.phase = JobPhase::ended;
+    j.outcome = JobOutcome::cancelled;
+    j.stopping = "cancel";
+    j.ended = utc_now_text();
+    j.detail = "cancelled by kwb campaign cancel";
+  }
+  save_state(storage, state);
+  return active;
+}
+
+}  // namespace kwb
