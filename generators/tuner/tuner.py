@@ -12,11 +12,12 @@ the incumbent's text. Python 3 standard library only, no network, nothing writte
 
 Strategy:
   attempt 1 (or no usable history): the seed's start point, starts[seed mod len(starts)] of the task's space file;
-  later attempts: coordinate descent around the centre = the parameters of the current incumbent (the most
-  recent kept attempt's meta; else the tuner marker in KWB_INCUMBENT's text; else the seed's start point). The
-  neighbours are the points one step away along one knob (knobs in space-file order, the larger value first); the
-  first one not yet tried in this trajectory is emitted. When all are tried: a random untried point drawn with
-  random.Random(f"{task}:{seed}:{attempt}"). When every point has been tried: exit 4.
+  later attempts: coordinate descent around the centre = the parameters of the current incumbent: the most
+  recent kept attempt's meta (or the marker line of its candidate.cpp when the meta is missing); else the tuner
+  marker in KWB_INCUMBENT's text; else the seed's start point. If the centre itself is untried it is emitted;
+  otherwise the neighbours are the points one step away along one knob (knobs in space-file order, the larger
+  value first), and the first one not yet tried in this trajectory is emitted. When all are tried: a random
+  untried point drawn with random.Random(f"{task}:{seed}:{attempt}"). When every point is tried: exit 4.
 """
 
 import json
@@ -123,8 +124,19 @@ def read_history(history_dir):
                 result = json.load(f)
         except (OSError, ValueError):
             continue
-        if isinstance(result, dict):
-            entries.append((int(name), result))
+        if not isinstance(result, dict):
+            continue
+        # The candidate's marker line stands in for a meta that did not come through.
+        result["_candidate_text"] = ""
+        for cname in sorted(os.listdir(os.path.join(history_dir, name))):
+            if cname.startswith("candidate."):
+                try:
+                    with open(os.path.join(history_dir, name, cname), encoding="utf-8", errors="replace") as f:
+                        result["_candidate_text"] = f.read()
+                except OSError:
+                    pass
+                break
+        entries.append((int(name), result))
     entries.sort(key=lambda e: e[0])
     return entries
 
@@ -135,7 +147,7 @@ def meta_point(result, space):
         point = meta.get("params")
         if valid(point, space):
             return {n: point[n] for n in knob_names(space)}
-    return None
+    return marker_point(result.get("_candidate_text"), space)
 
 
 def marker_point(text, space):
