@@ -53,34 +53,13 @@ std::string find_on_path(const std::string& name) {
 }
 
 std::string bwrap_path() {
-  static const std::string path = [] {
-    std::string p = find_on_path("bwrap");
-    if (p.empty() && ::access("/usr/bin/bwrap", X_OK) == 0) p = "/usr/bin/bwrap";
-    return p;
-  }();
+  const std::string path = find_bubblewrap();
   if (path.empty()) {
     throw Error(ExitCode::unavailable,
                 "kwb compiles candidates only inside a bubblewrap sandbox, and `bwrap` is not installed: install it "
                 "(Debian/Ubuntu: apt-get install bubblewrap; scripts/setup.sh does) and run again");
   }
   return path;
-}
-
-// The bwrap arguments for the toolchain roots: binds for real folders, the same symlinks for merged-usr links.
-std::vector<std::string> system_root_args() {
-  std::vector<std::string> args;
-  for (const char* root : k_root_dirs) {
-    std::error_code ec;
-    const fs::file_status st = fs::symlink_status(root, ec);
-    if (ec || !fs::exists(st)) continue;
-    if (fs::is_symlink(st)) {
-      args.insert(args.end(), {"--symlink", fs::read_symlink(root, ec).string(), root});
-    } else if (fs::is_directory(st)) {
-      args.insert(args.end(), {"--ro-bind", root, root});
-    }
-  }
-  for (const char* entry : k_etc_entries) args.insert(args.end(), {"--ro-bind-try", entry, entry});
-  return args;
 }
 
 struct Spawned {
@@ -109,10 +88,7 @@ Running start_limited(const std::vector<std::string>& argv, const BuildSandboxLi
   spec.argv = argv;
   spec.stdout_fd = write_end.get();
   spec.stderr_fd = write_end.get();
-  spec.limits = {{RLIMIT_AS, {limits.address_space_bytes, limits.address_space_bytes}},
-                 {RLIMIT_CPU, {limits.cpu_seconds, limits.cpu_seconds + 5}},
-                 {RLIMIT_FSIZE, {limits.file_size_bytes, limits.file_size_bytes}},
-                 {RLIMIT_CORE, {0, 0}}};
+  spec.limits = sandbox_rlimits(limits.address_space_bytes, limits.cpu_seconds, limits.file_size_bytes);
   int exec_errno = 0;
   Running r;
   r.pid = spawn_child(spec, exec_errno);
@@ -216,17 +192,7 @@ Spawned spawn_limited(const std::vector<std::string>& argv, const BuildSandboxLi
   return std::move(spawn_limited_all({argv}, 1, limits).front());
 }
 
-// The sandbox's fixed part: namespaces, session, capabilities, toolchain roots, /tmp, /dev, /proc.
-std::vector<std::string> sandbox_prefix() {
-  std::vector<std::string> args = {bwrap_path(), "--unshare-all", "--die-with-parent", "--new-session",
-                                   "--cap-drop", "ALL"};
-  const std::vector<std::string> roots = system_root_args();
-  args.insert(args.end(), roots.begin(), roots.end());
-  // /tmp first: binds below it (a candidate under /tmp) are made on top of the empty tmpfs.
-  args.insert(args.end(), {"--size", std::to_string(256ull << 20), "--tmpfs", "/tmp", "--dev", "/dev", "--proc",
-                           "/proc"});
-  return args;
-}
+std::vector<std::string> sandbox_prefix() { return sandbox_base_args(bwrap_path()); }
 
 // bwrap reports its own failures (namespaces refused, a bind source missing) as "bwrap: ..." with status 1.
 bool is_bwrap_failure(const Spawned& s) { return s.exit_code == 1 && s.output.starts_with("bwrap: "); }
@@ -242,6 +208,51 @@ std::string namespaces_refused_message(const std::string& bwrap_output) {
 }
 
 }  // namespace
+
+std::string find_bubblewrap() {
+  static const std::string path = [] {
+    std::string p = find_on_path("bwrap");
+    if (p.empty() && ::access("/usr/bin/bwrap", X_OK) == 0) p = "/usr/bin/bwrap";
+    return p;
+  }();
+  return path;
+}
+
+std::vector<std::string> sandbox_system_root_args() {
+  std::vector<std::string> args;
+  for (const char* root : k_root_dirs) {
+    std::error_code ec;
+    const fs::file_status st = fs::symlink_status(root, ec);
+    if (ec || !fs::exists(st)) continue;
+    if (fs::is_symlink(st)) {
+      args.insert(args.end(), {"--symlink", fs::read_symlink(root, ec).string(), root});
+    } else if (fs::is_directory(st)) {
+      args.insert(args.end(), {"--ro-bind", root, root});
+    }
+  }
+  for (const char* entry : k_etc_entries) args.insert(args.end(), {"--ro-bind-try", entry, entry});
+  return args;
+}
+
+std::vector<std::string> sandbox_base_args(const std::string& bwrap) {
+  std::vector<std::string> args = {bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"};
+  const std::vector<std::string> roots = sandbox_system_root_args();
+  args.insert(args.end(), roots.begin(), roots.end());
+  // /tmp first: binds below it (a candidate under /tmp) are made on top of the empty tmpfs.
+  args.insert(args.end(), {"--size", std::to_string(256ull << 20), "--tmpfs", "/tmp", "--dev", "/dev", "--proc",
+                           "/proc"});
+  return args;
+}
+
+std::vector<std::pair<RlimitResource, rlimit>> sandbox_rlimits(std::uint64_t address_space_bytes,
+                                                               std::uint64_t cpu_seconds,
+                                                               std::uint64_t file_size_bytes) {
+  // The CPU hard limit a little above the soft one: SIGXCPU at the limit, SIGKILL 5 s later.
+  return {{RLIMIT_AS, {address_space_bytes, address_space_bytes}},
+          {RLIMIT_CPU, {cpu_seconds, cpu_seconds + 5}},
+          {RLIMIT_FSIZE, {file_size_bytes, file_size_bytes}},
+          {RLIMIT_CORE, {0, 0}}};
+}
 
 std::vector<fs::path> build_sandbox_system_roots() {
   std::vector<fs::path> roots;

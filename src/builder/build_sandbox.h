@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kwb {
@@ -75,6 +76,21 @@ std::size_t build_jobs();
 // linker through it), the compiler's resolved real path, and this CPU's model and feature flags (the flags target it:
 // -march=native). The locale variables the sandbox also passes change only messages.
 std::vector<std::string> build_environment_identity(const std::string& compiler);
+
+// The pieces the generator sandbox (experiment/generator_sandbox.h) shares with the build's, so that both see the
+// system the same way and die the same way.
+// bwrap's absolute path (found on kwb's PATH, else /usr/bin/bwrap), "" when it is not installed. Looked up once.
+std::string find_bubblewrap();
+// The bwrap arguments for the toolchain roots: binds for real folders, the same symlinks for merged-usr links, and
+// the /etc entries of build_sandbox_system_roots.
+std::vector<std::string> sandbox_system_root_args();
+// `bwrap` and the sandbox's fixed part: every namespace unshared, --die-with-parent, --new-session, no capabilities,
+// the system roots, a fresh 256 MiB tmpfs /tmp, /dev and /proc.
+std::vector<std::string> sandbox_base_args(const std::string& bwrap);
+// The rlimits every sandbox starts under (inherited by everything in it): address space, CPU (SIGXCPU at the limit,
+// SIGKILL 5 s later), file size, no core files.
+std::vector<std::pair<RlimitResource, rlimit>> sandbox_rlimits(std::uint64_t address_space_bytes,
+                                                               std::uint64_t cpu_seconds, std::uint64_t file_size_bytes);
 
 // True when `path` (absolute, lexically normal) equals `root` or lies below it.
 bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);

@@ -227,7 +227,11 @@ private:
       c.progress_token = params["_meta"]["progressToken"];
     }
     int exec_errno = 0;
-    c.pid = spawn_child({argv, out_w.get(), err_w.get(), {}}, exec_errno);
+    ChildSpec child;
+    child.argv = argv;
+    child.stdout_fd = out_w.get();
+    child.stderr_fd = err_w.get();
+    c.pid = spawn_child(child, exec_errno);
     if (c.pid < 0) throw InternalError(fmt::format("mcp: cannot run {}: {}", m_exe, std::strerror(exec_errno)));
     m_calls.emplace(id.dump(), std::move(c));
   }

@@ -19,6 +19,11 @@ fs::path worker_executable() {
   return executable_dir() / "kwb-worker";
 }
 
+fs::path generator_shim_executable() {
+  if (const char* env = std::getenv("KWB_GENERATOR_SHIM"); env != nullptr && *env != '\0') return env;
+  return executable_dir() / "kwb-generator-shim";
+}
+
 fs::path abi_include_dir() {
   if (const char* env = std::getenv("KWB_INCLUDE_DIR"); env != nullptr && *env != '\0') return env;
   fs::path next_to_exe = executable_dir() / "include";

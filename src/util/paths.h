@@ -10,6 +10,10 @@ std::filesystem::path executable_dir();
 // kwb-worker: $KWB_WORKER, else next to the kwb executable.
 std::filesystem::path worker_executable();
 
+// kwb-generator-shim, what every experiment generator starts as in its sandbox: $KWB_GENERATOR_SHIM, else next to
+// the kwb executable.
+std::filesystem::path generator_shim_executable();
+
 // The candidate ABI headers (the folder holding kwb/kernel.h): $KWB_INCLUDE_DIR, else <exe>/include (the build
 // copies it there), else the source tree's include/ recorded at build time.
 std::filesystem::path abi_include_dir();

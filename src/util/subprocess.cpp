@@ -3,9 +3,11 @@
 #include "util/error.h"
 #include "util/fd.h"
 #include "util/interrupt.h"
+#include "util/worker_user.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -25,7 +27,7 @@ namespace kwb {
 namespace {
 
 // Child side of spawn_child, between fork and exec: only async-signal-safe calls. Never returns.
-[[noreturn]] void exec_child(const ChildSpec& spec, char* const* args, pid_t parent, int error_fd) {
+[[noreturn]] void exec_child(const ChildSpec& spec, char* const* args, pid_t parent, int error_fd, int go_fd) {
   // kwb's interruption handlers must not run here (they would signal kwb's other children), and the SIGPIPE kwb
   // ignores must not be inherited through exec.
   for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::signal(sig, SIG_DFL);
@@ -42,12 +44,50 @@ namespace {
   const int out = spec.stdout_fd >= 0 ? ::fcntl(spec.stdout_fd, F_DUPFD_CLOEXEC, 10) : -1;
   const int errout = spec.stderr_fd >= 0 ? ::fcntl(spec.stderr_fd, F_DUPFD_CLOEXEC, 10) : -1;
   if (err < 0 || in < 0 || (spec.stdout_fd >= 0 && out < 0) || (spec.stderr_fd >= 0 && errout < 0)) ::_exit(127);
+  const int go_in = go_fd >= 0 ? ::fcntl(go_fd, F_DUPFD_CLOEXEC, 10) : -1;
+  if (go_fd >= 0 && go_in < 0) ::_exit(127);
+  int inherited[4];
+  const std::size_t n_inherited = spec.inherited_fds.size();
+  if (n_inherited > 4) ::_exit(127);
+  for (std::size_t i = 0; i < n_inherited; ++i) {
+    inherited[i] = ::fcntl(spec.inherited_fds[i], F_DUPFD_CLOEXEC, 10);
+    if (inherited[i] < 0) ::_exit(127);
+  }
   ::dup2(in, 0);
   if (out >= 0) ::dup2(out, 1);
   if (errout >= 0) ::dup2(errout, 2);
-  // Nothing of kwb's but the three standard descriptors reaches the child (the error pipe closes at exec).
+  // Nothing of kwb's but the three standard descriptors and the inherited ones reaches the child (the error pipe
+  // closes at exec). dup2 gives the inherited ones descriptors that stay open across exec.
   ::syscall(SYS_close_range, 3u, ~0u, CLOSE_RANGE_CLOEXEC);
+  for (std::size_t i = 0; i < n_inherited; ++i) {
+    if (::dup2(inherited[i], static_cast<int>(3 + i)) < 0) ::_exit(127);
+  }
   for (const auto& [resource, limit] : spec.limits) ::setrlimit(resource, &limit);
+  if (go_in >= 0) {
+    // kwb's before_exec runs now; nothing but its go (one byte) lets the child on.
+    char go = 0;
+    ssize_t n;
+    do {
+      n = ::read(go_in, &go, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) ::_exit(127);
+  }
+  if (spec.own_user) {
+    const WorkerUser user = worker_user_of(::getpid());
+    int e = 0;
+    if (::setgroups(0, nullptr) != 0 || ::setresgid(user.gid, user.gid, user.gid) != 0 ||
+        ::setresuid(user.uid, user.uid, user.uid) != 0) {
+      e = errno;
+    } else if (::getuid() == 0 || ::geteuid() == 0 || ::setresuid(0, 0, 0) == 0) {
+      e = EPERM;  // root could be regained: never exec that way
+    } else if (::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || ::getppid() != parent) {
+      ::_exit(127);
+    }
+    if (e != 0) {
+      [[maybe_unused]] ssize_t w = ::write(err, &e, sizeof e);
+      ::_exit(127);
+    }
+  }
   if (spec.argv.front().find('/') != std::string::npos) {
     ::execv(args[0], args);
   } else {
@@ -70,10 +110,16 @@ pid_t spawn_child(const ChildSpec& spec, int& exec_errno) {
   int fds[2];
   KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
   UniqueFd error_read(fds[0]), error_write(fds[1]);
+  UniqueFd go_read, go_write;
+  if (spec.before_exec) {
+    KWB_POSIX_CALL(::pipe2(fds, O_CLOEXEC));
+    go_read.reset(fds[0]);
+    go_write.reset(fds[1]);
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw_system_error("fork()", __FILE__, __LINE__, errno);
-  if (pid == 0) exec_child(spec, args.data(), parent, error_write.get());
+  if (pid == 0) exec_child(spec, args.data(), parent, error_write.get(), go_read.get());
   (void)::setpgid(pid, pid);  // also here, so the group exists before it is registered (EACCES once it has exec'd)
   if (!register_child_group(pid)) {
     ::kill(-pid, SIGKILL);
@@ -81,6 +127,19 @@ pid_t spawn_child(const ChildSpec& spec, int& exec_errno) {
     throw InternalError("too many child processes at once");
   }
   error_write.reset();
+  if (spec.before_exec) {
+    go_read.reset();
+    try {
+      spec.before_exec(pid);
+    } catch (...) {
+      ::kill(-pid, SIGKILL);
+      (void)reap_child(pid);
+      throw;
+    }
+    const char go = 1;
+    (void)!::write(go_write.get(), &go, 1);  // a child already gone is seen below (its error pipe, or its exit)
+    go_write.reset();
+  }
   int e = 0;
   ssize_t n;
   do {

@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,13 +39,23 @@ struct ChildSpec {
   int stdout_fd = -1;             // becomes fd 1
   int stderr_fd = -1;             // becomes fd 2
   std::vector<std::pair<RlimitResource, rlimit>> limits;  // setrlimit in the child before exec
+  // Descriptors that become fds 3, 4, ... in the child (at most 4): the only ones besides 0-2 that reach it.
+  std::vector<int> inherited_fds;
+  // A root kwb only: the child switches to the user of its own that worker_user_of(its pid) names (util/worker_user.h:
+  // no supplementary groups, real, effective and saved ids) before exec, re-arms PR_SET_PDEATHSIG (a credential change
+  // clears it) and checks that it cannot become root again.
+  bool own_user = false;
+  // When set, runs in kwb after the fork, with the child's pid, while the child waits before its user switch and exec:
+  // what the child's user must own is handed over here (the user is known only once the pid is). Should it throw,
+  // the child is killed and reaped and the exception leaves spawn_child.
+  std::function<void(pid_t)> before_exec;
 };
 
 // Starts a child on kwb's main thread (util/interrupt.h: require_main_thread) that cannot outlive kwb: it leads a
 // process group of its own, registered for interruption (register_child_group), and arms PR_SET_PDEATHSIG(SIGKILL)
-// before exec, then exits at once if kwb is already gone. It gets stdin from /dev/null, the two given descriptors
-// and nothing else, an empty signal mask and default signal dispositions. Returns its pid, or -1 with
-// `exec_errno` set when it could not be executed (the child has been reaped then).
+// before exec, then exits at once if kwb is already gone. It gets stdin from /dev/null, the two given descriptors,
+// the inherited ones and nothing else, an empty signal mask and default signal dispositions. Returns its pid, or -1
+// with `exec_errno` set when it could not be executed (the child has been reaped then).
 pid_t spawn_child(const ChildSpec& spec, int& exec_errno);
 
 // Waits for the child to exit, kills whatever it left in its process group, unregisters the group and reaps the
