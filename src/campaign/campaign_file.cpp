@@ -1,5 +1,6 @@
 #include "campaign/campaign_file.h"
 
+#include "campaign/toml_reader.h"
 #include "task/task.h"
 #include "util/error.h"
 
@@ -19,6 +20,9 @@ namespace kwb {
 namespace {
 
 namespace fs = std::filesystem;
+using toml_file::fail;
+using toml_file::line_of;
+using toml_file::Reader;
 
 // How a [validate] key is written in TOML and on kwb validate's command line.
 enum class ValueKind { number, integer, text, texts, flag };
@@ -46,65 +50,6 @@ const std::vector<KeySpec>& key_specs() {
   };
   return specs;
 }
-
-int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
-
-// The one shape of every error: file:line: field: what is wrong; fix.
-[[noreturn]] void fail(const fs::path& file, int line, const std::string& field, const std::string& what) {
-  throw DataError(fmt::format("{}:{}: {}: {}", file.string(), line, field, what));
-}
-
-class Reader {
-public:
-  explicit Reader(fs::path file) : m_file(std::move(file)) {}
-  const fs::path& file() const { return m_file; }
-
-  // Refuses a key of `t` not in `known`: a typo would otherwise silently mean a default.
-  void only(const toml::table& t, const std::string& where, const std::vector<std::string>& known) const {
-    for (auto&& [k, v] : t) {
-      if (std::find(known.begin(), known.end(), std::string(k.str())) == known.end()) {
-        fail(m_file, line_of(v), where.empty() ? std::string(k.str()) : where + "." + std::string(k.str()),
-             fmt::format("unknown key; the keys here are {}", fmt::join(known, ", ")));
-      }
-    }
-  }
-
-  std::optional<std::string> text(const toml::table& t, const std::string& key, const std::string& field) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::nullopt;
-    if (!n->is_string()) fail(m_file, line_of(*n), field, "must be a string, e.g. " + field + " = \"...\"");
-    return n->value<std::string>();
-  }
-
-  // A number in [min, max] (an integer is a number too).
-  std::optional<double> number(const toml::table& t, const std::string& key, const std::string& field, double min,
-                               double max) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return std::nullopt;
-    if (!n->is_number()) fail(m_file, line_of(*n), field, fmt::format("must be a number from {} to {}", min, max));
-    const double v = n->value<double>().value_or(std::nan(""));
-    if (!std::isfinite(v) || v < min || v > max) {
-      fail(m_file, line_of(*n), field, fmt::format("{} is out of range: give a number from {} to {}", v, min, max));
-    }
-    return v;
-  }
-
-  std::vector<std::string> texts(const toml::table& t, const std::string& key, const std::string& field) const {
-    const toml::node* n = t.get(key);
-    if (n == nullptr) return {};
-    const toml::array* a = n->as_array();
-    if (a == nullptr) fail(m_file, line_of(*n), field, "must be an array of strings, e.g. " + field + " = [\"a\"]");
-    std::vector<std::string> out;
-    for (const toml::node& e : *a) {
-      if (!e.is_string()) fail(m_file, line_of(e), field, "every element must be a string");
-      out.push_back(*e.value<std::string>());
-    }
-    return out;
-  }
-
-private:
-  fs::path m_file;
-};
 
 // A [validate] value as kwb validate's command line spells it ("" for a flag that is set).
 std::string flag_value(const Reader& r, const KeySpec& s, const toml::node& n) {
@@ -273,12 +218,13 @@ ExecutorKind executor_kind(const Reader& r, const toml::table& t) {
        fmt::format("unknown executor '{}' (expected local or slurm)", *kind));
 }
 
-void read_executor(const Reader& r, const toml::table& t, Campaign& c) {
+ExecutorTable read_executor(const Reader& r, const toml::table& t) {
   r.only(t, "executor", {"kind", "poll_seconds", "partition", "account", "gres", "sbatch_options"});
-  c.executor = executor_kind(r, t);
+  ExecutorTable c;
+  c.kind = executor_kind(r, t);
   c.poll_seconds = r.number(t, "poll_seconds", "executor.poll_seconds", 0.05, 600.0).value_or(0.0);
   for (const char* key : {"partition", "account", "gres", "sbatch_options"}) {
-    if (c.executor == ExecutorKind::local && t.contains(key)) {
+    if (c.kind == ExecutorKind::local && t.contains(key)) {
       fail(r.file(), line_of(*t.get(key)), std::string("executor.") + key,
            "is a Slurm option, but executor.kind is local: remove it, or set kind = \"slurm\"");
     }
@@ -295,9 +241,12 @@ void read_executor(const Reader& r, const toml::table& t, Campaign& c) {
       }
     }
   }
+  return c;
 }
 
-toml::table parse(const fs::path& file) {
+}  // namespace
+
+toml::table parse_toml_file(const fs::path& file) {
   try {
     return toml::parse_file(file.string());
   } catch (const toml::parse_error& e) {
@@ -306,7 +255,12 @@ toml::table parse(const fs::path& file) {
   }
 }
 
-}  // namespace
+ExecutorTable read_executor_table(const fs::path& file, const toml::table& t) { return read_executor(Reader(file), t); }
+
+std::vector<ValidateFlag> read_validate_table(const fs::path& file, const toml::table& t, const FlagCheck& check,
+                                              BackendKind& backend) {
+  return validate_flags(Reader(file), t, check, backend);
+}
 
 std::string_view to_string(ExecutorKind k) { return k == ExecutorKind::local ? "local" : "slurm"; }
 
@@ -325,7 +279,7 @@ Campaign load_campaign(const fs::path& given, const FlagCheck& check) {
     throw DataError(fmt::format("{}: no such campaign file (give a campaign's .toml; docs/campaigns.md)", given.string()));
   }
   const Reader r(file);
-  const toml::table root = parse(file);
+  const toml::table root = parse_toml_file(file);
   r.only(root, "", {"name", "storage", "run_limit_minutes", "queue_limit_minutes", "executor", "validate", "tasks"});
   const fs::path base = file.parent_path();
   Campaign c;
@@ -341,7 +295,12 @@ Campaign load_campaign(const fs::path& given, const FlagCheck& check) {
       fail(file, line_of(*n), table, fmt::format("must be a table: [{}]", table));
     }
   }
-  if (const toml::table* e = root["executor"].as_table()) read_executor(r, *e, c);
+  if (const toml::table* e = root["executor"].as_table()) {
+    const ExecutorTable x = read_executor(r, *e);
+    c.executor = x.kind;
+    c.poll_seconds = x.poll_seconds;
+    c.slurm = x.slurm;
+  }
   if (const toml::table* v = root["validate"].as_table()) c.validate = validate_flags(r, *v, check, c.backend);
   const toml::array* tasks = root["tasks"].as_array();
   if (tasks == nullptr || tasks->empty()) {

@@ -6,6 +6,8 @@
 
 #include "util/backend_kind.h"
 
+#include <toml++/toml.h>
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -69,5 +71,22 @@ const std::vector<std::string>& validate_keys();
 // Reads and checks `file`: its tasks load (load_task), its sources exist, its globs and folders match at least one
 // file, every number is in its range. DataError (65) naming file:line, the field and the fix.
 Campaign load_campaign(const std::filesystem::path& file, const FlagCheck& check);
+
+// ---- shared with the experiment file (experiment/experiment_file.h), which has the same tables ----------------------
+
+// The file parsed; DataError naming file:line on a syntax error.
+toml::table parse_toml_file(const std::filesystem::path& file);
+
+// [executor], checked as a campaign checks it.
+struct ExecutorTable {
+  ExecutorKind kind = ExecutorKind::local;
+  double poll_seconds = 0.0;
+  SlurmOptions slurm;
+};
+ExecutorTable read_executor_table(const std::filesystem::path& file, const toml::table& t);
+
+// [validate], checked as a campaign checks it; sets `backend` from validate.backend when given.
+std::vector<ValidateFlag> read_validate_table(const std::filesystem::path& file, const toml::table& t,
+                                              const FlagCheck& check, BackendKind& backend);
 
 }  // namespace kwb

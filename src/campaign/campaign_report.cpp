@@ -15,16 +15,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// One line of a report table, as plain text per column; each view escapes it its own way.
-struct Row {
-  std::vector<std::string> cells;
-  std::string link;  // the bundle (relative), rendered in the last column
-};
-
-struct Table {
-  std::vector<std::string> header;
-  std::vector<Row> rows;
-};
+using Row = ReportRow;
+using Table = ReportTable;
 
 struct TaskSection {
   std::string task;
@@ -154,6 +146,8 @@ Report build(const CampaignReportInput& in) {
   return r;
 }
 
+}  // namespace
+
 // ---- Markdown -------------------------------------------------------------------------------------------------------
 
 std::string md_table(const Table& t) {
@@ -164,7 +158,8 @@ std::string md_table(const Table& t) {
   for (const Row& r : t.rows) {
     out += "|";
     for (const std::string& c : r.cells) out += " " + escape_markdown(c) + " |";
-    out += r.link.empty() ? " - |\n" : fmt::format(" [bundle]({}) |\n", r.link);
+    if (t.links) out += r.link.empty() ? " - |" : fmt::format(" [{}]({}) |", escape_markdown(r.link_text), r.link);
+    out += "\n";
   }
   return out;
 }
@@ -179,13 +174,14 @@ std::string html_table(const Table& t) {
   for (const Row& r : t.rows) {
     out += "<tr>";
     for (const std::string& c : r.cells) out += "<td>" + svg::escape(c) + "</td>";
-    out += r.link.empty() ? "<td>-</td>" : fmt::format("<td><a href=\"{}\">bundle</a></td>", svg::escape(r.link));
+    if (t.links) {
+      out += r.link.empty() ? "<td>-</td>"
+                            : fmt::format("<td><a href=\"{}\">{}</a></td>", svg::escape(r.link), svg::escape(r.link_text));
+    }
     out += "</tr>\n";
   }
   return out + "</table>\n";
 }
-
-}  // namespace
 
 double speedup_factor(double improvement_pct) { return 100.0 / (100.0 - improvement_pct); }
 

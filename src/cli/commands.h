@@ -27,6 +27,7 @@ using Action = std::function<int()>;
 [[nodiscard]] Action add_revalidate(CLI::App& root);
 [[nodiscard]] Action add_new_task(CLI::App& root);
 [[nodiscard]] Action add_campaign(CLI::App& root);
+[[nodiscard]] Action add_experiment(CLI::App& root);
 
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the

@@ -35,14 +35,6 @@ std::string read_holder(int fd) {
   return s;
 }
 
-std::string clock_time(int64_t unix_ns) {
-  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000);
-  std::tm tm{};
-  ::gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int err) {
   throw Error(ExitCode::io_error,
@@ -239,6 +231,15 @@ void TimingLock::release() {
   m_record.released_unix_ns = unix_now_ns();
   (void)::flock(m_fd.get(), LOCK_UN);
   m_fd.reset();
+}
+
+std::string clock_time(int64_t unix_ns) {
+  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 }  // namespace kwb

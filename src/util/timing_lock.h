@@ -93,4 +93,7 @@ private:
 
 int64_t unix_now_ns();
 
+// A Unix time in nanoseconds as UTC, ISO 8601 to the second ("2026-12-02T10:15:21Z").
+std::string clock_time(int64_t unix_ns);
+
 }  // namespace kwb

@@ -201,6 +201,30 @@ def main():
             checker.error("campaign run", f"exit {p.returncode}, expected 0; stderr:\n{p.stderr[-2000:]}")
         checker.check_file("campaign state campaign.json", tmp / "campaign-out" / "campaign.json")
         run("campaign status", ["campaign", "status", str(campaign), "--json"], {0})
+        # An experiment of one task, one seed, one attempt (nothing timed): arm a proposes the error control, which
+        # fails its check; arm b writes nothing. Its plan, trajectory records, analysis and status.
+        (tmp / "arm").mkdir()
+        (tmp / "arm" / "control.cpp").write_text(control.read_text())
+        experiment = tmp / "experiment.toml"
+        experiment.write_text(f'name = "schemas"\nstorage = "experiment-out"\nseeds = [1]\nattempts = 1\n'
+                              f'[validate]\nworkloads = ["decode"]\nlayouts = 2\nno_profile = true\n'
+                              f'[[tasks]]\ndir = "{task}"\n'
+                              f'[[arms]]\nname = "a"\ncommand = ["sh", "-c", "cp control.cpp \\"$KWB_OUTPUT\\""]\n'
+                              f'files = ["arm/control.cpp"]\n'
+                              f'[[arms]]\nname = "b"\ncommand = ["sh", "-c", "exit 3"]\n')
+        started = time.monotonic()
+        p = subprocess.run([kwb, "experiment", "run", str(experiment)], cwd=tmp, env=env, capture_output=True,
+                           text=True, timeout=900)
+        print(f"ran  experiment run: exit {p.returncode}, {time.monotonic() - started:.1f} s", flush=True)
+        if p.returncode != 2:
+            checker.error("experiment run", f"exit {p.returncode}, expected 2 (INCONCLUSIVE); stderr:\n"
+                                            f"{p.stderr[-2000:]}")
+        out = tmp / "experiment-out"
+        checker.check_file("experiment plan experiment.json", out / "experiment.json")
+        checker.check_file("experiment analysis.json", out / "analysis.json")
+        for record in sorted(out.glob("trajectories/*/trajectory.json")):
+            checker.check_file(f"experiment {record.parent.name}/trajectory.json", record)
+        run("experiment status", ["experiment", "status", str(out), "--json"], {0})
         # kwb mcp's list_tasks runs in the server, not as a verb: its result (kwb.tasks), from one exchange.
         messages = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize",

@@ -1,0 +1,161 @@
+// kwb experiment run FILE | trajectory DIR ID | status FILE|DIR | report FILE|DIR (docs/experiments.md): does one
+// candidate generator produce better kernels than another? Two arms, paired by task and seed, every proposal judged
+// by kwb validate, the difference given with its interval.
+#include "cli/commands.h"
+#include "experiment/experiment_file.h"
+#include "experiment/plan.h"
+#include "experiment/runner.h"
+#include "experiment/trajectory.h"
+#include "util/error.h"
+#include "util/json_text.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+namespace kwb::cli {
+
+// Named, not anonymous: the unity build puts every verb's file in one translation unit.
+namespace experiment_verbs {
+
+namespace fs = std::filesystem;
+
+// An experiment's storage folder, from the folder itself or from its experiment file.
+fs::path storage_of(const std::string& given) {
+  if (fs::is_regular_file(given)) return load_experiment(given, check_validate_flag).storage;
+  if (!fs::is_regular_file(ExperimentPaths{given}.plan())) {
+    throw UsageError(fmt::format("{}: neither an experiment file nor an experiment's storage folder (one holds "
+                                 "experiment.json once kwb experiment run has started)",
+                                 given));
+  }
+  return fs::absolute(given).lexically_normal();
+}
+
+// validate's exit codes for the experiment's four outcomes: a difference shown either way 0, INCONCLUSIVE 2,
+// INVALID 3.
+int exit_code_of(const std::string& verdict) {
+  if (verdict == "B_BETTER" || verdict == "A_BETTER") return 0;
+  if (verdict == "INCONCLUSIVE") return 2;
+  return 3;
+}
+
+std::string summary_line(const nlohmann::json& an) {
+  const nlohmann::json& d = an["difference"];
+  return fmt::format("verdict: {} ({}); mean d {:+.4f}, {:.0f}% interval [{:+.4f}, {:+.4f}] ({}, {} pairs), B/A "
+                     "{:.3f}x [{:.3f}x, {:.3f}x]",
+                     an.value("verdict_text", ""), an.value("verdict", ""), d.value("mean", 0.0),
+                     an.value("confidence", 0.95) * 100.0, d.value("low", 0.0), d.value("high", 0.0),
+                     d.value("method", ""), d.value("pairs", 0), d.value("ratio", 1.0), d.value("ratio_low", 1.0),
+                     d.value("ratio_high", 1.0));
+}
+
+int run_verb(const std::string& file, bool dry_run) {
+  const Experiment x = load_experiment(file, check_validate_flag);
+  std::unique_ptr<Executor> executor = make_experiment_executor(x);
+  std::cerr << fmt::format("kwb experiment: {} ({} x {} task(s) x {} seed(s) x {} attempt(s), executor {}, storage "
+                           "{})\n",
+                           x.name, x.arms.size(), x.tasks.size(), x.seeds.size(), x.attempts,
+                           to_string(x.executor.kind), x.storage.string());
+  const ExperimentRunSummary s = run_experiment(
+      x, *executor, fs::read_symlink("/proc/self/exe"),
+      [](const std::string& line) { std::cerr << "kwb experiment: " << line << "\n"; }, dry_run);
+  if (dry_run) {
+    std::cout << fmt::format("experiment {}: frozen ({}); {} trajectories, {} done earlier; nothing run (--dry-run)\n",
+                             x.name, ExperimentPaths{x.storage}.plan().string(), s.trajectories, s.skipped);
+    return 0;
+  }
+  const nlohmann::json an = write_experiment_reports(x.storage);
+  std::cout << fmt::format("experiment {}: {} trajectories, {} done earlier, {} run now ({} without an outcome) in "
+                           "{:.0f} s\n{}\nanalysis: {}\nreport: {}\n",
+                           x.name, s.trajectories, s.skipped, s.started, s.failed, s.wall_seconds, summary_line(an),
+                           ExperimentPaths{x.storage}.analysis().string(), (x.storage / "report.md").string());
+  return exit_code_of(an.value("verdict", "INVALID"));
+}
+
+int trajectory_verb(const std::string& storage, const std::string& id) {
+  const nlohmann::json r = run_trajectory(storage, id, fs::read_symlink("/proc/self/exe"));
+  std::cout << fmt::format("trajectory {}: {}\n", id, r.value("status", ""));
+  return r.value("status", "") == "done" ? 0 : static_cast<int>(ExitCode::rejected);
+}
+
+int status_verb(const std::string& given, bool json) {
+  const fs::path storage = storage_of(given);
+  const nlohmann::json plan = load_frozen_plan(storage);
+  const std::vector<nlohmann::json> records = trajectory_records(storage);
+  std::map<std::string, int> counts;
+  nlohmann::json list = nlohmann::json::array();
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    const std::string id = t["id"].get<std::string>();
+    std::string status = "pending";
+    int attempts = 0;
+    for (const nlohmann::json& r : records) {
+      if (r.value("id", "") == id) {
+        status = r.value("status", "running");
+        attempts = static_cast<int>(r.value("attempts", nlohmann::json::array()).size());
+      }
+    }
+    ++counts[status];
+    list.push_back({{"id", id}, {"status", status}, {"attempts_done", attempts}});
+  }
+  if (json) {
+    std::cout << json_text({{"schema", "kwb.experiment_status"}, {"schema_version", 1}, {"name", plan.value("name", "")}, {"storage", storage.string()}, {"counts", counts},
+                            {"trajectories", list}},
+                           2)
+              << "\n";
+    return 0;
+  }
+  std::cout << fmt::format("experiment {} ({}):\n", plan.value("name", ""), storage.string());
+  for (const nlohmann::json& t : list) {
+    std::cout << fmt::format("  {:<48} {:<8} {} of {} attempt(s)\n", t["id"].get<std::string>(),
+                             t["status"].get<std::string>(), t["attempts_done"].get<int>(),
+                             plan["settings"]["attempts"].get<int>());
+  }
+  for (const auto& [k, n] : counts) std::cout << fmt::format("{} {}\n", n, k);
+  return 0;
+}
+
+int report_verb(const std::string& given) {
+  const fs::path storage = storage_of(given);
+  const nlohmann::json an = write_experiment_reports(storage);
+  std::cout << summary_line(an) << "\n"
+            << fmt::format("{}\n{}\n{}\n", ExperimentPaths{storage}.analysis().string(),
+                           (storage / "report.md").string(), (storage / "report.html").string());
+  return 0;
+}
+
+}  // namespace experiment_verbs
+
+Action add_experiment(CLI::App& root) {
+  struct Args {
+    std::string target;
+    std::string id;
+    bool json = false;
+    bool dry_run = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* app = root.add_subcommand("experiment", "Does one candidate generator (an agent, a skill) produce better "
+                                                    "kernels than another? A paired two-arm evaluation "
+                                                    "(docs/experiments.md)");
+  app->require_subcommand(1);
+  CLI::App* run = app->add_subcommand("run", "Freeze and run (or resume) the experiment a TOML file describes, then "
+                                             "analyze it");
+  run->add_option("file", a->target, "Experiment file (.toml)")->required();
+  run->add_flag("--dry-run", a->dry_run, "Freeze the plan and say what would run; run nothing");
+  CLI::App* traj = app->add_subcommand("trajectory", "Run one trajectory of a frozen experiment (what each job runs)");
+  traj->add_option("storage", a->target, "The experiment's storage folder")->required();
+  traj->add_option("id", a->id, "The trajectory's id (experiment.json's trajectories[].id)")->required();
+  CLI::App* status = app->add_subcommand("status", "Each trajectory: pending, running, done or invalid");
+  status->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
+  status->add_flag("--json", a->json, "Print as JSON");
+  CLI::App* report = app->add_subcommand("report", "Analyze and write analysis.json, report.md and report.html");
+  report->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
+  return [a, run, traj, status, report]() {
+    if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run);
+    if (traj->parsed()) return experiment_verbs::trajectory_verb(a->target, a->id);
+    if (status->parsed()) return experiment_verbs::status_verb(a->target, a->json);
+    if (report->parsed()) return experiment_verbs::report_verb(a->target);
+    return static_cast<int>(ExitCode::usage);
+  };
+}
+
+}  // namespace kwb::cli

@@ -1,0 +1,300 @@
+#include "experiment/analysis.h"
+
+#include "stats/distributions.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kwb {
+
+namespace {
+
+// The p of fast_p: 0 is "correct" (KernelBench's fast_0), 1 "faster than the baseline at all".
+const std::vector<double> k_fast_p = {0.0, 1.0, 1.1, 1.25, 1.5, 2.0};
+
+double mean_of(const std::vector<double>& x) {
+  return x.empty() ? 0.0 : std::accumulate(x.begin(), x.end(), 0.0) / static_cast<double>(x.size());
+}
+
+double variance_of(const std::vector<double>& x) {  // sample variance (n - 1)
+  if (x.size() < 2) return 0.0;
+  const double m = mean_of(x);
+  double s = 0.0;
+  for (double v : x) s += (v - m) * (v - m);
+  return s / static_cast<double>(x.size() - 1);
+}
+
+std::string fast_key(double p) { return p == 0.0 ? "0" : fmt::format("{:g}", p); }
+
+}  // namespace
+
+TrajectoryOutcome outcome_of(const nlohmann::json& r) {
+  TrajectoryOutcome o;
+  o.id = r.value("id", "");
+  o.arm = r.value("arm_index", 0);
+  o.task = r.value("task", "");
+  o.seed = r.value("seed", std::int64_t{0});
+  o.status = r.value("status", "missing");
+  o.detail = r.value("detail", "");
+  for (const nlohmann::json& a : r.value("attempts", nlohmann::json::array())) {
+    if (a.value("kept", false)) ++o.keeps;
+    ++o.categories[a.value("category", "error")];
+    if (a.contains("generator") && a["generator"].is_object()) {
+      const nlohmann::json& g = a["generator"];
+      o.generator_wall_s += g.value("wall_seconds", 0.0);
+      o.generator_cpu_s += g.value("cpu_seconds", 0.0);
+      o.violations += static_cast<int>(g.value("violations", nlohmann::json::array()).size()) +
+                      g.value("violations_dropped", 0);
+    }
+    o.validate_s += a.value("validate_seconds", 0.0);
+  }
+  if (const nlohmann::json f = r.value("final", nlohmann::json()); f.is_object()) {
+    o.validate_s += f.value("validate_seconds", 0.0);
+    const std::string s = f.value("status", "");
+    if (o.status == "done" && (s == "measured" || s == "baseline")) {
+      o.measured = s == "measured";
+      o.log_speedup = f.value("log_speedup", 0.0);
+      o.log_low = f.value("log_low", 0.0);
+      o.log_high = f.value("log_high", 0.0);
+    }
+  }
+  return o;
+}
+
+PairedInterval paired_interval(const std::map<std::string, std::vector<double>>& by_task, double confidence) {
+  PairedInterval out;
+  std::vector<double> all;
+  bool stratifiable = !by_task.empty();
+  for (const auto& [task, d] : by_task) {
+    all.insert(all.end(), d.begin(), d.end());
+    if (d.size() < 2) stratifiable = false;
+  }
+  out.pairs = all.size();
+  if (all.empty()) {
+    out.method = "none";
+    return out;
+  }
+  const double alpha = 1.0 - confidence;
+  if (stratifiable) {
+    // Tasks weighted equally: the mean of the task means; Var = sum_t (1/T)^2 s_t^2 / n_t; Welch-Satterthwaite df.
+    const double T = static_cast<double>(by_task.size());
+    double mean = 0.0, var = 0.0, df_den = 0.0;
+    for (const auto& [task, d] : by_task) {
+      const double n = static_cast<double>(d.size());
+      const double v = variance_of(d) / (T * T * n);
+      mean += mean_of(d) / T;
+      var += v;
+      df_den += v * v / (n - 1.0);
+    }
+    out.mean = mean;
+    out.method = "stratified paired t";
+    if (var <= 0.0) {
+      out.low = out.high = mean;
+      out.df = std::numeric_limits<double>::infinity();
+      return out;
+    }
+    out.df = var * var / df_den;
+    const double q = stats::student_t_quantile(1.0 - alpha / 2.0, out.df);
+    out.low = mean - q * std::sqrt(var);
+    out.high = mean + q * std::sqrt(var);
+    return out;
+  }
+  out.mean = mean_of(all);
+  if (all.size() < 2) {
+    out.method = "none";
+    out.low = out.high = out.mean;
+    return out;
+  }
+  out.method = "paired t";
+  const double var = variance_of(all) / static_cast<double>(all.size());
+  out.df = static_cast<double>(all.size() - 1);
+  if (var <= 0.0) {
+    out.low = out.high = out.mean;
+    return out;
+  }
+  const double q = stats::student_t_quantile(1.0 - alpha / 2.0, out.df);
+  out.low = out.mean - q * std::sqrt(var);
+  out.high = out.mean + q * std::sqrt(var);
+  return out;
+}
+
+nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& outcomes,
+                                  const std::string& digest) {
+  const double confidence = plan["settings"].value("confidence", 0.95);
+  std::vector<std::string> arm_names;
+  for (const nlohmann::json& a : plan["arms"]) arm_names.push_back(a["name"].get<std::string>());
+
+  // Every planned trajectory, with its outcome or as missing.
+  std::map<std::string, TrajectoryOutcome> by_id;
+  for (const TrajectoryOutcome& o : outcomes) by_id[o.id] = o;
+  std::vector<TrajectoryOutcome> all;
+  nlohmann::json missing = nlohmann::json::array();
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    const std::string id = t["id"].get<std::string>();
+    TrajectoryOutcome o;
+    if (auto it = by_id.find(id); it != by_id.end()) {
+      o = it->second;
+    } else {
+      o.id = id;
+      o.arm = t["arm_index"].get<int>();
+      o.task = t["task"].get<std::string>();
+      o.seed = t["seed"].get<std::int64_t>();
+      o.status = "missing";
+      o.detail = "no trajectory record";
+    }
+    if (!o.log_speedup) {
+      missing.push_back({{"id", id}, {"status", o.status}, {"detail", o.detail}});
+    }
+    all.push_back(std::move(o));
+  }
+
+  // The pairs: (task, seed) with both arms' outcomes.
+  std::map<std::string, std::vector<double>> d_by_task;
+  nlohmann::json pairs = nlohmann::json::array();
+  size_t b_wins = 0, a_wins = 0, ties = 0;
+  for (const nlohmann::json& task : plan["tasks"]) {
+    const std::string name = task["name"].get<std::string>();
+    for (const nlohmann::json& seed_j : plan["settings"]["seeds"]) {
+      const std::int64_t seed = seed_j.get<std::int64_t>();
+      const TrajectoryOutcome* side[2] = {nullptr, nullptr};
+      for (const TrajectoryOutcome& o : all) {
+        if (o.task == name && o.seed == seed && o.arm >= 0 && o.arm < 2) side[o.arm] = &o;
+      }
+      nlohmann::json p = {{"task", name}, {"seed", seed}, {"a", side[0] ? side[0]->id : ""},
+                          {"b", side[1] ? side[1]->id : ""}, {"log_speedup_a", nullptr}, {"log_speedup_b", nullptr},
+                          {"d", nullptr}};
+      if (side[0] && side[0]->log_speedup) p["log_speedup_a"] = *side[0]->log_speedup;
+      if (side[1] && side[1]->log_speedup) p["log_speedup_b"] = *side[1]->log_speedup;
+      if (side[0] && side[1] && side[0]->log_speedup && side[1]->log_speedup) {
+        const double d = *side[1]->log_speedup - *side[0]->log_speedup;
+        p["d"] = d;
+        d_by_task[name].push_back(d);
+        if (d > 0.0) {
+          ++b_wins;
+        } else if (d < 0.0) {
+          ++a_wins;
+        } else {
+          ++ties;
+        }
+      }
+      pairs.push_back(std::move(p));
+    }
+  }
+  const PairedInterval iv = paired_interval(d_by_task, confidence);
+  const size_t planned_pairs = plan["tasks"].size() * plan["settings"]["seeds"].size();
+
+  std::string verdict;
+  std::vector<std::string> reasons;
+  if (!missing.empty()) {
+    verdict = "INVALID";
+    reasons.push_back(fmt::format("{} of {} trajectories have no outcome (failed, invalid or not run): nothing is "
+                                  "decided with evidence missing; see `missing`",
+                                  missing.size(), all.size()));
+  } else if (iv.method == "none") {
+    verdict = "INCONCLUSIVE";
+    reasons.push_back(fmt::format("{} pair(s): an interval needs at least two", iv.pairs));
+  } else if (iv.low > 0.0) {
+    verdict = "B_BETTER";
+    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
+                                  "{:+.4f}], lies above 0",
+                                  arm_names[1], confidence * 100.0, iv.low, iv.high));
+  } else if (iv.high < 0.0) {
+    verdict = "A_BETTER";
+    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
+                                  "{:+.4f}], lies below 0",
+                                  arm_names[0], confidence * 100.0, iv.low, iv.high));
+  } else {
+    verdict = "INCONCLUSIVE";
+    reasons.push_back(fmt::format("no difference shown: the {:.0f}% interval of the mean log-speedup difference, "
+                                  "[{:+.4f}, {:+.4f}], contains 0 (ratio {:.3f}x to {:.3f}x)",
+                                  confidence * 100.0, iv.low, iv.high, std::exp(iv.low), std::exp(iv.high)));
+  }
+  std::string verdict_text = verdict == "B_BETTER"   ? arm_names[1] + " better"
+                             : verdict == "A_BETTER" ? arm_names[0] + " better"
+                                                     : verdict;
+
+  nlohmann::json by_task = nlohmann::json::array();
+  for (const auto& [task, d] : d_by_task) {
+    by_task.push_back({{"task", task}, {"pairs", d.size()}, {"mean_d", mean_of(d)}, {"d", d}});
+  }
+
+  nlohmann::json arms = nlohmann::json::array();
+  for (int a = 0; a < 2; ++a) {
+    int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
+    double gw = 0, gc = 0, vs = 0, log_sum = 0;
+    std::map<std::string, int> cats;
+    nlohmann::json fast = nlohmann::json::object();
+    std::vector<double> speedups;
+    for (const TrajectoryOutcome& o : all) {
+      if (o.arm != a) continue;
+      ++n;
+      keeps += o.keeps;
+      violations += o.violations;
+      gw += o.generator_wall_s;
+      gc += o.generator_cpu_s;
+      vs += o.validate_s;
+      for (const auto& [c, k] : o.categories) {
+        cats[c] += k;
+        attempts += k;
+      }
+      if (o.log_speedup) {
+        ++correct;
+        speedups.push_back(std::exp(*o.log_speedup));
+        log_sum += *o.log_speedup;
+      }
+    }
+    for (double p : k_fast_p) {
+      const auto k = std::count_if(speedups.begin(), speedups.end(), [p](double s) { return p == 0.0 || s > p; });
+      fast[fast_key(p)] = n == 0 ? 0.0 : static_cast<double>(k) / n;
+    }
+    arms.push_back({{"name", arm_names[static_cast<size_t>(a)]},
+                    {"label", a == 0 ? "A" : "B"},
+                    {"trajectories", n},
+                    {"with_outcome", correct},
+                    {"keeps", keeps},
+                    {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
+                    {"fast_p", fast},
+                    {"attempts", attempts},
+                    {"categories", cats},
+                    {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
+                    {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
+                    {"sandbox_violations", violations},
+                    {"cost",
+                     {{"generator_wall_seconds", gw}, {"generator_cpu_seconds", gc}, {"validate_seconds", vs},
+                      {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts}}}});
+  }
+
+  const auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  return {{"schema", "kwb.experiment_analysis"},
+          {"schema_version", k_experiment_analysis_schema_version},
+          {"plan_digest", digest},
+          {"name", plan.value("name", "")},
+          {"verdict", verdict},
+          {"verdict_text", verdict_text},
+          {"reasons", reasons},
+          {"confidence", confidence},
+          {"difference",
+           {{"estimand", "mean over (task, seed) pairs, tasks weighted equally, of ln(speedup_B) - ln(speedup_A)"},
+            {"method", iv.method},
+            {"pairs", iv.pairs},
+            {"planned_pairs", planned_pairs},
+            {"mean", iv.mean},
+            {"low", iv.low},
+            {"high", iv.high},
+            {"df", num(iv.df)},
+            {"ratio", std::exp(iv.mean)},
+            {"ratio_low", std::exp(iv.low)},
+            {"ratio_high", std::exp(iv.high)}}},
+          {"win_rate",
+           {{"b_wins", b_wins}, {"a_wins", a_wins}, {"ties", ties},
+            {"b_rate", iv.pairs == 0 ? 0.0 : (static_cast<double>(b_wins) + 0.5 * static_cast<double>(ties)) / static_cast<double>(iv.pairs)}}},
+          {"by_task", by_task},
+          {"arms", arms},
+          {"pairs", pairs},
+          {"missing", missing}};
+}
+
+}  // namespace kwb

@@ -1,0 +1,198 @@
+#include "experiment/experiment_file.h"
+
+#include "campaign/toml_reader.h"
+#include "task/task.h"
+
+#include <set>
+
+namespace kwb {
+
+namespace {
+
+namespace fs = std::filesystem;
+using toml_file::fail;
+using toml_file::line_of;
+using toml_file::Reader;
+
+bool is_name(const std::string& s) {
+  if (s.empty() || s.size() > 32) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
+  });
+}
+
+ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, const fs::path& base) {
+  const std::string where = fmt::format("arms[{}]", index);
+  r.only(t, where, {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds"});
+  ExperimentArm a;
+  a.line = line_of(t);
+  a.name = r.text(t, "name", where + ".name").value_or("");
+  if (!is_name(a.name)) {
+    fail(r.file(), a.line, where + ".name",
+         fmt::format("'{}' is not an arm name: give 1 to 32 letters, digits, '-' or '_', e.g. name = \"tuner\"",
+                     a.name));
+  }
+  a.command = r.texts(t, "command", where + ".command");
+  if (a.command.empty() || a.command.front().empty()) {
+    fail(r.file(), t.get("command") ? line_of(*t.get("command")) : a.line, where + ".command",
+         "missing or empty: give the generator's argv, e.g. command = [\"python3\", \"tuner.py\"] (docs/arms.md)");
+  }
+  if (const toml::node* n = t.get("env")) {
+    const toml::table* e = n->as_table();
+    if (e == nullptr) fail(r.file(), line_of(*n), where + ".env", "must be a table, e.g. env = { MODEL = \"x\" }");
+    for (auto&& [k, v] : *e) {
+      const std::string key(k.str());
+      if (!v.is_string()) fail(r.file(), line_of(v), where + ".env." + key, "must be a string");
+      if (key.starts_with("KWB_") || key == "PATH" || key == "HOME" || key == "TMPDIR") {
+        fail(r.file(), line_of(v), where + ".env." + key,
+             "is set by kwb for every generator (docs/arms.md, The protocol): remove it");
+      }
+      a.env.emplace_back(key, *v.value<std::string>());
+    }
+    std::sort(a.env.begin(), a.env.end());
+  }
+  std::set<std::string> names;
+  for (const std::string& f : r.texts(t, "files", where + ".files")) {
+    const fs::path p = fs::absolute(base / f).lexically_normal();
+    if (!fs::exists(p)) {
+      fail(r.file(), line_of(*t.get("files")), where + ".files",
+           fmt::format("'{}' ({}) does not exist: name files or folders relative to the experiment file's folder",
+                       f, p.string()));
+    }
+    if (!names.insert(p.filename().string()).second) {
+      fail(r.file(), line_of(*t.get("files")), where + ".files",
+           fmt::format("two entries are named '{}': each is copied into the arm's folder under its own name",
+                       p.filename().string()));
+    }
+    a.files.push_back(p);
+  }
+  a.timeout_seconds = r.number(t, "timeout_seconds", where + ".timeout_seconds", 1.0, 86400.0).value_or(300.0);
+  a.cpu_seconds = r.number(t, "cpu_seconds", where + ".cpu_seconds", 1.0, 86400.0).value_or(600.0);
+  return a;
+}
+
+ExperimentTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base,
+                         BackendKind backend, const std::vector<ValidateFlag>& flags) {
+  const std::string where = fmt::format("tasks[{}]", index);
+  r.only(t, where, {"dir"});
+  ExperimentTask et;
+  et.line = line_of(t);
+  const std::optional<std::string> dir = r.text(t, "dir", where + ".dir");
+  if (!dir) fail(r.file(), et.line, where + ".dir", "missing: name the task folder, e.g. dir = \"tasks/rmsnorm\"");
+  et.dir = fs::absolute(base / *dir).lexically_normal();
+  if (!fs::is_regular_file(et.dir / "task.toml")) {
+    fail(r.file(), line_of(*t.get("dir")), where + ".dir",
+         fmt::format("'{}' ({}) holds no task.toml: name a task folder", *dir, et.dir.string()));
+  }
+  const Task task = load_task(et.dir);
+  et.name = task.name;
+  if (!task.backends.contains(backend)) {
+    fail(r.file(), et.line, where + ".dir",
+         fmt::format("task {} has no [backends.{}] section: pick another validate.backend", task.name, backend));
+  }
+  for (const ValidateFlag& f : flags) {
+    if (f.flag != "--workload") continue;
+    const Case* c = task.find_case(f.value);
+    if (c == nullptr || c->role != CaseRole::timing) {
+      fail(r.file(), f.line, "validate.workloads",
+           fmt::format("task {} has no timing case '{}': name a timing case every task has", task.name, f.value));
+    }
+  }
+  return et;
+}
+
+}  // namespace
+
+Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
+  const fs::path file = fs::absolute(given).lexically_normal();
+  if (!fs::is_regular_file(file)) {
+    throw DataError(fmt::format("{}: no such experiment file (give an experiment's .toml; docs/experiments.md)",
+                                given.string()));
+  }
+  const Reader r(file);
+  const toml::table root = parse_toml_file(file);
+  r.only(root, "", {"name", "storage", "seeds", "attempts", "confidence", "run_limit_minutes", "queue_limit_minutes",
+                    "executor", "validate", "tasks", "arms"});
+  const fs::path base = file.parent_path();
+  Experiment x;
+  x.file = file;
+  x.name = r.text(root, "name", "name").value_or(file.stem().string());
+  x.storage = fs::absolute(base / r.text(root, "storage", "storage").value_or(file.stem().string() + ".experiment"))
+                  .lexically_normal();
+  if (const toml::node* n = root.get("seeds")) {
+    const toml::array* a = n->as_array();
+    if (a == nullptr || a->empty()) {
+      fail(file, line_of(*n), "seeds", "must be a non-empty array of whole numbers, e.g. seeds = [1, 2, 3, 4]");
+    }
+    std::set<std::int64_t> seen;
+    for (const toml::node& e : *a) {
+      if (!e.is_integer() || *e.value<std::int64_t>() < 0) {
+        fail(file, line_of(e), "seeds", "every seed must be a whole number from 0");
+      }
+      if (!seen.insert(*e.value<std::int64_t>()).second) {
+        fail(file, line_of(e), "seeds", fmt::format("seed {} is given twice: each seed is one replicate",
+                                                    *e.value<std::int64_t>()));
+      }
+      x.seeds.push_back(*e.value<std::int64_t>());
+    }
+  } else {
+    fail(file, 1, "seeds", "missing: give the replicates per task, e.g. seeds = [1, 2, 3, 4]");
+  }
+  x.attempts = static_cast<int>(r.number(root, "attempts", "attempts", 1, 1000).value_or(5));
+  if (const toml::node* n = root.get("attempts"); n != nullptr && !n->is_integer()) {
+    fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
+  }
+  x.confidence = r.number(root, "confidence", "confidence", 0.5, 0.999).value_or(0.95);
+  x.run_limit_minutes = r.number(root, "run_limit_minutes", "run_limit_minutes", 0.1, 10080.0).value_or(120.0);
+  x.queue_limit_minutes = r.number(root, "queue_limit_minutes", "queue_limit_minutes", 0.0, 10080.0).value_or(60.0);
+  for (const char* table : {"executor", "validate"}) {
+    if (const toml::node* n = root.get(table); n != nullptr && !n->is_table()) {
+      fail(file, line_of(*n), table, fmt::format("must be a table: [{}]", table));
+    }
+  }
+  if (const toml::table* e = root["executor"].as_table()) x.executor = read_executor_table(file, *e);
+  if (const toml::table* v = root["validate"].as_table()) x.validate = read_validate_table(file, *v, check, x.backend);
+  for (const ValidateFlag& f : x.validate) {
+    if (f.flag == "--seed") {
+      fail(file, f.line, "validate.seed",
+           "is the experiment's to set: every validate of a trajectory gets a seed derived from its replicate's "
+           "seed (docs/experiments.md); remove it");
+    }
+  }
+
+  const toml::array* arms = root["arms"].as_array();
+  if (arms == nullptr || arms->size() != 2) {
+    fail(file, arms ? line_of(*arms) : 1, "arms",
+         "an experiment compares exactly two arms: give two [[arms]] tables (A first, then B), each with a name and "
+         "a command");
+  }
+  for (size_t i = 0; i < arms->size(); ++i) {
+    const toml::table* t = arms->get(i)->as_table();
+    if (t == nullptr) fail(file, line_of(*arms->get(i)), fmt::format("arms[{}]", i), "must be an [[arms]] table");
+    x.arms.push_back(read_arm(r, *t, i, base));
+  }
+  if (x.arms[0].name == x.arms[1].name) {
+    fail(file, x.arms[1].line, "arms[1].name",
+         fmt::format("both arms are named '{}': give each its own name (two identical generators are an A/A "
+                     "experiment, named e.g. \"a1\" and \"a2\")", x.arms[1].name));
+  }
+
+  const toml::array* tasks = root["tasks"].as_array();
+  if (tasks == nullptr || tasks->empty()) {
+    fail(file, 1, "tasks", "no [[tasks]]: add one, e.g. [[tasks]] dir = \"tasks/rmsnorm\"");
+  }
+  std::set<std::string> task_names;
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    const toml::table* t = tasks->get(i)->as_table();
+    if (t == nullptr) fail(file, line_of(*tasks->get(i)), fmt::format("tasks[{}]", i), "must be a [[tasks]] table");
+    ExperimentTask et = read_task(r, *t, i, base, x.backend, x.validate);
+    if (!task_names.insert(et.name).second) {
+      fail(file, et.line, fmt::format("tasks[{}].dir", i),
+           fmt::format("task {} is given twice: replicates are seeds, not repeated tasks", et.name));
+    }
+    x.tasks.push_back(std::move(et));
+  }
+  return x;
+}
+
+}  // namespace kwb

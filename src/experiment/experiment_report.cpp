@@ -1,0 +1,274 @@
+#include "experiment/experiment_report.h"
+
+#include "campaign/campaign_report.h"
+#include "report/svg.h"
+#include "util/text.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <map>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// One letter per attempt category, for the attempt sequences.
+const std::vector<std::pair<std::string, std::string>> k_letters = {
+    {"kept", "K"},      {"slower", "S"},  {"inconclusive", "?"}, {"incorrect", "X"}, {"cheat", "C"},
+    {"not_built", "B"}, {"controls", "T"}, {"invalid", "I"},     {"sandbox", "V"},   {"no_candidate", "N"},
+    {"error", "E"}};
+
+std::string letter(const std::string& category) {
+  for (const auto& [c, l] : k_letters) {
+    if (c == category) return l;
+  }
+  return "E";
+}
+
+std::string legend() {
+  std::vector<std::string> parts;
+  for (const auto& [c, l] : k_letters) parts.push_back(l + " " + c);
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+std::string ratio_text(double log_value) { return fmt::format("{:.3f}x", std::exp(log_value)); }
+
+std::string pct(double v) { return fmt::format("{:.0f}%", v * 100.0); }
+
+struct Section {
+  std::string title;
+  std::string text;  // a paragraph before the table (plain)
+  ReportTable table;
+};
+
+struct Doc {
+  std::string title;
+  std::vector<std::string> header_lines;
+  std::string verdict;
+  std::string verdict_text;
+  std::vector<std::string> reasons;
+  std::vector<Section> sections;
+};
+
+const nlohmann::json* record_of(const std::vector<nlohmann::json>& records, const std::string& id) {
+  for (const nlohmann::json& r : records) {
+    if (r.value("id", "") == id) return &r;
+  }
+  return nullptr;
+}
+
+std::string final_text(const nlohmann::json* r) {
+  if (r == nullptr) return "no record";
+  const nlohmann::json f = r->value("final", nlohmann::json());
+  if (!f.is_object()) return r->value("status", "running");
+  const std::string s = f.value("status", "");
+  if (s == "baseline") return "1.000x (nothing kept)";
+  if (s == "measured") {
+    return fmt::format("{} [{}, {}]", ratio_text(f.value("log_speedup", 0.0)), ratio_text(f.value("log_low", 0.0)),
+                       ratio_text(f.value("log_high", 0.0)));
+  }
+  return "INVALID: " + f.value("detail", "");
+}
+
+std::string sequence(const nlohmann::json* r) {
+  if (r == nullptr) return "";
+  std::string out;
+  for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) out += letter(a.value("category", ""));
+  return out;
+}
+
+int count(const nlohmann::json* r, const std::string& category) {
+  if (r == nullptr) return 0;
+  int n = 0;
+  for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) n += a.value("category", "") == category;
+  return n;
+}
+
+Doc build(const ExperimentReportInput& in) {
+  const nlohmann::json& plan = *in.plan;
+  const nlohmann::json& an = *in.analysis;
+  const std::vector<nlohmann::json>& records = *in.records;
+  Doc d;
+  d.title = "Experiment " + plan.value("name", "");
+  const std::string a_name = plan["arms"][0]["name"].get<std::string>();
+  const std::string b_name = plan["arms"][1]["name"].get<std::string>();
+  d.header_lines.push_back(fmt::format("plan: experiment.json, SHA-256 {}", an.value("plan_digest", "")));
+  d.header_lines.push_back(fmt::format("kwb {} ({}), binary SHA-256 {}", plan["kwb"].value("version", ""),
+                                       plan["kwb"].value("git_sha", ""), plan["kwb"].value("binary_sha256", "")));
+  for (size_t i = 0; i < 2; ++i) {
+    const nlohmann::json& arm = plan["arms"][i];
+    d.header_lines.push_back(fmt::format("arm {} = {}: {}", i == 0 ? "A" : "B", arm["name"].get<std::string>(),
+                                         fmt::join(arm["command"].get<std::vector<std::string>>(), " ")));
+  }
+  std::vector<std::string> tasks;
+  for (const nlohmann::json& t : plan["tasks"]) tasks.push_back(t["name"].get<std::string>());
+  std::vector<std::string> flags;
+  for (const nlohmann::json& f : plan["settings"]["validate"]) {
+    flags.push_back(f["value"].get<std::string>().empty() ? f["flag"].get<std::string>()
+                                                          : f["flag"].get<std::string>() + " " + f["value"].get<std::string>());
+  }
+  d.header_lines.push_back(fmt::format("tasks: {}; seeds: {}; attempts per trajectory: {}; backend {}; executor {}",
+                                       fmt::join(tasks, ", "), plan["settings"]["seeds"].dump(),
+                                       plan["settings"]["attempts"].get<int>(),
+                                       plan["settings"]["backend"].get<std::string>(),
+                                       plan["settings"]["executor"]["kind"].get<std::string>()));
+  d.header_lines.push_back(fmt::format("every validate: {}", flags.empty() ? "defaults" : fmt::format("{}", fmt::join(flags, " "))));
+  d.verdict = an.value("verdict", "");
+  d.verdict_text = an.value("verdict_text", "");
+  d.reasons = an.value("reasons", std::vector<std::string>{});
+
+  const nlohmann::json& diff = an["difference"];
+  Section s1{"The difference between the arms",
+             fmt::format("d = ln(speedup of {}) - ln(speedup of {}) per (task, seed); each speedup is the trajectory's "
+                         "final incumbent against the task's original baseline, from one interleaved comparison at "
+                         "the end. The interval is a {} interval at {:.0f}% over the pairs (docs/experiments.md).",
+                         b_name, a_name, diff.value("method", ""), an.value("confidence", 0.95) * 100.0),
+             {{"pairs", "mean d", "interval", "as a ratio B/A", "ratio interval", "df", "B wins", "A wins", "ties",
+               "B win rate"},
+              {},
+              false}};
+  const nlohmann::json& w = an["win_rate"];
+  s1.table.rows.push_back(
+      {{fmt::format("{} of {}", diff.value("pairs", 0), diff.value("planned_pairs", 0)),
+        fmt::format("{:+.4f}", diff.value("mean", 0.0)),
+        fmt::format("[{:+.4f}, {:+.4f}]", diff.value("low", 0.0), diff.value("high", 0.0)),
+        fmt::format("{:.3f}x", diff.value("ratio", 1.0)),
+        fmt::format("[{:.3f}x, {:.3f}x]", diff.value("ratio_low", 1.0), diff.value("ratio_high", 1.0)),
+        diff["df"].is_number() ? fmt::format("{:.1f}", diff["df"].get<double>()) : "-",
+        std::to_string(w.value("b_wins", 0)), std::to_string(w.value("a_wins", 0)), std::to_string(w.value("ties", 0)),
+        pct(w.value("b_rate", 0.0))},
+       ""});
+  d.sections.push_back(std::move(s1));
+
+  Section s2{"The arms",
+             "fast_p: the share of an arm's trajectories whose final incumbent passed kwb's checks and is more than p "
+             "times faster than the baseline (KernelBench's fast_p; fast_0 is the share with a correct outcome). "
+             "Costs are sums over the arm's attempts.",
+             {{"arm", "trajectories", "keeps", "geomean speedup", "fast_0", "fast_1", "fast_1.1", "fast_1.25",
+               "fast_1.5", "fast_2", "attempts", "cheats caught", "sandbox violations (attempts / calls)",
+               "generator wall s", "generator CPU s", "kwb validate s"},
+              {},
+              false}};
+  for (const nlohmann::json& arm : an["arms"]) {
+    const nlohmann::json& f = arm["fast_p"];
+    const nlohmann::json& c = arm["cost"];
+    s2.table.rows.push_back(
+        {{arm.value("label", "") + " " + arm.value("name", ""), std::to_string(arm.value("trajectories", 0)),
+          std::to_string(arm.value("keeps", 0)),
+          arm["geomean_speedup"].is_number() ? fmt::format("{:.3f}x", arm["geomean_speedup"].get<double>()) : "-",
+          pct(f.value("0", 0.0)), pct(f.value("1", 0.0)), pct(f.value("1.1", 0.0)), pct(f.value("1.25", 0.0)),
+          pct(f.value("1.5", 0.0)), pct(f.value("2", 0.0)), std::to_string(arm.value("attempts", 0)),
+          std::to_string(arm.value("cheats", 0)),
+          fmt::format("{} / {}", arm.value("sandbox", 0), arm.value("sandbox_violations", 0)),
+          fmt::format("{:.1f}", c.value("generator_wall_seconds", 0.0)),
+          fmt::format("{:.1f}", c.value("generator_cpu_seconds", 0.0)),
+          fmt::format("{:.1f}", c.value("validate_seconds", 0.0))},
+         ""});
+  }
+  d.sections.push_back(std::move(s2));
+
+  Section s3{"Attempts by outcome", "Every attempt of every trajectory, by what became of it (docs/experiments.md).",
+             {{"arm"}, {}, false}};
+  for (const auto& [c, l] : k_letters) s3.table.header.push_back(c);
+  for (const nlohmann::json& arm : an["arms"]) {
+    ReportRow row{{arm.value("name", "")}, ""};
+    for (const auto& [c, l] : k_letters) row.cells.push_back(std::to_string(arm["categories"].value(c, 0)));
+    s3.table.rows.push_back(std::move(row));
+  }
+  d.sections.push_back(std::move(s3));
+
+  for (const std::string& task : tasks) {
+    Section s{"Task " + task,
+              "Final speedup over the original baseline [its interval], keeps, and each attempt's outcome in order (" +
+                  legend() + ").",
+              {{"seed", a_name + ": final", a_name + ": keeps", a_name + ": attempts", b_name + ": final",
+                b_name + ": keeps", b_name + ": attempts", "d"},
+               {},
+               false}};
+    for (const nlohmann::json& p : an["pairs"]) {
+      if (p.value("task", "") != task) continue;
+      const nlohmann::json* ra = record_of(records, p.value("a", ""));
+      const nlohmann::json* rb = record_of(records, p.value("b", ""));
+      s.table.rows.push_back({{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra),
+                               std::to_string(count(ra, "kept")), sequence(ra), final_text(rb),
+                               std::to_string(count(rb, "kept")), sequence(rb),
+                               p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
+                              ""});
+    }
+    d.sections.push_back(std::move(s));
+  }
+
+  Section st{"Trajectories", "Each trajectory's record is trajectories/<id>/trajectory.json; its attempts' bundles are "
+                             "below it. The link is the final comparison's bundle.",
+             {{"trajectory", "status", "final", "attempts", "sandbox violations", "detail", "final bundle"}, {}, true}};
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    const std::string id = t["id"].get<std::string>();
+    const nlohmann::json* r = record_of(records, id);
+    int violations = 0;
+    if (r != nullptr) {
+      for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
+        if (a.contains("generator")) violations += static_cast<int>(a["generator"].value("violations", nlohmann::json::array()).size());
+      }
+    }
+    std::string link;
+    if (r != nullptr && r->value("final", nlohmann::json()).is_object()) {
+      const std::string b = (*r)["final"].value("bundle", "");
+      const fs::path report = in.storage / b / "report.html";
+      if (!b.empty() && fs::exists(report)) link = fs::path(b + "/report.html").lexically_normal().string();
+    }
+    st.table.rows.push_back({{id, r ? r->value("status", "") : "missing", final_text(r), sequence(r),
+                              std::to_string(violations), r ? r->value("detail", "") : ""},
+                             link,
+                             "report"});
+  }
+  d.sections.push_back(std::move(st));
+
+  if (!an["missing"].empty()) {
+    Section sm{"Trajectories without an outcome", "Why the verdict is INVALID.", {{"trajectory", "status", "why"}, {}, false}};
+    for (const nlohmann::json& m : an["missing"]) {
+      sm.table.rows.push_back({{m.value("id", ""), m.value("status", ""), m.value("detail", "")}, ""});
+    }
+    d.sections.push_back(std::move(sm));
+  }
+  return d;
+}
+
+}  // namespace
+
+std::string experiment_markdown(const ExperimentReportInput& in) {
+  const Doc d = build(in);
+  std::string out = "# " + escape_markdown(d.title) + "\n\n";
+  for (const std::string& l : d.header_lines) out += escape_markdown(l) + "  \n";
+  out += fmt::format("\n## Verdict: {}\n\n", escape_markdown(d.verdict_text));
+  for (const std::string& r : d.reasons) out += "- " + escape_markdown(r) + "\n";
+  for (const Section& s : d.sections) {
+    out += "\n## " + escape_markdown(s.title) + "\n\n" + escape_markdown(s.text) + "\n\n" + md_table(s.table);
+  }
+  return out;
+}
+
+std::string experiment_html(const ExperimentReportInput& in) {
+  const Doc d = build(in);
+  std::string out = fmt::format(
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n"
+      "<style>\nbody{{font-family:sans-serif;margin:2em;max-width:90em}}table{{border-collapse:collapse;margin:.5em 0}}"
+      "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top}}th{{background:#eee}}"
+      "#verdict{{font-size:1.3em;padding:.5em;border:2px solid #444;display:inline-block}}"
+      "</style>\n</head>\n<body>\n<h1>{title}</h1>\n<p>",
+      fmt::arg("title", svg::escape(d.title)));
+  for (size_t i = 0; i < d.header_lines.size(); ++i) out += (i ? "<br>" : "") + svg::escape(d.header_lines[i]);
+  out += fmt::format("</p>\n<p id=\"verdict\" data-verdict=\"{}\">Verdict: {}</p>\n<ul id=\"reasons\">", svg::escape(d.verdict),
+                     svg::escape(d.verdict_text));
+  for (const std::string& r : d.reasons) out += "<li>" + svg::escape(r) + "</li>";
+  out += "</ul>\n";
+  for (const Section& s : d.sections) {
+    out += "<h2>" + svg::escape(s.title) + "</h2>\n<p>" + svg::escape(s.text) + "</p>\n" + html_table(s.table);
+  }
+  return out + "</body>\n</html>\n";
+}
+
+}  // namespace kwb

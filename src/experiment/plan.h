@@ -1,0 +1,57 @@
+// An experiment's frozen plan (docs/experiments.md, "The freeze"): before any generator runs, kwb copies each arm's
+// files into the storage folder, copies each task's public part (what a generator may see), and writes
+// storage/experiment.json (kwb.experiment): the SHA-256 of every task folder, of every public and arm file, the arm
+// commands and environments, kwb's own identity (version, commit, binary), the settings and the trajectories. Its
+// SHA-256 is the experiment's plan digest, which every trajectory record and the analysis carry. A resumed
+// experiment must freeze to the same plan (but its time): anything changed since is refused, with what changed.
+#pragma once
+
+#include "experiment/experiment_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace kwb {
+
+inline constexpr int k_experiment_schema_version = 1;
+
+// One arm on one task with one seed.
+struct TrajectoryPlan {
+  std::string id;  // "<arm>--<task>--s<seed>", a path component
+  std::string arm;
+  int arm_index = 0;  // 0: A, 1: B
+  std::string task;
+  std::int64_t seed = 0;
+};
+
+std::vector<TrajectoryPlan> plan_trajectories(const Experiment& x);
+
+// Where things are in an experiment's storage folder.
+struct ExperimentPaths {
+  std::filesystem::path storage;
+  std::filesystem::path plan() const { return storage / "experiment.json"; }
+  std::filesystem::path arm(const std::string& name) const { return storage / "arms" / name; }
+  std::filesystem::path public_task(const std::string& task) const { return storage / "tasks" / task; }
+  std::filesystem::path trajectory(const std::string& id) const { return storage / "trajectories" / id; }
+  std::filesystem::path analysis() const { return storage / "analysis.json"; }
+};
+
+// The public part of a task folder that a generator sees: task.toml, README.md and the backend's baseline source
+// (relative paths). Not the oracle's held-out data, the error controls, the ledger or any other implementation.
+std::vector<std::filesystem::path> public_task_files(const std::filesystem::path& task_dir, BackendKind backend);
+
+// Freezes `x` into its storage folder (creating it), or, when it was frozen before, checks that it freezes to the
+// same plan: DataError (65) naming what changed otherwise. Returns the plan as written.
+nlohmann::json freeze_experiment(const Experiment& x);
+
+// The frozen plan of a storage folder, checked: its schema, and its digest against storage/experiment.sha256.
+nlohmann::json load_frozen_plan(const std::filesystem::path& storage);
+
+// SHA-256 of the plan file's bytes.
+std::string plan_digest(const std::filesystem::path& storage);
+
+}  // namespace kwb

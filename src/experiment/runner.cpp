@@ -1,0 +1,185 @@
+#include "experiment/runner.h"
+
+#include "campaign/runner.h"
+#include "experiment/analysis.h"
+#include "experiment/experiment_report.h"
+#include "experiment/plan.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/interrupt.h"
+#include "util/json_text.h"
+#include "util/timing_lock.h"
+
+#include <fmt/format.h>
+
+#include <signal.h>
+#include <time.h>
+
+#include <cmath>
+#include <deque>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double wall_now() { return static_cast<double>(unix_now_ns()) / 1e9; }
+
+void nap(double seconds) {
+  timespec t{static_cast<time_t>(seconds), static_cast<long>((seconds - std::floor(seconds)) * 1e9)};
+  ::nanosleep(&t, nullptr);
+  throw_if_interrupted();
+}
+
+std::optional<nlohmann::json> read_record(const fs::path& p) {
+  if (!fs::is_regular_file(p)) return std::nullopt;
+  try {
+    return nlohmann::json::parse(read_file(p));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+struct Running {
+  std::string id;
+  JobLaunch launch;
+  std::string handle;
+  double submitted = 0.0;
+  double started = 0.0;  // 0 while queued
+  bool cancelled = false;
+  std::string stopping;
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_experiment_executor(const Experiment& x) {
+  if (x.executor.kind == ExecutorKind::slurm) return make_slurm_executor(x.executor.slurm);
+  return make_local_executor();
+}
+
+std::vector<nlohmann::json> trajectory_records(const fs::path& storage) {
+  const nlohmann::json plan = load_frozen_plan(storage);
+  std::vector<nlohmann::json> out;
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    const std::string id = t["id"].get<std::string>();
+    if (std::optional<nlohmann::json> r = read_record(ExperimentPaths{storage}.trajectory(id) / "trajectory.json")) {
+      out.push_back(std::move(*r));
+    }
+  }
+  return out;
+}
+
+nlohmann::json write_experiment_reports(const fs::path& storage) {
+  const nlohmann::json plan = load_frozen_plan(storage);
+  const std::string digest = plan_digest(storage);
+  const std::vector<nlohmann::json> records = trajectory_records(storage);
+  std::vector<TrajectoryOutcome> outcomes;
+  for (const nlohmann::json& r : records) {
+    // A record of another plan (a storage folder reused) is not this experiment's evidence.
+    if (r.value("plan_digest", "") == digest) outcomes.push_back(outcome_of(r));
+  }
+  const nlohmann::json analysis = analyze_experiment(plan, outcomes, digest);
+  write_file_atomic(ExperimentPaths{storage}.analysis(), json_text(analysis, 2) + "\n");
+  const ExperimentReportInput in{&plan, &analysis, &records, storage};
+  write_file_atomic(storage / "report.md", experiment_markdown(in));
+  write_file_atomic(storage / "report.html", experiment_html(in));
+  return analysis;
+}
+
+ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs::path& kwb,
+                                    const std::function<void(const std::string&)>& say, bool plan_only) {
+  const double start = wall_now();
+  fs::create_directories(x.storage);
+  const CampaignLock lock = CampaignLock::acquire(x.storage);
+  const nlohmann::json plan = freeze_experiment(x);
+  say(fmt::format("frozen: {} (plan digest {})", ExperimentPaths{x.storage}.plan().string(),
+                  plan_digest(x.storage).substr(0, 16)));
+  ExperimentRunSummary s;
+  std::deque<std::string> todo;
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    ++s.trajectories;
+    const std::string id = t["id"].get<std::string>();
+    const std::optional<nlohmann::json> r = read_record(ExperimentPaths{x.storage}.trajectory(id) / "trajectory.json");
+    if (r && r->value("plan_digest", "") == plan_digest(x.storage) && r->value("status", "") == "done") {
+      ++s.skipped;
+      continue;
+    }
+    todo.push_back(id);
+  }
+  if (plan_only) return s;
+
+  const double poll = x.executor.poll_seconds > 0 ? x.executor.poll_seconds : ex.poll_seconds();
+  const double run_limit = x.run_limit_minutes * 60.0;
+  const double queue_limit = x.queue_limit_minutes * 60.0;
+  std::vector<Running> running;
+  auto launch_of = [&](const std::string& id) {
+    const fs::path tdir = ExperimentPaths{x.storage}.trajectory(id);
+    size_t k = 1;
+    while (fs::exists(tdir / "jobs" / std::to_string(k))) ++k;
+    JobLaunch l;
+    l.name = fmt::format("kwb-exp-{}-{}", x.name, id).substr(0, 120);
+    l.validate = {kwb.string(), "experiment", "trajectory", x.storage.string(), id};
+    l.attempt_dir = tdir / "jobs" / std::to_string(k);
+    fs::create_directories(l.attempt_dir);
+    l.run_limit_s = run_limit;
+    l.backend = x.backend;
+    return l;
+  };
+  try {
+    while (!todo.empty() || !running.empty()) {
+      while (!todo.empty() && running.size() < ex.slots()) {
+        Running r;
+        r.id = todo.front();
+        todo.pop_front();
+        r.launch = launch_of(r.id);
+        r.handle = ex.submit(r.launch);
+        r.submitted = wall_now();
+        ++s.started;
+        say(fmt::format("{}: submitted ({} {})", r.id, to_string(ex.kind()), r.handle));
+        running.push_back(std::move(r));
+      }
+      nap(poll);
+      for (size_t i = 0; i < running.size();) {
+        Running& r = running[i];
+        const JobProbe p = ex.probe(r.handle, r.launch);
+        const double now = wall_now();
+        if (p.where == JobProbe::Where::running && r.started == 0.0) r.started = now;
+        if (p.where != JobProbe::Where::ended) {
+          const bool over_queue = r.started == 0.0 && now - r.submitted > queue_limit;
+          const bool over_run = r.started != 0.0 && now - r.started > run_limit + ex.grace_seconds();
+          if ((over_queue || over_run) && !r.cancelled) {
+            r.stopping = over_queue ? "queue_limit" : "run_limit";
+            say(fmt::format("{}: past its {} limit: cancelled", r.id, over_queue ? "queue" : "run"));
+            ex.cancel(r.handle);
+            r.cancelled = true;
+          }
+          ++i;
+          continue;
+        }
+        const std::optional<nlohmann::json> rec =
+            read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
+        const std::string status = rec ? rec->value("status", "missing") : "missing";
+        if (status != "done") ++s.failed;
+        say(fmt::format("{}: ended (exit {}{}{}): trajectory {}", r.id,
+                        p.exit_code ? std::to_string(*p.exit_code) : "none",
+                        p.signal != 0 ? fmt::format(", signal {}", p.signal) : "",
+                        r.stopping.empty() ? "" : ", " + r.stopping, status));
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+  } catch (...) {
+    // Interrupted (or an executor error): the jobs still running are cancelled; their trajectories resume later.
+    for (Running& r : running) {
+      try {
+        ex.cancel(r.handle);
+      } catch (...) {
+      }
+    }
+    throw;
+  }
+  s.wall_seconds = wall_now() - start;
+  return s;
+}
+
+}  // namespace kwb

@@ -1,0 +1,486 @@
+#include "experiment/trajectory.h"
+
+#include "campaign/runner.h"
+#include "experiment/generator_sandbox.h"
+#include "util/error.h"
+#include "util/fs.h"
+#include "util/interrupt.h"
+#include "util/json_text.h"
+#include "util/paths.h"
+#include "util/sha256.h"
+#include "util/subprocess.h"
+#include "util/timing_lock.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace kwb {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view k_category_names[] = {"kept",    "slower",  "inconclusive", "incorrect",
+                                                  "cheat",   "not_built", "controls",  "invalid",
+                                                  "sandbox", "no_candidate", "error"};
+
+// A candidate larger than this is not a kernel source.
+constexpr size_t k_max_candidate_bytes = 1 << 20;
+
+double seconds_since(std::int64_t start_ns) { return static_cast<double>(unix_now_ns() - start_ns) / 1e9; }
+
+std::optional<nlohmann::json> read_json(const fs::path& p) {
+  if (!fs::is_regular_file(p)) return std::nullopt;
+  try {
+    return nlohmann::json::parse(read_file(p));
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+
+const nlohmann::json& find_by(const nlohmann::json& list, const std::string& key, const std::string& value,
+                              const std::string& what, const fs::path& plan_file) {
+  for (const nlohmann::json& e : list) {
+    if (e.value(key, "") == value) return e;
+  }
+  throw DataError(fmt::format("{}: no {} '{}' in the frozen plan", plan_file.string(), what, value));
+}
+
+// Everything a trajectory needs to know, from the frozen plan.
+struct Trajectory {
+  fs::path storage;
+  fs::path kwb;
+  nlohmann::json plan;
+  std::string digest;
+  nlohmann::json spec;  // the plan's trajectories[] entry
+  nlohmann::json task;
+  nlohmann::json arm;
+  fs::path dir;
+  fs::path task_dir;     // the real task folder (kwb validate's)
+  fs::path public_dir;   // its public copy (the generator's)
+  fs::path baseline_public;
+  std::string ext;       // the baseline's extension, which every candidate gets
+  fs::path ledger;
+  std::int64_t seed = 0;
+  int attempts = 0;
+
+  fs::path work() const { return dir / "work"; }
+  fs::path history() const { return dir / "history"; }
+  fs::path attempt_dir(int n) const { return dir / "attempts" / std::to_string(n); }
+  fs::path record_file() const { return dir / "trajectory.json"; }
+};
+
+void save(const Trajectory& t, const nlohmann::json& record) {
+  write_file_atomic(t.record_file(), json_text(record, 2) + "\n");
+}
+
+// kwb validate's options from the plan, for one validate.
+std::vector<std::string> validate_argv(const Trajectory& t, const std::string& candidate, std::int64_t seed,
+                                       const fs::path& bundle, bool against_incumbent) {
+  std::vector<std::string> a = {"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "validate",
+                                t.task_dir.string(), "--candidate", candidate, "--output-dir", bundle.string(),
+                                "--backend", t.plan["settings"]["backend"].get<std::string>(),
+                                "--seed", std::to_string(seed), "--json"};
+  if (against_incumbent) a.insert(a.end(), {"--against", "incumbent"});
+  for (const nlohmann::json& f : t.plan["settings"]["validate"]) {
+    a.push_back(f["flag"].get<std::string>());
+    if (!f["value"].get<std::string>().empty()) a.push_back(f["value"].get<std::string>());
+  }
+  return a;
+}
+
+std::chrono::milliseconds validate_timeout(const Trajectory& t) {
+  return std::chrono::milliseconds(
+      static_cast<std::int64_t>(t.plan["settings"]["run_limit_minutes"].get<double>() * 60'000.0));
+}
+
+// The failure reasons of a bundle's final check, for a final_recheck_failed.
+std::vector<std::string> final_check_reasons(const fs::path& bundle) {
+  std::vector<std::string> out;
+  if (std::optional<nlohmann::json> c = read_json(bundle / "checks" / "candidate_final.json")) {
+    for (const nlohmann::json& f : c->value("failures", nlohmann::json::array())) {
+      if (f.contains("reason") && f["reason"].is_string()) out.push_back(f["reason"].get<std::string>());
+    }
+  }
+  return out;
+}
+
+struct ValidateOutcome {
+  std::optional<nlohmann::json> decision;
+  std::optional<LogSpeedup> ab;
+  int exit_code = -1;
+  double seconds = 0.0;
+  std::string error;  // kwb's own failure, when there is no decision
+};
+
+ValidateOutcome run_validate(const Trajectory& t, const std::vector<std::string>& argv, const fs::path& log_dir) {
+  ValidateOutcome o;
+  const std::int64_t start = unix_now_ns();
+  const CommandResult r = run_command(argv, validate_timeout(t), StderrMode::separate);
+  o.seconds = seconds_since(start);
+  o.exit_code = r.timed_out ? -1 : r.exit_code;
+  write_file_atomic(log_dir / "validate.stdout", r.output);
+  write_file_atomic(log_dir / "validate.stderr", r.errors);
+  const fs::path bundle = log_dir / "bundle";
+  o.decision = read_json(bundle / "decision.json");
+  if (!o.decision) {
+    o.error = r.timed_out ? "kwb validate ran past the trajectory's run limit"
+                          : fmt::format("kwb validate exited with {} and left no decision: {}", r.exit_code,
+                                        tail(r.errors, 400));
+    return o;
+  }
+  if (std::optional<nlohmann::json> ab = read_json(bundle / "comparisons" / "ab.json")) o.ab = comparison_log_speedup(*ab);
+  return o;
+}
+
+nlohmann::json speedup_json(const std::optional<LogSpeedup>& s) {
+  if (!s) return nullptr;
+  return {{"log_speedup", s->estimate}, {"log_low", s->low}, {"log_high", s->high},
+          {"improvement_pct", (1.0 - std::exp(-s->estimate)) * 100.0},
+          {"ci_low_pct", (1.0 - std::exp(-s->low)) * 100.0}, {"ci_high_pct", (1.0 - std::exp(-s->high)) * 100.0}};
+}
+
+// The incumbent's source: the last kept attempt's candidate (its private copy, which kwb validate reads through
+// the ledger), or nullopt for the task's baseline.
+std::optional<int> last_kept(const nlohmann::json& record) {
+  std::optional<int> kept;
+  for (const nlohmann::json& a : record["attempts"]) {
+    if (a.value("kept", false)) kept = a["attempt"].get<int>();
+  }
+  return kept;
+}
+
+nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& record) {
+  const fs::path adir = t.attempt_dir(n);
+  fs::remove_all(adir);
+  fs::create_directories(adir);
+  const std::optional<int> kept = last_kept(record);
+  const fs::path incumbent_public =
+      kept ? t.history() / std::to_string(*kept) / ("candidate" + t.ext) : t.baseline_public;
+  const std::string out_name = "candidate" + t.ext;
+  std::error_code ec;
+  fs::remove(t.work() / out_name, ec);
+  fs::remove(t.work() / (out_name + ".json"), ec);
+
+  GeneratorSpec g;
+  for (const nlohmann::json& w : t.arm["command"]) g.argv.push_back(w.get<std::string>());
+  const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
+  g.cwd = arm_dir;
+  g.read_only = {arm_dir, t.public_dir, t.history(), abi_include_dir()};
+  g.writable = t.work();
+  g.wall = std::chrono::milliseconds(static_cast<std::int64_t>(t.arm["timeout_seconds"].get<double>() * 1000.0));
+  g.cpu_seconds = static_cast<std::uint64_t>(std::ceil(t.arm["cpu_seconds"].get<double>()));
+  g.env = {{"KWB_TASK_DIR", t.public_dir.string()},
+           {"KWB_TASK", t.task["name"].get<std::string>()},
+           {"KWB_BACKEND", t.plan["settings"]["backend"].get<std::string>()},
+           {"KWB_BASELINE", t.baseline_public.string()},
+           {"KWB_INCUMBENT", incumbent_public.string()},
+           {"KWB_SEED", std::to_string(t.seed)},
+           {"KWB_ATTEMPT", std::to_string(n)},
+           {"KWB_ATTEMPTS", std::to_string(t.attempts)},
+           {"KWB_ARM", t.arm["name"].get<std::string>()},
+           {"KWB_HISTORY", t.history().string()},
+           {"KWB_WORK", t.work().string()},
+           {"KWB_OUTPUT", (t.work() / out_name).string()},
+           {"KWB_INCLUDE_DIR", abi_include_dir().string()}};
+  for (auto it = t.arm["env"].begin(); it != t.arm["env"].end(); ++it) g.env.emplace_back(it.key(), it.value());
+
+  nlohmann::json a = {{"attempt", n}, {"kept", false}, {"decision", nullptr}, {"reason_codes", nlohmann::json::array()},
+                      {"check_reasons", nlohmann::json::array()}, {"candidate_sha256", nullptr},
+                      {"incumbent", kept ? nlohmann::json(*kept) : nlohmann::json(nullptr)}, {"meta", nullptr},
+                      {"speedup", nullptr}, {"validate_seconds", 0.0}, {"detail", ""}};
+  const GeneratorResult gr = run_generator(g);
+  write_file_atomic(adir / "generator.log", gr.output);
+  nlohmann::json violations = nlohmann::json::array();
+  for (const SandboxViolation& v : gr.violations) {
+    violations.push_back({{"kind", v.kind}, {"syscall", v.syscall}, {"target", v.target}});
+  }
+  a["generator"] = {{"exit_code", gr.exit_code}, {"signal", gr.signal}, {"timed_out", gr.timed_out},
+                    {"wall_seconds", gr.wall_seconds}, {"cpu_seconds", gr.cpu_seconds},
+                    {"violations", violations}, {"violations_dropped", gr.violations_dropped}};
+
+  std::string why;
+  const std::optional<std::string> source = read_generated_file(t.work(), out_name, k_max_candidate_bytes, why);
+  if (source) {
+    write_file_atomic(adir / out_name, *source);
+    a["candidate_sha256"] = sha256_hex(*source);
+  }
+  if (std::string mwhy; std::optional<std::string> meta = read_generated_file(t.work(), out_name + ".json", 64 << 10, mwhy)) {
+    try {
+      a["meta"] = nlohmann::json::parse(*meta);
+    } catch (const std::exception&) {
+      a["meta"] = {{"unparsed", *meta}};
+    }
+  }
+
+  AttemptCategory category = AttemptCategory::no_candidate;
+  if (!gr.violations.empty()) {
+    category = AttemptCategory::sandbox;
+    a["detail"] = fmt::format("the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate "
+                              "is discarded",
+                              gr.violations.size() + gr.violations_dropped, gr.violations.front().kind,
+                              gr.violations.front().syscall, gr.violations.front().target);
+  } else if (gr.timed_out || gr.signal != 0 || gr.exit_code != 0 || !source) {
+    a["detail"] = gr.timed_out     ? fmt::format("the generator ran past its {} s limit", static_cast<double>(g.wall.count()) / 1000.0)
+                  : gr.signal != 0 ? fmt::format("the generator was killed by signal {}", gr.signal)
+                  : gr.exit_code != 0 ? fmt::format("the generator exited with {}", gr.exit_code)
+                                      : "the generator wrote no candidate: " + why;
+  } else {
+    const std::vector<std::string> argv =
+        validate_argv(t, (adir / out_name).string(), attempt_seed(t.seed, n), adir / "bundle", true);
+    const ValidateOutcome v = run_validate(t, argv, adir);
+    a["validate_seconds"] = v.seconds;
+    if (!v.decision) {
+      category = AttemptCategory::error;
+      a["detail"] = v.error;
+    } else {
+      a["decision"] = (*v.decision)["decision"];
+      a["reason_codes"] = v.decision->value("reason_codes", nlohmann::json::array());
+      nlohmann::json reasons = v.decision->contains("inputs")
+                                   ? (*v.decision)["inputs"].value("candidate_check_reasons", nlohmann::json::array())
+                                   : nlohmann::json::array();
+      const std::vector<std::string> final_reasons = final_check_reasons(adir / "bundle");
+      for (const std::string& r : final_reasons) reasons.push_back(r);
+      a["check_reasons"] = reasons;
+      a["speedup"] = speedup_json(v.ab);
+      category = categorize_decision(*v.decision, final_reasons);
+      if (category == AttemptCategory::kept) {
+        const CommandResult k = run_command({"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(),
+                                             "keep", (adir / "bundle").string()},
+                                            std::chrono::minutes(10), StderrMode::separate);
+        write_file_atomic(adir / "keep.log", k.output + k.errors);
+        if (k.exit_code == 0) {
+          a["kept"] = true;
+        } else {
+          category = AttemptCategory::error;
+          a["detail"] = fmt::format("kwb keep refused the KEEP_CANDIDATE bundle (exit {}): {}", k.exit_code,
+                                    tail(k.errors, 400));
+        }
+      }
+    }
+  }
+  a["category"] = std::string(to_string(category));
+
+  // The public result, beside the candidate, for this trajectory's later attempts: no evidence, no seeds.
+  const fs::path h = t.history() / std::to_string(n);
+  fs::create_directories(h);
+  if (source) write_file_atomic(h / out_name, *source);
+  nlohmann::json pub = {{"attempt", n}, {"decision", a["decision"]}, {"kept", a["kept"]}, {"category", a["category"]},
+                        {"reason_codes", a["reason_codes"]}, {"improvement_pct", nullptr}, {"ci_low_pct", nullptr},
+                        {"ci_high_pct", nullptr}, {"candidate_sha256", a["candidate_sha256"]}, {"meta", a["meta"]}};
+  if (a["speedup"].is_object()) {
+    for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct"}) pub[k] = a["speedup"][k];
+  }
+  write_file_atomic(h / "result.json", json_text(pub, 2) + "\n");
+  for (const fs::path& p : {h, h / "result.json", h / out_name}) {
+    if (fs::exists(p)) ::chmod(p.c_str(), fs::is_directory(p) ? 0755 : 0644);
+  }
+  return a;
+}
+
+// The trajectory's outcome: the final incumbent against the original baseline.
+nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
+  const std::optional<int> kept = last_kept(record);
+  if (!kept) {
+    return {{"status", "baseline"}, {"log_speedup", 0.0}, {"log_low", 0.0}, {"log_high", 0.0},
+            {"detail", "nothing was kept: the final incumbent is the baseline itself, speedup 1 by construction"}};
+  }
+  const fs::path fdir = t.dir / "final";
+  fs::remove_all(fdir);
+  fs::create_directories(fdir);
+  const fs::path incumbent = t.attempt_dir(*kept) / ("candidate" + t.ext);
+  // The same seed for both arms' finals on one (task, replicate): attempt 0.
+  const ValidateOutcome v = run_validate(t, validate_argv(t, incumbent.string(), attempt_seed(t.seed, 0),
+                                                          fdir / "bundle", false),
+                                         fdir);
+  nlohmann::json f = {{"incumbent_attempt", *kept}, {"validate_seconds", v.seconds},
+                      {"bundle", (fdir / "bundle").lexically_relative(t.storage).string()}};
+  if (!v.decision) {
+    f["status"] = "invalid";
+    f["detail"] = v.error;
+    return f;
+  }
+  f["decision"] = (*v.decision)["decision"];
+  f["reason_codes"] = v.decision->value("reason_codes", nlohmann::json::array());
+  const AttemptCategory c = categorize_decision(*v.decision, final_check_reasons(fdir / "bundle"));
+  // The measurement stands when the incumbent passed every check again and the A/B gave an estimate, whatever the
+  // bar said (KEEP_CANDIDATE, KEEP_BASELINE for a slower one, INCONCLUSIVE for a small one).
+  const bool checked = c == AttemptCategory::kept || c == AttemptCategory::slower || c == AttemptCategory::inconclusive;
+  if (!checked || !v.ab) {
+    f["status"] = "invalid";
+    f["detail"] = fmt::format("the final validate of the incumbent decided {} ({}) without a measurement that stands",
+                              (*v.decision)["decision"].get<std::string>(), fmt::join(f["reason_codes"], ", "));
+    return f;
+  }
+  f["status"] = "measured";
+  f["log_speedup"] = v.ab->estimate;
+  f["log_low"] = v.ab->low;
+  f["log_high"] = v.ab->high;
+  f["detail"] = "";
+  return f;
+}
+
+// The arm's frozen files and the task folder must be what the plan froze.
+std::string changed_since_freeze(const Trajectory& t) {
+  if (task_digest(t.task_dir) != t.task["digest"].get<std::string>()) {
+    return fmt::format("the task folder {} changed since the experiment was frozen", t.task_dir.string());
+  }
+  const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
+  nlohmann::json files = nlohmann::json::array();
+  std::vector<std::pair<std::string, std::string>> list;
+  for (auto it = fs::recursive_directory_iterator(arm_dir); it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_regular_file()) {
+      list.emplace_back(it->path().lexically_relative(arm_dir).string(), sha256_file(it->path()));
+    }
+  }
+  std::sort(list.begin(), list.end());
+  for (const auto& [p, d] : list) files.push_back({{"path", p}, {"sha256", d}});
+  if (files != t.arm["files"]) return fmt::format("the arm's frozen files in {} changed", arm_dir.string());
+  return "";
+}
+
+}  // namespace
+
+std::string_view to_string(AttemptCategory c) { return k_category_names[static_cast<size_t>(c)]; }
+
+std::optional<AttemptCategory> parse_attempt_category(std::string_view s) {
+  for (size_t i = 0; i < std::size(k_category_names); ++i) {
+    if (k_category_names[i] == s) return static_cast<AttemptCategory>(i);
+  }
+  return std::nullopt;
+}
+
+bool is_cheat_reason(const std::string& reason) {
+  static const std::set<std::string> cheats = {
+      "stale_output",      "input_modified",    "out_of_bounds_write", "sandbox_violation", "forbidden_symbol",
+      "timing_implausible", "work_after_return", "work_outside_timer",  "work_off_queue",    "protocol"};
+  return cheats.contains(reason);
+}
+
+AttemptCategory categorize_decision(const nlohmann::json& decision, const std::vector<std::string>& final_reasons) {
+  const std::string d = decision.value("decision", "");
+  std::set<std::string> codes;
+  for (const nlohmann::json& c : decision.value("reason_codes", nlohmann::json::array())) {
+    if (c.is_string()) codes.insert(c.get<std::string>());
+  }
+  if (d == "KEEP_CANDIDATE") return AttemptCategory::kept;
+  if (d == "INCONCLUSIVE") return AttemptCategory::inconclusive;
+  if (d == "INVALID") {
+    for (const char* c : {"control_passed", "control_wrong_reason", "control_timed"}) {
+      if (codes.contains(c)) return AttemptCategory::controls;
+    }
+    return AttemptCategory::invalid;
+  }
+  if (codes.contains("candidate_not_built")) return AttemptCategory::not_built;
+  if (codes.contains("candidate_fails_check") || codes.contains("final_recheck_failed")) {
+    std::vector<std::string> reasons = final_reasons;
+    if (decision.contains("inputs")) {
+      for (const nlohmann::json& r : decision["inputs"].value("candidate_check_reasons", nlohmann::json::array())) {
+        if (r.is_string()) reasons.push_back(r.get<std::string>());
+      }
+    }
+    for (const std::string& r : reasons) {
+      // A reason may carry a detail after its name ("sandbox_violation: socket").
+      const std::string name = r.substr(0, r.find_first_of(": "));
+      if (is_cheat_reason(name)) return AttemptCategory::cheat;
+    }
+    return AttemptCategory::incorrect;
+  }
+  return AttemptCategory::slower;
+}
+
+std::optional<LogSpeedup> comparison_log_speedup(const nlohmann::json& compare) {
+  const nlohmann::json workloads = compare.value("workloads", nlohmann::json::array());
+  if (workloads.empty()) return std::nullopt;
+  LogSpeedup s;
+  // improvement = (1 - B/A) * 100, so ln(A/B) = -ln(1 - improvement / 100); a higher improvement bound is a
+  // higher speedup bound.
+  const auto log_of = [](const nlohmann::json& v) -> std::optional<double> {
+    if (!v.is_number()) return std::nullopt;
+    const double x = 1.0 - v.get<double>() / 100.0;
+    if (!(x > 0.0)) return std::nullopt;
+    return -std::log(x);
+  };
+  for (const nlohmann::json& w : workloads) {
+    const std::optional<double> e = log_of(w.value("improvement_pct", nlohmann::json()));
+    const std::optional<double> lo = log_of(w.value("ci_low_pct", nlohmann::json()));
+    const std::optional<double> hi = log_of(w.value("ci_high_pct", nlohmann::json()));
+    if (!e || !lo || !hi) return std::nullopt;
+    s.estimate += *e;
+    s.low += *lo;
+    s.high += *hi;
+  }
+  const double n = static_cast<double>(workloads.size());
+  s.estimate /= n;
+  s.low /= n;
+  s.high /= n;
+  return s;
+}
+
+std::int64_t attempt_seed(std::int64_t replicate_seed, int attempt) {
+  // Distinct for every (replicate, attempt) of an experiment of up to 1000 attempts; the same for both arms.
+  return replicate_seed * 1000 + attempt + 1;
+}
+
+nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, const fs::path& kwb) {
+  Trajectory t;
+  t.storage = fs::absolute(storage).lexically_normal();
+  t.kwb = kwb;
+  t.plan = load_frozen_plan(t.storage);
+  t.digest = plan_digest(t.storage);
+  const fs::path plan_file = ExperimentPaths{t.storage}.plan();
+  t.spec = find_by(t.plan["trajectories"], "id", id, "trajectory", plan_file);
+  t.task = find_by(t.plan["tasks"], "name", t.spec["task"].get<std::string>(), "task", plan_file);
+  t.arm = find_by(t.plan["arms"], "name", t.spec["arm"].get<std::string>(), "arm", plan_file);
+  t.dir = ExperimentPaths{t.storage}.trajectory(id);
+  t.task_dir = t.task["dir"].get<std::string>();
+  t.public_dir = ExperimentPaths{t.storage}.public_task(t.task["name"].get<std::string>());
+  t.baseline_public = t.public_dir / t.task["baseline"].get<std::string>();
+  t.ext = fs::path(t.task["baseline"].get<std::string>()).extension().string();
+  t.ledger = t.dir / "ledger.sqlite";
+  t.seed = t.spec["seed"].get<std::int64_t>();
+  t.attempts = t.plan["settings"]["attempts"].get<int>();
+  for (const fs::path& d : {t.dir, t.work(), t.history(), t.dir / "attempts"}) fs::create_directories(d);
+  ::chmod(t.dir.c_str(), 0755);
+  ::chmod(t.history().c_str(), 0755);
+
+  nlohmann::json record;
+  if (std::optional<nlohmann::json> old = read_json(t.record_file()); old && old->value("plan_digest", "") == t.digest) {
+    record = *old;
+  } else {
+    record = {{"schema", "kwb.trajectory"}, {"schema_version", k_trajectory_schema_version}, {"plan_digest", t.digest},
+              {"id", id}, {"arm", t.spec["arm"]}, {"arm_index", t.spec["arm_index"]}, {"task", t.spec["task"]},
+              {"seed", t.seed}, {"status", "running"}, {"attempts", nlohmann::json::array()}, {"final", nullptr},
+              {"detail", ""}};
+  }
+  if (record["status"] == "done") return record;
+  if (const std::string changed = changed_since_freeze(t); !changed.empty()) {
+    record["status"] = "invalid";
+    record["detail"] = changed + ": nothing of this trajectory can be run under the frozen plan";
+    save(t, record);
+    return record;
+  }
+  record["status"] = "running";
+  // An attempt recorded before an interruption stands; the next one starts after it.
+  for (int n = static_cast<int>(record["attempts"].size()) + 1; n <= t.attempts; ++n) {
+    throw_if_interrupted();
+    record["attempts"].push_back(run_attempt(t, n, record));
+    save(t, record);
+  }
+  throw_if_interrupted();
+  record["final"] = run_final(t, record);
+  record["status"] = record["final"]["status"] == "invalid" ? "invalid" : "done";
+  if (record["status"] == "invalid") record["detail"] = record["final"]["detail"];
+  save(t, record);
+  return record;
+}
+
+}  // namespace kwb

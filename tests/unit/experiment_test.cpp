@@ -1,0 +1,289 @@
+// kwb experiment without running anything: the experiment file's parser (every bad input a DataError naming the
+// file, the line, the field and the fix), the freeze (a changed arm is refused on resume), how a validate's decision
+// becomes an attempt's category, the log speedup of a comparison, and the paired analysis with its verdicts.
+#include "cli/commands.h"
+#include "experiment/analysis.h"
+#include "experiment/experiment_file.h"
+#include "experiment/experiment_report.h"
+#include "experiment/plan.h"
+#include "experiment/trajectory.h"
+#include "support/temp_dir.h"
+#include "util/error.h"
+#include "util/fs.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace kwb {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path k_x_rmsnorm = fs::path(KWB_SOURCE_DIR) / "tasks" / "rmsnorm";
+const fs::path k_x_softmax = fs::path(KWB_SOURCE_DIR) / "tasks" / "softmax";
+
+class ExperimentFile : public ::testing::Test {
+protected:
+  void SetUp() override {
+    fs::create_directories(m_dir / "gen" / "lib");
+    write_file_atomic(m_dir / "gen" / "g.py", "print('x')\n");
+    write_file_atomic(m_dir / "gen" / "lib" / "t.txt", "t\n");
+  }
+  Experiment load(const std::string& text) {
+    write_file_atomic(m_dir / "x.toml", text);
+    return load_experiment(m_dir / "x.toml", cli::check_validate_flag);
+  }
+  std::string error_of(const std::string& text) {
+    try {
+      (void)load(text);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::data_error) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "no error for:\n" << text;
+    return "";
+  }
+  std::string tasks() const {
+    return "[[tasks]]\ndir = \"" + k_x_rmsnorm.string() + "\"\n[[tasks]]\ndir = \"" + k_x_softmax.string() + "\"\n";
+  }
+  static std::string arms() {
+    return "[[arms]]\nname = \"a\"\ncommand = [\"python3\", \"g.py\"]\nfiles = [\"gen/g.py\", \"gen/lib\"]\n"
+           "env = { MODE = \"x\" }\n[[arms]]\nname = \"b\"\ncommand = [\"python3\", \"g.py\"]\nfiles = [\"gen/g.py\"]\n";
+  }
+
+  test::TempDir m_dir{"kwb-experiment-file"};
+};
+
+TEST_F(ExperimentFile, an_experiment_names_two_arms_tasks_seeds_and_validate_options) {
+  const Experiment x = load("name = \"t\"\nseeds = [1, 2, 3]\nattempts = 4\n[validate]\nworkloads = [\"decode\"]\n"
+                            "max_minutes = 0.1\nno_profile = true\n" + tasks() + arms());
+  EXPECT_EQ(x.name, "t");
+  EXPECT_EQ(x.storage, m_dir / "x.experiment");
+  EXPECT_EQ(x.seeds, (std::vector<std::int64_t>{1, 2, 3}));
+  EXPECT_EQ(x.attempts, 4);
+  ASSERT_EQ(x.arms.size(), 2u);
+  EXPECT_EQ(x.arms[0].files, (std::vector<fs::path>{m_dir / "gen" / "g.py", m_dir / "gen" / "lib"}));
+  EXPECT_EQ(x.arms[0].env, (std::vector<std::pair<std::string, std::string>>{{"MODE", "x"}}));
+  ASSERT_EQ(x.tasks.size(), 2u);
+  EXPECT_EQ(x.tasks[1].name, "softmax");
+  const std::vector<TrajectoryPlan> p = plan_trajectories(x);
+  ASSERT_EQ(p.size(), 2u * 3u * 2u);
+  EXPECT_EQ(p[0].id, "a--rmsnorm--s1");
+  EXPECT_EQ(p[1].id, "b--rmsnorm--s1");
+}
+
+TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
+  const std::string base = "seeds = [1]\n" + tasks();
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n").find("exactly two arms"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n" + tasks() + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms]]\nname = \"a\"\n"
+                     "command = [\"x\"]\n").find("arms[1].name"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a b\"\ncommand = [\"x\"]\n[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n")
+                .find("arms[0].name"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = []\n[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n")
+                .find("arms[0].command"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nfiles = [\"nope.py\"]\n[[arms]]\nname = \"b\"\n"
+                            "command = [\"x\"]\n").find("nope.py"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { KWB_SEED = \"1\" }\n[[arms]]\n"
+                            "name = \"b\"\ncommand = [\"x\"]\n").find("arms[0].env.KWB_SEED"),
+            std::string::npos);
+  EXPECT_NE(error_of("seeds = [1, 1]\n" + tasks() + arms()).find("seed 1 is given twice"), std::string::npos);
+  EXPECT_NE(error_of(tasks() + arms()).find("seeds: missing"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\nattempts = 2.5\n" + tasks() + arms()).find("attempts"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n[validate]\nseed = 3\n" + tasks() + arms()).find("validate.seed"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n[validate]\nworkloads = [\"nope\"]\n" + tasks() + arms()).find("validate.workloads"),
+            std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n[validate]\nmax_minutes = -1\n" + tasks() + arms()).find("validate.max_minutes"),
+            std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\nbogus = 1\n" + tasks() + arms()).find("unknown key"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n" + arms()).find("no [[tasks]]"), std::string::npos);
+  // The line of the field is named.
+  EXPECT_NE(error_of("seeds = [1]\nconfidence = 2\n" + tasks() + arms()).find("x.toml:2: confidence"),
+            std::string::npos);
+}
+
+TEST_F(ExperimentFile, a_frozen_experiment_refuses_to_resume_once_an_arm_changed) {
+  const std::string text = "seeds = [1]\n[validate]\nworkloads = [\"decode\"]\n[[tasks]]\ndir = \"" +
+                           k_x_rmsnorm.string() + "\"\n" + arms();
+  const nlohmann::json first = freeze_experiment(load(text));
+  EXPECT_EQ(first["schema"], "kwb.experiment");
+  EXPECT_EQ(first["trajectories"].size(), 2u);
+  const fs::path storage = m_dir / "x.experiment";
+  EXPECT_TRUE(fs::is_regular_file(storage / "arms" / "a" / "g.py"));
+  EXPECT_TRUE(fs::is_regular_file(storage / "arms" / "a" / "lib" / "t.txt"));
+  // The public part of the task: its manifest, README and baseline; not the oracle or the controls.
+  EXPECT_TRUE(fs::is_regular_file(storage / "tasks" / "rmsnorm" / "task.toml"));
+  EXPECT_TRUE(fs::is_regular_file(storage / "tasks" / "rmsnorm" / "cpu" / "baseline.cpp"));
+  EXPECT_FALSE(fs::exists(storage / "tasks" / "rmsnorm" / "oracle.cpp"));
+  EXPECT_FALSE(fs::exists(storage / "tasks" / "rmsnorm" / "cpu" / "controls"));
+  // The same experiment freezes to the same plan.
+  EXPECT_EQ(freeze_experiment(load(text))["arms"], first["arms"]);
+  write_file_atomic(m_dir / "gen" / "g.py", "print('changed')\n");
+  try {
+    (void)freeze_experiment(load(text));
+    ADD_FAILURE() << "a changed arm file was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ExitCode::data_error);
+    EXPECT_NE(std::string(e.what()).find("arms[0].files"), std::string::npos) << e.what();
+  }
+  // A plan edited after the freeze does not load.
+  write_file_atomic(storage / "experiment.json", read_file(storage / "experiment.json") + " ");
+  EXPECT_THROW((void)load_frozen_plan(storage), DataError);
+}
+
+nlohmann::json decision(const std::string& d, std::vector<std::string> codes, std::vector<std::string> reasons = {}) {
+  return {{"decision", d}, {"reason_codes", codes}, {"inputs", {{"candidate_check_reasons", reasons}}}};
+}
+
+TEST(AttemptCategory, a_decision_becomes_the_category_it_names) {
+  EXPECT_EQ(categorize_decision(decision("KEEP_CANDIDATE", {"all_passed"}), {}), AttemptCategory::kept);
+  EXPECT_EQ(categorize_decision(decision("INCONCLUSIVE", {"ab_unsettled"}), {}), AttemptCategory::inconclusive);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"ab_below_bar"}), {}), AttemptCategory::slower);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_not_built"}), {}), AttemptCategory::not_built);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch"}), {}),
+            AttemptCategory::incorrect);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch",
+                                                                                      "stale_output"}),
+                                {}),
+            AttemptCategory::cheat);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"forbidden_symbol"}), {}),
+            AttemptCategory::cheat);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"final_recheck_failed"}), {"work_after_return"}),
+            AttemptCategory::cheat);
+  EXPECT_EQ(categorize_decision(decision("INVALID", {"control_passed"}), {}), AttemptCategory::controls);
+  EXPECT_EQ(categorize_decision(decision("INVALID", {"stage_error"}), {}), AttemptCategory::invalid);
+  for (AttemptCategory c : {AttemptCategory::kept, AttemptCategory::sandbox, AttemptCategory::error}) {
+    EXPECT_EQ(parse_attempt_category(to_string(c)), c);
+  }
+}
+
+TEST(ComparisonLogSpeedup, is_the_geometric_mean_over_workloads_of_the_improvements) {
+  // 50% faster = 2x: ln 2. 0% = 1x.
+  const nlohmann::json c = {{"workloads",
+                             {{{"improvement_pct", 50.0}, {"ci_low_pct", 40.0}, {"ci_high_pct", 60.0}},
+                              {{"improvement_pct", 0.0}, {"ci_low_pct", -10.0}, {"ci_high_pct", 10.0}}}}};
+  const std::optional<LogSpeedup> s = comparison_log_speedup(c);
+  ASSERT_TRUE(s);
+  EXPECT_NEAR(s->estimate, std::log(2.0) / 2.0, 1e-12);
+  EXPECT_NEAR(s->low, (-std::log(0.6) - std::log(1.1)) / 2.0, 1e-12);
+  EXPECT_NEAR(s->high, (-std::log(0.4) - std::log(0.9)) / 2.0, 1e-12);
+  EXPECT_FALSE(comparison_log_speedup({{"workloads", {{{"improvement_pct", nullptr}}}}}));
+  EXPECT_EQ(attempt_seed(3, 2), attempt_seed(3, 2));
+  EXPECT_NE(attempt_seed(3, 2), attempt_seed(3, 1));
+  EXPECT_NE(attempt_seed(3, 2), attempt_seed(4, 2));
+}
+
+TEST(PairedInterval, stratified_over_tasks_and_a_plain_paired_t_otherwise) {
+  // Two tasks, two pairs each: task means 1 and 3, variances 2 and 2: mean 2, Var = (2/2 + 2/2) / 4 = 0.5,
+  // df = 0.5^2 / ((0.25^2)/1 * 2) = 2.
+  const PairedInterval s = paired_interval({{"x", {0.0, 2.0}}, {"y", {2.0, 4.0}}}, 0.95);
+  EXPECT_EQ(s.method, "stratified paired t");
+  EXPECT_EQ(s.pairs, 4u);
+  EXPECT_NEAR(s.mean, 2.0, 1e-12);
+  EXPECT_NEAR(s.df, 2.0, 1e-9);
+  EXPECT_NEAR(s.high - s.mean, 4.302652729911275 * std::sqrt(0.5), 1e-6);
+  // One seed in a task: the plain paired t over all pairs.
+  const PairedInterval p = paired_interval({{"x", {1.0}}, {"y", {2.0, 3.0}}}, 0.95);
+  EXPECT_EQ(p.method, "paired t");
+  EXPECT_NEAR(p.mean, 2.0, 1e-12);
+  EXPECT_NEAR(p.df, 2.0, 1e-12);
+  // One pair: no interval.
+  EXPECT_EQ(paired_interval({{"x", {1.0}}}, 0.95).method, "none");
+  // Every d the same: the interval is that point.
+  const PairedInterval z = paired_interval({{"x", {0.0, 0.0}}, {"y", {0.0, 0.0}}}, 0.95);
+  EXPECT_EQ(z.low, 0.0);
+  EXPECT_EQ(z.high, 0.0);
+}
+
+// A plan of two tasks x `seeds` seeds, and trajectory records with the given final log speedups per arm.
+nlohmann::json fake_plan(int seeds) {
+  nlohmann::json p = {{"name", "t"},
+                      {"settings", {{"confidence", 0.95}, {"seeds", nlohmann::json::array()}}},
+                      {"arms", {{{"name", "slow"}}, {{"name", "fast"}}}},
+                      {"tasks", {{{"name", "x"}}, {{"name", "y"}}}},
+                      {"trajectories", nlohmann::json::array()}};
+  for (int s = 1; s <= seeds; ++s) p["settings"]["seeds"].push_back(s);
+  for (const char* task : {"x", "y"}) {
+    for (int s = 1; s <= seeds; ++s) {
+      for (int a = 0; a < 2; ++a) {
+        p["trajectories"].push_back({{"id", fmt::format("{}-{}-{}", a, task, s)}, {"arm_index", a}, {"task", task},
+                                     {"seed", s}});
+      }
+    }
+  }
+  return p;
+}
+
+TrajectoryOutcome outcome(int arm, const std::string& task, int seed, std::optional<double> log_speedup,
+                          std::map<std::string, int> categories = {{"slower", 1}}) {
+  TrajectoryOutcome o;
+  o.id = fmt::format("{}-{}-{}", arm, task, seed);
+  o.arm = arm;
+  o.task = task;
+  o.seed = seed;
+  o.status = log_speedup ? "done" : "invalid";
+  o.log_speedup = log_speedup;
+  o.categories = std::move(categories);
+  return o;
+}
+
+TEST(ExperimentAnalysis, the_four_verdicts) {
+  const nlohmann::json plan = fake_plan(3);
+  std::vector<TrajectoryOutcome> better, same, worse;
+  const double noise[] = {0.01, -0.012, 0.004};
+  for (const char* task : {"x", "y"}) {
+    for (int s = 1; s <= 3; ++s) {
+      const double n = noise[s - 1];
+      better.push_back(outcome(0, task, s, 0.0));
+      better.push_back(outcome(1, task, s, 0.5 + n, {{"kept", 1}}));
+      same.push_back(outcome(0, task, s, 0.2 - n));
+      same.push_back(outcome(1, task, s, 0.2 + n));
+      worse.push_back(outcome(0, task, s, 0.5 + n));
+      worse.push_back(outcome(1, task, s, 0.0, {{"cheat", 2}}));
+    }
+  }
+  const nlohmann::json b = analyze_experiment(plan, better, "d");
+  EXPECT_EQ(b["verdict"], "B_BETTER");
+  EXPECT_EQ(b["verdict_text"], "fast better");
+  EXPECT_GT(b["difference"]["low"].get<double>(), 0.0);
+  EXPECT_EQ(b["win_rate"]["b_wins"], 6);
+  EXPECT_EQ(b["arms"][1]["fast_p"]["1.5"], 1.0);  // e^0.49 = 1.63
+  EXPECT_EQ(b["arms"][1]["fast_p"]["2"], 0.0);
+  EXPECT_EQ(b["arms"][0]["fast_p"]["0"], 1.0);    // correct, ...
+  EXPECT_EQ(b["arms"][0]["fast_p"]["1"], 0.0);    // ... not faster
+  const nlohmann::json s = analyze_experiment(plan, same, "d");
+  EXPECT_EQ(s["verdict"], "INCONCLUSIVE");
+  EXPECT_LT(s["difference"]["low"].get<double>(), 0.0);
+  EXPECT_GT(s["difference"]["high"].get<double>(), 0.0);
+  const nlohmann::json w = analyze_experiment(plan, worse, "d");
+  EXPECT_EQ(w["verdict"], "A_BETTER");
+  EXPECT_EQ(w["arms"][1]["cheats"], 12);  // two per trajectory
+  // One trajectory without its outcome: INVALID, whatever the others say.
+  better.back() = outcome(1, "y", 3, std::nullopt);
+  const nlohmann::json i = analyze_experiment(plan, better, "d");
+  EXPECT_EQ(i["verdict"], "INVALID");
+  EXPECT_EQ(i["missing"].size(), 1u);
+  // And the reports render it, every cell escaped.
+  std::vector<nlohmann::json> records;
+  const nlohmann::json full_plan = {{"name", "t <x>"},
+                                    {"kwb", {{"version", "0"}, {"git_sha", "g"}, {"binary_sha256", "b"}}},
+                                    {"settings", {{"seeds", {1, 2, 3}}, {"attempts", 1}, {"backend", "cpu"},
+                                                  {"validate", nlohmann::json::array()},
+                                                  {"executor", {{"kind", "local"}}}}},
+                                    {"arms", {{{"name", "slow"}, {"command", {"a"}}}, {{"name", "fast"}, {"command", {"b"}}}}},
+                                    {"tasks", plan["tasks"]},
+                                    {"trajectories", plan["trajectories"]}};
+  const ExperimentReportInput in{&full_plan, &i, &records, "/nonexistent"};
+  const std::string html = experiment_html(in);
+  EXPECT_NE(html.find("data-verdict=\"INVALID\""), std::string::npos);
+  EXPECT_NE(html.find("t &lt;x&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("t <x>"), std::string::npos);
+  EXPECT_NE(experiment_markdown(in).find("## Verdict: INVALID"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwb
