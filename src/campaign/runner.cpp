@@ -29,14 +29,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double wall_now() { return static_cast<double>(unix_now_ns()) / 1e9; }
-
-// Sleeps `seconds`, or less when a signal arrives; an interruption then throws Interrupted.
-void nap(double seconds) {
-  timespec t{static_cast<time_t>(seconds), static_cast<long>((seconds - std::floor(seconds)) * 1e9)};
-  ::nanosleep(&t, nullptr);
-  throw_if_interrupted();
-}
+double wall_now() { return wall_seconds_now(); }
+void nap(double seconds) { nap_seconds(seconds); }
 
 // A name that is safe as one path component: letters, digits, '-', '_' and '.' only.
 std::string component(const std::string& s) {
@@ -531,6 +525,14 @@ size_t cancel_campaign(const fs::path& storage, Executor& slurm, const RunnerHoo
   }
   save_state(storage, state);
   return active;
+}
+
+double wall_seconds_now() { return static_cast<double>(unix_now_ns()) / 1e9; }
+
+void nap_seconds(double seconds) {
+  timespec t{static_cast<time_t>(seconds), static_cast<long>((seconds - std::floor(seconds)) * 1e9)};
+  ::nanosleep(&t, nullptr);
+  throw_if_interrupted();
 }
 
 }  // namespace kwb

@@ -62,6 +62,11 @@ struct Judgement {
 Judgement judge(const JobProbe& probe, const Evidence& evidence, const std::string& stopping,
                 const std::string& stderr_tail);
 
+// The wall clock the loops' limits use, in seconds since the epoch.
+double wall_seconds_now();
+// Sleeps `seconds`, or less when a signal arrives; an interruption then throws Interrupted.
+void nap_seconds(double seconds);
+
 // Only one `kwb campaign run` per storage folder at a time: flock on storage/campaign.lock, which holds the
 // holder's pid. Released when the process ends, however it ends.
 class CampaignLock {

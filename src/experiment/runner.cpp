@@ -12,9 +12,6 @@
 
 #include <fmt/format.h>
 
-#include <signal.h>
-#include <time.h>
-
 #include <cmath>
 #include <deque>
 
@@ -24,13 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double wall_now() { return static_cast<double>(unix_now_ns()) / 1e9; }
-
-void nap(double seconds) {
-  timespec t{static_cast<time_t>(seconds), static_cast<long>((seconds - std::floor(seconds)) * 1e9)};
-  ::nanosleep(&t, nullptr);
-  throw_if_interrupted();
-}
+double wall_now() { return wall_seconds_now(); }
 
 std::optional<nlohmann::json> read_record(const fs::path& p) {
   if (!fs::is_regular_file(p)) return std::nullopt;
@@ -39,6 +30,29 @@ std::optional<nlohmann::json> read_record(const fs::path& p) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
+}
+
+// The last line of a job's stderr that says why kwb failed ("kwb: error: ..."), or its last line; "" for none.
+std::string last_error_line(const fs::path& log) {
+  if (!fs::is_regular_file(log)) return "";
+  std::string text;
+  try {
+    text = read_file(log);
+  } catch (const std::exception&) {
+    return "";
+  }
+  std::string last, last_error;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    if (!line.empty()) last = line;
+    if (line.starts_with("kwb: error") || line.starts_with("kwb: internal error")) last_error = line;
+    start = end + 1;
+  }
+  const std::string& pick = last_error.empty() ? last : last_error;
+  return pick.substr(0, 400) + fmt::format(" (log: {})", log.string());
 }
 
 struct Running {
@@ -139,7 +153,7 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
         say(fmt::format("{}: submitted ({} {})", r.id, to_string(ex.kind()), r.handle));
         running.push_back(std::move(r));
       }
-      nap(poll);
+      nap_seconds(poll);
       for (size_t i = 0; i < running.size();) {
         Running& r = running[i];
         const JobProbe p = ex.probe(r.handle, r.launch);
@@ -160,11 +174,15 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
         const std::optional<nlohmann::json> rec =
             read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
         const std::string status = rec ? rec->value("status", "missing") : "missing";
-        if (status != "done") ++s.failed;
-        say(fmt::format("{}: ended (exit {}{}{}): trajectory {}", r.id,
+        std::string why;
+        if (status != "done") {
+          ++s.failed;
+          why = last_error_line(r.launch.attempt_dir / "stderr.log");
+        }
+        say(fmt::format("{}: ended (exit {}{}{}): trajectory {}{}", r.id,
                         p.exit_code ? std::to_string(*p.exit_code) : "none",
                         p.signal != 0 ? fmt::format(", signal {}", p.signal) : "",
-                        r.stopping.empty() ? "" : ", " + r.stopping, status));
+                        r.stopping.empty() ? "" : ", " + r.stopping, status, why.empty() ? "" : ": " + why));
         running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
