@@ -111,8 +111,8 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   }
   const Reader r(file);
   const toml::table root = parse_toml_file(file);
-  r.only(root, "", {"name", "storage", "seeds", "attempts", "confidence", "run_limit_minutes", "queue_limit_minutes",
-                    "executor", "validate", "tasks", "arms"});
+  r.only(root, "", {"name", "storage", "seeds", "attempts", "confidence", "final_max_minutes", "run_limit_minutes",
+                    "queue_limit_minutes", "executor", "validate", "tasks", "arms"});
   const fs::path base = file.parent_path();
   Experiment x;
   x.file = file;
@@ -143,6 +143,12 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
     fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
   }
   x.confidence = r.number(root, "confidence", "confidence", 0.5, 0.999).value_or(0.95);
+  if (const std::optional<double> m = r.number(root, "final_max_minutes", "final_max_minutes", 0.001, 10080.0)) {
+    if (const std::string why = check("--max-minutes", fmt::format("{}", *m)); !why.empty()) {
+      fail(file, line_of(*root.get("final_max_minutes")), "final_max_minutes", why);
+    }
+    x.final_max_minutes = *m;
+  }
   x.run_limit_minutes = r.number(root, "run_limit_minutes", "run_limit_minutes", 0.1, 10080.0).value_or(120.0);
   x.queue_limit_minutes = r.number(root, "queue_limit_minutes", "queue_limit_minutes", 0.0, 10080.0).value_or(60.0);
   for (const char* table : {"executor", "validate"}) {

@@ -40,6 +40,9 @@ struct Experiment {
   std::vector<std::int64_t> seeds;  // replicates: one trajectory per (arm, task, seed)
   int attempts = 5;                 // generator runs per trajectory
   double confidence = 0.95;         // of the interval over pairs
+  // The budget per workload of each trajectory's final comparison (kwb validate's --max-minutes there), which is the
+  // experiment's measurement; 0: the [validate] table's.
+  double final_max_minutes = 0.0;
   double run_limit_minutes = 120.0;    // per trajectory (a job)
   double queue_limit_minutes = 60.0;   // per trajectory: waiting for a node or for the timing lock
   BackendKind backend = BackendKind::cpu;

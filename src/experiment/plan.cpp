@@ -171,6 +171,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
         {"seeds", x.seeds},
         {"attempts", x.attempts},
         {"confidence", x.confidence},
+        {"final_max_minutes", x.final_max_minutes},
         {"run_limit_minutes", x.run_limit_minutes},
         {"queue_limit_minutes", x.queue_limit_minutes},
         {"executor", executor}}},

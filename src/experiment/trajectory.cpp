@@ -84,13 +84,15 @@ void save(const Trajectory& t, const nlohmann::json& record) {
 
 // kwb validate's options from the plan, for one validate.
 std::vector<std::string> validate_argv(const Trajectory& t, const std::string& candidate, std::int64_t seed,
-                                       const fs::path& bundle, bool against_incumbent) {
+                                       const fs::path& bundle, bool against_incumbent, double max_minutes = 0.0) {
   std::vector<std::string> a = {"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "validate",
                                 t.task_dir.string(), "--candidate", candidate, "--output-dir", bundle.string(),
                                 "--backend", t.plan["settings"]["backend"].get<std::string>(),
                                 "--seed", std::to_string(seed), "--json"};
   if (against_incumbent) a.insert(a.end(), {"--against", "incumbent"});
+  if (max_minutes > 0.0) a.insert(a.end(), {"--max-minutes", fmt::format("{}", max_minutes)});
   for (const nlohmann::json& f : t.plan["settings"]["validate"]) {
+    if (max_minutes > 0.0 && f["flag"] == "--max-minutes") continue;
     a.push_back(f["flag"].get<std::string>());
     if (!f["value"].get<std::string>().empty()) a.push_back(f["value"].get<std::string>());
   }
@@ -298,9 +300,10 @@ nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
   fs::create_directories(fdir);
   const fs::path incumbent = t.attempt_dir(*kept) / ("candidate" + t.ext);
   // The same seed for both arms' finals on one (task, replicate): attempt 0.
-  const ValidateOutcome v = run_validate(t, validate_argv(t, incumbent.string(), attempt_seed(t.seed, 0),
-                                                          fdir / "bundle", false),
-                                         fdir);
+  const ValidateOutcome v =
+      run_validate(t, validate_argv(t, incumbent.string(), attempt_seed(t.seed, 0), fdir / "bundle", false,
+                                    t.plan["settings"].value("final_max_minutes", 0.0)),
+                   fdir);
   nlohmann::json f = {{"incumbent_attempt", *kept}, {"validate_seconds", v.seconds},
                       {"bundle", (fdir / "bundle").lexically_relative(t.storage).string()}};
   if (!v.decision) {

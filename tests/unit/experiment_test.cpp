@@ -56,12 +56,14 @@ protected:
 };
 
 TEST_F(ExperimentFile, an_experiment_names_two_arms_tasks_seeds_and_validate_options) {
-  const Experiment x = load("name = \"t\"\nseeds = [1, 2, 3]\nattempts = 4\n[validate]\nworkloads = [\"decode\"]\n"
+  const Experiment x = load("name = \"t\"\nseeds = [1, 2, 3]\nattempts = 4\nfinal_max_minutes = 0.5\n"
+                            "[validate]\nworkloads = [\"decode\"]\n"
                             "max_minutes = 0.1\nno_profile = true\n" + tasks() + arms());
   EXPECT_EQ(x.name, "t");
   EXPECT_EQ(x.storage, m_dir / "x.experiment");
   EXPECT_EQ(x.seeds, (std::vector<std::int64_t>{1, 2, 3}));
   EXPECT_EQ(x.attempts, 4);
+  EXPECT_EQ(x.final_max_minutes, 0.5);
   ASSERT_EQ(x.arms.size(), 2u);
   EXPECT_EQ(x.arms[0].files, (std::vector<fs::path>{m_dir / "gen" / "g.py", m_dir / "gen" / "lib"}));
   EXPECT_EQ(x.arms[0].env, (std::vector<std::pair<std::string, std::string>>{{"MODE", "x"}}));
@@ -100,6 +102,8 @@ TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
   EXPECT_NE(error_of("seeds = [1]\n[validate]\nmax_minutes = -1\n" + tasks() + arms()).find("validate.max_minutes"),
             std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\nbogus = 1\n" + tasks() + arms()).find("unknown key"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\nfinal_max_minutes = 0\n" + tasks() + arms()).find("final_max_minutes"),
+            std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\n" + arms()).find("no [[tasks]]"), std::string::npos);
   // The line of the field is named.
   EXPECT_NE(error_of("seeds = [1]\nconfidence = 2\n" + tasks() + arms()).find("x.toml:2: confidence"),
