@@ -7,6 +7,7 @@
 #             cheater   cheater (A) against tuner (B), 3 tasks x 2 seeds x 5 attempts: every cheat caught, no keep
 #   EXECUTOR  local (default) or slurm (starts the private single-node cluster of tests/slurm/cluster.sh)
 #
+# FINAL_MAX_MINUTES=M gives each trajectory's final comparison its own budget (final_max_minutes).
 # Prints kwb experiment run's summary line, the wall time, and where the storage folder is (BENCH_OUT, default a
 # new folder under /tmp, kept). Nothing else may run on the machine meanwhile: every validate times.
 set -euo pipefail
@@ -31,9 +32,9 @@ arm() {  # arm NAME GENERATOR
 }
 
 case $WHICH in
-  aa) seeds="[1, 2, 3, 4]"; attempts=1; arms="$(arm tuner_a tuner)$(printf '\n')$(arm tuner_b tuner)" ;;
-  tuner) seeds="[1, 2, 3, 4]"; attempts=5; arms="$(arm random_edit random_edit)$(printf '\n')$(arm tuner tuner)" ;;
-  cheater) seeds="[1, 2]"; attempts=5; arms="$(arm cheater cheater)$(printf '\n')$(arm tuner tuner)" ;;
+  aa) seeds="[1, 2, 3, 4]"; attempts=1; arms="$(arm tuner_a tuner; echo; arm tuner_b tuner)" ;;
+  tuner) seeds="[1, 2, 3, 4]"; attempts=5; arms="$(arm random_edit random_edit; echo; arm tuner tuner)" ;;
+  cheater) seeds="[1, 2]"; attempts=5; arms="$(arm cheater cheater; echo; arm tuner tuner)" ;;
   *) echo "bench/experiment_runs.sh: unknown experiment '$WHICH' (aa, tuner or cheater)" >&2; exit 64 ;;
 esac
 
@@ -50,6 +51,7 @@ name = "$WHICH-$EXECUTOR"
 storage = "storage"
 seeds = $seeds
 attempts = $attempts
+$( [[ -n ${FINAL_MAX_MINUTES:-} ]] && echo "final_max_minutes = $FINAL_MAX_MINUTES" )
 run_limit_minutes = 60
 [executor]
 $executor
