@@ -203,6 +203,7 @@ def main():
         run("campaign status", ["campaign", "status", str(campaign), "--json"], {0})
         # An experiment of one task, one seed, one attempt (nothing timed): arm a proposes the error control, which
         # fails its check; arm b writes nothing. Its plan, trajectory records, analysis and status.
+        os.chmod(tmp, 0o755)  # kwb run as root runs its generators as users of their own, which must reach the arms
         (tmp / "arm").mkdir()
         (tmp / "arm" / "control.cpp").write_text(control.read_text())
         experiment = tmp / "experiment.toml"
