@@ -20,18 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Every regular file below `dir`, relative, sorted, with its SHA-256.
-nlohmann::json file_list(const fs::path& dir) {
-  std::vector<std::pair<std::string, std::string>> files;
-  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
-    if (it->is_regular_file()) files.emplace_back(it->path().lexically_relative(dir).string(), sha256_file(it->path()));
-  }
-  std::sort(files.begin(), files.end());
-  nlohmann::json out = nlohmann::json::array();
-  for (const auto& [path, digest] : files) out.push_back({{"path", path}, {"sha256", digest}});
-  return out;
-}
-
 // Copies `from` (a file or a folder) to `to`, readable by everyone (a generator may run as a user of its own,
 // util/worker_user.h) and writable by none but kwb's user.
 void copy_public(const fs::path& from, const fs::path& to) {
@@ -81,6 +69,17 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, c
 
 }  // namespace
 
+nlohmann::json frozen_file_list(const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> files;
+  for (auto it = fs::recursive_directory_iterator(dir); it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_regular_file()) files.emplace_back(it->path().lexically_relative(dir).string(), sha256_file(it->path()));
+  }
+  std::sort(files.begin(), files.end());
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [path, digest] : files) out.push_back({{"path", path}, {"sha256", digest}});
+  return out;
+}
+
 std::vector<TrajectoryPlan> plan_trajectories(const Experiment& x) {
   std::vector<TrajectoryPlan> out;
   for (const ExperimentTask& t : x.tasks) {
@@ -123,7 +122,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
                      {"dir", t.dir.string()},
                      {"digest", task_digest(t.dir)},
                      {"baseline", load_task(t.dir).backends.at(x.backend).baseline.lexically_relative(t.dir).string()},
-                     {"public_files", file_list(pub)}});
+                     {"public_files", frozen_file_list(pub)}});
   }
   nlohmann::json arms = nlohmann::json::array();
   for (const ExperimentArm& a : x.arms) {
@@ -138,7 +137,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
                     {"env", env},
                     {"timeout_seconds", a.timeout_seconds},
                     {"cpu_seconds", a.cpu_seconds},
-                    {"files", file_list(dir)}});
+                    {"files", frozen_file_list(dir)}});
   }
   nlohmann::json validate = nlohmann::json::array();
   for (const ValidateFlag& f : x.validate) validate.push_back({{"flag", f.flag}, {"value", f.value}});

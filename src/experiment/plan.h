@@ -44,6 +44,9 @@ struct ExperimentPaths {
 // (relative paths). Not the oracle's held-out data, the error controls, the ledger or any other implementation.
 std::vector<std::filesystem::path> public_task_files(const std::filesystem::path& task_dir, BackendKind backend);
 
+// Every regular file below `dir` as the plan lists it: [{path (relative), sha256}], sorted by path.
+nlohmann::json frozen_file_list(const std::filesystem::path& dir);
+
 // Freezes `x` into its storage folder (creating it), or, when it was frozen before, checks that it freezes to the
 // same plan: DataError (65) naming what changed otherwise. Returns the plan as written.
 nlohmann::json freeze_experiment(const Experiment& x);

@@ -337,16 +337,9 @@ std::string changed_since_freeze(const Trajectory& t) {
     return fmt::format("the task folder {} changed since the experiment was frozen", t.task_dir.string());
   }
   const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
-  nlohmann::json files = nlohmann::json::array();
-  std::vector<std::pair<std::string, std::string>> list;
-  for (auto it = fs::recursive_directory_iterator(arm_dir); it != fs::recursive_directory_iterator(); ++it) {
-    if (it->is_regular_file()) {
-      list.emplace_back(it->path().lexically_relative(arm_dir).string(), sha256_file(it->path()));
-    }
+  if (frozen_file_list(arm_dir) != t.arm["files"]) {
+    return fmt::format("the arm's frozen files in {} changed", arm_dir.string());
   }
-  std::sort(list.begin(), list.end());
-  for (const auto& [p, d] : list) files.push_back({{"path", p}, {"sha256", d}});
-  if (files != t.arm["files"]) return fmt::format("the arm's frozen files in {} changed", arm_dir.string());
   return "";
 }
 
