@@ -77,7 +77,8 @@ const Param k_layouts{"layouts", Kind::integer, false, "--layouts",
 const Param k_no_profile{"no_profile", Kind::boolean, false, "--no-profile",
                          "Skip the profile stage (descriptive; the decision never depends on it)"};
 const Param k_bundle_seed{"seed", Kind::integer, false, "--seed",
-                          "Seed for everything random (default: drawn, recorded in the plan)"};
+                          "Seed for block orders and layouts (default: drawn, recorded in the plan); the data comes "
+                          "from a secret drawn at run time"};
 const Param k_output_dir{"output_dir", Kind::string, true, "--output-dir",
                          "Evidence bundle folder (must not exist yet)"};
 
@@ -111,7 +112,8 @@ const std::vector<Tool>& tools() {
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
         k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_lock_timeout,
-        {"seed", Kind::integer, false, "--seed", "Seed for block orders and timed data"},
+        {"seed", Kind::integer, false, "--seed",
+         "Seed for block orders and layouts (timed data comes from a secret drawn at run time)"},
         {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}}},
       {"validate", "validate", "kwb.decision",
        "The whole workflow into an evidence bundle: freeze the plan, check baseline and candidate, controls, "

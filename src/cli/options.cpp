@@ -199,7 +199,8 @@ void add_compare_options(CLI::App& app, CompareArgs& a) {
   app.add_option("--candidate", a.candidate, "Candidate source");
   app.add_flag("--aa", a.aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed, "Seed for block orders and timed data")->capture_default_str()
+  app.add_option("--seed", a.seed, "Seed for block orders and layouts (timed data comes from a secret drawn at run time)")
+      ->capture_default_str()
       ->check(in_range(k_seed_range));
   app.add_option("--output-dir", a.output_dir, "Write samples.csv (every sample) and compare.json here");
   app.add_flag("--json", a.json, "Print the JSON summary");
@@ -212,7 +213,6 @@ CompareRequest compare_request(const CompareArgs& a) {
   r.gate = gate_config(a.timing, r.mode);
   r.budget = budget(a.timing);
   r.timing = timing_options(a.timing);
-  r.timing.nonce = a.seed ^ 0x7153D47Aull;
   r.seed = a.seed;
   r.output_dir = a.output_dir;
   r.exhaustive_checks = a.timing.exhaustive;
@@ -234,7 +234,9 @@ void add_validate_options(CLI::App& app, ValidateArgs& a) {
 void add_validate_run_options(CLI::App& app, ValidateArgs& a) {
   app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed, "Seed for everything random (default: drawn and recorded in the plan)")
+  app.add_option("--seed", a.seed,
+                 "Seed for block orders and layouts (default: drawn and recorded in the plan); the data comes from a "
+                 "secret drawn at run time, committed to in the plan")
       ->check(in_range(k_seed_range));
   app.add_flag("--no-profile", a.no_profile,
                "Skip the profile stage: it is descriptive, the decision never depends on it, and under valgrind it "

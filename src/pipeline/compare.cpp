@@ -5,6 +5,7 @@
 #include "stats/descriptive.h"
 #include "stats/random.h"
 #include "util/cpu_watch.h"
+#include "util/data_secret.h"
 #include "util/error.h"
 
 #include <fmt/format.h>
@@ -196,7 +197,9 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
 
 WorkerArmRunner::WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms,
                                  std::vector<std::string> labels, TimingOptions options)
-    : m_task(task), m_arms(std::move(arms)), m_labels(std::move(labels)), m_options(std::move(options)) {}
+    : m_task(task), m_arms(std::move(arms)), m_labels(std::move(labels)), m_options(std::move(options)) {
+  if (m_options.nonce == 0) m_options.nonce = DataSecret::draw().nonce("timing");
+}
 
 WorkerArmRunner::~WorkerArmRunner() = default;
 

@@ -148,7 +148,9 @@ struct TimingOptions {
   std::chrono::milliseconds timeout{defaults::k_timeout};
   int warmups = defaults::k_warmups;
   int samples = defaults::k_samples;  // timed calls per visit; 0: sized per workload by a pilot (docs/timing.md)
-  uint64_t nonce = 1;                 // timed data differs from the check's published data
+  // The timed data's nonce. 0 (the default): WorkerArmRunner draws one from a fresh DataSecret, so that no option
+  // and no seed a candidate could know chooses the data (util/data_secret.h); validate passes its own.
+  uint64_t nonce = 0;
   bool cold = defaults::k_cold;       // flush caches before every timed call, outside the timer (docs/timing.md)
 };
 

@@ -14,6 +14,7 @@
 #include "report/report.h"
 #include "stats/random.h"
 #include "task/data.h"
+#include "util/data_secret.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/interrupt.h"
@@ -235,10 +236,12 @@ private:
     }
     const BackendImpls& bi = m_task.backends.at(m_opt.backend);
     const fs::path baseline = m_opt.baseline.empty() ? bi.baseline : m_opt.baseline;
+    // --seed (or a drawn one) chooses block orders and layouts; the data comes from a secret no option sets
+    // (util/data_secret.h), committed to in the plan and revealed in decision.json.
     m_seed = m_opt.seed ? *m_opt.seed : std::random_device{}() * 4294967296ull + std::random_device{}();
-    m_timing_nonce = mix_seed(m_seed, 0x71);
-    m_final_nonce = mix_seed(m_seed, 0xF1);
-    if (m_final_nonce == 0) m_final_nonce = 1;
+    m_secret = DataSecret::draw();
+    m_timing_nonce = m_secret.nonce("timing");
+    m_final_nonce = m_secret.nonce("final");
 
     // Each arm's layout pool (docs/timing.md, "Layout"): the plain build, then padded builds. Only the plain build
     // is checked; every output of every timed call, in every layout, is validated. Everything is built at once
@@ -334,7 +337,7 @@ private:
     p.workloads = m_opt.workloads;
     p.layout = {m_layouts, layout_offsets(m_opt.backend, m_layouts),
                 m_task.signature.inputs.size() + m_task.signature.outputs.size()};
-    p.seeds = {m_seed, 0, m_timing_nonce, m_final_nonce};
+    p.seeds = {m_seed, 0, m_secret.commitment()};
     const Provenance built_from = build_provenance();
     p.kwb = {KWB_VERSION, built_from.git_sha, built_from.git_dirty, sha256_file(fs::read_symlink("/proc/self/exe")),
              sha256_file(worker_executable())};
@@ -454,7 +457,7 @@ private:
     po.backend = m_opt.backend;
     po.workloads = m_opt.workloads;
     po.timeout = m_opt.timing.timeout;
-    po.nonce = m_timing_nonce;
+    po.nonce = m_secret.nonce("profile");  // data of its own: nothing the timed pool holds
     po.raw_dir = m_bundle.dir() / "profile" / ("raw_" + role);
     ProfileReport r = run_profile(m_task, m_artifacts[i], po);
     m_bundle.write_json("profile/" + role + ".json", to_json(r));
@@ -717,6 +720,7 @@ private:
     for (const auto& w : m_inputs.ab) scope.workloads.push_back(w.workload);
     record.inputs = to_json(m_inputs);
     record.created = utc_now();
+    record.data_secret = m_secret.hex();
     m_decision_json = to_json(record);
     m_bundle.write_json("decision.json", m_decision_json);
     return std::string(to_string(m_decision.decision));
@@ -733,6 +737,7 @@ private:
   Plan m_plan;
   std::vector<Artifact> m_artifacts;  // the plan's implementations' builds, in its order
   uint64_t m_seed = 0, m_timing_nonce = 0, m_final_nonce = 0;
+  DataSecret m_secret;
   nlohmann::json m_environment;
   std::string m_plan_digest;
   std::string m_manifest_sha256;

@@ -33,6 +33,9 @@ struct DecisionRecord {
   DecisionScope scope;
   nlohmann::json inputs;    // what the decision rule read (to_json(DecisionInputs)); verify re-derives them
   std::string created;      // UTC, ISO 8601
+  // The secret the run's timed and held-out data came from (util/data_secret.h), revealed once the run is over:
+  // verify checks it against the plan's data_commitment and re-derives the nonces from it.
+  std::string data_secret;
 };
 
 nlohmann::json to_json(const DecisionRecord& d);
@@ -61,6 +64,7 @@ void describe(V& v, DecisionRecord& x) {
   v("scope", x.scope);
   v("inputs", x.inputs);
   v("created", x.created);
+  v("data_secret", x.data_secret);
 }
 
 }  // namespace kwb

@@ -104,11 +104,13 @@ struct PlanLayout {
   uint64_t tensors = 0;  // inputs plus outputs
 };
 
+// `seed` chooses what should be reproducible (block orders, layouts); no data follows from it. The timed and
+// held-out data follow from a secret drawn at run time (util/data_secret.h): the plan holds only its commitment,
+// and decision.json reveals it after the run (DecisionRecord::data_secret), for verify to re-derive every nonce.
 struct PlanSeeds {
   uint64_t seed = 0;
-  uint64_t check_nonce = 0;
-  uint64_t timing_nonce = 0;
-  uint64_t final_nonce = 0;
+  uint64_t check_nonce = 0;      // the pre-timing checks' data: 0, the task's published seeds
+  std::string data_commitment;  // DataSecret::commitment(), 64 hex digits
 };
 
 struct PlanKwb {
@@ -249,8 +251,7 @@ template <typename V>
 void describe(V& v, PlanSeeds& x) {
   v("seed", x.seed);
   v("check_nonce", x.check_nonce);
-  v("timing_nonce", x.timing_nonce);
-  v("final_nonce", x.final_nonce);
+  v("data_commitment", x.data_commitment);
 }
 
 template <typename V>

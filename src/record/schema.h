@@ -14,7 +14,9 @@ inline constexpr const char* k_final_schema = "kwb.final";
 // oracle is a record (never a name), and no field outside the declaration is accepted.
 // 3: plan.json's task has `tolerances`, one per output (mode abs_rel, ulp or exact), for `tolerance`; a check's
 // cases report their errors per output (check schema 3).
-inline constexpr int k_bundle_schema_version = 3;
+// 4: the timed and held-out data come from a secret drawn at run time: plan.json's seeds hold its commitment
+// (data_commitment) in place of timing_nonce and final_nonce, and decision.json reveals it (data_secret).
+inline constexpr int k_bundle_schema_version = 4;
 
 // A check's report (check --json, a bundle's checks/*.json), versioned on its own; verify refuses another version.
 // 2: the "request" block (nonce, held_out, stop_after_reason). 3: each case's errors per output ("outputs").

@@ -15,6 +15,7 @@
 #include "task/data.h"
 #include "util/backend_kind.h"
 #include "util/cpu_watch.h"
+#include "util/data_secret.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -81,7 +82,7 @@ const json& object_field(const json& j, const char* key, const std::string& wher
 // What a check file must be, by its name in checks/.
 struct ExpectedCheck {
   const PlannedImpl* impl = nullptr;
-  uint64_t nonce = 0;
+  std::optional<uint64_t> nonce;  // absent: not known (no revealed data secret, already a problem of its own)
   bool held_out = false;
   std::string stop_after;
 };
@@ -106,6 +107,7 @@ public:
       problem("plan.json: without a readable plan nothing else can be bound to it; verification stops here");
       return m_report;
     }
+    step("decision.json", [&] { data_secret(); });
     step("artifacts", [&] { artifacts(); });
     step("checks", [&] { checks(); });
     step("controls.json", [&] { controls(); });
@@ -270,6 +272,28 @@ private:
     }
   }
 
+  // The data secret decision.json reveals must be the one plan.json committed to before anything ran: then the
+  // data was not chosen after the fact, and the final re-check's nonce follows from it (util/data_secret.h).
+  void data_secret() {
+    if (!m_b.decision) return;  // no decision (an interrupted run): the reader has said so
+    const std::string& revealed = m_b.decision->data_secret;
+    const std::optional<DataSecret> secret = DataSecret::from_hex(revealed);
+    if (!secret) {
+      problem(fmt::format("decision.json: data_secret '{}' is not 64 lowercase hex digits; the run's data cannot be "
+                          "re-derived", revealed.substr(0, 80)));
+      return;
+    }
+    if (secret->commitment() != m_plan.seeds.data_commitment) {
+      problem(fmt::format("decision.json: the revealed data_secret commits to {}, but plan.json committed to {}: "
+                          "the data secret is not the one frozen before the run",
+                          secret->commitment(), m_plan.seeds.data_commitment));
+      return;
+    }
+    m_final_nonce = secret->nonce("final");
+    verified("decision.json: data_secret matches plan.json's data_commitment (the timed and held-out data were "
+             "fixed before the run)");
+  }
+
   // plan.json was read strictly by the bundle reader (record/plan.h); what it could not read is this step's problem.
   void read_plan() {
     if (!m_b.plan) {
@@ -324,7 +348,7 @@ private:
     const uint64_t check_nonce = m_plan.seeds.check_nonce;
     if (stem == "baseline") return ExpectedCheck{m_plan.impl(ImplRole::baseline), check_nonce, false, ""};
     if (stem == "candidate") return ExpectedCheck{m_plan.impl(ImplRole::candidate), check_nonce, false, ""};
-    if (stem == "candidate_final") return ExpectedCheck{m_plan.impl(ImplRole::candidate), m_plan.seeds.final_nonce, true, ""};
+    if (stem == "candidate_final") return ExpectedCheck{m_plan.impl(ImplRole::candidate), m_final_nonce, true, ""};
     for (const PlannedImpl& c : m_plan.implementations) {
       if (c.role == ImplRole::control && stem == control_check_stem(c.name)) {
         return ExpectedCheck{&c, check_nonce, false, to_string(c.expect)};
@@ -392,12 +416,13 @@ private:
                           str_field(c, "backend"), m_plan.task.name, m_plan.backend));
     }
     const json& rq = object_field(c, "request");
-    if (uint_field(rq, "nonce", " of request") != ex->nonce || bool_field(rq, "held_out", " of request") != ex->held_out ||
+    if ((ex->nonce && uint_field(rq, "nonce", " of request") != *ex->nonce) ||
+        bool_field(rq, "held_out", " of request") != ex->held_out ||
         str_field(rq, "stop_after_reason", " of request") != ex->stop_after) {
       problem(fmt::format("{}: was run with nonce {}, held_out {}, stop reason '{}'; its role requires nonce {}, "
                           "held_out {}, stop reason '{}' (a report of another role cannot stand in for this one)",
                           file, uint_field(rq, "nonce"), bool_field(rq, "held_out"), str_field(rq, "stop_after_reason"),
-                          ex->nonce, ex->held_out, ex->stop_after));
+                          ex->nonce ? std::to_string(*ex->nonce) : "(unknown)", ex->held_out, ex->stop_after));
     }
     // The case list: a passing check covered every case its role requires (and, for the final re-check, rehearsed
     // a timing visit); a failing one ran only cases its role names.
@@ -818,8 +843,9 @@ private:
       if (pass_of("candidate").value_or(false) && array_field(m_b.final_, "identity_mismatches").empty()) {
         require_file("final_validation", status["final_validation"], check_file("candidate_final"));
       }
-      if (uint_field(m_b.final_, "final_nonce") != m_plan.seeds.final_nonce) {
-        problem(fmt::format("final.json: final_nonce {} but the plan's is {}", uint_field(m_b.final_, "final_nonce"), m_plan.seeds.final_nonce));
+      if (m_final_nonce && uint_field(m_b.final_, "final_nonce") != *m_final_nonce) {
+        problem(fmt::format("final.json: final_nonce {} but the revealed data secret gives {}",
+                            uint_field(m_b.final_, "final_nonce"), *m_final_nonce));
       }
     }
   }
@@ -897,6 +923,7 @@ private:
   VerifyReport m_report;
   Plan m_plan;
   bool m_plan_ok = false;
+  std::optional<uint64_t> m_final_nonce;  // from the revealed data secret (data_secret())
   std::vector<std::string> m_workloads, m_case_names, m_timing_cases;  // from the plan
   std::map<std::string, bool> m_check_pass;  // by check stem, re-derived
   std::map<std::pair<std::string, std::string>, uint64_t> m_workload_blocks;

@@ -27,7 +27,8 @@ private:
 };
 
 // The seed of input tensor `input_index` in input set `set_index` of a case, under a run nonce. Different
-// sets of one case never share data, so a replayed output never matches by accident.
+// sets of one case never share data, so a replayed output never matches by accident. Nonce 0 is the published data
+// (a public formula); any other nonce derives the seed through SHA-256, so that no tensor's data leads to another's.
 uint64_t input_seed(const Case& c, size_t input_index, uint64_t set_index, uint64_t nonce);
 
 // Why `dist` cannot fill `elements` elements of `dtype` with values the dtype holds exactly ("" when it can): an

@@ -7,6 +7,7 @@
 #include "record/verify.h"
 #include "pipeline/validate.h"
 #include "task/task.h"
+#include "util/data_secret.h"
 #include "util/fs.h"
 #include "util/provenance.h"
 #include "util/sha256.h"
@@ -25,6 +26,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <regex>
+#include <set>
+#include <optional>
 #include <thread>
 
 extern char** environ;
@@ -199,7 +202,46 @@ TEST_F(ValidateBundle, report_rerender_is_byte_identical) {
   fs::remove_all(d);
 }
 
+// The data secret (util/data_secret.h): plan.json commits to it before anything runs and holds no nonce;
+// decision.json reveals it; the final re-check ran on the nonce it gives.
+TEST_F(ValidateBundle, plan_commits_to_the_data_secret_and_the_decision_reveals_it) {
+  const nlohmann::json plan = nlohmann::json::parse(read_file(*s_dir / "plan.json"));
+  const nlohmann::json decision = nlohmann::json::parse(read_file(*s_dir / "decision.json"));
+  std::set<std::string> keys;
+  for (const auto& [k, v] : plan["seeds"].items()) keys.insert(k);
+  EXPECT_EQ(keys, (std::set<std::string>{"seed", "check_nonce", "data_commitment"})) << plan["seeds"].dump();
+  const std::optional<DataSecret> secret = DataSecret::from_hex(decision["data_secret"].get<std::string>());
+  ASSERT_TRUE(secret.has_value()) << decision["data_secret"];
+  EXPECT_EQ(secret->commitment(), plan["seeds"]["data_commitment"].get<std::string>());
+  const nlohmann::json final_ = nlohmann::json::parse(read_file(*s_dir / "final.json"));
+  EXPECT_EQ(final_["final_nonce"].get<uint64_t>(), secret->nonce("final"));
+  const nlohmann::json recheck = nlohmann::json::parse(read_file(*s_dir / "checks" / "candidate_final.json"));
+  EXPECT_EQ(recheck["request"]["nonce"].get<uint64_t>(), secret->nonce("final"));
+  // The seed was given (--seed 7 in validate_args) and still chose no data: the plan names no nonce a seed gives.
+  EXPECT_EQ(plan["seeds"]["check_nonce"], 0);
+}
+
 // ---- tampering: each edit is caught and names the file ------------------------------------------------------
+
+// A secret revealed after the fact that is not the one committed to: someone chose the data after the run (or swapped
+// in a bundle's secret from another run). Caught even with a forged manifest.
+TEST_F(ValidateBundle, verify_refuses_a_revealed_data_secret_that_is_not_the_committed_one) {
+  fs::path d = copy("secret");
+  nlohmann::json decision = nlohmann::json::parse(read_file(d / "decision.json"));
+  decision["data_secret"] = DataSecret::draw().hex();
+  write_file_atomic(d / "decision.json", decision.dump(2) + "\n");
+  reseal(d);
+  expect_caught(d, "plan.json committed to");
+}
+
+TEST_F(ValidateBundle, verify_refuses_a_data_secret_that_is_not_hex) {
+  fs::path d = copy("secret-text");
+  nlohmann::json decision = nlohmann::json::parse(read_file(d / "decision.json"));
+  decision["data_secret"] = "seed 7";
+  write_file_atomic(d / "decision.json", decision.dump(2) + "\n");
+  reseal(d);
+  expect_caught(d, "data_secret");
+}
 
 TEST_F(ValidateBundle, verify_catches_a_deleted_sample_row_even_with_a_forged_manifest) {
   fs::path d = copy("row");

@@ -1,16 +1,20 @@
 #include "task/data.h"
 #include "util/backend_kind.h"
+#include "util/data_secret.h"
 #include "util/failure_reason.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/seed.h"
 #include "util/sha256.h"
 #include "worker/shared_buffer.h"
 #include "support/temp_dir.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <filesystem>
 #include <sys/mman.h>
@@ -112,6 +116,54 @@ TEST(data_test, input_sets_of_a_case_never_share_a_seed) {
   EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 0, 1, 0));
   EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 1, 0, 0));
   EXPECT_NE(kwb::input_seed(c, 0, 0, 0), kwb::input_seed(c, 0, 0, 1));
+}
+
+// A run's data (nonce != 0) is seeded through a keyed hash: the public mixing formula of the published data (nonce 0)
+// does not give it, so a candidate that carries kwb's generator and guesses the nonce's formula still misses, and a
+// tensor's seed recovered from its values leads to no other tensor's.
+TEST(data_test, a_runs_input_seeds_are_a_keyed_hash_not_the_published_formula) {
+  kwb::Case c;
+  c.seed = 501;
+  const uint64_t nonce = 0x7153D47Bull;  // what compare's default --seed 1 gave before the data secret
+  const uint64_t published_formula = kwb::mix_seed(kwb::mix_seed(kwb::mix_seed(c.seed, 1), 1001), nonce);
+  EXPECT_NE(kwb::input_seed(c, 0, 1000, nonce), published_formula);
+  EXPECT_EQ(kwb::input_seed(c, 0, 1000, nonce), kwb::sha256_u64("kwb.input_seed.v1", {nonce, 501, 0, 1000}));
+  // The published data keeps its public formula: anyone regenerates what `kwb check` ran.
+  EXPECT_EQ(kwb::input_seed(c, 0, 1000, 0), kwb::mix_seed(kwb::mix_seed(kwb::mix_seed(c.seed, 1), 1001), 0));
+  EXPECT_NE(kwb::input_seed(c, 0, 1000, nonce), kwb::input_seed(c, 0, 1001, nonce));
+  EXPECT_NE(kwb::input_seed(c, 0, 1000, nonce), kwb::input_seed(c, 1, 1000, nonce));
+}
+
+TEST(data_secret_test, each_draw_is_new_and_its_hex_round_trips) {
+  const kwb::DataSecret a = kwb::DataSecret::draw();
+  const kwb::DataSecret b = kwb::DataSecret::draw();
+  EXPECT_NE(a.hex(), b.hex());
+  ASSERT_EQ(a.hex().size(), 64u);
+  const std::optional<kwb::DataSecret> back = kwb::DataSecret::from_hex(a.hex());
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->hex(), a.hex());
+  EXPECT_EQ(back->commitment(), a.commitment());
+  EXPECT_EQ(back->nonce("final"), a.nonce("final"));
+  EXPECT_FALSE(kwb::DataSecret::from_hex(a.hex().substr(1)).has_value());
+  EXPECT_FALSE(kwb::DataSecret::from_hex(std::string(64, 'G')).has_value());
+  EXPECT_FALSE(kwb::DataSecret::from_hex(std::string(64, 'A')).has_value());  // upper case is not what hex() writes
+}
+
+// The commitment and the nonces, against an independent computation (Python's hashlib gave these for the secret
+// 00 01 02 ... 1f), so that a reviewer can recompute them from a bundle without kwb.
+TEST(data_secret_test, commitment_and_nonces_are_sha256_of_tagged_secret) {
+  std::string hex;
+  for (int i = 0; i < 32; ++i) hex += fmt::format("{:02x}", i);
+  const std::optional<kwb::DataSecret> s = kwb::DataSecret::from_hex(hex);
+  ASSERT_TRUE(s.has_value());
+  std::string tagged = std::string("kwb.data_secret.commitment.v1") + '\0';
+  for (int i = 0; i < 32; ++i) tagged += static_cast<char>(i);
+  EXPECT_EQ(s->commitment(), kwb::sha256_hex(std::string_view(tagged)));
+  EXPECT_EQ(s->commitment(), "016ebe502b57c17135296416e8be072fdb69e3973823c9847b3f2a1d672b6da5");
+  EXPECT_EQ(s->nonce("final"), 16851219151389727671ull);
+  EXPECT_EQ(s->nonce("timing"), 7716416612171688753ull);
+  EXPECT_NE(s->nonce("final"), s->nonce("timing"));
+  EXPECT_NE(s->nonce("profile"), s->nonce("timing"));
 }
 
 TEST(shared_buffer_test, canaries_detect_a_write_just_outside_the_data) {
