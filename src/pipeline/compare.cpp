@@ -28,6 +28,14 @@ double visit_statistic(const ArmVisit& visit) {
   return stats::median(ns);
 }
 
+stats::AgingVisit aging_visit(const ArmVisit& visit) {
+  stats::AgingVisit out;
+  for (const Sample& s : visit.samples) {
+    if (!s.warmup && s.output_valid) out.emplace_back(s.sample_index, static_cast<double>(s.ns));
+  }
+  return out;
+}
+
 stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget) {
   stats::SequentialGate s;
   s.aa = g.mode == CompareMode::aa;
@@ -92,6 +100,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   stats::SequentialProcedure procedure(sg, seed);
   stats::Xoshiro256StarStar order_rng(seed);
   const double start = clock.seconds();
+  std::vector<std::array<stats::AgingVisit, 2>> long_visits;  // the long blocks' timed calls, per arm
 
   for (;;) {
     const double elapsed = clock.seconds() - start;
@@ -137,8 +146,10 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
                                failed_arm, why);
       res.seconds = clock.seconds() - start;
       res.estimate.reset();
+      res.aging = stats::aging_check(long_visits);  // over the blocks counted, for the record
       return res;
     }
+    if (stats::long_block(block)) long_visits.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
     const double a = visit_statistic(visits[0]);
     const double b = visit_statistic(visits[1]);
     res.block_median_a.push_back(a);
@@ -159,9 +170,19 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     }
     if (progress) progress(p);
     if (stop) break;
+    // An arm found to age settles the comparison (INVALID, below): no further block could undo it.
+    if (stats::long_block(block) && stats::aging_check(long_visits).ages) break;
   }
 
   res.seconds = clock.seconds() - start;
+  // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
+  res.aging = stats::aging_check(long_visits);
+  if (res.aging.ages) {
+    res.verdict = stats::Verdict::invalid;
+    res.reason = stats::describe_aging(res.aging, arm_labels[1]) + "; no metric is reported";
+    res.estimate.reset();
+    return res;
+  }
   const size_t looks_before = procedure.looks().size();
   const std::optional<stats::SequentialLook> outcome = procedure.finish();
   if (!outcome) {
@@ -224,13 +245,19 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
           std::make_unique<InputSet>(make_input_set(m_task, workload, 1000 + m_pool.size(), m_options.nonce)));
     }
   };
-  auto fit = [&](int samples) {
-    const auto room = (static_cast<int>(max_sets) - m_warmups) / (1 + k_rewarm_calls);
-    return std::max(k_min_samples_per_visit, std::min(samples, room));
+  const int room = (static_cast<int>(max_sets) - m_warmups) / (1 + k_rewarm_calls);
+  auto fit = [&](int samples) { return std::max(k_min_samples_per_visit, std::min(samples, room)); };
+  // The pool a block's visits draw from: a long visit's warm-ups and turns at two calls each, plus what the secret
+  // extra warm-ups and re-warms may take where the memory bound leaves room (block() spends no more than this).
+  auto size_pool = [&]() {
+    m_long_samples = std::max(m_samples, std::min(stats::k_long_visit_factor * m_samples, room));
+    const int plain = m_warmups + m_long_samples * (1 + k_rewarm_calls);
+    const int extra = k_extra_warmups + (m_long_samples + k_extra_rewarm_odds - 1) / k_extra_rewarm_odds + 1;
+    grow_pool(static_cast<size_t>(std::max(plain, std::min(plain + extra, static_cast<int>(max_sets)))));
   };
   m_samples = m_options.samples > 0 ? fit(m_options.samples) : 0;
   if (m_samples > 0) {
-    grow_pool(static_cast<size_t>(m_warmups + m_samples * (1 + k_rewarm_calls)));
+    size_pool();
     return {};
   }
   // Pilot: a few calls of the reference arm size the visits so each lasts ~50 ms of kernel time, between 5 and
@@ -244,7 +271,7 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
     const double t = visit_statistic(pilot) * 1e-9;
     m_samples = fit(static_cast<int>(std::clamp(std::round(0.05 / std::max(t, 1e-9)), 5.0, 100.0)));
   }
-  grow_pool(static_cast<size_t>(m_warmups + m_samples * (1 + k_rewarm_calls)));
+  size_pool();
   return pilot.samples;
 }
 
@@ -410,10 +437,27 @@ ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int b
     for (int pos = 0; pos < 2; ++pos) b.visits[order[pos]] = std::move(live[pos].v);
     return b;
   };
+  // Each visit's calls, drawn from a secret: its warm-ups, and its turns' re-warm calls (one, sometimes two), within
+  // the pool; a long block's visits have m_long_samples turns (stats/aging.h). Both arms get the same number of turns.
+  const int turns = stats::long_block(block) ? m_long_samples : m_samples;
+  std::vector<int> rewarms[2];
   for (int pos = 0; pos < 2; ++pos) {
+    const int pool = static_cast<int>(m_pool.size());
+    int warmups = m_warmups;
+    for (int i = 0; i < k_extra_warmups; ++i) {
+      if ((m_pattern_secret.next() & 1) != 0 && warmups + 1 + turns * (1 + k_rewarm_calls) <= pool) ++warmups;
+    }
+    int calls = warmups;
+    for (int t = 0; t < turns; ++t) {
+      const int left = turns - t - 1;  // turns after this one, each needing its plain calls
+      const bool extra = m_pattern_secret.next() % k_extra_rewarm_odds == 0 &&
+                         calls + 2 + (1 + k_rewarm_calls) * (left + 1) <= pool;
+      rewarms[pos].push_back(k_rewarm_calls + (extra ? 1 : 0));
+      calls += rewarms[pos].back() + 1;
+    }
     live[pos] = start_visit(order[pos], block, pos);
-    live[pos].warmups = m_warmups;
-    live[pos].calls = m_warmups + m_samples * (1 + k_rewarm_calls);
+    live[pos].warmups = warmups;
+    live[pos].calls = calls;
     if (!live[pos].v.valid) return finish();
     // Frozen while the other worker starts and runs.
     if (!live[pos].session->freeze()) {
@@ -431,7 +475,7 @@ ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int b
     return call_next(live[pos], b.samples);
   };
   for (int pos = 0; pos < 2; ++pos) {
-    for (int i = 0; i < m_warmups; ++i) {
+    for (int i = 0; i < live[pos].warmups; ++i) {
       if (!call(pos)) return finish();
     }
   }
@@ -440,16 +484,16 @@ ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int b
   Rng pairs(mix_seed(m_workload_seed, 0x9A175EEDull + static_cast<uint64_t>(block)));
   // A turn: the arm's re-warm call (untimed), then its timed call, so that whatever the other arm's call left in
   // the core's caches and TLB is paid by an untimed call of this arm (k_rewarm_calls).
-  auto turn = [&](int pos) {
-    for (int r = 0; r < k_rewarm_calls; ++r) {
+  auto turn = [&](int pos, int t) {
+    for (int r = 0; r < rewarms[pos][static_cast<size_t>(t)]; ++r) {
       live[pos].untimed.insert(live[pos].next);
       if (!call(pos)) return false;
     }
     return call(pos);
   };
-  for (int i = 0; i < m_samples; ++i) {
+  for (int i = 0; i < turns; ++i) {
     const int first = static_cast<int>(pairs.next() & 1);
-    if (!turn(first) || !turn(1 - first)) return finish();
+    if (!turn(first, i) || !turn(1 - first, i)) return finish();
   }
   return finish();
 }
@@ -469,6 +513,12 @@ stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads) {
   return all_pass ? Verdict::pass : Verdict::inconclusive;
 }
 
+nlohmann::json to_json(const stats::AgingCheck& a) {
+  return {{"long_blocks", a.long_blocks},         {"aging_blocks", a.aging_blocks},
+          {"drift_a_log", a.drift_a_log},         {"drift_other_log", a.drift_other_log},
+          {"difference_log", a.difference_log},   {"ages", a.ages}};
+}
+
 nlohmann::json to_json(const WorkloadResult& w) {
   nlohmann::json j = {{"name", w.name},
                       {"verdict", w.verdict},
@@ -476,11 +526,13 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"blocks", w.blocks},
                       {"samples", w.timed_samples},
                       {"samples_per_visit", w.samples_per_visit},
+                      {"long_samples_per_visit", w.long_samples_per_visit},
                       {"seed", w.seed},
                       {"warmups_per_visit", w.warmups_per_visit},
                       {"seconds", w.seconds},
                       {"stopped_by_budget", w.stopped_by_budget},
-                      {"aa_bias_log", w.aa_bias_log}};
+                      {"aa_bias_log", w.aa_bias_log},
+                      {"aging", to_json(w.aging)}};
   if (w.estimate) {
     const stats::EffectEstimate& e = *w.estimate;
     j["improvement_pct"] = e.improvement_pct;

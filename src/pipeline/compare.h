@@ -11,6 +11,7 @@
 #include "record/samples.h"
 #include "record/schema.h"
 #include "session/worker_session.h"
+#include "stats/aging.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "stats/layout.h"
@@ -106,6 +107,7 @@ struct WorkloadResult {
   size_t blocks = 0;
   size_t timed_samples = 0;
   int samples_per_visit = 0;
+  int long_samples_per_visit = 0;  // in the long blocks (stats/aging.h)
   uint64_t seed = 0;               // block orders; the bootstrap cross-check uses seed ^ blocks
   int warmups_per_visit = 0;
   std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
@@ -117,6 +119,8 @@ struct WorkloadResult {
   double seconds = 0.0;
   bool stopped_by_budget = false;
   double aa_bias_log = 0.0;  // A/B: the A/A bias its PASS was charged (GateConfig::aa_bias_log), 0 for none
+  // The long blocks' early-against-late test (stats/aging.h); `ages` makes the workload INVALID.
+  stats::AgingCheck aging;
   std::vector<Failure> failures;
 };
 
@@ -141,6 +145,8 @@ stats::SequentialGate sequential_gate(const GateConfig& gate, const Budget& budg
 
 // The block statistic of one visit: the median of its timed, validated samples.
 double visit_statistic(const ArmVisit& visit);
+// A visit's timed, validated calls as the aging test takes them (call index, ns).
+stats::AgingVisit aging_visit(const ArmVisit& visit);
 
 // Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
 struct TimingOptions {
@@ -165,6 +171,11 @@ public:
   static constexpr int k_min_samples_per_visit = 3;
   // In an interleaved block every timed call follows an untimed call of its own worker (block()).
   static constexpr int k_rewarm_calls = 1;
+  // Calls that look alike (docs/timing.md, "Calls that look alike"): each visit draws, from a secret, up to this many
+  // warm-ups beyond --warmups, and each turn a second re-warm call with probability 1/k_extra_rewarm_odds, while its
+  // share of the pool lasts; so no call index tells a worker whether a call is timed.
+  static constexpr int k_extra_warmups = 2;
+  static constexpr int k_extra_rewarm_odds = 3;
   WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms, std::vector<std::string> labels,
                   TimingOptions options);
   ~WorkerArmRunner() override;
@@ -176,6 +187,7 @@ public:
   // the worker not called frozen (WorkerSession::freeze) while the other's call runs.
   ArmBlock block(const std::string& workload, const size_t order[2], int block) override;
   int samples_per_visit() const { return m_samples; }
+  int long_samples_per_visit() const { return m_long_samples; }
   int warmups_per_visit() const { return m_warmups; }
 
 private:
@@ -194,9 +206,11 @@ private:
   const Case* m_case = nullptr;
   std::vector<std::unique_ptr<InputSet>> m_pool;
   int m_samples = 0;
+  int m_long_samples = 0;  // timed calls of a long block's visits (stats/aging.h)
   int m_warmups = 0;
   uint64_t m_visits = 0;
   Rng m_twin_secret{unpredictable_seed()};  // the twins' changes (WorkerSession's trap secret, made here)
+  Rng m_pattern_secret{unpredictable_seed()};  // each visit's warm-ups and re-warm calls
 };
 
 struct CompareReport {
@@ -236,6 +250,7 @@ nlohmann::json to_json(const stats::LayoutSensitivity& l);
 stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& samples, const std::string& workload,
                                                const std::string& arm, int layouts, uint64_t seed);
 
+nlohmann::json to_json(const stats::AgingCheck& a);
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
 

@@ -140,6 +140,7 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
                                                            static_cast<int>(pools[arm].size()), seed ^ arm));
     }
     w.samples_per_visit = runner.samples_per_visit();
+    w.long_samples_per_visit = runner.long_samples_per_visit();
     w.warmups_per_visit = runner.warmups_per_visit();
     report.workloads.push_back(std::move(w));
     report.verdict = overall_verdict(report.workloads);

@@ -616,6 +616,8 @@ private:
   static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
     WorkloadVerdict v{w.name, w.verdict, std::nullopt, std::nullopt};
     if (w.verdict == stats::Verdict::invalid) v.detail = w.reason;
+    // An output that failed validation comes first: compare returns at that block, before any aging verdict.
+    v.ages = w.verdict == stats::Verdict::invalid && w.failures.empty() && w.aging.ages;
     if (w.estimate) {
       v.ci_low_pct = w.estimate->ci_low_pct;
       v.ci_high_pct = w.estimate->ci_high_pct;

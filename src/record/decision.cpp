@@ -120,8 +120,9 @@ Decision decide(const DecisionInputs& in) {
                                       "broken on this machine",
                                       w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
-        invalid.add("aa_invalid", fmt::format("A/A on '{}' failed validation during timing{}{}", w.workload,
-                                      w.detail.empty() ? "" : ": ", w.detail));
+        invalid.add("aa_invalid", fmt::format("A/A on '{}' {}{}{}", w.workload,
+                                              w.ages ? "is INVALID" : "failed validation during timing",
+                                              w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
         // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
         // candidate clears the bar even when charged the worst bias in it, the calibration cannot change this
@@ -145,6 +146,8 @@ Decision decide(const DecisionInputs& in) {
     for (const WorkloadVerdict& w : in.ab) {
       if (w.verdict == stats::Verdict::fail) {
         reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload, estimate_text(w)));
+      } else if (w.verdict == stats::Verdict::invalid && w.ages) {
+        reject.add("ab_speed_changes_with_age", fmt::format("'{}': {}", w.workload, w.detail));
       } else if (w.verdict == stats::Verdict::invalid) {
         reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
                                      w.detail.empty() ? "" : ": ", w.detail));

@@ -35,6 +35,8 @@ struct WorkloadVerdict {
   std::string detail = {};
   // The estimate itself and the effect detectable with its blocks (percent), for the decision's words.
   std::optional<double> improvement_pct = {}, mde_pct = {};
+  // INVALID because an arm's speed changes as its process ages (stats/aging.h), not because an output failed.
+  bool ages = false;
 };
 
 struct DecisionInputs {

@@ -5,6 +5,7 @@
 #include "record/schema.h"
 #include "record/decision.h"
 #include "record/verify_comparison.h"
+#include "stats/aging.h"
 #include "stats/alpha_spending_rule.h"
 #include "stats/descriptive.h"
 #include "stats/effect.h"
@@ -20,6 +21,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -653,13 +655,23 @@ private:
       problem(fmt::format("{}: seed {} but the plan's seed gives {}", where, uint_field(w, "seed"), seed));
     }
     layouts_of(tag, name, other, w, where, seed);
+    // The steady state (stats/aging.h), from version 5 on: the long blocks' early-against-late test again.
+    const std::optional<json>& file = tag == "aa" ? m_b.aa : m_b.ab;
+    const int file_version = file && file->contains("schema_version") && (*file)["schema_version"].is_number_integer()
+                                 ? (*file)["schema_version"].get<int>()
+                                 : k_compare_schema_version;
+    const bool ages = file_version >= 5 && aging_of(tag, name, other, w, where).ages;
     if (verdict == "INVALID") {
-      if (!r.invalid_sample) problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation", where));
+      if (!r.invalid_sample && !ages) {
+        problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation and no arm ages", where));
+      }
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
       out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
+      out.back().ages = ages && !r.invalid_sample;
       return;
     }
     if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
+    if (ages) problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where, verdict));
     if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
     // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
     stats::SequentialGate charged = gate;
@@ -712,6 +724,33 @@ private:
                    est ? std::optional(est->mde_pct) : std::nullopt});
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
                          d.size(), derived, timed));
+  }
+
+  // The long blocks' visits from samples.csv, tested as compare tested them; the recorded finding must agree.
+  stats::AgingCheck aging_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
+                             const std::string& where) {
+    std::map<int, std::array<stats::AgingVisit, 2>> blocks;
+    const uint64_t counted = uint_field(w, "blocks");
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || !stats::long_block(s.block) || s.warmup || !s.output_valid ||
+          static_cast<uint64_t>(s.block) >= counted) {
+        continue;
+      }
+      if (s.arm != "A" && s.arm != other) continue;
+      blocks[s.block][s.arm == "A" ? 0 : 1].emplace_back(s.sample_index, static_cast<double>(s.ns));
+    }
+    std::vector<std::array<stats::AgingVisit, 2>> list;
+    for (auto& [b, v] : blocks) list.push_back(std::move(v));
+    const stats::AgingCheck a = stats::aging_check(list);
+    const json& rec = object_field(w, "aging");
+    if (bool_field(rec, "ages", " of aging") != a.ages || uint_field(rec, "long_blocks", " of aging") != a.long_blocks ||
+        uint_field(rec, "aging_blocks", " of aging") != a.aging_blocks ||
+        !close_enough(num_field(rec, "difference_log"), a.difference_log)) {
+      problem(fmt::format("{}: aging {} recorded, but samples.csv gives {} long blocks, {} aging, difference {:.6f}, "
+                          "ages {}",
+                          where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages));
+    }
+    return a;
   }
 
   // Every timed visit ran the layout the plan's seed draws for it (build, stack offset, tensor offsets), and each

@@ -312,6 +312,45 @@ TEST(adversarial_test, validate_of_a_data_predictor_with_an_experiments_seed_kee
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
 }
 
+// ---- the steady state (issue 39) -----------------------------------------------------------------------------------
+
+// aging.cpp is fast for its first 64 calls and 30x slower after; --samples 20 gives ordinary visits of about 50 calls,
+// which only ever see it young (+26% PASS before long visits existed). The long blocks see it old: INVALID, no metric,
+// and the reason names the arm. Its control, young forever, reads its true figure.
+TEST(adversarial_test, compare_of_a_kernel_that_slows_with_age_is_invalid_and_its_control_passes) {
+  auto run = [](const char* candidate) {
+    return run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / candidate).string(),
+                    "--workload", "decode", "--samples", "20", "--max-minutes", "0.2", "--json"});
+  };
+  KwbRun r = run("aging.cpp");
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["verdict"], "INVALID") << r.output;
+  const auto& w = r.json["workloads"][0];
+  EXPECT_TRUE(w["improvement_pct"].is_null());
+  EXPECT_TRUE(w["aging"]["ages"].get<bool>()) << w["aging"].dump();
+  EXPECT_NE(w["reason"].get<std::string>().find("arm B's speed changes as its process ages"), std::string::npos)
+      << w["reason"];
+  KwbRun c = run("aging_control.cpp");
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_EQ(c.json["verdict"], "PASS") << c.output;
+  EXPECT_FALSE(c.json["workloads"][0]["aging"]["ages"].get<bool>());
+  EXPECT_GT(c.json["workloads"][0]["aging"]["long_blocks"].get<int>(), 0);
+}
+
+TEST(adversarial_test, validate_of_a_kernel_that_slows_with_age_keeps_the_baseline_and_verify_agrees) {
+  const TempDir tmp("kwb-adversarial-aging");
+  const fs::path out = tmp / "bundle";
+  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "aging.cpp").string(),
+                      "--output-dir", out.string(), "--workload", "decode", "--samples", "20", "--max-minutes",
+                      "0.1", "--no-profile", "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.json.dump(2);
+  const std::vector<std::string> codes = r.json["reason_codes"];
+  EXPECT_NE(std::find(codes.begin(), codes.end(), "ab_speed_changes_with_age"), codes.end()) << r.json.dump(2);
+  KwbRun v = run_kwb({"verify", out.string(), "--json"});
+  EXPECT_EQ(v.exit_code, 0) << v.output;
+}
+
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
   const TempDir tmp("kwb-adversarial-validate");
   const fs::path out = tmp / "bundle";

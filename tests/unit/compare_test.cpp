@@ -32,9 +32,11 @@ public:
     ArmVisit v;
     v.pid = 1000 + static_cast<int64_t>(++m_visits);
     const double mean = arm == 0 ? base_ns : base_ns * m_ratio;
-    for (int i = 0; i < warmups + samples; ++i) {
+    const int timed = long_samples > 0 && stats::long_block(block) ? long_samples : samples;
+    for (int i = 0; i < warmups + timed; ++i) {
       Sample s{workload, block, arm == 0 ? "A" : "B", order_position, v.pid, i, i < warmups, i % 2, 0, true};
-      s.ns = static_cast<int64_t>(mean * std::exp(m_noise * normal()));
+      const double aged = arm == 1 && young_calls >= 0 && i >= young_calls ? 30.0 : 1.0;
+      s.ns = static_cast<int64_t>(mean * aged * std::exp(m_noise * normal()));
       v.samples.push_back(s);
     }
     if (fail_at_block >= 0 && block == fail_at_block && arm == 1) {
@@ -53,6 +55,8 @@ public:
   int warmups = 2;
   int samples = 9;
   int fail_at_block = -1;
+  int long_samples = 0;   // > 0: the visits of long blocks (stats/aging.h) have this many timed calls
+  int young_calls = -1;   // >= 0: arm 1 takes 30x as long from this call index on
   size_t produced = 0;
   size_t produced_samples = 0;
   std::map<int, size_t> order_first;
@@ -91,6 +95,30 @@ TEST(compare_test, clear_improvement_passes_at_the_first_look) {
   EXPECT_NEAR(r.result.estimate->improvement_pct, 20.0, 0.5);
   EXPECT_GE(r.result.estimate->ci_low_pct, 10.0);
   EXPECT_FALSE(r.result.stopped_by_budget);
+}
+
+// A kernel fast only for its first 12 calls: the ordinary visits (11 calls) never see it slow, the long blocks' visits
+// (29 calls) do, and the comparison is INVALID with no metric, naming the arm.
+TEST(compare_test, an_arm_that_slows_as_its_process_ages_is_invalid) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.5, 0.01, 11);
+  runner.long_samples = 27;
+  runner.young_calls = 12;
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, stats::Verdict::invalid) << r.result.reason;
+  EXPECT_FALSE(r.result.estimate.has_value());
+  EXPECT_TRUE(r.result.aging.ages);
+  // Found at the second long block (blocks 1 and 5): the comparison stops there, as it would at a decision.
+  EXPECT_EQ(r.result.aging.long_blocks, 2u);
+  EXPECT_EQ(r.result.blocks, 6u);
+  EXPECT_NE(r.result.reason.find("arm B's speed changes as its process ages"), std::string::npos) << r.result.reason;
+  // Its control, young forever, passes with the same visits.
+  FakeClock clock2;
+  SyntheticRunner control(clock2, 0.5, 0.01, 11);
+  control.long_samples = 27;
+  Outcome c = run(control, clock2, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(c.result.verdict, stats::Verdict::pass) << c.result.reason;
+  EXPECT_FALSE(c.result.aging.ages);
 }
 
 TEST(compare_test, improvement_below_the_bar_fails) {

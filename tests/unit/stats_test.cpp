@@ -1,5 +1,6 @@
 // Unit tests of the statistics module. Every random input comes from a fixed-seed Xoshiro256StarStar through an
 // inverse CDF, so each run sees the same data on every platform.
+#include "stats/aging.h"
 #include "stats/alpha_spending_rule.h"
 #include "stats/descriptive.h"
 #include "stats/distributions.h"
@@ -11,12 +12,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <numbers>
 #include <span>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace kwb::stats {
@@ -47,6 +50,64 @@ EffectEstimate estimate_with_interval(double low_pct, double high_pct, double po
 }
 
 // --- descriptive ---------------------------------------------------------------------------------------------
+
+// ---- the steady state (stats/aging.h) ----------------------------------------------------------------------------
+
+// A long visit of `calls` timed calls (every other call index, as turns go), `base` ns each with a small spread; from
+// call index `from` on, each call takes `factor` times as long.
+kwb::stats::AgingVisit aging_visit(int calls, double base, double factor = 1.0, int from = 1 << 30) {
+  kwb::stats::AgingVisit v;
+  for (int i = 0; i < calls; ++i) {
+    const int64_t index = 3 + 2 * i;
+    const double wobble = 1.0 + 0.01 * ((i * 7) % 5 - 2);
+    v.emplace_back(index, base * wobble * (index >= from ? factor : 1.0));
+  }
+  return v;
+}
+
+TEST(aging_test, only_long_blocks_one_in_four_from_block_one) {
+  std::vector<int> longs;
+  for (int b = -1; b < 12; ++b) {
+    if (kwb::stats::long_block(b)) longs.push_back(b);
+  }
+  EXPECT_EQ(longs, (std::vector<int>{1, 5, 9}));
+}
+
+TEST(aging_test, a_kernel_fast_only_while_young_ages) {
+  std::vector<std::array<kwb::stats::AgingVisit, 2>> blocks;
+  for (int b = 0; b < 3; ++b) blocks.push_back({aging_visit(60, 1000.0), aging_visit(60, 500.0, 30.0, 64)});
+  const kwb::stats::AgingCheck a = kwb::stats::aging_check(blocks);
+  EXPECT_TRUE(a.ages);
+  EXPECT_EQ(a.long_blocks, 3u);
+  EXPECT_EQ(a.aging_blocks, 3u);
+  EXPECT_NEAR(std::exp(a.drift_other_log), 30.0, 1.0);
+  EXPECT_NEAR(std::exp(a.drift_a_log), 1.0, 0.05);
+  EXPECT_NE(kwb::stats::describe_aging(a, "B").find("arm B's speed changes as its process ages"), std::string::npos)
+      << kwb::stats::describe_aging(a, "B");
+}
+
+TEST(aging_test, the_machine_slowing_both_arms_late_is_not_aging) {
+  std::vector<std::array<kwb::stats::AgingVisit, 2>> blocks;
+  for (int b = 0; b < 3; ++b) blocks.push_back({aging_visit(60, 1000.0, 2.0, 70), aging_visit(60, 500.0, 2.0, 70)});
+  const kwb::stats::AgingCheck a = kwb::stats::aging_check(blocks);
+  EXPECT_FALSE(a.ages);
+  EXPECT_EQ(a.aging_blocks, 0u);
+  EXPECT_NEAR(a.difference_log, 0.0, 0.02);
+}
+
+TEST(aging_test, one_disturbed_block_of_three_and_a_single_long_block_are_no_finding) {
+  std::vector<std::array<kwb::stats::AgingVisit, 2>> blocks = {
+      {aging_visit(60, 1000.0), aging_visit(60, 500.0, 3.0, 70)},
+      {aging_visit(60, 1000.0), aging_visit(60, 500.0)},
+      {aging_visit(60, 1000.0), aging_visit(60, 500.0)}};
+  EXPECT_FALSE(kwb::stats::aging_check(blocks).ages);
+  blocks.resize(1);
+  const kwb::stats::AgingCheck one = kwb::stats::aging_check(blocks);
+  EXPECT_FALSE(one.ages);  // one long block, however clear, is below k_aging_min_blocks
+  EXPECT_EQ(one.long_blocks, 1u);
+  // Visits with fewer than 4 timed calls are not tested at all.
+  EXPECT_EQ(kwb::stats::aging_check({{aging_visit(3, 1.0), aging_visit(3, 1.0, 30.0, 4)}}).long_blocks, 0u);
+}
 
 TEST(stats_test, median_of_odd_and_even_samples) {
   EXPECT_DOUBLE_EQ(median(std::vector<double>{3, 1, 2}), 2.0);

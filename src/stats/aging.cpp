@@ -1,0 +1,64 @@
+#include "stats/aging.h"
+
+#include "stats/descriptive.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace kwb::stats {
+
+namespace {
+
+// log(median of the later half / median of the earlier half), by call index; nullopt-like NaN under 4 calls.
+double drift_log(AgingVisit v) {
+  if (v.size() < 4) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const size_t half = v.size() / 2;
+  std::vector<double> early, late;
+  for (size_t i = 0; i < v.size(); ++i) (i < half ? early : late).push_back(v[i].second);
+  const double e = median(early), l = median(late);
+  if (!(e > 0.0 && l > 0.0)) return std::nan("");
+  return std::log(l / e);
+}
+
+}  // namespace
+
+AgingCheck aging_check(const std::vector<std::array<AgingVisit, 2>>& blocks) {
+  AgingCheck out;
+  std::vector<double> da, dother, diff;
+  for (const auto& b : blocks) {
+    const double a = drift_log(b[0]), o = drift_log(b[1]);
+    if (std::isnan(a) || std::isnan(o)) continue;
+    da.push_back(a);
+    dother.push_back(o);
+    diff.push_back(o - a);
+  }
+  out.long_blocks = diff.size();
+  if (diff.empty()) return out;
+  out.drift_a_log = median(da);
+  out.drift_other_log = median(dother);
+  out.difference_log = median(diff);
+  const double bar = std::log1p(k_aging_bar);
+  const size_t up = static_cast<size_t>(std::count_if(diff.begin(), diff.end(), [&](double d) { return d > bar; }));
+  const size_t down =
+      static_cast<size_t>(std::count_if(diff.begin(), diff.end(), [&](double d) { return d < -bar; }));
+  out.aging_blocks = std::max(up, down);
+  out.ages = out.long_blocks >= k_aging_min_blocks &&
+             static_cast<double>(out.aging_blocks) >= k_aging_share * static_cast<double>(out.long_blocks);
+  return out;
+}
+
+std::string describe_aging(const AgingCheck& a, const std::string& other_label) {
+  const bool other_ages = std::fabs(a.drift_other_log) >= std::fabs(a.drift_a_log);
+  const std::string who = other_ages ? other_label : "A";
+  const double own = other_ages ? a.drift_other_log : a.drift_a_log;
+  const double ref = other_ages ? a.drift_a_log : a.drift_other_log;
+  return fmt::format("arm {}'s speed changes as its process ages: its late timed calls ran {:.2f}x its early ones "
+                     "(arm {}'s {:.2f}x) in {} of {} long visits, past the {:.0f}% bar",
+                     who, std::exp(own), other_ages ? "A" : other_label, std::exp(ref), a.aging_blocks, a.long_blocks,
+                     100.0 * k_aging_bar);
+}
+
+}  // namespace kwb::stats

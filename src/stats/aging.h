@@ -1,0 +1,47 @@
+// The steady state, sampled (docs/timing.md, "The steady state"). A visit is a fresh worker process, so a
+// comparison of short visits only ever times a process's first calls. A kernel whose speed changes as its process
+// ages (a cache that fills, a structure that grows, a leak, or code fast only for its first N calls) would be judged
+// on its youth. Every k_long_block_period-th block therefore gives both arms long visits, k_long_visit_factor times
+// the usual number of timed calls, timed from start to end; and in each such block, each arm's late timed calls are
+// compared with its early ones. Because the two arms' calls alternate within a block, whatever the machine does to
+// one arm's late calls it does to the other's: the difference of the two arms' drifts isolates the code.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kwb::stats {
+
+inline constexpr int k_long_block_period = 4;
+inline constexpr int k_long_visit_factor = 3;
+// An arm whose late calls are this much slower (or faster) than its early ones, relative to the other arm's, in
+// at least k_aging_share of the long blocks, ages: its comparison is INVALID (no metric).
+inline constexpr double k_aging_bar = 0.25;
+inline constexpr double k_aging_share = 0.75;
+// Fewer long blocks than this: no finding (reported as such).
+inline constexpr size_t k_aging_min_blocks = 2;
+
+// Blocks 1, 5, 9, ...: long. Public on purpose: a worker is a fresh process per visit and cannot know its block.
+inline bool long_block(int block) { return block >= 0 && block % k_long_block_period == 1; }
+
+// One arm's timed, validated calls in one visit: (call index within the visit, nanoseconds).
+using AgingVisit = std::vector<std::pair<int64_t, double>>;
+
+struct AgingCheck {
+  size_t long_blocks = 0;   // long blocks with at least 4 timed calls per arm
+  size_t aging_blocks = 0;  // of those, the ones past the bar in the majority's direction
+  // Medians over the long blocks: each arm's log(late median / early median), and their difference (other - A).
+  double drift_a_log = 0.0, drift_other_log = 0.0, difference_log = 0.0;
+  bool ages = false;
+};
+
+// `blocks`: per long block, the visits of A and of the other arm.
+AgingCheck aging_check(const std::vector<std::array<AgingVisit, 2>>& blocks);
+
+// "arm B's late calls ran 30.0x its early ones (arm A's 1.01x) in 3 of 3 long visits" (for a reason line).
+std::string describe_aging(const AgingCheck& a, const std::string& other_label);
+
+}  // namespace kwb::stats
