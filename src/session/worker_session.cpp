@@ -499,13 +499,19 @@ void WorkerSession::check_timing(Checks& checks, const RunOutcome& out, const In
 
 std::string WorkerSession::implausible_timing(const RunOutcome& out, const InputSet& set) const {
   const int threads = std::max(1, m_task.threads);
+  // The traffic the task declares: every input element unless an input says it reads fewer (TensorSpec::reads: a
+  // gather's selected rows), and every output element written.
   uint64_t bytes = 0;
-  for (const SharedBuffer& b : set.inputs) bytes += b.layout().nbytes;
+  for (size_t i = 0; i < set.inputs.size() && i < m_task.signature.inputs.size(); ++i) {
+    const TensorSpec& spec = m_task.signature.inputs[i];
+    bytes += spec.reads ? input_reads(spec, *set.case_) * dtype_size(spec.dtype) : set.inputs[i].layout().nbytes;
+  }
   for (const auto& b : m_outputs.buffers) bytes += b->layout().nbytes;
   const double floor_ns = static_cast<double>(bytes) / (k_max_bytes_per_ns_per_thread * threads);
   if (out.ns <= 0) return fmt::format("the call took {} ns between go and done", out.ns);
   if (static_cast<double>(out.ns) < floor_ns) {
-    return fmt::format("the call said done {} ns after go, for a call that reads and writes at least {} bytes, i.e. "
+    return fmt::format("the call said done {} ns after go, for a call that reads and writes at least {} bytes (the "
+                       "task's declared traffic), i.e. "
                        "{:.0f} GB/s over {} thread(s): more than the {:.0f} GB/s per thread kwb takes as the physical "
                        "ceiling",
                        out.ns, bytes, static_cast<double>(bytes) / static_cast<double>(out.ns), threads,

@@ -89,9 +89,19 @@ TensorShape resolve_shape(const TensorSpec& spec, const Case& c) {
   return s;
 }
 
-const Distribution& input_law(const TensorSpec& spec, const Case& c) {
-  if (const auto it = c.input_laws.find(spec.name); it != c.input_laws.end()) return it->second;
-  return spec.distribution ? *spec.distribution : c.data;
+Distribution input_law(const TensorSpec& spec, const Case& c) {
+  const auto it = c.input_laws.find(spec.name);
+  Distribution d = it != c.input_laws.end() ? it->second : spec.distribution ? *spec.distribution : c.data;
+  if (d.low_expr) d.low = static_cast<double>(d.low_expr->evaluate(c.dims));
+  if (d.high_expr) d.high = static_cast<double>(d.high_expr->evaluate(c.dims));
+  return d;
+}
+
+size_t input_reads(const TensorSpec& spec, const Case& c) {
+  const size_t all = resolve_shape(spec, c).elements();
+  if (!spec.reads) return all;
+  const int64_t n = spec.reads->evaluate(c.dims);
+  return n <= 0 ? 0 : std::min(all, static_cast<size_t>(n));
 }
 
 std::vector<double> resolve_scalars(const Signature& sig, const Case& c) {
@@ -252,7 +262,7 @@ private:
       "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
       "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
       "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
-      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp"};
+      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp", "reads"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -311,8 +321,20 @@ Distribution read_integer_distribution(TableReader& r, Distribution d) {
   for (const char* k : {"scale", "mean", "value"}) {
     if (r.get(k) != nullptr) r.fail(r.get(k), k, fmt::format("{} takes no '{}'", kind, k));
   }
-  const std::optional<double> low = optional_integral(r, "low");
-  const std::optional<double> high = optional_integral(r, "high");
+  // randint's bounds may be dim expressions (a string): resolved per case by input_law.
+  auto bound_expr = [&](const char* key) -> std::optional<ShapeExpr> {
+    const toml::node* n = r.get(key);
+    if (n == nullptr || !n->is_string() || d.kind != DistributionKind::randint) return std::nullopt;
+    try {
+      return ShapeExpr::parse(std::string(*n->value<std::string>()));
+    } catch (const std::invalid_argument& e) {
+      r.fail(n, key, fmt::format("{} (a bound is an integer or a dim expression such as \"vocab - 1\")", e.what()));
+    }
+  };
+  d.low_expr = bound_expr("low");
+  d.high_expr = bound_expr("high");
+  const std::optional<double> low = d.low_expr ? std::optional(0.0) : optional_integral(r, "low");
+  const std::optional<double> high = d.high_expr ? std::optional(0.0) : optional_integral(r, "high");
   if (d.kind == DistributionKind::randint) {
     if (!low || !high) {
       const char* missing = !low ? "low" : "high";
@@ -320,7 +342,7 @@ Distribution read_integer_distribution(TableReader& r, Distribution d) {
                                   "included: e.g. low = -128, high = 127)",
                                   r.file(), r.line(), r.field(missing)));
     }
-    if (*low > *high) {
+    if (!d.low_expr && !d.high_expr && *low > *high) {
       r.fail(r.get("low"), "low", fmt::format("randint needs low <= high (got low = {}, high = {})", *low, *high));
     }
     d.low = *low;
@@ -422,7 +444,23 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
                fmt::format("expected a dim name, an expression string or an integer, got {}", TableReader::type_name(n)));
       }
     }
-    if (allow_distribution) t.distribution = read_distribution(r, false);
+    if (allow_distribution) {
+      t.distribution = read_distribution(r, false);
+      if (const toml::node* n = r.get("reads")) {
+        if (n->is_integer() && *n->value<int64_t>() >= 0) {
+          t.reads = ShapeExpr::constant(*n->value<int64_t>());
+        } else if (n->is_string()) {
+          try {
+            t.reads = ShapeExpr::parse(std::string(*n->value<std::string>()));
+          } catch (const std::invalid_argument& e) {
+            r.fail(n, "reads", e.what());
+          }
+        } else {
+          r.fail(n, "reads", "expected the elements a call reads at least: a dim expression such as \"ids * dim\", "
+                             "or a non-negative integer");
+        }
+      }
+    }
     r.reject_unknown_keys();
     out.push_back(std::move(t));
   }
@@ -835,7 +873,28 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
   r.reject_unknown_keys();
   check_case_size(task, c, r);
   for (const TensorSpec& in : task.signature.inputs) {
-    const Distribution& dist = input_law(in, c);
+    Distribution dist;
+    try {
+      dist = input_law(in, c);
+    } catch (const std::out_of_range& e) {
+      r.fail(nullptr, "distribution", fmt::format("input '{}': a randint bound names a dim this case does not set ({}); "
+                                                  "bounds may use the dims the shapes use",
+                                                  in.name, e.what()));
+    }
+    if (dist.kind == DistributionKind::randint && dist.low > dist.high) {
+      r.fail(nullptr, "distribution", fmt::format("input '{}': randint needs low <= high, and at this case's dims its "
+                                                  "bounds are low = {}, high = {}",
+                                                  in.name, dist.low, dist.high));
+    }
+    if (in.reads) {
+      try {
+        (void)input_reads(in, c);
+      } catch (const std::exception& e) {
+        r.fail(nullptr, "signature.inputs", fmt::format("input '{}': reads = \"{}\" cannot be evaluated at this case's "
+                                                        "dims ({}); it may use the dims the shapes use",
+                                                        in.name, in.reads->text(), e.what()));
+      }
+    }
     const std::string why = distribution_misfit(dist, in.dtype, resolve_shape(in, c).elements());
     if (!why.empty()) {
       const char* whose = c.input_laws.contains(in.name) ? ", this case's law for it in inputs"

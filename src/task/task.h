@@ -36,6 +36,9 @@ struct Distribution {
   // special_fraction (an attention mask's -inf, a NaN an implementation must propagate). 0: none.
   double special_fraction = 0.0;
   double special_value = 0.0;
+  // randint's bounds as dim expressions ("vocab - 1"): an index that follows the dim it indexes, at every shape a
+  // case or a held-out check gives it. Resolved per case by input_law; absent: the numbers above.
+  std::optional<ShapeExpr> low_expr, high_expr;
 };
 
 struct TensorSpec {
@@ -44,6 +47,10 @@ struct TensorSpec {
   std::vector<ShapeExpr> shape;
   // Inputs with their own distribution (e.g. a weight that must never be all ones) ignore the case's data spec.
   std::optional<Distribution> distribution;
+  // The elements of this input a call reads at least, as a dim expression ("ids * dim" for a gather of `ids` rows
+  // of a [vocab, dim] table): the operator's traffic, which the plausibility floor counts (docs/task-format.md).
+  // Absent: every element.
+  std::optional<ShapeExpr> reads;
 };
 
 struct ScalarSpec {
@@ -161,8 +168,11 @@ struct TensorShape {
 TensorShape resolve_shape(const TensorSpec& spec, const Case& c);
 
 // The law input `spec` is drawn from in case `c`: the case's own law for it, else the input's law in the
-// signature, else the case's `distribution`.
-const Distribution& input_law(const TensorSpec& spec, const Case& c);
+// signature, else the case's `distribution`; randint bounds given as dim expressions evaluated at the case's dims
+// (std::out_of_range naming a dim the case lacks).
+Distribution input_law(const TensorSpec& spec, const Case& c);
+// The elements of input `spec` a call of case `c` reads at least (TensorSpec::reads, at most all of them).
+size_t input_reads(const TensorSpec& spec, const Case& c);
 
 // The scalar values of a case, in signature order.
 std::vector<double> resolve_scalars(const Signature& sig, const Case& c);

@@ -102,6 +102,7 @@ const std::map<std::string, Controls> k_controls = {
       {BackendKind::cuda,
        {"ties_descending_index", "ascending_order", "last_unwritten", "flat_indices", "negative_order", "zeros",
         "mutate_input"}}}},
+    {"embedding", {{BackendKind::cpu, {"next_row", "last_row_unwritten", "through_bf16", "zeros", "mutate_input"}}}},
     {"q8_0_quantize",
      {{BackendKind::cpu,
        {"ties_to_even", "divide_by_128", "f16_rounded_d", "signed_max", "truncation", "last_scale_not_written", "zeros",

@@ -1,4 +1,5 @@
 #include "pipeline/check.h"
+#include "task/data.h"
 #include "task/task.h"
 #include "util/error.h"
 #include "util/sha256.h"
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <vector>
 
 namespace fs = std::filesystem;
 
@@ -81,6 +83,72 @@ TEST_F(ManifestTest, valid_manifest_loads_every_field) {
   ASSERT_EQ(t.backends.at(kwb::BackendKind::cpu).controls.size(), 1u);
   EXPECT_EQ(t.backends.at(kwb::BackendKind::cpu).controls[0].expect, kwb::FailureReason::numeric_mismatch);
   EXPECT_EQ(t.manifest_sha256.size(), 64u);
+}
+
+// ---- traffic and index laws bound to dims (docs/task-format.md, "Traffic") ------------------------------------
+
+TEST_F(ManifestTest, reads_declares_the_elements_a_call_reads_and_defaults_to_all) {
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = "cols" })");
+  const kwb::Task t = kwb::load_task(m_dir);
+  ASSERT_TRUE(t.signature.inputs[0].reads.has_value());
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[0], t.cases[0]), 8u);   // cols = 8 of rows * cols = 16
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[1], t.cases[0]), 8u);   // weight: no declaration, all 8
+  kwb::Case big = t.cases[0];
+  big.dims["cols"] = 1000;
+  big.dims["rows"] = 1;
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[0], big), 1000u);
+}
+
+TEST_F(ManifestTest, reads_is_capped_at_the_tensor_and_refused_when_malformed_or_naming_no_dim) {
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = "rows * cols * 4" })");
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[0], t.cases[0]), 16u);
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = "rows *" })");
+  EXPECT_NE(load_error().find("reads"), std::string::npos);
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = "heads * cols" })");
+  const std::string e = load_error();
+  EXPECT_NE(e.find("reads = \"heads * cols\""), std::string::npos) << e;
+  EXPECT_NE(e.find("heads"), std::string::npos) << e;
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = true })");
+  EXPECT_NE(load_error().find("reads"), std::string::npos);
+}
+
+TEST_F(ManifestTest, randint_bounds_may_follow_a_dim_at_every_shape) {
+  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "rows - 1" })");
+  const kwb::Task t = kwb::load_task(m_dir);
+  const kwb::Distribution d = kwb::input_law(t.signature.inputs[1], t.cases[0]);
+  EXPECT_EQ(d.kind, kwb::DistributionKind::randint);
+  EXPECT_EQ(d.low, 0.0);
+  EXPECT_EQ(d.high, 1.0);  // rows = 2
+  kwb::Case moved = t.cases[0];
+  moved.dims["rows"] = 37;  // a held-out shape moves the dim: the bound moves with it
+  EXPECT_EQ(kwb::input_law(t.signature.inputs[1], moved).high, 36.0);
+  // Data drawn at the moved shape stays within it.
+  std::vector<unsigned char> buf(4 * 1000);
+  kwb::fill_tensor(kwb::input_law(t.signature.inputs[1], moved), kwb::DType::i32, buf, 9);
+  const int32_t* v = reinterpret_cast<const int32_t*>(buf.data());
+  for (size_t i = 0; i < 1000; ++i) {
+    ASSERT_GE(v[i], 0);
+    ASSERT_LE(v[i], 36);
+  }
+}
+
+TEST_F(ManifestTest, a_randint_bound_naming_no_dim_or_crossing_at_a_case_is_refused) {
+  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "vocab - 1" })");
+  std::string e = load_error();
+  EXPECT_NE(e.find("vocab"), std::string::npos) << e;
+  EXPECT_NE(e.find("input 'weight'"), std::string::npos) << e;
+  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 5, high = "rows - 1" })");
+  e = load_error();
+  EXPECT_NE(e.find("low = 5, high = 1"), std::string::npos) << e;
 }
 
 TEST_F(ManifestTest, missing_field_names_the_field) {
