@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -32,6 +33,16 @@ stats::AgingVisit aging_visit(const ArmVisit& visit) {
   stats::AgingVisit out;
   for (const Sample& s : visit.samples) {
     if (!s.warmup && s.output_valid) out.emplace_back(s.sample_index, static_cast<double>(s.ns));
+  }
+  return out;
+}
+
+stats::OutsideVisit outside_visit(const ArmVisit& visit) {
+  stats::OutsideVisit out;
+  for (const Sample& s : visit.samples) {
+    if (s.warmup || !s.output_valid || s.outside_wall_ns < 0) continue;
+    out.ns.push_back(static_cast<double>(s.ns));
+    out.outside_ns.push_back(static_cast<double>(s.outside_wall_ns));
   }
   return out;
 }
@@ -101,6 +112,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   stats::Xoshiro256StarStar order_rng(seed);
   const double start = clock.seconds();
   std::vector<std::array<stats::AgingVisit, 2>> long_visits;  // the long blocks' timed calls, per arm
+  std::vector<std::array<stats::OutsideVisit, 2>> outside_visits;  // every block's, with their outside times
 
   for (;;) {
     const double elapsed = clock.seconds() - start;
@@ -147,9 +159,11 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       res.seconds = clock.seconds() - start;
       res.estimate.reset();
       res.aging = stats::aging_check(long_visits);  // over the blocks counted, for the record
+      res.outside = stats::outside_window_check(outside_visits);
       return res;
     }
     if (stats::long_block(block)) long_visits.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
+    outside_visits.push_back({outside_visit(visits[0]), outside_visit(visits[1])});
     const double a = visit_statistic(visits[0]);
     const double b = visit_statistic(visits[1]);
     res.block_median_a.push_back(a);
@@ -177,9 +191,12 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   res.seconds = clock.seconds() - start;
   // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
   res.aging = stats::aging_check(long_visits);
-  if (res.aging.ages) {
+  res.outside = stats::outside_window_check(outside_visits);
+  if (res.aging.ages || res.outside.moved) {
     res.verdict = stats::Verdict::invalid;
-    res.reason = stats::describe_aging(res.aging, arm_labels[1]) + "; no metric is reported";
+    res.reason = (res.aging.ages ? stats::describe_aging(res.aging, arm_labels[1])
+                                 : stats::describe_outside(res.outside, arm_labels[1])) +
+                 "; no metric is reported";
     res.estimate.reset();
     return res;
   }
@@ -249,8 +266,24 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   auto fit = [&](int samples) { return std::max(k_min_samples_per_visit, std::min(samples, room)); };
   // The pool a block's visits draw from: a long visit's warm-ups and turns at two calls each, plus what the secret
   // extra warm-ups and re-warms may take where the memory bound leaves room (block() spends no more than this).
+  // A long visit needs about three times the sets; where a set is dear to make (gemm's oracle in long double: half a
+  // second a set here), the long visits get only as many more turns as the ordinary pool's own making time buys
+  // again, so that the steady state costs a workload at most about twice its pool.
   auto size_pool = [&]() {
-    m_long_samples = std::max(m_samples, std::min(stats::k_long_visit_factor * m_samples, room));
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t before = m_pool.size();
+    const int ordinary = m_warmups + k_extra_warmups + m_samples * (1 + k_rewarm_calls);
+    grow_pool(static_cast<size_t>(std::min(ordinary, static_cast<int>(max_sets))));
+    const double made = static_cast<double>(m_pool.size() - before);
+    const double per_set = made > 0 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / made
+                                    : 0.0;
+    int affordable = room;
+    if (per_set > 0.0) {
+      const double allowance = std::max(1.0, per_set * static_cast<double>(m_pool.size()));  // seconds
+      affordable = static_cast<int>((static_cast<double>(m_pool.size()) + allowance / per_set - m_warmups -
+                                     k_extra_warmups) / (1 + k_rewarm_calls));
+    }
+    m_long_samples = std::max(m_samples, std::min({stats::k_long_visit_factor * m_samples, room, affordable}));
     const int plain = m_warmups + m_long_samples * (1 + k_rewarm_calls);
     const int extra = k_extra_warmups + (m_long_samples + k_extra_rewarm_odds - 1) / k_extra_rewarm_odds + 1;
     grow_pool(static_cast<size_t>(std::max(plain, std::min(plain + extra, static_cast<int>(max_sets)))));
@@ -519,6 +552,11 @@ nlohmann::json to_json(const stats::AgingCheck& a) {
           {"difference_log", a.difference_log},   {"ages", a.ages}};
 }
 
+nlohmann::json to_json(const stats::OutsideCheck& o) {
+  return {{"blocks", o.blocks},       {"excess_blocks", o.excess_blocks}, {"excess_ns", o.excess_ns},
+          {"gain_ns", o.gain_ns},     {"moved", o.moved}};
+}
+
 nlohmann::json to_json(const WorkloadResult& w) {
   nlohmann::json j = {{"name", w.name},
                       {"verdict", w.verdict},
@@ -532,7 +570,8 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"seconds", w.seconds},
                       {"stopped_by_budget", w.stopped_by_budget},
                       {"aa_bias_log", w.aa_bias_log},
-                      {"aging", to_json(w.aging)}};
+                      {"aging", to_json(w.aging)},
+                      {"outside_window", to_json(w.outside)}};
   if (w.estimate) {
     const stats::EffectEstimate& e = *w.estimate;
     j["improvement_pct"] = e.improvement_pct;

@@ -14,6 +14,7 @@
 #include "stats/aging.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
+#include "stats/outside_window.h"
 #include "stats/layout.h"
 #include "stats/sequential.h"
 #include "task/task.h"
@@ -121,6 +122,9 @@ struct WorkloadResult {
   double aa_bias_log = 0.0;  // A/B: the A/A bias its PASS was charged (GateConfig::aa_bias_log), 0 for none
   // The long blocks' early-against-late test (stats/aging.h); `ages` makes the workload INVALID.
   stats::AgingCheck aging;
+  // Device backends: the other arm's wall time outside the window against A's (stats/outside_window.h); `moved`
+  // makes the workload INVALID.
+  stats::OutsideCheck outside;
   std::vector<Failure> failures;
 };
 
@@ -147,6 +151,8 @@ stats::SequentialGate sequential_gate(const GateConfig& gate, const Budget& budg
 double visit_statistic(const ArmVisit& visit);
 // A visit's timed, validated calls as the aging test takes them (call index, ns).
 stats::AgingVisit aging_visit(const ArmVisit& visit);
+// A visit's timed, validated calls with the wall time outside their windows (device rows only; empty on cpu).
+stats::OutsideVisit outside_visit(const ArmVisit& visit);
 
 // Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
 struct TimingOptions {
@@ -251,6 +257,7 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
                                                const std::string& arm, int layouts, uint64_t seed);
 
 nlohmann::json to_json(const stats::AgingCheck& a);
+nlohmann::json to_json(const stats::OutsideCheck& o);
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
 

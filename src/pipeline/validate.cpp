@@ -616,8 +616,10 @@ private:
   static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
     WorkloadVerdict v{w.name, w.verdict, std::nullopt, std::nullopt};
     if (w.verdict == stats::Verdict::invalid) v.detail = w.reason;
-    // An output that failed validation comes first: compare returns at that block, before any aging verdict.
-    v.ages = w.verdict == stats::Verdict::invalid && w.failures.empty() && w.aging.ages;
+    // An output that failed validation comes first: compare returns at that block, before any other verdict.
+    if (w.verdict == stats::Verdict::invalid && w.failures.empty()) {
+      v.invalid_code = w.aging.ages ? "speed_changes_with_age" : w.outside.moved ? "work_outside_window" : "";
+    }
     if (w.estimate) {
       v.ci_low_pct = w.estimate->ci_low_pct;
       v.ci_high_pct = w.estimate->ci_high_pct;

@@ -121,7 +121,7 @@ Decision decide(const DecisionInputs& in) {
                                       w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
         invalid.add("aa_invalid", fmt::format("A/A on '{}' {}{}{}", w.workload,
-                                              w.ages ? "is INVALID" : "failed validation during timing",
+                                              w.invalid_code.empty() ? "failed validation during timing" : "is INVALID",
                                               w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass) {
         // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
@@ -146,8 +146,8 @@ Decision decide(const DecisionInputs& in) {
     for (const WorkloadVerdict& w : in.ab) {
       if (w.verdict == stats::Verdict::fail) {
         reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload, estimate_text(w)));
-      } else if (w.verdict == stats::Verdict::invalid && w.ages) {
-        reject.add("ab_speed_changes_with_age", fmt::format("'{}': {}", w.workload, w.detail));
+      } else if (w.verdict == stats::Verdict::invalid && !w.invalid_code.empty()) {
+        reject.add("ab_" + w.invalid_code, fmt::format("'{}': {}", w.workload, w.detail));
       } else if (w.verdict == stats::Verdict::invalid) {
         reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
                                      w.detail.empty() ? "" : ": ", w.detail));

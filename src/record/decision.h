@@ -35,8 +35,9 @@ struct WorkloadVerdict {
   std::string detail = {};
   // The estimate itself and the effect detectable with its blocks (percent), for the decision's words.
   std::optional<double> improvement_pct = {}, mde_pct = {};
-  // INVALID because an arm's speed changes as its process ages (stats/aging.h), not because an output failed.
-  bool ages = false;
+  // Why an INVALID comparison is INVALID when no output failed: "speed_changes_with_age" (stats/aging.h) or
+  // "work_outside_window" (stats/outside_window.h); empty for a failed output.
+  std::string invalid_code = {};
 };
 
 struct DecisionInputs {

@@ -32,8 +32,9 @@ inline constexpr int k_check_schema_version = 3;
 // 4: each workload's aa_bias_log: in validate's A/B, the bias its unsettled A/A leaves, which a PASS must clear the
 // bar net of (verify replays a version 3 comparison without it, as it was run).
 inline constexpr const char* k_compare_schema = "kwb.compare";
-// 5: each workload's aging (stats/aging.h: long blocks, early against late calls) and long_samples_per_visit; verify
-// replays a version 3 or 4 comparison without the aging test, as it was run.
+// 5: each workload's aging (stats/aging.h: long blocks, early against late calls), outside_window (device backends:
+// work moved outside the timed window, stats/outside_window.h) and long_samples_per_visit; verify replays a
+// version 3 or 4 comparison without either test, as it was run.
 inline constexpr int k_compare_schema_version = 5;
 inline constexpr int k_compare_schema_oldest_verified = 3;
 

@@ -11,6 +11,7 @@
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "stats/layout.h"
+#include "stats/outside_window.h"
 #include "stats/sequential.h"
 #include "stats/random.h"
 #include "task/data.h"
@@ -661,17 +662,21 @@ private:
                                  ? (*file)["schema_version"].get<int>()
                                  : k_compare_schema_version;
     const bool ages = file_version >= 5 && aging_of(tag, name, other, w, where).ages;
+    const bool moved = file_version >= 5 && outside_of(tag, name, other, w, where).moved;
     if (verdict == "INVALID") {
-      if (!r.invalid_sample && !ages) {
-        problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation and no arm ages", where));
+      if (!r.invalid_sample && !ages && !moved) {
+        problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
+                            "was moved outside the window",
+                            where));
       }
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
       out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
-      out.back().ages = ages && !r.invalid_sample;
+      if (!r.invalid_sample) out.back().invalid_code = ages ? "speed_changes_with_age" : moved ? "work_outside_window" : "";
       return;
     }
     if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
     if (ages) problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where, verdict));
+    if (moved) problem(fmt::format("{}: {} although work was moved outside the timed window (INVALID re-derived)", where, verdict));
     if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
     // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
     stats::SequentialGate charged = gate;
@@ -751,6 +756,34 @@ private:
                           where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages));
     }
     return a;
+  }
+
+  // Every counted block's device rows, judged as compare judged them; the recorded finding must agree.
+  stats::OutsideCheck outside_of(const std::string& tag, const std::string& name, const std::string& other,
+                                 const json& w, const std::string& where) {
+    std::map<int, std::array<stats::OutsideVisit, 2>> blocks;
+    const uint64_t counted = uint_field(w, "blocks");
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
+          s.warmup || !s.output_valid || s.outside_wall_ns < 0 || (s.arm != "A" && s.arm != other)) {
+        continue;
+      }
+      stats::OutsideVisit& v = blocks[s.block][s.arm == "A" ? 0 : 1];
+      v.ns.push_back(static_cast<double>(s.ns));
+      v.outside_ns.push_back(static_cast<double>(s.outside_wall_ns));
+    }
+    std::vector<std::array<stats::OutsideVisit, 2>> list;
+    for (auto& [b, v] : blocks) list.push_back(std::move(v));
+    const stats::OutsideCheck o = stats::outside_window_check(list);
+    const json& rec = object_field(w, "outside_window");
+    if (bool_field(rec, "moved", " of outside_window") != o.moved || uint_field(rec, "blocks", " of outside_window") != o.blocks ||
+        uint_field(rec, "excess_blocks", " of outside_window") != o.excess_blocks ||
+        !close_enough(num_field(rec, "excess_ns"), o.excess_ns)) {
+      problem(fmt::format("{}: outside_window {} recorded, but samples.csv gives {} blocks, {} with excess, excess "
+                          "{:.1f} ns, moved {}",
+                          where, rec.dump(), o.blocks, o.excess_blocks, o.excess_ns, o.moved));
+    }
+    return o;
   }
 
   // Every timed visit ran the layout the plan's seed draws for it (build, stack offset, tensor offsets), and each

@@ -283,7 +283,8 @@ KwbRun data_prediction_compare(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"compare", k_gemm.string(), "--baseline",
                                    (k_adversarial / "data_prediction_control.cpp").string(), "--candidate",
                                    (k_adversarial / "data_prediction.cpp").string(), "--workload", "square",
-                                   "--max-minutes", "0.2", "--repetitions", "6", "--min-improvement-pct", "10", "--json"};
+                                   "--max-minutes", "0.2", "--repetitions", "6", "--samples", "5",
+                                   "--min-improvement-pct", "10", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
@@ -305,8 +306,8 @@ TEST(adversarial_test, validate_of_a_data_predictor_with_an_experiments_seed_kee
   KwbRun r = run_kwb({"validate", k_gemm.string(), "--baseline",
                       (k_adversarial / "data_prediction_control.cpp").string(), "--candidate",
                       (k_adversarial / "data_prediction.cpp").string(), "--output-dir", out.string(), "--workload",
-                      "square", "--max-minutes", "0.1", "--repetitions", "4", "--min-improvement-pct", "10", "--seed",
-                      "3", "--layouts", "2", "--no-profile", "--json"});
+                      "square", "--max-minutes", "0.1", "--repetitions", "4", "--samples", "5",
+                      "--min-improvement-pct", "10", "--seed", "3", "--layouts", "2", "--no-profile", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["decision"], "KEEP_CANDIDATE") << r.json.dump(2);
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);

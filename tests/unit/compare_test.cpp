@@ -37,6 +37,9 @@ public:
       Sample s{workload, block, arm == 0 ? "A" : "B", order_position, v.pid, i, i < warmups, i % 2, 0, true};
       const double aged = arm == 1 && young_calls >= 0 && i >= young_calls ? 30.0 : 1.0;
       s.ns = static_cast<int64_t>(mean * aged * std::exp(m_noise * normal()));
+      if (outside_ns >= 0) {  // a device row: its uploads and read-back, arm 1's with the extra it moved there
+        s.outside_wall_ns = static_cast<int64_t>((outside_ns + (arm == 1 ? moved_ns : 0.0)) * std::exp(m_noise * normal()));
+      }
       v.samples.push_back(s);
     }
     if (fail_at_block >= 0 && block == fail_at_block && arm == 1) {
@@ -57,6 +60,8 @@ public:
   int fail_at_block = -1;
   int long_samples = 0;   // > 0: the visits of long blocks (stats/aging.h) have this many timed calls
   int young_calls = -1;   // >= 0: arm 1 takes 30x as long from this call index on
+  double outside_ns = -1;  // >= 0: device rows, with this much wall time outside each window
+  double moved_ns = 0;     // arm 1's extra wall time outside the window
   size_t produced = 0;
   size_t produced_samples = 0;
   std::map<int, size_t> order_first;
@@ -119,6 +124,27 @@ TEST(compare_test, an_arm_that_slows_as_its_process_ages_is_invalid) {
   Outcome c = run(control, clock2, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
   EXPECT_EQ(c.result.verdict, stats::Verdict::pass) << c.result.reason;
   EXPECT_FALSE(c.result.aging.ages);
+}
+
+// On a device backend, a gain paid for by work moved into the uploads before go: B reads 50% faster inside the window
+// and spends 40 us of its 50 us gain outside it. INVALID, no metric; the same gain with the same uploads passes.
+TEST(compare_test, a_gain_paid_for_outside_the_window_is_invalid) {
+  FakeClock clock;
+  SyntheticRunner runner(clock, 0.5, 0.01, 12);
+  runner.outside_ns = 20000.0;
+  runner.moved_ns = 40000.0;
+  Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(r.result.verdict, stats::Verdict::invalid) << r.result.reason;
+  EXPECT_FALSE(r.result.estimate.has_value());
+  EXPECT_TRUE(r.result.outside.moved);
+  EXPECT_NE(r.result.reason.find("work_outside_window"), std::string::npos) << r.result.reason;
+  FakeClock clock2;
+  SyntheticRunner honest(clock2, 0.5, 0.01, 12);
+  honest.outside_ns = 20000.0;
+  Outcome h = run(honest, clock2, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
+  EXPECT_EQ(h.result.verdict, stats::Verdict::pass) << h.result.reason;
+  EXPECT_FALSE(h.result.outside.moved);
+  EXPECT_EQ(h.result.outside.blocks, h.result.blocks);
 }
 
 TEST(compare_test, improvement_below_the_bar_fails) {

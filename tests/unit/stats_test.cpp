@@ -7,6 +7,7 @@
 #include "stats/effect.h"
 #include "stats/gate.h"
 #include "stats/intervals.h"
+#include "stats/outside_window.h"
 #include "stats/random.h"
 
 #include <gtest/gtest.h>
@@ -95,6 +96,20 @@ TEST(aging_test, the_machine_slowing_both_arms_late_is_not_aging) {
   EXPECT_NEAR(a.difference_log, 0.0, 0.02);
 }
 
+// A stretch of the machine that adds the same time to both arms' late calls moves the fast arm's ratio more than the
+// slow arm's; it moves neither arm's late-minus-early time against the other's, so it is not aging.
+TEST(aging_test, the_machine_adding_time_to_both_arms_late_calls_is_not_aging) {
+  auto visit = [](double base, double added) {
+    kwb::stats::AgingVisit v;
+    for (int i = 0; i < 60; ++i) v.emplace_back(3 + 2 * i, base + (i >= 30 ? added : 0.0));
+    return v;
+  };
+  std::vector<std::array<kwb::stats::AgingVisit, 2>> blocks(3, {visit(7000.0, 1300.0), visit(1700.0, 1300.0)});
+  const kwb::stats::AgingCheck a = kwb::stats::aging_check(blocks);
+  EXPECT_FALSE(a.ages);
+  EXPECT_GT(a.difference_log, std::log1p(kwb::stats::k_aging_bar));  // the ratios alone would have said it ages
+}
+
 TEST(aging_test, one_disturbed_block_of_three_and_a_single_long_block_are_no_finding) {
   std::vector<std::array<kwb::stats::AgingVisit, 2>> blocks = {
       {aging_visit(60, 1000.0), aging_visit(60, 500.0, 3.0, 70)},
@@ -107,6 +122,49 @@ TEST(aging_test, one_disturbed_block_of_three_and_a_single_long_block_are_no_fin
   EXPECT_EQ(one.long_blocks, 1u);
   // Visits with fewer than 4 timed calls are not tested at all.
   EXPECT_EQ(kwb::stats::aging_check({{aging_visit(3, 1.0), aging_visit(3, 1.0, 30.0, 4)}}).long_blocks, 0u);
+}
+
+// ---- work outside the window (stats/outside_window.h) -----------------------------------------------------------
+
+// A visit of 20 calls of `ns` each with `outside` ns of uploads and read-back around them (a small spread on both).
+kwb::stats::OutsideVisit outside_visit(double ns, double outside) {
+  kwb::stats::OutsideVisit v;
+  for (int i = 0; i < 20; ++i) {
+    const double wobble = 1.0 + 0.01 * ((i * 3) % 5 - 2);
+    v.ns.push_back(ns * wobble);
+    v.outside_ns.push_back(outside * wobble);
+  }
+  return v;
+}
+
+TEST(outside_window_test, a_gain_paid_for_outside_the_window_is_moved_work) {
+  // The opencl attack's figures: B 305 us faster inside the window, 280 us slower outside it.
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10, {outside_visit(335e3, 60e3), outside_visit(30e3, 340e3)});
+  const kwb::stats::OutsideCheck c = kwb::stats::outside_window_check(blocks);
+  EXPECT_TRUE(c.moved);
+  EXPECT_EQ(c.blocks, 10u);
+  EXPECT_EQ(c.excess_blocks, 10u);
+  EXPECT_NEAR(c.excess_ns, 280e3, 1e3);
+  EXPECT_NEAR(c.gain_ns, 305e3, 1e3);
+  EXPECT_NE(kwb::stats::describe_outside(c, "B").find("work_outside_window"), std::string::npos);
+}
+
+TEST(outside_window_test, an_honest_gain_with_the_same_uploads_is_not) {
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10, {outside_visit(335e3, 60e3), outside_visit(30e3, 61e3)});
+  EXPECT_FALSE(kwb::stats::outside_window_check(blocks).moved);
+  // A small excess (3 us) against a small gain is below the absolute floor, whatever its share.
+  blocks.assign(10, {outside_visit(100e3, 60e3), outside_visit(98e3, 63e3)});
+  EXPECT_FALSE(kwb::stats::outside_window_check(blocks).moved);
+  // A slower candidate gains nothing to pay for.
+  blocks.assign(10, {outside_visit(100e3, 60e3), outside_visit(150e3, 90e3)});
+  EXPECT_FALSE(kwb::stats::outside_window_check(blocks).moved);
+}
+
+TEST(outside_window_test, cpu_rows_and_too_few_blocks_are_no_finding) {
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> cpu(10, {kwb::stats::OutsideVisit{}, kwb::stats::OutsideVisit{}});
+  EXPECT_EQ(kwb::stats::outside_window_check(cpu).blocks, 0u);
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> few(3, {outside_visit(335e3, 60e3), outside_visit(30e3, 340e3)});
+  EXPECT_FALSE(kwb::stats::outside_window_check(few).moved);  // below k_outside_min_blocks
 }
 
 TEST(stats_test, median_of_odd_and_even_samples) {

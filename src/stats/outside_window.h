@@ -1,0 +1,43 @@
+// Work outside the timed window, on device backends (docs/timing.md, "Work outside the window"). Before go the
+// worker uploads the call's inputs and the outputs' poison through the device runtime, and after done it reads the
+// outputs back; none of that is the candidate's kernel, and none of it is timed. Code that moves its work into that
+// stretch (by redirecting a runtime's entry point, say, so that an upload computes the answer) would read fast.
+// Each timed call records that stretch's wall time (Sample::outside_wall_ns). Both arms upload and read back the
+// same tensors, so in each block the other arm's median outside the window less A's is the work one arm moved there;
+// judged against the gain it claims inside the window, in the same block.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace kwb::stats {
+
+// An excess that is at least this share of the claimed gain, in at least k_outside_share of at least
+// k_outside_min_blocks blocks, and above k_outside_min_excess_ns per call, makes the comparison INVALID.
+inline constexpr double k_outside_gain_share = 0.5;
+inline constexpr double k_outside_share = 0.75;
+inline constexpr size_t k_outside_min_blocks = 4;
+inline constexpr double k_outside_min_excess_ns = 5000.0;
+
+// One arm's timed, validated calls in one visit: their samples and the wall time outside their windows.
+struct OutsideVisit {
+  std::vector<double> ns, outside_ns;
+};
+
+struct OutsideCheck {
+  size_t blocks = 0;         // blocks where both visits recorded the stretch (device rows)
+  size_t excess_blocks = 0;  // of those, the ones where the other arm's excess is a material share of its gain
+  double excess_ns = 0.0;    // medians over those blocks: the other arm's outside time less A's, per call
+  double gain_ns = 0.0;      // and A's time in the window less the other arm's
+  bool moved = false;        // work was moved outside the window
+};
+
+OutsideCheck outside_window_check(const std::vector<std::array<OutsideVisit, 2>>& blocks);
+
+// "arm B spends 280.0 us more per call outside the timed window than arm A, 92% of the 305.1 us it gains inside it,
+// in 10 of 10 blocks" (for a reason line).
+std::string describe_outside(const OutsideCheck& c, const std::string& other_label);
+
+}  // namespace kwb::stats
