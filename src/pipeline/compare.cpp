@@ -47,6 +47,15 @@ stats::OutsideVisit outside_visit(const ArmVisit& visit) {
   return out;
 }
 
+stats::UntimedVisit untimed_visit(const ArmVisit& visit) {
+  stats::UntimedVisit out;
+  for (const Sample& s : visit.samples) {
+    if (!s.output_valid) continue;
+    (s.warmup ? out.untimed_ns : out.timed_ns).push_back(static_cast<double>(s.ns));
+  }
+  return out;
+}
+
 stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget) {
   stats::SequentialGate s;
   s.aa = g.mode == CompareMode::aa;
@@ -113,6 +122,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   const double start = clock.seconds();
   std::vector<std::array<stats::AgingVisit, 2>> long_visits;  // the long blocks' timed calls, per arm
   std::vector<std::array<stats::OutsideVisit, 2>> outside_visits;  // every block's, with their outside times
+  std::vector<std::array<stats::UntimedVisit, 2>> untimed_visits;  // every block's, timed and untimed calls
 
   for (;;) {
     const double elapsed = clock.seconds() - start;
@@ -160,10 +170,12 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       res.estimate.reset();
       res.aging = stats::aging_check(long_visits);  // over the blocks counted, for the record
       res.outside = stats::outside_window_check(outside_visits);
+      res.untimed = stats::untimed_check(untimed_visits);
       return res;
     }
     if (stats::long_block(block)) long_visits.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
     outside_visits.push_back({outside_visit(visits[0]), outside_visit(visits[1])});
+    untimed_visits.push_back({untimed_visit(visits[0]), untimed_visit(visits[1])});
     const double a = visit_statistic(visits[0]);
     const double b = visit_statistic(visits[1]);
     res.block_median_a.push_back(a);
@@ -192,10 +204,12 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
   res.aging = stats::aging_check(long_visits);
   res.outside = stats::outside_window_check(outside_visits);
-  if (res.aging.ages || res.outside.moved) {
+  res.untimed = stats::untimed_check(untimed_visits);
+  if (res.aging.ages || res.outside.moved || res.untimed.untimed_work) {
     res.verdict = stats::Verdict::invalid;
-    res.reason = (res.aging.ages ? stats::describe_aging(res.aging, arm_labels[1])
-                                 : stats::describe_outside(res.outside, arm_labels[1])) +
+    res.reason = (res.aging.ages      ? stats::describe_aging(res.aging, arm_labels[1])
+                  : res.outside.moved ? stats::describe_outside(res.outside, arm_labels[1])
+                                      : stats::describe_untimed(res.untimed, arm_labels[1])) +
                  "; no metric is reported";
     res.estimate.reset();
     return res;
@@ -557,6 +571,11 @@ nlohmann::json to_json(const stats::OutsideCheck& o) {
           {"gain_ns", o.gain_ns},     {"moved", o.moved}};
 }
 
+nlohmann::json to_json(const stats::UntimedCheck& u) {
+  return {{"blocks", u.blocks},   {"excess_blocks", u.excess_blocks}, {"ratio_a", u.ratio_a},
+          {"ratio_other", u.ratio_other}, {"untimed_work", u.untimed_work}};
+}
+
 nlohmann::json to_json(const WorkloadResult& w) {
   nlohmann::json j = {{"name", w.name},
                       {"verdict", w.verdict},
@@ -571,7 +590,8 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"stopped_by_budget", w.stopped_by_budget},
                       {"aa_bias_log", w.aa_bias_log},
                       {"aging", to_json(w.aging)},
-                      {"outside_window", to_json(w.outside)}};
+                      {"outside_window", to_json(w.outside)},
+                      {"untimed", to_json(w.untimed)}};
   if (w.estimate) {
     const stats::EffectEstimate& e = *w.estimate;
     j["improvement_pct"] = e.improvement_pct;

@@ -125,6 +125,8 @@ struct WorkloadResult {
   // Device backends: the other arm's wall time outside the window against A's (stats/outside_window.h); `moved`
   // makes the workload INVALID.
   stats::OutsideCheck outside;
+  // Each arm's untimed calls against its timed ones, relative to the other arm's (stats/outside_window.h).
+  stats::UntimedCheck untimed;
   std::vector<Failure> failures;
 };
 
@@ -153,6 +155,8 @@ double visit_statistic(const ArmVisit& visit);
 stats::AgingVisit aging_visit(const ArmVisit& visit);
 // A visit's timed, validated calls with the wall time outside their windows (device rows only; empty on cpu).
 stats::OutsideVisit outside_visit(const ArmVisit& visit);
+// A visit's validated calls, timed and untimed (the pilot excluded).
+stats::UntimedVisit untimed_visit(const ArmVisit& visit);
 
 // Real arms: built implementations run in fresh kwb-worker processes on pools of sealed input sets.
 struct TimingOptions {
@@ -258,6 +262,7 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
 
 nlohmann::json to_json(const stats::AgingCheck& a);
 nlohmann::json to_json(const stats::OutsideCheck& o);
+nlohmann::json to_json(const stats::UntimedCheck& u);
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
 

@@ -618,7 +618,10 @@ private:
     if (w.verdict == stats::Verdict::invalid) v.detail = w.reason;
     // An output that failed validation comes first: compare returns at that block, before any other verdict.
     if (w.verdict == stats::Verdict::invalid && w.failures.empty()) {
-      v.invalid_code = w.aging.ages ? "speed_changes_with_age" : w.outside.moved ? "work_outside_window" : "";
+      v.invalid_code = w.aging.ages      ? "speed_changes_with_age"
+                       : w.outside.moved ? "work_outside_window"
+                       : w.untimed.untimed_work ? "untimed_work"
+                                                : "";
     }
     if (w.estimate) {
       v.ci_low_pct = w.estimate->ci_low_pct;

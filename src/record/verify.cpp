@@ -663,20 +663,27 @@ private:
                                  : k_compare_schema_version;
     const bool ages = file_version >= 5 && aging_of(tag, name, other, w, where).ages;
     const bool moved = file_version >= 5 && outside_of(tag, name, other, w, where).moved;
+    const bool untimed = file_version >= 5 && untimed_of(tag, name, other, w, where).untimed_work;
     if (verdict == "INVALID") {
-      if (!r.invalid_sample && !ages && !moved) {
+      if (!r.invalid_sample && !ages && !moved && !untimed) {
         problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
                             "was moved outside the window",
                             where));
       }
       if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
       out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
-      if (!r.invalid_sample) out.back().invalid_code = ages ? "speed_changes_with_age" : moved ? "work_outside_window" : "";
+      if (!r.invalid_sample) {
+        out.back().invalid_code = ages    ? "speed_changes_with_age"
+                                  : moved ? "work_outside_window"
+                                  : untimed ? "untimed_work"
+                                            : "";
+      }
       return;
     }
     if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
     if (ages) problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where, verdict));
     if (moved) problem(fmt::format("{}: {} although work was moved outside the timed window (INVALID re-derived)", where, verdict));
+    if (untimed) problem(fmt::format("{}: {} although an arm spends its time in untimed calls (INVALID re-derived)", where, verdict));
     if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
     // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
     stats::SequentialGate charged = gate;
@@ -784,6 +791,31 @@ private:
                           where, rec.dump(), o.blocks, o.excess_blocks, o.excess_ns, o.moved));
     }
     return o;
+  }
+
+  // Every counted block's calls, timed and untimed, judged as compare judged them; the recorded finding must agree.
+  stats::UntimedCheck untimed_of(const std::string& tag, const std::string& name, const std::string& other,
+                                 const json& w, const std::string& where) {
+    std::map<int, std::array<stats::UntimedVisit, 2>> blocks;
+    const uint64_t counted = uint_field(w, "blocks");
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
+          !s.output_valid || (s.arm != "A" && s.arm != other)) {
+        continue;
+      }
+      stats::UntimedVisit& v = blocks[s.block][s.arm == "A" ? 0 : 1];
+      (s.warmup ? v.untimed_ns : v.timed_ns).push_back(static_cast<double>(s.ns));
+    }
+    std::vector<std::array<stats::UntimedVisit, 2>> list;
+    for (auto& [b, v] : blocks) list.push_back(std::move(v));
+    const stats::UntimedCheck u = stats::untimed_check(list);
+    const json& rec = object_field(w, "untimed");
+    if (bool_field(rec, "untimed_work", " of untimed") != u.untimed_work || uint_field(rec, "blocks", " of untimed") != u.blocks ||
+        uint_field(rec, "excess_blocks", " of untimed") != u.excess_blocks) {
+      problem(fmt::format("{}: untimed {} recorded, but samples.csv gives {} blocks, {} with excess, untimed_work {}",
+                          where, rec.dump(), u.blocks, u.excess_blocks, u.untimed_work));
+    }
+    return u;
   }
 
   // Every timed visit ran the layout the plan's seed draws for it (build, stack offset, tensor offsets), and each

@@ -39,3 +39,39 @@ std::string describe_outside(const OutsideCheck& c, const std::string& other_lab
 }
 
 }  // namespace kwb::stats
+
+namespace kwb::stats {
+
+UntimedCheck untimed_check(const std::vector<std::array<UntimedVisit, 2>>& blocks) {
+  UntimedCheck out;
+  std::vector<double> ra, ro;
+  size_t up = 0, down = 0;
+  for (const auto& b : blocks) {
+    if (b[0].timed_ns.empty() || b[1].timed_ns.empty() || b[0].untimed_ns.empty() || b[1].untimed_ns.empty()) continue;
+    const double a = median(b[0].untimed_ns) / median(b[0].timed_ns);
+    const double o = median(b[1].untimed_ns) / median(b[1].timed_ns);
+    if (!(std::isfinite(a) && std::isfinite(o) && a > 0.0 && o > 0.0)) continue;
+    ra.push_back(a);
+    ro.push_back(o);
+    up += o > k_untimed_factor * a;
+    down += a > k_untimed_factor * o;
+  }
+  out.blocks = ra.size();
+  if (ra.empty()) return out;
+  out.ratio_a = median(ra);
+  out.ratio_other = median(ro);
+  out.excess_blocks = std::max(up, down);
+  out.other = up >= down;
+  out.untimed_work = out.blocks >= k_outside_min_blocks &&
+                     static_cast<double>(out.excess_blocks) >= k_outside_share * static_cast<double>(out.blocks);
+  return out;
+}
+
+std::string describe_untimed(const UntimedCheck& c, const std::string& other_label) {
+  return fmt::format("arm {}'s untimed calls (warm-ups and re-warms) took {:.1f}x its timed ones, arm {}'s {:.1f}x, "
+                     "in {} of {} blocks: time spent where kwb does not measure (untimed_work)",
+                     c.other ? other_label : "A", c.other ? c.ratio_other : c.ratio_a, c.other ? "A" : other_label,
+                     c.other ? c.ratio_a : c.ratio_other, c.excess_blocks, c.blocks);
+}
+
+}  // namespace kwb::stats

@@ -41,3 +41,29 @@ OutsideCheck outside_window_check(const std::vector<std::array<OutsideVisit, 2>>
 std::string describe_outside(const OutsideCheck& c, const std::string& other_label);
 
 }  // namespace kwb::stats
+
+namespace kwb::stats {
+
+// Untimed calls as free time (docs/timing.md, "Calls that look alike"). Per block and arm, the median of the arm's
+// untimed calls (warm-ups and re-warms) over the median of its timed calls; an arm whose ratio passes the other's by
+// a factor of k_untimed_factor in at least k_outside_share of at least k_outside_min_blocks blocks spends its time
+// where kwb does not measure: the workload is INVALID (untimed_work). An honest re-warm costs about what a timed
+// call costs, in both arms alike.
+inline constexpr double k_untimed_factor = 4.0;
+
+struct UntimedVisit {
+  std::vector<double> timed_ns, untimed_ns;
+};
+
+struct UntimedCheck {
+  size_t blocks = 0;
+  size_t excess_blocks = 0;
+  double ratio_a = 0.0, ratio_other = 0.0;  // medians over the blocks of untimed / timed medians
+  bool untimed_work = false;
+  bool other = true;  // which arm: the other arm (true) or A
+};
+
+UntimedCheck untimed_check(const std::vector<std::array<UntimedVisit, 2>>& blocks);
+std::string describe_untimed(const UntimedCheck& c, const std::string& other_label);
+
+}  // namespace kwb::stats

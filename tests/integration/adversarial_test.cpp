@@ -352,6 +352,21 @@ TEST(adversarial_test, validate_of_a_kernel_that_slows_with_age_keeps_the_baseli
   EXPECT_EQ(v.exit_code, 0) << v.output;
 }
 
+// untimed_work.cpp does its work 30 times over in every call it believes untimed under the old fixed pattern. The
+// secret pattern puts its guesses on timed calls too, and its untimed calls are judged against its timed ones: never
+// a PASS. The same kernel without the extra work (aging_control.cpp) reads its true figure in the same setting.
+TEST(adversarial_test, compare_of_a_kernel_that_spends_its_time_in_untimed_calls_is_never_a_pass) {
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
+                      (k_adversarial / "untimed_work.cpp").string(), "--workload", "decode", "--max-minutes", "0.2",
+                      "--json"});
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_NE(r.json["verdict"], "PASS") << r.output;
+  const auto& w = r.json["workloads"][0];
+  if (r.json["verdict"] == "INVALID") {
+    EXPECT_TRUE(w["untimed"]["untimed_work"].get<bool>() || w["aging"]["ages"].get<bool>()) << w.dump();
+  }
+}
+
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
   const TempDir tmp("kwb-adversarial-validate");
   const fs::path out = tmp / "bundle";

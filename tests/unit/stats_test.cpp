@@ -167,6 +167,32 @@ TEST(outside_window_test, cpu_rows_and_too_few_blocks_are_no_finding) {
   EXPECT_FALSE(kwb::stats::outside_window_check(few).moved);  // below k_outside_min_blocks
 }
 
+// ---- untimed calls as free time (stats/outside_window.h, untimed_check) -------------------------------------------
+
+kwb::stats::UntimedVisit untimed_visit(double timed, double untimed) {
+  kwb::stats::UntimedVisit v;
+  for (int i = 0; i < 20; ++i) {
+    const double wobble = 1.0 + 0.01 * ((i * 3) % 5 - 2);
+    v.timed_ns.push_back(timed * wobble);
+    v.untimed_ns.push_back(untimed * wobble);
+  }
+  v.untimed_ns.push_back(timed * 500.0);  // a slow first call, in both arms: not the finding
+  return v;
+}
+
+TEST(untimed_test, work_in_every_untimed_call_is_untimed_work_and_a_slow_first_call_is_not) {
+  std::vector<std::array<kwb::stats::UntimedVisit, 2>> blocks(10, {untimed_visit(7000, 8000), untimed_visit(1700, 51000)});
+  const kwb::stats::UntimedCheck c = kwb::stats::untimed_check(blocks);
+  EXPECT_TRUE(c.untimed_work);
+  EXPECT_TRUE(c.other);
+  EXPECT_NE(kwb::stats::describe_untimed(c, "B").find("arm B's untimed calls"), std::string::npos);
+  // Honest: each re-warm costs about a timed call (the fast arm's a little more, for the cache it refills).
+  blocks.assign(10, {untimed_visit(7000, 8000), untimed_visit(1700, 3000)});
+  EXPECT_FALSE(kwb::stats::untimed_check(blocks).untimed_work);
+  blocks.assign(3, {untimed_visit(7000, 8000), untimed_visit(1700, 51000)});
+  EXPECT_FALSE(kwb::stats::untimed_check(blocks).untimed_work);  // below k_outside_min_blocks
+}
+
 TEST(stats_test, median_of_odd_and_even_samples) {
   EXPECT_DOUBLE_EQ(median(std::vector<double>{3, 1, 2}), 2.0);
   EXPECT_DOUBLE_EQ(median(std::vector<double>{4, 1, 3, 2}), 2.5);
