@@ -738,22 +738,33 @@ private:
                          d.size(), derived, timed));
   }
 
-  // The long blocks' visits from samples.csv, tested as compare tested them; the recorded finding must agree.
-  stats::AgingCheck aging_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
-                             const std::string& where) {
-    std::map<int, std::array<stats::AgingVisit, 2>> blocks;
+  // The validated rows of the comparison's counted blocks, both arms, gathered per block into the visits a test of
+  // stats/ takes: `add(visit, row)` files one row (or skips it), in block order.
+  template <typename Visit, typename Add>
+  std::vector<std::array<Visit, 2>> per_block(const std::string& tag, const std::string& name, const std::string& other,
+                                              const json& w, Add&& add) const {
+    std::map<int, std::array<Visit, 2>> blocks;
     const uint64_t counted = uint_field(w, "blocks");
     for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || !stats::long_block(s.block) || s.warmup || !s.output_valid ||
-          static_cast<uint64_t>(s.block) >= counted) {
+      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
+          !s.output_valid || (s.arm != "A" && s.arm != other)) {
         continue;
       }
-      if (s.arm != "A" && s.arm != other) continue;
-      blocks[s.block][s.arm == "A" ? 0 : 1].emplace_back(s.sample_index, static_cast<double>(s.ns));
+      add(blocks[s.block][s.arm == "A" ? 0 : 1], s);
     }
-    std::vector<std::array<stats::AgingVisit, 2>> list;
+    std::vector<std::array<Visit, 2>> list;
     for (auto& [b, v] : blocks) list.push_back(std::move(v));
-    const stats::AgingCheck a = stats::aging_check(list);
+    return list;
+  }
+
+  // The long blocks' timed calls, tested as compare tested them; the recorded finding must agree.
+  stats::AgingCheck aging_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
+                             const std::string& where) {
+    auto visits = per_block<stats::AgingVisit>(tag, name, other, w, [](stats::AgingVisit& v, const SampleRow& s) {
+      if (stats::long_block(s.block) && !s.warmup) v.emplace_back(s.sample_index, static_cast<double>(s.ns));
+    });
+    std::erase_if(visits, [](const auto& b) { return b[0].empty() && b[1].empty(); });  // not a long block
+    const stats::AgingCheck a = stats::aging_check(visits);
     const json& rec = object_field(w, "aging");
     if (bool_field(rec, "ages", " of aging") != a.ages || uint_field(rec, "long_blocks", " of aging") != a.long_blocks ||
         uint_field(rec, "aging_blocks", " of aging") != a.aging_blocks ||
@@ -768,20 +779,13 @@ private:
   // Every counted block's device rows, judged as compare judged them; the recorded finding must agree.
   stats::OutsideCheck outside_of(const std::string& tag, const std::string& name, const std::string& other,
                                  const json& w, const std::string& where) {
-    std::map<int, std::array<stats::OutsideVisit, 2>> blocks;
-    const uint64_t counted = uint_field(w, "blocks");
-    for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
-          s.warmup || !s.output_valid || s.outside_wall_ns < 0 || (s.arm != "A" && s.arm != other)) {
-        continue;
-      }
-      stats::OutsideVisit& v = blocks[s.block][s.arm == "A" ? 0 : 1];
-      v.ns.push_back(static_cast<double>(s.ns));
-      v.outside_ns.push_back(static_cast<double>(s.outside_wall_ns));
-    }
-    std::vector<std::array<stats::OutsideVisit, 2>> list;
-    for (auto& [b, v] : blocks) list.push_back(std::move(v));
-    const stats::OutsideCheck o = stats::outside_window_check(list);
+    const auto visits =
+        per_block<stats::OutsideVisit>(tag, name, other, w, [](stats::OutsideVisit& v, const SampleRow& s) {
+          if (s.warmup || s.outside_wall_ns < 0) return;
+          v.ns.push_back(static_cast<double>(s.ns));
+          v.outside_ns.push_back(static_cast<double>(s.outside_wall_ns));
+        });
+    const stats::OutsideCheck o = stats::outside_window_check(visits);
     const json& rec = object_field(w, "outside_window");
     if (bool_field(rec, "moved", " of outside_window") != o.moved || uint_field(rec, "blocks", " of outside_window") != o.blocks ||
         uint_field(rec, "excess_blocks", " of outside_window") != o.excess_blocks ||
@@ -796,19 +800,11 @@ private:
   // Every counted block's calls, timed and untimed, judged as compare judged them; the recorded finding must agree.
   stats::UntimedCheck untimed_of(const std::string& tag, const std::string& name, const std::string& other,
                                  const json& w, const std::string& where) {
-    std::map<int, std::array<stats::UntimedVisit, 2>> blocks;
-    const uint64_t counted = uint_field(w, "blocks");
-    for (const SampleRow& s : m_b.samples) {
-      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
-          !s.output_valid || (s.arm != "A" && s.arm != other)) {
-        continue;
-      }
-      stats::UntimedVisit& v = blocks[s.block][s.arm == "A" ? 0 : 1];
-      (s.warmup ? v.untimed_ns : v.timed_ns).push_back(static_cast<double>(s.ns));
-    }
-    std::vector<std::array<stats::UntimedVisit, 2>> list;
-    for (auto& [b, v] : blocks) list.push_back(std::move(v));
-    const stats::UntimedCheck u = stats::untimed_check(list);
+    const auto visits =
+        per_block<stats::UntimedVisit>(tag, name, other, w, [](stats::UntimedVisit& v, const SampleRow& s) {
+          (s.warmup ? v.untimed_ns : v.timed_ns).push_back(static_cast<double>(s.ns));
+        });
+    const stats::UntimedCheck u = stats::untimed_check(visits);
     const json& rec = object_field(w, "untimed");
     if (bool_field(rec, "untimed_work", " of untimed") != u.untimed_work || uint_field(rec, "blocks", " of untimed") != u.blocks ||
         uint_field(rec, "excess_blocks", " of untimed") != u.excess_blocks) {
