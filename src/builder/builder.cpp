@@ -12,6 +12,8 @@
 #include "util/subprocess.h"
 
 #include <fmt/format.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <set>
@@ -570,9 +573,14 @@ Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
   const fs::path so = dir / "impl.so";
   fs::create_directories(dir);
   art.path = so;
-  fs::rename(out_so, so);
+  // Never replace an entry another kwb process put there first (its build may differ in bytes, and that process
+  // may be copying it into a bundle under its hash right now): keep theirs and use it.
+  const bool placed = ::renameat2(AT_FDCWD, out_so.c_str(), AT_FDCWD, so.c_str(), RENAME_NOREPLACE) == 0;
+  if (!placed && errno != EEXIST) {
+    throw InternalError(fmt::format("rename {} to {}: {}", out_so.string(), so.string(), std::strerror(errno)));
+  }
   id.artifact_sha256 = sha256_file(so);
-  write_file_atomic(dir / "identity.json", json_text(to_json(id), 2) + "\n");
+  if (placed) write_file_atomic(dir / "identity.json", json_text(to_json(id), 2) + "\n");
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
   // Read, prepend, write: two kwb processes finishing at once may lose one entry, which costs a rebuild later.
