@@ -120,7 +120,8 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
   stats::SequentialProcedure procedure(sg, seed);
   stats::Xoshiro256StarStar order_rng(seed);
   const double start = clock.seconds();
-  std::vector<std::array<stats::AgingVisit, 2>> long_visits;  // the long blocks' timed calls, per arm
+  std::vector<std::array<stats::AgingVisit, 2>> long_visit_log;  // the long blocks' timed calls, per arm
+  stats::AgingCheck aging;  // their finding so far, which also says whether the next block is long
   std::vector<std::array<stats::OutsideVisit, 2>> outside_visits;  // every block's, with their outside times
   std::vector<std::array<stats::UntimedVisit, 2>> untimed_visits;  // every block's, timed and untimed calls
 
@@ -140,7 +141,8 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
     // A fresh random order per block: neither arm always goes first (RMIT); over blocks this balances AB and BA.
     size_t order[2] = {0, 1};
     if (order_rng.next() & 1) std::swap(order[0], order[1]);
-    ArmBlock measured = runner.block(workload, order, block);
+    const bool long_visits = stats::next_block_long(block, aging);
+    ArmBlock measured = runner.block(workload, order, block, long_visits);
     // Kept the moment the block is over: an interruption or a failure in the next block loses none of it.
     samples_out.insert(samples_out.end(), measured.samples.begin(), measured.samples.end());
     for (const Sample& s : measured.samples) res.timed_samples += !s.warmup;
@@ -168,12 +170,15 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
                                failed_arm, why);
       res.seconds = clock.seconds() - start;
       res.estimate.reset();
-      res.aging = stats::aging_check(long_visits);  // over the blocks counted, for the record
+      res.aging = aging;  // over the blocks counted, for the record
       res.outside = stats::outside_window_check(outside_visits);
       res.untimed = stats::untimed_check(untimed_visits);
       return res;
     }
-    if (stats::long_block(block)) long_visits.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
+    if (long_visits) {
+      long_visit_log.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
+      aging = stats::aging_check(long_visit_log);
+    }
     outside_visits.push_back({outside_visit(visits[0]), outside_visit(visits[1])});
     untimed_visits.push_back({untimed_visit(visits[0]), untimed_visit(visits[1])});
     const double a = visit_statistic(visits[0]);
@@ -195,14 +200,14 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       p.ci_high_pct = l.estimate.ci_high_pct;
     }
     if (progress) progress(p);
-    if (stop) break;
-    // An arm found to age settles the comparison (INVALID, below): no further block could undo it.
-    if (stats::long_block(block) && stats::aging_check(long_visits).ages) break;
+    // An arm found to age settles the comparison (INVALID, below): no further block could undo it. A suspicion
+    // outlives a decision: the blocks it asks for (long ones) run while the budget lasts; the decision stands.
+    if (aging.ages || (stop && !aging.suspected)) break;
   }
 
   res.seconds = clock.seconds() - start;
   // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
-  res.aging = stats::aging_check(long_visits);
+  res.aging = aging;
   res.outside = stats::outside_window_check(outside_visits);
   res.untimed = stats::untimed_check(untimed_visits);
   if (res.aging.ages || res.outside.moved || res.untimed.untimed_work) {
@@ -228,9 +233,13 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
                          outcome->estimate.ci_low_pct, outcome->estimate.ci_high_pct, outcome->verdict});
   }
   res.estimate = outcome->estimate;
-  const stats::Verdict decided = outcome->verdict;
+  const stats::Verdict decided = stats::aging_unresolved(outcome->verdict, res.aging, gate.mode == CompareMode::aa);
   res.verdict = decided;
-  res.reason = verdict_reason(*res.estimate, gate, decided);
+  res.reason = decided == outcome->verdict
+                   ? verdict_reason(*res.estimate, gate, decided)
+                   : fmt::format("{}; but {}, and the budget ended before enough long visits could settle it",
+                                 verdict_reason(*res.estimate, gate, outcome->verdict),
+                                 stats::describe_aging(res.aging, arm_labels[1]));
   if (res.aa_bias_log > 0.0) {
     res.reason += fmt::format("; charged the A/A's unsettled bias (up to x{:.4f}) it improves by at least {:+.2f}%",
                               std::exp(res.aa_bias_log),
@@ -322,8 +331,8 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   return pilot.samples;
 }
 
-ArmVisit WorkerArmRunner::visit(const std::string&, size_t arm, int block, int order_position) {
-  return run_visit(arm, block, order_position, m_warmups, m_samples);
+ArmVisit WorkerArmRunner::visit(const std::string&, size_t arm, int block, int order_position, bool long_visit) {
+  return run_visit(arm, block, order_position, m_warmups, long_visit ? m_long_samples : m_samples);
 }
 
 // A visit in progress: its worker, its layout and its order of the pool.
@@ -454,10 +463,10 @@ ArmVisit WorkerArmRunner::run_visit(size_t arm, int block, int order_position, i
   return std::move(lv.v);
 }
 
-ArmBlock ArmRunner::block(const std::string& workload, const size_t order[2], int block) {
+ArmBlock ArmRunner::block(const std::string& workload, const size_t order[2], int block, bool long_visits) {
   ArmBlock b;
   for (int pos = 0; pos < 2; ++pos) {
-    ArmVisit v = visit(workload, order[pos], block, pos);
+    ArmVisit v = visit(workload, order[pos], block, pos, long_visits);
     b.samples.insert(b.samples.end(), v.samples.begin(), v.samples.end());
     const bool ok = v.valid;
     b.visits[order[pos]] = std::move(v);
@@ -469,7 +478,7 @@ ArmBlock ArmRunner::block(const std::string& workload, const size_t order[2], in
 // Interleaved calls (docs/timing.md): the machine's speed drifts on every time scale from milliseconds to minutes
 // (a shared host), and pairing calls a call apart cancels far more of that drift than pairing visits a visit apart.
 // Each arm still gets a fresh worker, layout and placement per block; only one worker runs at a time.
-ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int block) {
+ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int block, bool long_visits) {
   ArmBlock b;
   LiveVisit live[2];
   auto fail = [&](LiveVisit& lv, const char* assertion) {
@@ -486,7 +495,7 @@ ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int b
   };
   // Each visit's calls, drawn from a secret: its warm-ups, and its turns' re-warm calls (one, sometimes two), within
   // the pool; a long block's visits have m_long_samples turns (stats/aging.h). Both arms get the same number of turns.
-  const int turns = stats::long_block(block) ? m_long_samples : m_samples;
+  const int turns = long_visits ? m_long_samples : m_samples;
   std::vector<int> rewarms[2];
   for (int pos = 0; pos < 2; ++pos) {
     const int pool = static_cast<int>(m_pool.size());
@@ -563,7 +572,8 @@ stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads) {
 nlohmann::json to_json(const stats::AgingCheck& a) {
   return {{"long_blocks", a.long_blocks},         {"aging_blocks", a.aging_blocks},
           {"drift_a_log", a.drift_a_log},         {"drift_other_log", a.drift_other_log},
-          {"difference_log", a.difference_log},   {"ages", a.ages}};
+          {"difference_log", a.difference_log},   {"ages", a.ages},
+          {"suspected", a.suspected}};
 }
 
 nlohmann::json to_json(const stats::OutsideCheck& o) {

@@ -55,10 +55,11 @@ struct ArmBlock {
 class ArmRunner {
 public:
   virtual ~ArmRunner() = default;
-  virtual ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) = 0;
+  // `long_visit`: one of the steady state's long visits (stats/aging.h), which the comparison schedules.
+  virtual ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position, bool long_visit) = 0;
   // One block, the arms started in `order`. By default one visit after the other, stopping at the first invalid
   // visit; WorkerArmRunner interleaves the two visits' calls instead (docs/timing.md, "Interleaved calls").
-  virtual ArmBlock block(const std::string& workload, const size_t order[2], int block);
+  virtual ArmBlock block(const std::string& workload, const size_t order[2], int block, bool long_visits);
 };
 
 // The seam for time: budgets and ETAs read this, so tests run on a fake clock.
@@ -192,10 +193,10 @@ public:
   // Builds the input-set pool for a workload and runs the pilot (its samples are returned, marked block -1).
   // `workload_seed` draws every visit's layout.
   std::vector<Sample> prepare(const Case& workload, uint64_t workload_seed);
-  ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position) override;
+  ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position, bool long_visit) override;
   // Both arms' workers live at once: warm-ups of each, then the timed calls in pairs, each pair's order a coin flip,
   // the worker not called frozen (WorkerSession::freeze) while the other's call runs.
-  ArmBlock block(const std::string& workload, const size_t order[2], int block) override;
+  ArmBlock block(const std::string& workload, const size_t order[2], int block, bool long_visits) override;
   int samples_per_visit() const { return m_samples; }
   int long_samples_per_visit() const { return m_long_samples; }
   int warmups_per_visit() const { return m_warmups; }

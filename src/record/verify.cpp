@@ -661,7 +661,8 @@ private:
     const int file_version = file && file->contains("schema_version") && (*file)["schema_version"].is_number_integer()
                                  ? (*file)["schema_version"].get<int>()
                                  : k_compare_schema_version;
-    const bool ages = file_version >= 5 && aging_of(tag, name, other, w, where).ages;
+    const stats::AgingCheck aging = file_version >= 5 ? aging_of(tag, name, other, w, where) : stats::AgingCheck{};
+    const bool ages = aging.ages;
     const bool moved = file_version >= 5 && outside_of(tag, name, other, w, where).moved;
     const bool untimed = file_version >= 5 && untimed_of(tag, name, other, w, where).untimed_work;
     if (verdict == "INVALID") {
@@ -719,7 +720,7 @@ private:
     // recorded one.
     const Replay replay = replay_procedure(d, charged, seed, where, m_report.problems);
     const std::optional<stats::EffectEstimate>& est = replay.estimate;
-    const stats::Verdict derived_verdict = replay.verdict;
+    const stats::Verdict derived_verdict = stats::aging_unresolved(replay.verdict, aging, aa);
     const std::string derived(stats::to_string(derived_verdict));
     if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
     if (est) {
@@ -757,21 +758,35 @@ private:
     return list;
   }
 
-  // The long blocks' timed calls, tested as compare tested them; the recorded finding must agree.
+  // The long blocks' timed calls, tested as compare tested them; the recorded finding must agree. Which blocks were
+  // long is replayed too: the schedule's, and each block after one that left the comparison suspected.
   stats::AgingCheck aging_of(const std::string& tag, const std::string& name, const std::string& other, const json& w,
                              const std::string& where) {
-    auto visits = per_block<stats::AgingVisit>(tag, name, other, w, [](stats::AgingVisit& v, const SampleRow& s) {
-      if (stats::long_block(s.block) && !s.warmup) v.emplace_back(s.sample_index, static_cast<double>(s.ns));
-    });
-    std::erase_if(visits, [](const auto& b) { return b[0].empty() && b[1].empty(); });  // not a long block
+    std::map<int, std::array<stats::AgingVisit, 2>> blocks;
+    const uint64_t counted = uint_field(w, "blocks");
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison != tag || s.workload != name || s.block < 0 || static_cast<uint64_t>(s.block) >= counted ||
+          !s.output_valid || s.warmup || (s.arm != "A" && s.arm != other)) {
+        continue;
+      }
+      blocks[s.block][s.arm == "A" ? 0 : 1].emplace_back(s.sample_index, static_cast<double>(s.ns));
+    }
+    std::vector<std::array<stats::AgingVisit, 2>> visits;
+    stats::AgingCheck so_far;
+    for (const auto& [block, v] : blocks) {
+      if (!stats::next_block_long(block, so_far)) continue;
+      visits.push_back(v);
+      so_far = stats::aging_check(visits);
+    }
     const stats::AgingCheck a = stats::aging_check(visits);
     const json& rec = object_field(w, "aging");
-    if (bool_field(rec, "ages", " of aging") != a.ages || uint_field(rec, "long_blocks", " of aging") != a.long_blocks ||
+    if (bool_field(rec, "ages", " of aging") != a.ages || bool_field(rec, "suspected", " of aging") != a.suspected ||
+        uint_field(rec, "long_blocks", " of aging") != a.long_blocks ||
         uint_field(rec, "aging_blocks", " of aging") != a.aging_blocks ||
         !close_enough(num_field(rec, "difference_log"), a.difference_log)) {
       problem(fmt::format("{}: aging {} recorded, but samples.csv gives {} long blocks, {} aging, difference {:.6f}, "
-                          "ages {}",
-                          where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages));
+                          "ages {}, suspected {}",
+                          where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages, a.suspected));
     }
     return a;
   }

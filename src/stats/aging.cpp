@@ -51,8 +51,10 @@ AgingCheck aging_check(const std::vector<std::array<AgingVisit, 2>>& blocks) {
   out.drift_other_log = median(dother);
   out.difference_log = median(diff);
   out.aging_blocks = std::max(up, down);
-  out.ages = out.long_blocks >= k_aging_min_blocks &&
-             static_cast<double>(out.aging_blocks) >= k_aging_share * static_cast<double>(out.long_blocks);
+  const bool share = out.aging_blocks > 0 &&
+                     static_cast<double>(out.aging_blocks) >= k_aging_share * static_cast<double>(out.long_blocks);
+  out.ages = share && out.aging_blocks >= k_aging_min_trips;
+  out.suspected = share && !out.ages;
   return out;
 }
 
@@ -61,9 +63,9 @@ std::string describe_aging(const AgingCheck& a, const std::string& other_label) 
   const std::string who = other_ages ? other_label : "A";
   const double own = other_ages ? a.drift_other_log : a.drift_a_log;
   const double ref = other_ages ? a.drift_a_log : a.drift_other_log;
-  return fmt::format("arm {}'s speed changes as its process ages: its late timed calls ran {:.2f}x its early ones "
+  return fmt::format("arm {}'s speed {} as its process ages: its late timed calls ran {:.2f}x its early ones "
                      "(arm {}'s {:.2f}x) in {} of {} long visits, past the {:.0f}% bar",
-                     who, std::exp(own), other_ages ? "A" : other_label, std::exp(ref), a.aging_blocks, a.long_blocks,
+                     who, a.ages ? "changes" : "may change", std::exp(own), other_ages ? "A" : other_label, std::exp(ref), a.aging_blocks, a.long_blocks,
                      100.0 * k_aging_bar);
 }
 

@@ -5,7 +5,16 @@
 // the usual number of timed calls, timed from start to end; and in each such block, each arm's late timed calls are
 // compared with its early ones. Because the two arms' calls alternate within a block, whatever the machine does to
 // one arm's late calls it does to the other's: the difference of the two arms' drifts isolates the code.
+//
+// Not quite: a loaded machine hits a small kernel that lives in the core's caches far harder than a large one (a
+// neighbour's burst took a 1.4 us kernel to 4.6 us and a 17 us one to 19 us, in the late half of one long visit).
+// One long block is therefore never evidence: a long block past the bar makes the next block long too, and an arm
+// ages only when k_aging_min_trips long blocks say so in one direction and they are k_aging_share of all the long
+// blocks. Code that ages does so in every long visit, and is found three long blocks later; a burst does not recur
+// on cue.
 #pragma once
+
+#include "stats/gate.h"
 
 #include <array>
 #include <cstdint>
@@ -21,10 +30,11 @@ inline constexpr int k_long_visit_factor = 3;
 // at least k_aging_share of the long blocks, ages: its comparison is INVALID (no metric).
 inline constexpr double k_aging_bar = 0.25;
 inline constexpr double k_aging_share = 0.75;
-// Fewer long blocks than this: no finding (reported as such).
-inline constexpr size_t k_aging_min_blocks = 2;
+// Fewer long blocks past the bar in one direction than this: no finding, at most a suspicion (reported as such).
+inline constexpr size_t k_aging_min_trips = 3;
 
-// Blocks 1, 5, 9, ...: long. Public on purpose: a worker is a fresh process per visit and cannot know its block.
+// Blocks 1, 5, 9, ...: long by the schedule. Public on purpose: a worker is a fresh process per visit and cannot
+// know its block.
 inline bool long_block(int block) { return block >= 0 && block % k_long_block_period == 1; }
 
 // One arm's timed, validated calls in one visit: (call index within the visit, nanoseconds).
@@ -36,10 +46,24 @@ struct AgingCheck {
   // Medians over the long blocks: each arm's log(late median / early median), and their difference (other - A).
   double drift_a_log = 0.0, drift_other_log = 0.0, difference_log = 0.0;
   bool ages = false;
+  // The long blocks past the bar are k_aging_share of them, but fewer than k_aging_min_trips: the next block is long
+  // (next_block_long), and a comparison that ends suspected cannot PASS.
+  bool suspected = false;
 };
+
+// Whether `block` is long: by the schedule, or because the long blocks before it left the comparison suspected.
+// verify replays this from samples.csv in block order.
+inline bool next_block_long(int block, const AgingCheck& so_far) { return long_block(block) || so_far.suspected; }
 
 // `blocks`: per long block, the visits of A and of the other arm.
 AgingCheck aging_check(const std::vector<std::array<AgingVisit, 2>>& blocks);
+
+// A comparison that ends with its suspicion unresolved (the budget ran out before the long blocks it asked for) has
+// not shown that the code holds its speed: an A/B PASS reads INCONCLUSIVE. Every other verdict stands, and so does
+// an A/A's (identical code ages alike; its calibration is about the machine).
+inline Verdict aging_unresolved(Verdict v, const AgingCheck& a, bool aa) {
+  return a.suspected && !aa && v == Verdict::pass ? Verdict::inconclusive : v;
+}
 
 // "arm B's late calls ran 30.0x its early ones (arm A's 1.01x) in 3 of 3 long visits" (for a reason line).
 std::string describe_aging(const AgingCheck& a, const std::string& other_label);
