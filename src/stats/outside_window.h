@@ -16,7 +16,10 @@ namespace kwb::stats {
 
 // An excess that is at least this share of the claimed gain, in at least k_outside_share of at least
 // k_outside_min_blocks blocks, and above k_outside_min_excess_ns per call, makes the comparison INVALID.
-inline constexpr double k_outside_gain_share = 0.5;
+// A tenth: moving work out is never honest, and a runtime's host path can be cheaper than its kernels (PoCL's fused
+// RMSNorm, moved into the poison's upload as a plain host loop, cost 54% of the gain it claimed, in 7 of 10 blocks
+// past a bar of a half), so the bar is what noise cannot reach, not what the work should cost.
+inline constexpr double k_outside_gain_share = 0.1;
 inline constexpr double k_outside_share = 0.75;
 inline constexpr size_t k_outside_min_blocks = 4;
 inline constexpr double k_outside_min_excess_ns = 5000.0;

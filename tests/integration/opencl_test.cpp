@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -182,6 +184,48 @@ TEST(opencl_test, a_rewrite_of_the_drivers_dispatch_table_is_a_sandbox_violation
   ASSERT_EQ(c.json["refused"].size(), 1u) << c.output;
   EXPECT_NE(c.json["refused"][0].get<std::string>().find("sandbox_violation"), std::string::npos) << c.output;
   EXPECT_TRUE(c.json["workloads"].empty()) << c.output;
+}
+
+// Work moved into kwb's own uploads (issue 39, item 3): the candidate points PoCL's driver `write` entry at a hook
+// that computes y on the host while kwb uploads y's poison, and launches nothing. Every output is exact, the window
+// holds nothing, and the work shows as B's wall time outside the window over A's: INVALID, no metric, in compare and
+// in validate (KEEP_BASELINE ab_work_outside_window, and verify re-derives it). The same kernel without the hook,
+// fused.cpp against itself, reads its true figure: no difference.
+TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_invalid) {
+  const auto attack = k_source_dir / "tests" / "adversarial" / "opencl" / "driver_ops_upload.cpp";
+  KwbRun check = run_kwb(check_args(attack, {"--case", "zeros", "--case", "prefill"}));
+  ASSERT_FALSE(check.json.is_discarded()) << check.output << check.errors;
+  EXPECT_EQ(check.json["verdict"], "PASS") << check.output;  // correct: the cheat is in the time, not the values
+  auto compare = [&](const std::filesystem::path& candidate) {
+    return run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--baseline",
+                    (k_opencl / "fused.cpp").string(), "--candidate", candidate.string(), "--workload", "prefill",
+                    "--max-minutes", "0.2", "--json"});
+  };
+  KwbRun c = compare(attack);
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
+  const auto& w = c.json["workloads"][0];
+  EXPECT_EQ(w["verdict"], "INVALID") << w.dump();
+  EXPECT_TRUE(w["improvement_pct"].is_null()) << w.dump();
+  EXPECT_TRUE(w["outside_window"]["moved"].get<bool>()) << w["outside_window"].dump();
+  EXPECT_NE(w["reason"].get<std::string>().find("outside"), std::string::npos) << w["reason"];
+  KwbRun control = compare(k_opencl / "fused.cpp");
+  ASSERT_FALSE(control.json.is_discarded()) << control.output << control.errors;
+  const auto& cw = control.json["workloads"][0];
+  EXPECT_NE(cw["verdict"], "INVALID") << cw.dump();
+  EXPECT_FALSE(cw["outside_window"]["moved"].get<bool>()) << cw.dump();
+  EXPECT_LT(std::abs(cw["improvement_pct"].get<double>()), 5.0) << cw.dump();
+
+  const TempDir tmp("kwb-opencl-ops-upload");
+  const auto out = tmp / "bundle";
+  KwbRun v = run_kwb({"validate", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate", attack.string(),
+                      "--baseline", (k_opencl / "fused.cpp").string(), "--output-dir", out.string(), "--workload",
+                      "prefill", "--max-minutes", "0.2", "--layouts", "2", "--no-profile", "--json"});
+  ASSERT_FALSE(v.json.is_discarded()) << v.output << v.errors;
+  EXPECT_EQ(v.json["decision"], "KEEP_BASELINE") << v.json.dump(2);
+  const std::vector<std::string> codes = v.json["reason_codes"];
+  EXPECT_NE(std::find(codes.begin(), codes.end(), "ab_work_outside_window"), codes.end()) << v.json.dump(2);
+  EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
 }
 
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
