@@ -29,7 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double wall_now() { return wall_seconds_now(); }
 void nap(double seconds) { nap_seconds(seconds); }
 
 // A name that is safe as one path component: letters, digits, '-', '_' and '.' only.
@@ -223,7 +222,7 @@ private:
     const JobLaunch launch = launch_of(j);
     fs::create_directories(launch.attempt_dir);
     j.submitted = utc_now_text();
-    j.submitted_unix = wall_now();
+    j.submitted_unix = wall_seconds_now();
     try {
       j.handle = m_ex.submit(launch);
     } catch (const Error& e) {
@@ -258,7 +257,7 @@ private:
 
   void poll(Job& j) {
     const JobProbe p = m_ex.probe(j.handle, launch_of(j));
-    const double now = wall_now();
+    const double now = wall_seconds_now();
     const bool changed = p.scheduler_state != j.scheduler_state || p.scheduler_reason != j.scheduler_reason;
     j.scheduler_state = p.scheduler_state;
     j.scheduler_reason = p.scheduler_reason;
@@ -305,7 +304,7 @@ private:
 
   // judge: the ended job's outcome, and its bundle into the ledger when accepted.
   void end(Job& j, const JobProbe& p) {
-    const double now = wall_now();
+    const double now = wall_seconds_now();
     if (j.started_unix > 0) j.ran_s = now - j.started_unix;
     j.phase = JobPhase::ended;
     j.ended = utc_now_text();

@@ -212,7 +212,15 @@ Action add_keep(CLI::App& root) {
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
     if (!std::filesystem::is_directory(*dir)) throw UsageError(fmt::format("{}: not a bundle folder", *dir));
-    const std::optional<std::filesystem::path> path = bundle_ledger_path(*dir);
+    // Read once: from here on only the private copy is read (record/bundle_snapshot.h).
+    std::string why;
+    const std::optional<BundleSnapshot> snapshot = BundleSnapshot::take(*dir, why);
+    if (!snapshot) {
+      throw Error(ExitCode::invalid, fmt::format("{}: cannot be read whole ({}): nothing is kept from a bundle that "
+                                                 "does not verify (kwb verify {} lists what is wrong)",
+                                                 *dir, why, *dir));
+    }
+    const std::optional<std::filesystem::path> path = bundle_ledger_path(snapshot->path());
     if (!path && !ledger_off()) {
       throw Error(ExitCode::invalid, fmt::format("{}: its plan.json does not parse, so the task whose ledger would "
                                                  "keep it is unknown: nothing is kept from a bundle that does not "
@@ -220,7 +228,7 @@ Action add_keep(CLI::App& root) {
                                                  *dir, *dir));
     }
     Ledger ledger = open_ledger_or_throw(path);
-    const KeepOutcome k = keep_bundle(ledger, *dir);
+    const KeepOutcome k = keep_bundle(ledger, *snapshot);
     if (*json) {
       nlohmann::json j = {{"schema", "kwb.keep"}, {"schema_version", 1}, {"bundle", *dir},
                           {"kept", k.kept.has_value()}, {"already_incumbent", k.already.has_value()},

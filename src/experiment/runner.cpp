@@ -21,8 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-double wall_now() { return wall_seconds_now(); }
-
 std::optional<nlohmann::json> read_record(const fs::path& p) {
   if (!fs::is_regular_file(p)) return std::nullopt;
   try {
@@ -103,7 +101,7 @@ nlohmann::json write_experiment_reports(const fs::path& storage) {
 
 ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs::path& kwb,
                                     const std::function<void(const std::string&)>& say, bool plan_only) {
-  const double start = wall_now();
+  const double start = wall_seconds_now();
   fs::create_directories(x.storage);
   const CampaignLock lock = CampaignLock::acquire(x.storage);
   const nlohmann::json plan = freeze_experiment(x);
@@ -148,7 +146,7 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
         todo.pop_front();
         r.launch = launch_of(r.id);
         r.handle = ex.submit(r.launch);
-        r.submitted = wall_now();
+        r.submitted = wall_seconds_now();
         ++s.started;
         say(fmt::format("{}: submitted ({} {})", r.id, to_string(ex.kind()), r.handle));
         running.push_back(std::move(r));
@@ -157,7 +155,7 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
       for (size_t i = 0; i < running.size();) {
         Running& r = running[i];
         const JobProbe p = ex.probe(r.handle, r.launch);
-        const double now = wall_now();
+        const double now = wall_seconds_now();
         if (p.where == JobProbe::Where::running && r.started == 0.0) r.started = now;
         if (p.where != JobProbe::Where::ended) {
           const bool over_queue = r.started == 0.0 && now - r.submitted > queue_limit;
@@ -196,7 +194,7 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
     }
     throw;
   }
-  s.wall_seconds = wall_now() - start;
+  s.wall_seconds = wall_seconds_now() - start;
   return s;
 }
 

@@ -194,9 +194,12 @@ Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
   return a;
 }
 
-KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
+KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
   KeepOutcome out;
-  const VerifyReport v = verify_bundle(bundle);
+  // Everything below reads the snapshot, the bytes verified; `bundle` names the folder they came from.
+  const std::filesystem::path& copy = snapshot.path();
+  const std::filesystem::path& bundle = snapshot.origin();
+  const VerifyReport v = verify_bundle(copy);
   if (!v.ok()) {
     out.exit_code = static_cast<int>(ExitCode::invalid);
     out.problems = v.problems;
@@ -213,7 +216,8 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
                               "decision: it was changed after the run, or it was not recorded here (validate it "
                               "again with this ledger)",
                               bundle.string(), v.seal.manifest_sha256, ledger.path().string());
-    LedgerRun refused = run_from_bundle(bundle);
+    LedgerRun refused = run_from_bundle(copy);
+    refused.bundle = bundle.string();
     refused.kind = "keep";
     refused.started.clear();
     refused.finished.clear();
@@ -222,8 +226,9 @@ KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle) {
     ledger.record(refused);
     return out;
   }
-  LedgerRun run = run_from_bundle(bundle);
-  const BundleData b = read_bundle(bundle);
+  LedgerRun run = run_from_bundle(copy);
+  run.bundle = bundle.string();
+  const BundleData b = read_bundle(copy);
   if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
   const PlannedImpl& base = *b.plan->impl(ImplRole::baseline);  // plan_from_json requires both arms
   const PlannedImpl& cand = *b.plan->impl(ImplRole::candidate);

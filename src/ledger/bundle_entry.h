@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ledger/ledger.h"
+#include "record/bundle_snapshot.h"
 #include "record/verify.h"
 #include "util/machine_key.h"
 
@@ -74,7 +75,8 @@ struct KeepOutcome {
 // of its run (recorded_run: a signature alone is not enough, since the lineage is this ledger's), and have decided
 // KEEP_CANDIDATE against the current
 // incumbent of its task and backend (generation 0: the task's own baseline); the candidate then becomes the next
-// generation. Every attempt is recorded as a "keep" run.
-KeepOutcome keep_bundle(Ledger& ledger, const std::filesystem::path& bundle);
+// generation. Every attempt is recorded as a "keep" run. It reads the snapshot only (record/bundle_snapshot.h): what
+// it verifies is what it promotes, whatever happens to the folder meanwhile.
+KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot);
 
 }  // namespace kwb

@@ -2,6 +2,7 @@
 // escaping (Markdown, terminal, JSON), the bundle reader's refusals and the no-follow writes to what they promise.
 #include "record/bundle_fs.h"
 #include "record/bundle_reader.h"
+#include "record/bundle_snapshot.h"
 #include "report/report.h"
 #include "util/fs.h"
 #include "util/json_text.h"
@@ -130,6 +131,54 @@ TEST(bundle_fs, fifo_symlink_and_oversized_files_are_refused_without_blocking) {
   bool named = false;
   for (const std::string& p : b.problems) named = named || p.find("plan.json: refused") != std::string::npos;
   EXPECT_TRUE(named);
+}
+
+// Issue 40: keep read a bundle by path twice (verify, then promote), and a swap of the folder in between promoted a
+// forged one. A snapshot is read once, through one descriptor of the folder: what happens to the folder afterwards
+// (its files rewritten, the folder swapped for another) changes nothing in the copy, which is private (0700) and
+// removed with the snapshot.
+TEST(bundle_snapshot, the_copy_is_what_was_read_and_nothing_done_to_the_folder_later_reaches_it) {
+  const kwb::test::TempDir d("kwb-snapshot");
+  const fs::path b = d / "bundle";
+  fs::create_directories(b / "checks");
+  std::ofstream(b / "decision.json") << "{\"decision\": \"KEEP_BASELINE\"}";
+  std::ofstream(b / "checks" / "candidate.json") << "genuine";
+  std::string why;
+  fs::path copy;
+  {
+    std::optional<kwb::BundleSnapshot> snap = kwb::BundleSnapshot::take(b, why);
+    ASSERT_TRUE(snap.has_value()) << why;
+    copy = snap->path();
+    EXPECT_EQ(snap->origin(), fs::absolute(b).lexically_normal());
+    EXPECT_EQ(fs::status(copy.parent_path()).permissions() & fs::perms::all, fs::perms::owner_all);
+    // The folder is swapped for a forgery right after the read.
+    fs::rename(b, d / "genuine");
+    fs::create_directories(b / "checks");
+    std::ofstream(b / "decision.json") << "{\"decision\": \"KEEP_CANDIDATE\"}";
+    std::ofstream(b / "checks" / "candidate.json") << "forged";
+    EXPECT_EQ(kwb::read_file(copy / "decision.json"), "{\"decision\": \"KEEP_BASELINE\"}");
+    EXPECT_EQ(kwb::read_file(copy / "checks" / "candidate.json"), "genuine");
+  }
+  EXPECT_FALSE(fs::exists(copy.parent_path())) << "the copy outlived its snapshot";
+}
+
+TEST(bundle_snapshot, a_symlink_or_a_fifo_in_a_bundle_is_refused_by_name_without_blocking) {
+  const kwb::test::TempDir d("kwb-snapshot-hostile");
+  const fs::path b = d / "bundle";
+  fs::create_directories(b);
+  std::ofstream(b / "plan.json") << "{}";
+  fs::create_symlink("/etc/hostname", b / "decision.json");
+  std::string why;
+  EXPECT_FALSE(kwb::BundleSnapshot::take(b, why).has_value());
+  EXPECT_NE(why.find("decision.json: a symlink"), std::string::npos) << why;
+  fs::remove(b / "decision.json");
+  ASSERT_EQ(::mkfifo((b / "samples.csv").c_str(), 0600), 0);
+  auto fut = std::async(std::launch::async, [&] { return kwb::BundleSnapshot::take(b, why).has_value(); });
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "a FIFO blocked the snapshot";
+  EXPECT_FALSE(fut.get());
+  EXPECT_NE(why.find("samples.csv"), std::string::npos) << why;
+  EXPECT_FALSE(kwb::BundleSnapshot::take(d / "absent", why).has_value());
+  EXPECT_FALSE(why.empty());
 }
 
 // Class 6: a candidate's file name cannot add a heading to report.md.
