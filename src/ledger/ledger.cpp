@@ -1,6 +1,7 @@
 #include "ledger/ledger.h"
 
 #include "util/error.h"
+#include "util/machine_key.h"
 #include "util/provenance.h"
 
 #include <fmt/format.h>
@@ -82,9 +83,44 @@ CREATE INDEX runs_manifest ON runs (manifest_sha256);
     R"SQL(
 ALTER TABLE runs ADD COLUMN seal TEXT NOT NULL DEFAULT '';
 )SQL",
+    // 3 -> 4: each incumbent row's seal, the machine key's signature of the row and of the seal of the generation
+    // before it (a hash chain), so that a row inserted or edited with sqlite3 is never believed (lineage()). Older
+    // rows have none: their lineage reads as broken, naming the row, until it is kept again.
+    R"SQL(
+ALTER TABLE incumbents ADD COLUMN seal TEXT NOT NULL DEFAULT '';
+)SQL",
 };
 constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
 static_assert(k_known_versions == Ledger::k_schema_version);
+
+// What an incumbent row's seal signs: every column the row holds, exactly as stored (the workloads as their JSON
+// text, the improvement as the double it is), and the seal of the generation before it ("" for generation 0), so
+// that no row can be inserted, edited, reordered or spliced in from another lineage.
+std::string lineage_seal_message(const std::string& task, BackendKind backend, int64_t generation,
+                                 const Incumbent& i, const std::string& workloads_json, double improvement_pct,
+                                 const std::string& previous_seal) {
+  return fmt::format("kwb lineage seal v1\ntask {}\nbackend {}\ngeneration {}\nidentity {}\nsource {}\n"
+                     "source_sha256 {}\nbundle {}\nkept {}\nworkloads {}\nimprovement_pct {:.17g}\nprevious {}\n",
+                     task, to_string(backend), generation, i.identity, i.source, i.source_sha256, i.bundle, i.kept,
+                     workloads_json, improvement_pct, previous_seal);
+}
+
+std::string seal_with(const SigningKey& key, const std::string& message) {
+  return key.public_key() + ":" + key.sign(message);
+}
+
+// "" when `seal` is a trusted key's signature of `message`; else why not.
+std::string seal_problem(const std::string& seal, const std::string& message, const TrustedKeys& keys) {
+  if (seal.empty()) return "it has no seal";
+  const size_t colon = seal.find(':');
+  if (colon == std::string::npos) return "its seal is not <public key>:<signature>";
+  const std::string key = seal.substr(0, colon);
+  if (!keys.trusts(key)) return fmt::format("its seal was made by a key this machine does not trust ({})", key);
+  if (!verify_signature(key, message, seal.substr(colon + 1))) {
+    return "its seal does not match what it holds, or the generation before it";
+  }
+  return "";
+}
 
 // One prepared statement: bind by position (1-based), step, read columns.
 class Statement {
@@ -300,13 +336,15 @@ double summary_improvement_pct(const std::vector<LedgerWorkload>& workloads) {
 
 Ledger::Ledger(std::filesystem::path path) : m_path(std::move(path)) {}
 
-Ledger::Ledger(Ledger&& other) noexcept : m_path(std::move(other.m_path)), m_db(std::exchange(other.m_db, nullptr)) {}
+Ledger::Ledger(Ledger&& other) noexcept
+    : m_path(std::move(other.m_path)), m_db(std::exchange(other.m_db, nullptr)), m_key(std::move(other.m_key)) {}
 
 Ledger& Ledger::operator=(Ledger&& other) noexcept {
   if (this != &other) {
     if (m_db != nullptr) sqlite3_close(m_db);
     m_path = std::move(other.m_path);
     m_db = std::exchange(other.m_db, nullptr);
+    m_key = std::move(other.m_key);
   }
   return *this;
 }
@@ -490,28 +528,56 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
 std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind backend) const {
   std::vector<Incumbent> out;
   Statement s(m_db,
-              "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct "
+              "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct, seal "
               "FROM incumbents WHERE task = ? AND backend = ? ORDER BY generation",
               m_path);
   s.bind(1, task).bind(2, backend);
   double cumulative = 1.0;
+  std::string previous_seal;
+  const TrustedKeys keys = trusted_keys();
   while (s.step()) {
     Incumbent i;
     i.task = task;
     i.backend = backend;
-    i.generation = static_cast<int>(s.integer(0));
+    const int64_t generation = s.integer(0);
+    i.generation = static_cast<int>(generation);
     i.identity = s.text(1);
     i.source = s.text(2);
     i.source_sha256 = s.text(3);
     i.bundle = s.text(4);
     i.kept = s.text(5);
-    i.workloads = workloads_from_json(nlohmann::json::parse(s.text(6), nullptr, false));
+    const std::string workloads_json = s.text(6);
+    i.workloads = workloads_from_json(nlohmann::json::parse(workloads_json, nullptr, false));
     i.improvement_pct = s.real(7).value_or(0.0);
+    i.seal = s.text(8);
+    // The chain: generations 0, 1, 2, ... each sealed by a trusted key over itself and the seal before it.
+    std::string why = generation == static_cast<int64_t>(out.size())
+                          ? seal_problem(i.seal, lineage_seal_message(task, backend, generation, i, workloads_json,
+                                                                      i.improvement_pct, previous_seal),
+                                         keys)
+                          : fmt::format("it is generation {} where generation {} should be", generation, out.size());
+    if (!why.empty()) {
+      throw Error(ExitCode::data_error,
+                  fmt::format("ledger {}: the lineage of task {} on {} is broken at generation {} ({}): {}. kwb keep "
+                              "seals every generation with this machine's key, chained to the one before, so this "
+                              "row was written or changed by something else and no incumbent of this lineage is "
+                              "believed. Restore the ledger from a copy, or delete the task's lineage (sqlite3 {} "
+                              "\"DELETE FROM incumbents WHERE task = '{}' AND backend = '{}'\") and keep its "
+                              "generations again from their bundles",
+                              m_path.string(), task, backend, generation, i.source, why, m_path.string(), task,
+                              to_string(backend)));
+    }
+    previous_seal = i.seal;
     cumulative *= 1.0 + i.improvement_pct / 100.0;
     i.cumulative_pct = (cumulative - 1.0) * 100.0;
     out.push_back(std::move(i));
   }
   return out;
+}
+
+const SigningKey& Ledger::key() {
+  if (!m_key) m_key.emplace(machine_key());
+  return *m_key;
 }
 
 Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
@@ -533,13 +599,15 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
     g0.improvement_pct = 0.0;
     g0.workloads.clear();
     g0.bundle.clear();
+    g0.kept = seconds_text(std::time(nullptr)) + "Z";
+    g0.seal = seal_with(key(), lineage_seal_message(task, backend, 0, g0, "[]", 0.0, ""));
     line.push_back(g0);
     Statement s(m_db,
                 "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-                "workloads, improvement_pct) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0)",
+                "workloads, improvement_pct, seal) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0, ?)",
                 m_path);
     s.bind(1, task).bind(2, backend).bind(3, g0.identity).bind(4, g0.source).bind(5, g0.source_sha256);
-    s.bind(6, seconds_text(std::time(nullptr)) + "Z");
+    s.bind(6, g0.kept).bind(7, g0.seal);
     s.step();
   }
   const Incumbent& current = line.back();
@@ -578,15 +646,19 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
   candidate.generation = current.generation + 1;
   candidate.kept = seconds_text(std::time(nullptr)) + "Z";
   candidate.improvement_pct = summary_improvement_pct(candidate.workloads);
+  if (!std::isfinite(candidate.improvement_pct)) candidate.improvement_pct = 0.0;  // stored as it is read back
   candidate.cumulative_pct =
       ((1.0 + current.cumulative_pct / 100.0) * (1.0 + candidate.improvement_pct / 100.0) - 1.0) * 100.0;
+  const std::string workloads_json = to_json(candidate.workloads).dump();
+  candidate.seal = seal_with(key(), lineage_seal_message(task, backend, candidate.generation, candidate,
+                                                         workloads_json, candidate.improvement_pct, current.seal));
   Statement s(m_db,
               "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-              "workloads, improvement_pct) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "workloads, improvement_pct, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               m_path);
   s.bind(1, task).bind(2, backend).bind(3, static_cast<int64_t>(candidate.generation)).bind(4, candidate.identity);
   s.bind(5, candidate.source).bind(6, candidate.source_sha256).bind(7, candidate.bundle).bind(8, candidate.kept);
-  s.bind(9, to_json(candidate.workloads).dump()).bind(10, std::optional<double>(candidate.improvement_pct));
+  s.bind(9, workloads_json).bind(10, std::optional<double>(candidate.improvement_pct)).bind(11, candidate.seal);
   s.step();
   tx.commit();
   p.kept = std::move(candidate);

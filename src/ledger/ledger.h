@@ -15,6 +15,7 @@
 #pragma once
 
 #include "util/backend_kind.h"
+#include "util/machine_key.h"
 
 #include <nlohmann/json.hpp>
 
@@ -96,6 +97,9 @@ struct Incumbent {
   double improvement_pct = 0.0;
   // Over generation 0: the product of every generation's (1 + improvement) - 1, each as measured against its parent.
   double cumulative_pct = 0.0;
+  // "<public key hex>:<signature hex>": the machine key's signature of this row and of the seal of the generation
+  // before it (Ledger::lineage checks the chain).
+  std::string seal;
 };
 
 // Which runs Ledger::find_runs returns: each empty or unset field matches every run.
@@ -114,7 +118,7 @@ const std::vector<std::string>& run_outcomes();
 
 class Ledger {
 public:
-  static constexpr int k_schema_version = 3;
+  static constexpr int k_schema_version = 4;
 
   // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
   // opened, is not a kwb ledger, or was written by a newer kwb.
@@ -136,7 +140,9 @@ public:
   // The runs the filter matches, most recent first.
   std::vector<LedgerRun> find_runs(const RunFilter& filter) const;
 
-  // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept.
+  // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept. Every row's seal is
+  // checked, chained from generation 0, against the keys this machine trusts: a row kwb keep did not write (inserted
+  // or edited with sqlite3, or copied from another ledger) is Error(data_error) naming the row, never skipped.
   std::vector<Incumbent> lineage(const std::string& task, BackendKind backend) const;
 
   // Keeps `candidate` as the next generation, in one transaction that first reads the lineage: `decided_against`
@@ -149,10 +155,12 @@ public:
     std::optional<Incumbent> already;
     std::string refused;
   };
+  // The rows it writes are sealed with the machine key (util/machine_key.h).
   Promotion promote(const std::string& task, BackendKind backend, const std::string& decided_against,
                     const Incumbent& generation0, Incumbent candidate);
 
 private:
+  const SigningKey& key();  // the machine key, loaded on first use
   explicit Ledger(std::filesystem::path path);
   void exec(const std::string& sql) const;
   void migrate();
@@ -162,6 +170,7 @@ private:
 
   std::filesystem::path m_path;
   sqlite3* m_db = nullptr;
+  std::optional<SigningKey> m_key;
 };
 
 // Workload figures as JSON objects {name, verdict, improvement_pct, ci_low_pct, ci_high_pct} (a figure absent when

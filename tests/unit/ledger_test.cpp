@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 namespace kwb {
@@ -22,7 +24,30 @@ namespace fs = std::filesystem;
 
 class LedgerTest : public ::testing::Test {
 protected:
+  // promote seals with the machine key and lineage trusts it: a key folder of the test's own.
+  void SetUp() override {
+    if (const char* old = std::getenv("KWB_KEY_DIR")) m_old_key_dir = old;
+    ::setenv("KWB_KEY_DIR", (m_dir / "keys").c_str(), 1);
+  }
+  void TearDown() override {
+    if (m_old_key_dir) {
+      ::setenv("KWB_KEY_DIR", m_old_key_dir->c_str(), 1);
+    } else {
+      ::unsetenv("KWB_KEY_DIR");
+    }
+  }
+
   fs::path file() const { return m_dir / "project" / ".kwb" / "ledger.sqlite"; }
+
+  // Runs `sql` on the ledger file as someone with sqlite3 and write access would.
+  void tamper(const std::string& sql) const {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(file().c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
 
   static Incumbent impl(const std::string& id, const std::string& src) {
     Incumbent i;
@@ -41,6 +66,7 @@ protected:
 
   const test::TempDir m_tmp{"kwb-ledger-test"};
   const fs::path m_dir = m_tmp.path();
+  std::optional<std::string> m_old_key_dir;
 };
 
 TEST_F(LedgerTest, a_new_ledger_is_created_with_its_folder_at_the_current_schema_version) {
@@ -144,6 +170,51 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
   ASSERT_EQ(line[2].workloads.size(), 2u);
   EXPECT_DOUBLE_EQ(*line[2].workloads[0].improvement_pct, 21.0);
   EXPECT_TRUE(l.lineage("rmsnorm", BackendKind::opencl).empty()) << "lineages are per backend";
+}
+
+// Issue 40: a generation-1 row inserted with sqlite3, with no validate and no keep behind it, was believed by history,
+// validate --against incumbent and campaigns. Every row is sealed by the machine key over itself and the seal before
+// it: an inserted row, an edited one, or one sealed by a key this machine does not trust breaks the lineage, and the
+// error names the row; nothing falls back to an earlier generation.
+TEST_F(LedgerTest, a_lineage_row_that_keep_did_not_write_breaks_the_lineage_naming_the_row) {
+  const Incumbent g0 = impl("k0", "/t/baseline.cpp");
+  {
+    Ledger l = Ledger::open(file());
+    ASSERT_TRUE(l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k1", "/c1.cpp", 50, 50)).kept);
+    EXPECT_EQ(l.lineage("rmsnorm", BackendKind::cpu).size(), 2u);
+  }
+  auto broken = [&](const std::string& needle) {
+    try {
+      Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu);
+      ADD_FAILURE() << "the lineage was believed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ExitCode::data_error);
+      const std::string what = e.what();
+      EXPECT_NE(what.find("the lineage of task rmsnorm on cpu is broken at generation"), std::string::npos) << what;
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+    }
+  };
+  // A generation 2 planted with sqlite3.
+  tamper("INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
+         "workloads, improvement_pct) VALUES ('rmsnorm', 'cpu', 2, 'k-evil', '/evil.cpp', 'x', '', "
+         "'2026-12-01T00:00:00Z', '[]', 90)");
+  broken("generation 2 (/evil.cpp): it has no seal");
+  // The same row with generation 1's seal copied onto it.
+  tamper("UPDATE incumbents SET seal = (SELECT seal FROM incumbents WHERE generation = 1) WHERE generation = 2");
+  broken("generation 2 (/evil.cpp): its seal does not match");
+  tamper("DELETE FROM incumbents WHERE generation = 2");
+  EXPECT_EQ(Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu).size(), 2u);
+  // Generation 1's source re-pointed: its own seal no longer matches.
+  tamper("UPDATE incumbents SET source = '/evil.cpp' WHERE generation = 1");
+  broken("generation 1 (/evil.cpp): its seal does not match");
+  // And keep does not extend a broken lineage.
+  EXPECT_THROW(Ledger::open(file()).promote("rmsnorm", BackendKind::cpu, "k1", g0, kept("k2", "/c2.cpp", 5, 5)),
+               Error);
+  tamper("UPDATE incumbents SET source = '/c1.cpp' WHERE generation = 1");
+  EXPECT_EQ(Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu).size(), 2u);
+  // A lineage sealed by another machine's key, which this one does not trust.
+  ::setenv("KWB_KEY_DIR", (m_dir / "other-keys").c_str(), 1);
+  broken("generation 0 (/t/baseline.cpp): its seal was made by a key this machine does not trust");
 }
 
 TEST_F(LedgerTest, the_ledger_is_the_task_folders_unless_kwb_ledger_names_one_and_none_turns_recording_off) {
