@@ -32,7 +32,7 @@ inline constexpr int k_trajectory_schema_version = 1;
 // What became of an attempt, one word (docs/experiments.md, "Rejections by reason").
 enum class AttemptCategory {
   kept,          // KEEP_CANDIDATE, and kept
-  slower,        // KEEP_BASELINE: below the bar, or the A/B said it is not faster
+  slower,        // KEEP_BASELINE: below the bar, the A/B said it is not faster, or the incumbent's own code
   inconclusive,  // INCONCLUSIVE
   incorrect,     // KEEP_BASELINE: failed its checks with a wrong or missing result (numeric_mismatch, crashed, ...)
   cheat,         // KEEP_BASELINE: caught by an anti-cheat assertion (stale_output, forbidden_symbol, ...)

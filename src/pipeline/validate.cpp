@@ -15,6 +15,7 @@
 #include "stats/random.h"
 #include "task/data.h"
 #include "util/data_secret.h"
+#include "util/elf_code.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/interrupt.h"
@@ -36,6 +37,15 @@ namespace kwb {
 namespace fs = std::filesystem;
 
 namespace {
+
+// Whether two built artifacts map the same code (util/elf_code.h): the candidate is the baseline's own code.
+bool same_code(const Artifact& a, const Artifact& b) {
+  if (!a.ok || !b.ok) return false;
+  std::string why;
+  const std::optional<std::string> ca = elf_code_sha256(read_file(a.path), why);
+  const std::optional<std::string> cb = elf_code_sha256(read_file(b.path), why);
+  return ca && cb && *ca == *cb;
+}
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);
@@ -69,7 +79,10 @@ public:
       for (size_t i = 0; i < m_graph.size(); ++i) {
         const StageSpec& spec = m_graph.at(i);
         const std::optional<std::string> skip =
-            stage_skip_reason(m_graph, spec, ended, m_inputs.candidate_built.value_or(false), m_opt.profile);
+            stage_skip_reason(m_graph, spec, ended,
+                              candidate_skip_reason(m_inputs.candidate_built.value_or(false),
+                                                    m_inputs.candidate_identical.value_or(false)),
+                              m_opt.profile);
         ended.emplace_back(spec.stage, stage(i, skip));
         if (m_graph.comparisons_from(i + 1) == 0) release_timing_lock();
       }
@@ -279,6 +292,7 @@ private:
     m_plan_digest = sha256_hex(std::string_view(text));
     if (m_obs.plan_frozen) m_obs.plan_frozen(m_plan_digest);
     m_inputs.candidate_built = artifact(ImplRole::candidate).ok;
+    m_inputs.candidate_identical = same_code(artifact(ImplRole::candidate), artifact(ImplRole::baseline));
     size_t built = 0;
     for (const Artifact& a : m_artifacts) built += a.ok;
     return fmt::format("plan digest {}; {} implementations ({} built)", m_plan_digest, impls.size(), built);

@@ -79,6 +79,14 @@ Decision decide(const DecisionInputs& in) {
                "output is in checks/candidate.json and plan.json");
     return reject.decide(DecisionKind::keep_baseline, 1);
   }
+  if (in.candidate_identical.value_or(false)) {
+    if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
+    reject.add("identical_to_baseline",
+               "the candidate builds to the baseline's code: what the loader maps of the two artifacts is the same, "
+               "byte for byte (a comment, a dead variable or another file name changes nothing the machine runs), so "
+               "there is nothing to time and nothing to keep");
+    return reject.decide(DecisionKind::keep_baseline, 1);
+  }
   if (!in.baseline_check_pass) {
     invalid.add("baseline_not_checked", "the baseline was not checked");
   } else if (!*in.baseline_check_pass) {
@@ -202,6 +210,7 @@ nlohmann::json to_json(const DecisionInputs& in) {
           {"baseline_copy_check_pass", opt(in.baseline_copy_check_pass)},
           {"candidate_check_pass", opt(in.candidate_check_pass)},
           {"candidate_built", opt(in.candidate_built)},
+          {"candidate_identical", opt(in.candidate_identical)},
           {"candidate_check_reasons", in.candidate_check_reasons},
           {"controls", controls},
           {"aa", verdicts(in.aa)},

@@ -48,6 +48,9 @@ struct DecisionInputs {
   // candidate that does not build replaces nothing (validate then skips the baseline's check, the profile and the
   // controls). Empty for bundles that predate it.
   std::optional<bool> candidate_built;
+  // The candidate's plain build maps the baseline's code byte for byte (util/elf_code.h; verify re-derives it from
+  // the bundle's two artifacts). Decided at once: KEEP_BASELINE, identical_to_baseline, nothing timed.
+  std::optional<bool> candidate_identical;
   // Why the candidate's check failed, each reason once in the order first seen (build_failed, numeric_mismatch...),
   // so the decision names it; empty when it passed or the reasons are not known (a bundle that predates them).
   std::vector<std::string> candidate_check_reasons;

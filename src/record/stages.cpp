@@ -66,9 +66,21 @@ const StageGraph& validate_stages() {
   return graph;
 }
 
+std::string candidate_skip_reason(bool candidate_built, bool identical_to_baseline) {
+  if (!candidate_built) {
+    return "skipped: the candidate does not build (checks/candidate.json has the compiler's output); nothing is "
+           "judged against the baseline";
+  }
+  if (identical_to_baseline) {
+    return "skipped: the candidate builds to the baseline's code (the same mapped bytes, util/elf_code.h); the "
+           "same code has nothing to be judged by";
+  }
+  return "";
+}
+
 std::optional<std::string> stage_skip_reason(const StageGraph& graph, const StageSpec& spec,
                                              const std::vector<std::pair<Stage, std::string>>& ended,
-                                             bool candidate_built, bool profile_asked) {
+                                             const std::string& nothing_to_judge, bool profile_asked) {
   for (Stage need : spec.needs) {
     std::string status = "not run";
     for (const auto& [s, st] : ended) {
@@ -82,10 +94,7 @@ std::optional<std::string> stage_skip_reason(const StageGraph& graph, const Stag
                                    : fmt::format("skipped: {} is '{}', and this stage needs it", name, status);
     }
   }
-  if (spec.needs_candidate_built && !candidate_built) {
-    return "skipped: the candidate does not build (checks/candidate.json has the compiler's output); nothing is "
-           "judged against the baseline";
-  }
+  if (spec.needs_candidate_built && !nothing_to_judge.empty()) return nothing_to_judge;
   if (spec.optional && !profile_asked) {
     return "skipped: --no-profile (the profile is descriptive; the decision never depends on it)";
   }

@@ -31,7 +31,9 @@ struct StageSpec {
   std::string name;
   // The stages that must have ended "ok" for this one to run; when one did not, it is skipped and says which.
   std::vector<Stage> needs;
-  bool needs_candidate_built = false;  // nothing is judged against the baseline for a candidate that does not build
+  // Nothing is judged against the baseline for a candidate that does not build, or that builds to the baseline's own
+  // artifact (the same code): such stages are skipped with candidate_skip_reason's words.
+  bool needs_candidate_built = false;
   bool optional = false;               // runs only when the plan asks for it (the profile: --no-profile)
   int comparisons = 0;                 // timed comparisons it runs per workload (the budget figure)
   // The files it writes whenever it runs (ok or failed); "{control}" stands for each planned control's name.
@@ -62,10 +64,16 @@ private:
 // final validation -> decision.
 const StageGraph& validate_stages();
 
-// Why a stage does not run, given what the stages before it ended with (their stages.json status by stage),
-// whether the candidate built and whether the plan asks for a profile; nullopt when it must run.
+// Why there is nothing to judge the candidate by: it does not build, or it builds to the baseline's code (what the
+// loader maps of the two artifacts is the same, util/elf_code.h: the same source, or another source that compiles
+// to the same code); "" when there is something to judge.
+std::string candidate_skip_reason(bool candidate_built, bool identical_to_baseline);
+
+// Why a stage does not run, given what the stages before it ended with (their stages.json status by stage), why
+// there is nothing to judge the candidate by (candidate_skip_reason; "" for a candidate to judge) and whether the
+// plan asks for a profile; nullopt when it must run.
 std::optional<std::string> stage_skip_reason(const StageGraph& graph, const StageSpec& spec,
                                              const std::vector<std::pair<Stage, std::string>>& ended,
-                                             bool candidate_built, bool profile_asked);
+                                             const std::string& nothing_to_judge, bool profile_asked);
 
 }  // namespace kwb

@@ -18,6 +18,7 @@
 #include "util/backend_kind.h"
 #include "util/cpu_watch.h"
 #include "util/data_secret.h"
+#include "util/elf_code.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -466,6 +467,22 @@ private:
   std::optional<bool> candidate_built() const {
     if (!m_plan_ok) return std::nullopt;
     return m_plan.impl(ImplRole::candidate)->built;
+  }
+
+  // Whether the plan's candidate maps the baseline's code (util/elf_code.h), from the two artifacts the bundle holds;
+  // empty without a plan.
+  std::optional<bool> candidate_identical() const {
+    if (!m_plan_ok) return std::nullopt;
+    const PlannedImpl& c = *m_plan.impl(ImplRole::candidate);
+    const PlannedImpl& b = *m_plan.impl(ImplRole::baseline);
+    if (!c.built || !b.built || !m_b.fs || c.bundle_artifact.empty() || b.bundle_artifact.empty()) return false;
+    std::string why;
+    auto code = [&](const PlannedImpl& p) -> std::optional<std::string> {
+      const std::optional<std::string> bytes = m_b.fs->read(p.bundle_artifact, why, k_bundle_max_file_bytes);
+      return bytes ? elf_code_sha256(*bytes, why) : std::nullopt;
+    };
+    const std::optional<std::string> cc = code(c), cb = code(b);
+    return cc && cb && *cc == *cb;
   }
 
   std::optional<bool> pass_of(const std::string& stem) const {
@@ -926,7 +943,10 @@ private:
     for (const StageSpec& spec : m_graph.specs()) {
       const std::string st = status.contains(spec.name) ? status.at(spec.name) : "missing";
       const std::optional<std::string> skip =
-          stage_skip_reason(m_graph, spec, ended, candidate_built().value_or(true), m_plan.profile);
+          stage_skip_reason(m_graph, spec, ended,
+                            candidate_skip_reason(candidate_built().value_or(true),
+                                                  candidate_identical().value_or(false)),
+                            m_plan.profile);
       const bool ran = st == "ok" || st == "failed";
       if (!skip && st == "skipped" && !interrupted) {
         problem(fmt::format("stages.json: stage {} was skipped although every stage it needs ended ok and the plan "
@@ -988,6 +1008,7 @@ private:
     m_inputs.baseline_check_pass = pass_of("baseline");
     m_inputs.candidate_check_pass = pass_of("candidate");
     m_inputs.candidate_built = candidate_built();
+    m_inputs.candidate_identical = candidate_identical();
     m_inputs.final_check_pass = pass_of("candidate_final");
     m_inputs.min_improvement_pct = m_plan.gates.min_improvement_pct;
     if (!m_b.final_.empty()) {

@@ -171,6 +171,15 @@ TEST(decision_test, each_reason_has_a_stable_code_and_an_open_workload_says_how_
   in = all_good();
   in.candidate_built = false;
   EXPECT_EQ(decide(in).reason_codes, std::vector<std::string>{"candidate_not_built"});
+  // The baseline's own code: KEEP_BASELINE at once, whatever a timing would have said; an INVALID run stays INVALID.
+  in = all_good();
+  in.candidate_identical = true;
+  d = decide(in);
+  EXPECT_EQ(d.decision, DecisionKind::keep_baseline);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_EQ(d.reason_codes, std::vector<std::string>{"identical_to_baseline"});
+  in.identity_mismatches = {"candidate: artifact changed"};
+  EXPECT_EQ(decide(in).decision, DecisionKind::invalid);
   in = all_good();
   in.controls[0].expected_reason_seen = false;
   in.controls[0].reasons = {"worker_crashed"};

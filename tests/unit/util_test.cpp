@@ -1,6 +1,7 @@
 #include "task/data.h"
 #include "util/backend_kind.h"
 #include "util/data_secret.h"
+#include "util/elf_code.h"
 #include "util/failure_reason.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -11,6 +12,9 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <elf.h>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -227,4 +231,52 @@ TEST(shared_buffer_test, sealed_buffer_refuses_writes_even_through_mprotect) {
   ASSERT_NE(r, MAP_FAILED);
   EXPECT_NE(::mprotect(r, b.layout().total, PROT_READ | PROT_WRITE), 0);
   ::munmap(r, b.layout().total);
+}
+
+namespace {
+
+// A minimal 64-bit shared object image: an ELF header, two program headers (a PT_LOAD of the whole image and a
+// PT_NOTE inside it), then `code` and a 4-byte note payload.
+std::string tiny_elf(const std::string& code, const std::string& note, uint64_t shoff) {
+  Elf64_Ehdr eh{};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_type = ET_DYN;
+  eh.e_phoff = sizeof eh;
+  eh.e_phentsize = sizeof(Elf64_Phdr);
+  eh.e_phnum = 2;
+  eh.e_shoff = shoff;
+  const uint64_t body = sizeof eh + 2 * sizeof(Elf64_Phdr);
+  Elf64_Phdr load{}, nt{};
+  load.p_type = PT_LOAD;
+  load.p_flags = PF_R | PF_X;
+  load.p_filesz = load.p_memsz = body + code.size() + note.size();
+  nt.p_type = PT_NOTE;
+  nt.p_offset = body + code.size();
+  nt.p_filesz = note.size();
+  std::string out(reinterpret_cast<const char*>(&eh), sizeof eh);
+  out.append(reinterpret_cast<const char*>(&load), sizeof load);
+  out.append(reinterpret_cast<const char*>(&nt), sizeof nt);
+  return out + code + note;
+}
+
+}  // namespace
+
+// The mapped code, apart from the build-id note and the section table's place: equal for the same code, different
+// for other code, and no answer (with why) for what is not a readable ELF image, however it is cut.
+TEST(elf_code_test, same_mapped_code_hashes_alike_and_a_malformed_image_has_no_hash) {
+  std::string why;
+  const auto a = kwb::elf_code_sha256(tiny_elf("\x90\x90\xc3", "ID01", 4096), why);
+  const auto b = kwb::elf_code_sha256(tiny_elf("\x90\x90\xc3", "ID02", 8192), why);
+  const auto c = kwb::elf_code_sha256(tiny_elf("\x90\xcc\xc3", "ID01", 4096), why);
+  ASSERT_TRUE(a && b && c) << why;
+  EXPECT_EQ(*a, *b) << "a build-id or a section table elsewhere is not code";
+  EXPECT_NE(*a, *c);
+  const std::string image = tiny_elf("\x90\x90\xc3", "ID01", 4096);
+  for (size_t cut : {size_t{0}, size_t{10}, sizeof(Elf64_Ehdr) + 3, image.size() - 1}) {
+    EXPECT_FALSE(kwb::elf_code_sha256(image.substr(0, cut), why).has_value()) << cut;
+    EXPECT_FALSE(why.empty());
+  }
+  EXPECT_FALSE(kwb::elf_code_sha256("not an elf file at all, but long enough to hold a header's worth of bytes", why));
 }
