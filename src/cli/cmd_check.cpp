@@ -141,7 +141,15 @@ Action add_check(CLI::App& root) {
       }
     }
     require_backend(args->backend);
-    Artifact art = build_implementation({control ? control->source : fs::path(args->impl), 0, args->backend});
+    const fs::path impl_source = control ? control->source : fs::path(args->impl);
+    LedgerRun started;
+    started.kind = "check";
+    started.task = task.name;
+    started.task_dir = task.dir.string();
+    started.backend = args->backend;
+    started.arms.push_back({"implementation", fs::absolute(impl_source).lexically_normal().string(), ""});
+    begin_ledger_run(started);
+    Artifact art = build_implementation({impl_source, 0, args->backend});
     CheckOptions opt = check_options(*args);
     if (control != nullptr && args->until_rejected) opt.stop_after_reason = control->expect;
     CheckReport report = run_check(task, art, opt);

@@ -72,6 +72,14 @@ Action add_compare(CLI::App& root) {
     const std::string baseline = a->baseline.empty() ? task.backends.at(backend).baseline.string() : a->baseline;
 
     require_backend(backend);
+    LedgerRun started;
+    started.kind = "compare";
+    started.task = task.name;
+    started.task_dir = task.dir.string();
+    started.backend = backend;
+    started.arms.push_back({"A", std::filesystem::absolute(baseline).lexically_normal().string(), ""});
+    if (!a->aa) started.arms.push_back({"B", std::filesystem::absolute(a->candidate).lexically_normal().string(), ""});
+    begin_ledger_run(started);
     // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
     const int layouts = a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend);
     std::vector<BuildRequest> requests;

@@ -63,16 +63,58 @@ nlohmann::json to_json(const Incumbent& i) {
 
 }  // namespace
 
+namespace {
+
+// The row this process started (begin_ledger_run) and has not finished yet.
+struct PendingRun {
+  std::filesystem::path ledger;
+  int64_t id = 0;
+  LedgerRun run;  // as started: what an error row keeps of it
+};
+std::optional<PendingRun> g_pending;
+
+}  // namespace
+
+void begin_ledger_run(const LedgerRun& run) {
+  try {
+    const std::optional<std::filesystem::path> path = ledger_path(run.task_dir);
+    if (!path) return;
+    g_pending = PendingRun{*path, Ledger::open(*path).start(run), run};
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("kwb: warning: the run's row could not be started in the ledger: {}\n", e.what());
+  }
+}
+
 void record_in_ledger(const LedgerRun& run) {
   try {
     const std::optional<std::filesystem::path> path = ledger_path(run.task_dir);
     if (!path) return;
-    const int64_t id = Ledger::open(*path).record(run);
+    int64_t id = 0;
+    if (g_pending && g_pending->ledger == *path) {
+      id = g_pending->id;
+      Ledger::open(*path).finish(id, run);
+      g_pending.reset();
+    } else {
+      id = Ledger::open(*path).record(run);
+    }
     std::cerr << fmt::format("kwb: recorded as run {} in the ledger {}\n", id, path->string());
   } catch (const std::exception& e) {
     // The run itself is done and its result stands; only the note of it is missing.
     std::cerr << fmt::format("kwb: warning: not recorded in the ledger: {}\n", e.what());
   }
+}
+
+void close_pending_run(const std::string& outcome, const std::string& why) {
+  if (!g_pending) return;
+  LedgerRun run = g_pending->run;
+  run.outcome = outcome;
+  run.reasons = {why};
+  try {
+    Ledger::open(g_pending->ledger).finish(g_pending->id, run);
+  } catch (const std::exception& e) {
+    std::cerr << fmt::format("kwb: warning: the run's row could not be finished in the ledger: {}\n", e.what());
+  }
+  g_pending.reset();
 }
 
 void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::string& kind,

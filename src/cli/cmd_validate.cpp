@@ -84,6 +84,17 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   obs.comparison_progress = make_progress_sink("      ");
   obs.timing_lock_wait = make_lock_notice("      ");
   obs.timing_lock_waited = make_lock_waited("      ");
+  LedgerRun started;
+  started.kind = ledger_kind;
+  started.task = task.name;
+  started.task_dir = task.dir.string();
+  started.backend = a.timing.backend;
+  started.bundle = std::filesystem::absolute(o.output_dir).lexically_normal().string();
+  const std::filesystem::path baseline =
+      o.baseline.empty() ? task.backends.at(a.timing.backend).baseline : std::filesystem::absolute(o.baseline);
+  started.arms.push_back({"baseline", baseline.lexically_normal().string(), ""});
+  started.arms.push_back({"candidate", std::filesystem::absolute(o.candidate).lexically_normal().string(), ""});
+  begin_ledger_run(started);
   ValidateResult r;
   try {
     r = run_validate(o, obs);

@@ -13,9 +13,15 @@
 
 namespace kwb::cli {
 
-// Records a finished run in the ledger (KWB_LEDGER, .kwb/ledger.sqlite). A ledger that cannot be written costs a
-// warning on stderr, never the run's result or exit code.
+// Records a finished run in the ledger (KWB_LEDGER, .kwb/ledger.sqlite): it finishes the row this process started
+// with begin_ledger_run, else appends one. A ledger that cannot be written costs a warning on stderr, never the
+// run's result or exit code.
 void record_in_ledger(const LedgerRun& run);
+// Every run leaves a row: check, compare and validate start theirs (outcome RUNNING) before any work. A row whose
+// process is killed stays RUNNING and reads KILLED (Ledger::start); one whose verb ends on an error or a signal
+// without recording a result is closed by close_pending_run (cli/run.cpp) with `outcome` (ERROR, INTERRUPTED).
+void begin_ledger_run(const LedgerRun& run);
+void close_pending_run(const std::string& outcome, const std::string& why);
 // The same for a validate run, read back from its bundle (ledger/bundle_entry.h), recorded as `kind` ("validate",
 // or "revalidate" for the incumbent against generation 0), with the manifest digest the run itself computed when it
 // wrote the manifest (not re-read from the folder): what `kwb keep` later requires the bundle to still have.

@@ -2,6 +2,7 @@
 #include "cli/run.h"
 
 #include "cli/commands.h"
+#include "cli/ledger.h"
 #include "cli/progress.h"
 #include "cli/safe_output.h"
 #include "util/error.h"
@@ -75,19 +76,23 @@ int run(int argc, char** argv) {
     for (const auto& [name, action] : verbs) {
       if (app.got_subcommand(name)) {
         const int rc = action();
+        close_pending_run("ERROR", fmt::format("ended without recording a result (exit {})", rc));
         if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
         return rc;
       }
     }
     return static_cast<int>(kwb::ExitCode::usage);
   } catch (const kwb::Interrupted& i) {
+    close_pending_run("INTERRUPTED", i.what());
     return interrupted_exit(i.signal());
   } catch (const kwb::Error& e) {
     std::cerr << "kwb: error: " << e.what() << "\n";
+    close_pending_run("ERROR", e.what());
     if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
     return static_cast<int>(e.code());
   } catch (const std::exception& e) {
     std::cerr << "kwb: internal error: " << e.what() << "\n";
+    close_pending_run("ERROR", std::string("internal error: ") + e.what());
     if (const int sig = kwb::interrupt_signal(); sig != 0) return interrupted_exit(sig);
     return static_cast<int>(kwb::ExitCode::internal);
   }

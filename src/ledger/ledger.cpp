@@ -10,12 +10,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <functional>
+#include <sstream>
 #include <utility>
 
 namespace kwb {
@@ -88,6 +91,13 @@ ALTER TABLE runs ADD COLUMN seal TEXT NOT NULL DEFAULT '';
     // rows have none: their lineage reads as broken, naming the row, until it is kept again.
     R"SQL(
 ALTER TABLE incumbents ADD COLUMN seal TEXT NOT NULL DEFAULT '';
+)SQL",
+    // 4 -> 5: where a run's process lives (host, boot, its start in clock ticks since boot), so that a row started
+    // and never finished reads KILLED once that process is gone (Ledger::start, select_runs). Older rows finished.
+    R"SQL(
+ALTER TABLE runs ADD COLUMN host TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN proc_start INTEGER NOT NULL DEFAULT 0;
 )SQL",
 };
 constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
@@ -195,6 +205,55 @@ std::string seconds_text(std::time_t t) {
   return buf;
 }
 
+// Which process a row's run is: the host, the boot and the process's start time (clock ticks after boot, field 22
+// of /proc/PID/stat), which together never name two processes, unlike a pid.
+struct ProcessMark {
+  std::string host, boot_id;
+  int64_t start = 0;
+};
+
+std::string first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The start of process `pid` in ticks after boot; 0 when there is no such process (or it cannot be read).
+int64_t process_start_ticks(int64_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/stat", pid));
+  std::string stat;
+  if (!std::getline(in, stat)) return 0;
+  const size_t close = stat.rfind(')');  // the command name may hold spaces and parentheses
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+    if (i == 22) return std::strtoll(field.c_str(), nullptr, 10);
+  }
+  return 0;
+}
+
+const ProcessMark& this_process() {
+  static const ProcessMark mark = [] {
+    ProcessMark m;
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) == 0) m.host = host;
+    m.boot_id = first_line("/proc/sys/kernel/random/boot_id");
+    m.start = process_start_ticks(::getpid());
+    return m;
+  }();
+  return mark;
+}
+
+// A RUNNING row whose process is gone: on this host, another boot, or no process of that pid with that start.
+bool process_gone(int64_t pid, const std::string& host, const std::string& boot_id, int64_t start) {
+  const ProcessMark& me = this_process();
+  if (host.empty() || host != me.host) return false;  // another machine's run: not ours to call
+  if (boot_id != me.boot_id) return true;
+  return start == 0 || process_start_ticks(pid) != start;
+}
+
 // A write transaction that takes the write lock at once (BEGIN IMMEDIATE), so a read-then-write (promote) cannot
 // interleave with another process's; rolled back unless committed.
 class WriteTransaction {
@@ -284,10 +343,12 @@ const std::vector<std::string>& run_kinds() {
 
 const std::vector<std::string>& run_outcomes() {
   // check: PASS FAIL BUILD_FAILED; compare: its verdict; validate: its decision; keep: KEPT, ALREADY_INCUMBENT,
-  // REFUSED; a stopped compare or validate: INTERRUPTED.
+  // REFUSED; a stopped compare or validate: INTERRUPTED; a run not finished yet: RUNNING, one whose process ended
+  // without finishing it: KILLED (derived when read; the row says RUNNING); one that ended on an error: ERROR.
   static const std::vector<std::string> outcomes = {
       "PASS",          "FAIL",         "BUILD_FAILED", "INCONCLUSIVE", "INVALID",           "REFUSED",
-      "INTERRUPTED",   "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",       "ALREADY_INCUMBENT"};
+      "INTERRUPTED",   "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",       "ALREADY_INCUMBENT", "RUNNING",
+      "KILLED",        "ERROR"};
   return outcomes;
 }
 
@@ -411,40 +472,92 @@ void Ledger::migrate() {
   tx.commit();
 }
 
+namespace {
+
+// The run's arms and workloads, as rows of their tables for run `id`.
+void insert_children(sqlite3* db, const std::filesystem::path& path, int64_t id, const LedgerRun& run);
+
+}  // namespace
+
 int64_t Ledger::record(const LedgerRun& run) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  const int64_t id = insert(run, false);
+  tx.commit();
+  return id;
+}
+
+int64_t Ledger::start(const LedgerRun& run) {
+  WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  const int64_t id = insert(run, true);
+  tx.commit();
+  return id;
+}
+
+void Ledger::finish(int64_t id, const LedgerRun& run) {
+  WriteTransaction tx([this](const std::string& sql) { exec(sql); });
+  Statement up(m_db,
+               "UPDATE runs SET kind = ?, task = ?, task_dir = ?, backend = ?, finished = ?, outcome = ?, reasons = ?, "
+               "timing_holds = ?, plan_digest = ?, bundle = ?, manifest_sha256 = ?, seal = ? WHERE id = ? AND "
+               "outcome = 'RUNNING'",
+               m_path);
+  up.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
+  up.bind(5, run.finished.empty() ? utc_now_text() : run.finished).bind(6, run.outcome);
+  up.bind(7, nlohmann::json(run.reasons).dump()).bind(8, run.timing_holds.dump()).bind(9, run.plan_digest);
+  up.bind(10, run.bundle).bind(11, run.manifest_sha256).bind(12, run.seal).bind(13, id);
+  up.step();
+  if (sqlite3_changes(m_db) != 1) {
+    // The started row is gone or finished already (a ledger edited meanwhile): the run is still recorded, whole.
+    insert(run, false);
+  } else {
+    exec(fmt::format("DELETE FROM arms WHERE run_id = {}; DELETE FROM workloads WHERE run_id = {};", id, id));
+    insert_children(m_db, m_path, id, run);
+  }
+  tx.commit();
+}
+
+int64_t Ledger::insert(const LedgerRun& run, bool running) {
   Statement ins(m_db,
                 "INSERT INTO runs (kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-                "plan_digest, bundle, kwb_version, pid, manifest_sha256, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-                "?, ?)",
+                "plan_digest, bundle, kwb_version, pid, manifest_sha256, seal, host, boot_id, proc_start) VALUES (?, "
+                "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 m_path);
   ins.bind(1, run.kind).bind(2, run.task).bind(3, run.task_dir).bind(4, run.backend);
   ins.bind(5, run.started.empty() ? process_started_text() : run.started);
-  ins.bind(6, run.finished.empty() ? utc_now_text() : run.finished);
-  ins.bind(7, run.outcome).bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
+  ins.bind(6, running ? std::string() : run.finished.empty() ? utc_now_text() : run.finished);
+  ins.bind(7, running ? std::string("RUNNING") : run.outcome);
+  ins.bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
   const Provenance built = build_provenance();
   ins.bind(10, run.plan_digest).bind(11, run.bundle);
   ins.bind(12, fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
   ins.bind(13, static_cast<int64_t>(::getpid())).bind(14, run.manifest_sha256).bind(15, run.seal);
+  const ProcessMark& me = this_process();
+  ins.bind(16, me.host).bind(17, me.boot_id).bind(18, me.start);
   ins.step();
   const int64_t id = sqlite3_last_insert_rowid(m_db);
+  insert_children(m_db, m_path, id, run);
+  return id;
+}
+
+namespace {
+
+void insert_children(sqlite3* db, const std::filesystem::path& path, int64_t id, const LedgerRun& run) {
   for (const LedgerArm& a : run.arms) {
-    Statement s(m_db, "INSERT INTO arms (run_id, role, source, identity) VALUES (?, ?, ?, ?)", m_path);
+    Statement s(db, "INSERT INTO arms (run_id, role, source, identity) VALUES (?, ?, ?, ?)", path);
     s.bind(1, id).bind(2, a.role).bind(3, a.source).bind(4, a.identity);
     s.step();
   }
   for (const LedgerWorkload& w : run.workloads) {
-    Statement s(m_db,
+    Statement s(db,
                 "INSERT INTO workloads (run_id, name, verdict, improvement_pct, ci_low_pct, ci_high_pct) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
-                m_path);
+                path);
     s.bind(1, id).bind(2, w.name).bind(3, w.verdict).bind(4, w.improvement_pct).bind(5, w.ci_low_pct);
     s.bind(6, w.ci_high_pct);
     s.step();
   }
-  tx.commit();
-  return id;
 }
+
+}  // namespace
 
 std::vector<LedgerRun> Ledger::runs(const std::string& task, BackendKind backend) const {
   return select_runs("task = ? AND backend = ?", {task, std::string(to_string(backend))});
@@ -470,15 +583,30 @@ std::vector<LedgerRun> Ledger::find_runs(const RunFilter& f) const {
   if (!f.task.empty()) any_of("task", {f.task});
   if (f.backend) any_of("backend", {std::string(to_string(*f.backend))});
   any_of("kind", f.kinds);
-  any_of("outcome", f.outcomes);
+  // KILLED is a RUNNING row whose process is gone: stored as RUNNING, told apart when read (select_runs).
+  std::vector<std::string> stored = f.outcomes;
+  for (std::string& o : stored) {
+    if (o == "KILLED") o = "RUNNING";
+  }
+  any_of("outcome", stored);
   if (!f.since.empty()) {
     // Every start is written as YYYY-MM-DDTHH:MM:SS followed by a fraction and Z or by Z alone: its first 19
     // characters compare as the times do.
     where.push_back("substr(started, 1, 19) >= ?");
     values.push_back(f.since);
   }
-  return select_runs(fmt::format("{}", fmt::join(where, " AND ")), values,
-                     f.limit ? fmt::format("ORDER BY id DESC LIMIT {}", *f.limit) : "ORDER BY id DESC");
+  const bool derived = std::find(f.outcomes.begin(), f.outcomes.end(), "RUNNING") != f.outcomes.end() ||
+                       std::find(f.outcomes.begin(), f.outcomes.end(), "KILLED") != f.outcomes.end();
+  std::vector<LedgerRun> runs = select_runs(fmt::format("{}", fmt::join(where, " AND ")), values,
+                                            f.limit && !derived ? fmt::format("ORDER BY id DESC LIMIT {}", *f.limit)
+                                                                : "ORDER BY id DESC");
+  if (derived) {
+    std::erase_if(runs, [&](const LedgerRun& r) {
+      return std::find(f.outcomes.begin(), f.outcomes.end(), r.outcome) == f.outcomes.end();
+    });
+    if (f.limit && runs.size() > static_cast<size_t>(*f.limit)) runs.resize(static_cast<size_t>(*f.limit));
+  }
+  return runs;
 }
 
 std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::vector<std::string>& values,
@@ -486,7 +614,8 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-              "plan_digest, bundle, manifest_sha256, seal FROM runs WHERE " + where + " " + tail,
+              "plan_digest, bundle, manifest_sha256, seal, pid, host, boot_id, proc_start FROM runs WHERE " + where +
+                  " " + tail,
               m_path);
   for (size_t i = 0; i < values.size(); ++i) s.bind(static_cast<int>(i + 1), values[i]);
   while (s.step()) {
@@ -511,6 +640,12 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
     r.bundle = s.text(11);
     r.manifest_sha256 = s.text(12);
     r.seal = s.text(13);
+    if (r.outcome == "RUNNING" && process_gone(s.integer(14), s.text(15), s.text(16), s.integer(17))) {
+      r.outcome = "KILLED";
+      r.reasons.push_back(fmt::format("its process (pid {} on {}) ended without finishing the run: killed, or the "
+                                      "machine went down",
+                                      s.integer(14), s.text(15)));
+    }
     Statement a(m_db, "SELECT role, source, identity FROM arms WHERE run_id = ? ORDER BY rowid", m_path);
     a.bind(1, r.id);
     while (a.step()) r.arms.push_back({a.text(0), a.text(1), a.text(2)});

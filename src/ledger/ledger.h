@@ -118,7 +118,7 @@ const std::vector<std::string>& run_outcomes();
 
 class Ledger {
 public:
-  static constexpr int k_schema_version = 4;
+  static constexpr int k_schema_version = 5;
 
   // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
   // opened, is not a kwb ledger, or was written by a newer kwb.
@@ -132,8 +132,13 @@ public:
   const std::filesystem::path& path() const { return m_path; }
   int schema_version() const;
 
-  // Appends a run in one transaction; returns its id.
+  // Appends a finished run in one transaction; returns its id.
   int64_t record(const LedgerRun& run);
+  // Every run leaves a row: `start` writes it before any work (outcome RUNNING, with this process's host, boot and
+  // start), `finish` completes that row with the outcome. A row still RUNNING when its process is gone reads KILLED
+  // (select_runs), so a loop that kills the runs that look bad leaves a trace of each.
+  int64_t start(const LedgerRun& run);
+  void finish(int64_t id, const LedgerRun& run);
   std::vector<LedgerRun> runs(const std::string& task, BackendKind backend) const;
   // Every run recorded with this manifest digest (none for ""), oldest first.
   std::vector<LedgerRun> runs_with_manifest(const std::string& manifest_sha256) const;
@@ -164,6 +169,7 @@ private:
   explicit Ledger(std::filesystem::path path);
   void exec(const std::string& sql) const;
   void migrate();
+  int64_t insert(const LedgerRun& run, bool running);  // inside the caller's transaction
   // `tail` follows the WHERE clause (its order and limit).
   std::vector<LedgerRun> select_runs(const std::string& where, const std::vector<std::string>& values,
                                      const std::string& tail = "ORDER BY id") const;

@@ -194,12 +194,13 @@ TEST(campaign_test, cancel_stops_the_campaign_and_records_its_running_job) {
       << status_text.output;
 }
 
-// Timed (RUN_SERIAL): the second candidate, a copy of the baseline, reaches A/A and A/B.
+// Timed (RUN_SERIAL): the second candidate, the fused kernel, reaches A/A and A/B (a copy of the baseline would be
+// decided at once: identical_to_baseline).
 TEST(campaign_test, timed_a_killed_campaign_resumes_only_what_was_not_decided) {
   CampaignDir dir("kwb-campaign-kill");
   dir.add("a.cpp", k_compile_error);
-  dir.add("base.cpp", k_rmsnorm_lite / "cpu" / "baseline.cpp");
-  dir.write({"a.cpp", "base.cpp"});
+  dir.add("fused.cpp", k_rmsnorm_lite / "cpu" / "fused.cpp");
+  dir.write({"a.cpp", "fused.cpp"});
   const auto started = std::chrono::steady_clock::now();
   {
     BackgroundKwb campaign({"campaign", "run", dir.file().string()});
@@ -207,21 +208,21 @@ TEST(campaign_test, timed_a_killed_campaign_resumes_only_what_was_not_decided) {
     const bool mid_run = eventually(
         [&] {
           if (!fs::exists(dir.storage() / "campaign.json")) return false;
-          const nlohmann::json a = dir.job("a.cpp"), base = dir.job("base.cpp");
+          const nlohmann::json a = dir.job("a.cpp"), base = dir.job("fused.cpp");
           return a.is_object() && a["outcome"] == "decided" && base.is_object() && base["phase"] == "running";
         },
         std::chrono::seconds(300));
     ASSERT_TRUE(mid_run) << dir.state().dump(2);
-    std::this_thread::sleep_for(std::chrono::seconds(3));  // into base.cpp's validate
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // into fused.cpp's validate
     ::kill(campaign.pid(), SIGKILL);
     ASSERT_TRUE(campaign.wait(std::chrono::seconds(30)).has_value());
   }
-  EXPECT_EQ(dir.job("base.cpp")["phase"], "running");  // as the killed process left it
+  EXPECT_EQ(dir.job("fused.cpp")["phase"], "running");  // as the killed process left it
   KwbRun resumed = run_kwb({"campaign", "run", dir.file().string()}, std::chrono::seconds(900));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output << resumed.errors;
   EXPECT_NE(resumed.output.find("2 job(s), 1 skipped (decided earlier), 1 attempt(s) started"), std::string::npos)
       << resumed.output;
-  const nlohmann::json a = dir.job("a.cpp"), base = dir.job("base.cpp");
+  const nlohmann::json a = dir.job("a.cpp"), base = dir.job("fused.cpp");
   EXPECT_EQ(a["attempt"], 1);
   EXPECT_EQ(base["attempt"], 2);
   ASSERT_EQ(base["earlier"].size(), 1u) << base.dump(2);

@@ -233,19 +233,26 @@ protected:
   AdoptOrphans m_adopt;
 };
 
+// The run leaves a row either way (issue 40): INTERRUPTED for SIGTERM, and for SIGKILL a row started before the
+// build and never finished, which reads KILLED.
 TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
   const fs::path cc = fake_compiler("kwb-hanging-cc", "#!/bin/sh\nexec sleep 3600\n");
   const fs::path dir = cc.parent_path();
+  const fs::path ledger = dir / "ledger.sqlite";
   {
     BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(), "--json",
                        "--case", "decode"},
-                      {"KWB_CXX=" + cc.string()});
+                      {"KWB_CXX=" + cc.string(), "KWB_LEDGER=" + ledger.string()});
     ASSERT_GT(kwb.pid(), 0);
     ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "sleep"); }, 60s))
         << "kwb never ran the compiler\n" << kwb.log();
     ASSERT_FALSE(kwb.ended()) << kwb.log();
     interrupt_and_expect_nothing_left(kwb, GetParam());
   }
+  const std::vector<LedgerRun> runs = Ledger::open(ledger).find_runs({});
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].kind, "check");
+  EXPECT_EQ(runs[0].outcome, GetParam() == SIGKILL ? "KILLED" : "INTERRUPTED") << runs[0].reasons.size();
   std::error_code ec;
   fs::remove_all(dir, ec);
 }

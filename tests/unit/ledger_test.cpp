@@ -6,6 +6,7 @@
 #include "util/error.h"
 #include "support/temp_dir.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <sqlite3.h>
@@ -215,6 +216,50 @@ TEST_F(LedgerTest, a_lineage_row_that_keep_did_not_write_breaks_the_lineage_nami
   // A lineage sealed by another machine's key, which this one does not trust.
   ::setenv("KWB_KEY_DIR", (m_dir / "other-keys").c_str(), 1);
   broken("generation 0 (/t/baseline.cpp): its seal was made by a key this machine does not trust");
+}
+
+// Issue 40: a run killed with SIGKILL left no row. A run's row is written before its work (RUNNING) and finished
+// with its outcome; one whose process is gone reads KILLED, and the filters find it by that name.
+TEST_F(LedgerTest, a_started_row_is_finished_with_its_outcome_and_reads_killed_once_its_process_is_gone) {
+  Ledger l = Ledger::open(file());
+  LedgerRun r;
+  r.kind = "validate";
+  r.task = "rmsnorm";
+  r.arms = {{"candidate", "/c.cpp", ""}};
+  const int64_t id = l.start(r);
+  std::vector<LedgerRun> runs = l.runs("rmsnorm", BackendKind::cpu);
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].outcome, "RUNNING");  // this process is alive
+  EXPECT_TRUE(runs[0].finished.empty());
+  LedgerRun done = r;
+  done.outcome = "KEEP_BASELINE";
+  done.reasons = {"below the bar"};
+  done.arms = {{"baseline", "/b.cpp", "kb"}, {"candidate", "/c.cpp", "kc"}};
+  l.finish(id, done);
+  runs = l.runs("rmsnorm", BackendKind::cpu);
+  ASSERT_EQ(runs.size(), 1u) << "finish completes the started row, it adds none";
+  EXPECT_EQ(runs[0].id, id);
+  EXPECT_EQ(runs[0].outcome, "KEEP_BASELINE");
+  EXPECT_FALSE(runs[0].finished.empty());
+  ASSERT_EQ(runs[0].arms.size(), 2u);
+  EXPECT_EQ(runs[0].arms[1].identity, "kc");
+
+  // A row started by a process that has since ended (its start no longer matches any process of that pid).
+  const int64_t orphan = l.start(r);
+  tamper(fmt::format("UPDATE runs SET proc_start = proc_start + 1 WHERE id = {}", orphan));
+  runs = l.runs("rmsnorm", BackendKind::cpu);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[1].outcome, "KILLED");
+  ASSERT_FALSE(runs[1].reasons.empty());
+  EXPECT_NE(runs[1].reasons.back().find("ended without finishing the run"), std::string::npos);
+  RunFilter killed;
+  killed.outcomes = {"KILLED"};
+  const std::vector<LedgerRun> found = l.find_runs(killed);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].id, orphan);
+  // Another machine's unfinished run (a shared ledger) is not ours to call killed.
+  tamper(fmt::format("UPDATE runs SET host = 'elsewhere' WHERE id = {}", orphan));
+  EXPECT_EQ(l.runs("rmsnorm", BackendKind::cpu)[1].outcome, "RUNNING");
 }
 
 TEST_F(LedgerTest, the_ledger_is_the_task_folders_unless_kwb_ledger_names_one_and_none_turns_recording_off) {
