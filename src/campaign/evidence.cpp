@@ -1,6 +1,7 @@
 #include "campaign/evidence.h"
 
 #include "record/bundle_reader.h"
+#include "record/bundle_snapshot.h"
 #include "record/verify.h"
 
 #include <fmt/format.h>
@@ -36,6 +37,21 @@ std::string other_job(const Plan& plan, const Job& job) {
   return "";
 }
 
+// Why the bundle was not made under this job's rules ("" when it was): validate records the command line it ran with
+// (plan.json's argv, signed with the rest), and the job's is rebuilt from the campaign file. Every argument after
+// the program's path must be the same: the workloads, gates, bars, alpha, budgets, layouts, cold, the baseline,
+// and the attempt's own --output-dir. A genuine bundle of the same pair made with other flags (decode only, a 0%
+// bar) is not this job's.
+std::string other_rules(const Plan& plan, const std::vector<std::string>& expected) {
+  if (expected.empty()) return "";
+  const auto tail = [](const std::vector<std::string>& a) {
+    return a.size() > 1 ? std::vector<std::string>(a.begin() + 1, a.end()) : std::vector<std::string>{};
+  };
+  const std::vector<std::string> got = tail(plan.argv), want = tail(expected);
+  if (got == want) return "";
+  return fmt::format("it was made by `kwb {}`, the job runs `kwb {}`", fmt::join(got, " "), fmt::join(want, " "));
+}
+
 std::string first_problems(const std::vector<std::string>& problems) {
   const size_t n = std::min<size_t>(problems.size(), 3);
   return fmt::format("{}{}", fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(n), "; "),
@@ -44,7 +60,8 @@ std::string first_problems(const std::vector<std::string>& problems) {
 
 }  // namespace
 
-Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job) {
+Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job,
+                        const std::vector<std::string>& validate_argv) {
   if (!std::filesystem::is_regular_file(bundle / "decision.json")) {
     Evidence e;
     e.detail = std::filesystem::is_directory(bundle)
@@ -53,8 +70,12 @@ Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job) {
                    : fmt::format("no bundle at {}", bundle.string());
     return e;
   }
+  // Read once (record/bundle_snapshot.h): everything below judges one private copy, whatever the folder does meanwhile.
+  std::string unreadable;
+  const std::optional<BundleSnapshot> snapshot = BundleSnapshot::take(bundle, unreadable);
+  if (!snapshot) return rejected("cannot be read whole: " + unreadable);
   // 1. It verifies: every hash, every statistic, the decision re-derived from the raw evidence.
-  const VerifyReport v = verify_bundle(bundle);
+  const VerifyReport v = verify_bundle(snapshot->path());
   if (!v.ok()) {
     return rejected(fmt::format("does not verify ({} problem(s)): {}", v.problems.size(), first_problems(v.problems)));
   }
@@ -65,10 +86,13 @@ Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job) {
                                 v.signature.detail));
   }
   // 3. It is this job's.
-  const BundleData b = read_bundle(bundle);
+  const BundleData b = read_bundle(snapshot->path());
   if (!b.plan) return rejected("plan.json does not parse: " + b.plan_problem);
   if (const std::string why = other_job(*b.plan, job); !why.empty()) {
     return rejected("not this job's bundle: " + why);
+  }
+  if (const std::string why = other_rules(*b.plan, validate_argv); !why.empty()) {
+    return rejected("not made under this job's rules: " + why);
   }
   Evidence e;
   e.verdict = Evidence::Verdict::accepted;

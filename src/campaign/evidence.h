@@ -29,6 +29,9 @@ struct Evidence {
   std::vector<LedgerWorkload> workloads;
 };
 
-Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job);
+// `validate_argv`: the command line the job runs validate with (validate_command_line); the bundle's plan must
+// record the same arguments after the program's path. Empty: not checked (callers that have no campaign file).
+Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job,
+                        const std::vector<std::string>& validate_argv);
 
 }  // namespace kwb

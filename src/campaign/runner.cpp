@@ -311,7 +311,7 @@ private:
     j.exit_code = p.exit_code;
     if (!p.scheduler_state.empty()) j.scheduler_state = p.scheduler_state;
     if (!p.scheduler_reason.empty()) j.scheduler_reason = p.scheduler_reason;
-    const Evidence e = examine_bundle(j.bundle, j);
+    const Evidence e = examine_bundle(j.bundle, j, validate_command_line(m_c, j, m_kwb, j.bundle));
     const fs::path attempt_dir = fs::path(j.bundle).parent_path();
     const Judgement verdict = judge(p, e, j.stopping, tail_of(attempt_dir / "stderr.log", 2));
     j.outcome = verdict.outcome;

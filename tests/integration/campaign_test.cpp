@@ -108,7 +108,8 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   // bundle as it is (authentic, but another candidate's).
   dir.add("c.cpp", k_invalid_utf8, "\n// variant c\n");
   dir.add("d.cpp", k_compile_error, "\n// variant d\n");
-  dir.write({"a.cpp", "b.cpp", "c.cpp", "d.cpp"});
+  dir.add("e.cpp", k_compile_error, "\n// variant e\n");
+  dir.write({"a.cpp", "b.cpp", "c.cpp", "d.cpp", "e.cpp"});
   KwbRun plan = run_kwb({"campaign", "run", "--dry-run", dir.file().string()});
   ASSERT_EQ(plan.exit_code, 0) << plan.output << plan.errors;
   const fs::path forged = dir.storage() / "jobs" / dir.job("c.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
@@ -121,6 +122,13 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
                                            std::chrono::seconds(60), StderrMode::separate);
   ASSERT_EQ(attack.exit_code, 0) << attack.output << attack.errors;
   fs::copy(dir.job("a.cpp")["bundle"].get<std::string>(), other, fs::copy_options::recursive);
+  // For e, a genuine, machine-signed bundle of exactly e's pair, made at e's attempt folder under weaker rules than
+  // the campaign's (no --max-aa-difference-pct 5, no --layouts 2, another seed): issue 40 item 3.
+  const fs::path weaker = dir.storage() / "jobs" / dir.job("e.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
+  fs::create_directories(weaker.parent_path());
+  const KwbRun made = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (dir.root() / "cands" / "e.cpp").string(),
+                               "--output-dir", weaker.string(), "--workload", "decode", "--no-profile", "--json"});
+  ASSERT_EQ(made.json.value("decision", ""), "KEEP_BASELINE") << made.output << made.errors;
 
   KwbRun third = run_kwb({"campaign", "run", dir.file().string()}, std::chrono::seconds(600));
   ASSERT_EQ(third.exit_code, 0) << third.output << third.errors;
@@ -135,9 +143,15 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_EQ(d["earlier"][0]["outcome"], "rejected");
   EXPECT_NE(d["earlier"][0]["detail"].get<std::string>().find("not this job's bundle"), std::string::npos)
       << d.dump(2);
-  // The ledger has the four genuine runs and neither dropped bundle.
+  const nlohmann::json e = dir.job("e.cpp");
+  ASSERT_EQ(e["earlier"].size(), 1u) << e.dump(2);
+  EXPECT_EQ(e["earlier"][0]["outcome"], "rejected");
+  EXPECT_NE(e["earlier"][0]["detail"].get<std::string>().find("not made under this job's rules"), std::string::npos)
+      << e.dump(2);
+  EXPECT_EQ(e["attempt"], 2);
+  // The ledger has the five runs the campaign made, the one the test made for e by hand, and no dropped bundle.
   const std::vector<std::string> bundles = dir.ledger_bundles();
-  EXPECT_EQ(bundles.size(), 4u);
+  EXPECT_EQ(bundles.size(), 6u);
   for (const std::string& b : bundles) {
     EXPECT_NE(b, forged.string());
     EXPECT_NE(b, other.string());
@@ -151,7 +165,7 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_EQ(html.find("<script"), std::string::npos);
   KwbRun status = run_kwb({"campaign", "status", dir.file().string(), "--json"});
   ASSERT_EQ(status.exit_code, 0) << status.output << status.errors;
-  EXPECT_EQ(status.json["counts"]["decided"], 4) << status.output;
+  EXPECT_EQ(status.json["counts"]["decided"], 5) << status.output;
 }
 
 TEST(campaign_test, a_bad_campaign_file_is_exit_65_naming_the_file_and_field) {
