@@ -1,5 +1,7 @@
 #include "campaign/campaign_state.h"
 
+#include "util/sealed_json.h"
+
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json_text.h"
@@ -167,6 +169,12 @@ CampaignState load_state(const std::filesystem::path& storage) {
     throw DataError(fmt::format("{}: schema_version {} (this kwb reads {}): use the kwb that wrote it",
                                 path.string(), j.value("schema_version", 0), CampaignState::k_schema_version));
   }
+  if (const std::string why = sealed_json_problem(j, "kwb.campaign", trusted_keys()); !why.empty()) {
+    throw DataError(fmt::format("{}: not believed: {}. kwb campaign seals this record with the machine key each time "
+                                "it writes it, so status, report and a resumed run never act on an edited one; "
+                                "restore it from a copy, or move the storage folder away and run the campaign again",
+                                path.string(), why));
+  }
   s.name = j.value("name", "");
   s.campaign_file = j.value("campaign_file", "");
   s.updated = j.value("updated", "");
@@ -188,7 +196,7 @@ void save_state(const std::filesystem::path& storage, CampaignState& state) {
   const nlohmann::json doc = {{"schema", "kwb.campaign"}, {"schema_version", CampaignState::k_schema_version},
                               {"name", state.name},         {"campaign_file", state.campaign_file},
                               {"updated", state.updated},   {"jobs", jobs}};
-  write_file_atomic(state_path(storage), json_text(doc, 2) + "\n");
+  write_file_atomic(state_path(storage), json_text(sealed_json(doc, "kwb.campaign", machine_key()), 2) + "\n");
 }
 
 }  // namespace kwb

@@ -1,4 +1,5 @@
 #include "experiment/runner.h"
+#include "util/sealed_json.h"
 
 #include "campaign/runner.h"
 #include "experiment/analysis.h"
@@ -21,13 +22,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A trajectory's record, believed only with the seal its trajectory wrote (util/sealed_json.h): an edited record is
+// a data error naming the file, never a figure in a report.
 std::optional<nlohmann::json> read_record(const fs::path& p) {
   if (!fs::is_regular_file(p)) return std::nullopt;
+  nlohmann::json j;
   try {
-    return nlohmann::json::parse(read_file(p));
+    j = nlohmann::json::parse(read_file(p));
   } catch (const std::exception&) {
     return std::nullopt;
   }
+  if (const std::string why = sealed_json_problem(j, "kwb.trajectory", trusted_keys()); !why.empty()) {
+    throw DataError(fmt::format("{}: not believed: {}. A trajectory seals its record with the machine key each time "
+                                "it writes it; restore it from a copy, or run the trajectory again",
+                                p.string(), why));
+  }
+  return j;
 }
 
 // The last line of a job's stderr that says why kwb failed ("kwb: error: ..."), or its last line; "" for none.

@@ -1,4 +1,5 @@
 #include "experiment/trajectory.h"
+#include "util/sealed_json.h"
 
 #include "campaign/runner.h"
 #include "experiment/generator_sandbox.h"
@@ -79,7 +80,7 @@ struct Trajectory {
 };
 
 void save(const Trajectory& t, const nlohmann::json& record) {
-  write_file_atomic(t.record_file(), json_text(record, 2) + "\n");
+  write_file_atomic(t.record_file(), json_text(sealed_json(record, "kwb.trajectory", machine_key()), 2) + "\n");
 }
 
 // kwb validate's options from the plan, for one validate.
@@ -450,6 +451,9 @@ nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, co
 
   nlohmann::json record;
   if (std::optional<nlohmann::json> old = read_json(t.record_file()); old && old->value("plan_digest", "") == t.digest) {
+    if (const std::string why = sealed_json_problem(*old, "kwb.trajectory", trusted_keys()); !why.empty()) {
+      throw DataError(fmt::format("{}: not resumed from: {}", t.record_file().string(), why));
+    }
     record = *old;
   } else {
     record = {{"schema", "kwb.trajectory"}, {"schema_version", k_trajectory_schema_version}, {"plan_digest", t.digest},

@@ -168,6 +168,31 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_EQ(status.json["counts"]["decided"], 5) << status.output;
 }
 
+// Issue 40: an edited campaign.json made status and report rank a job KEEP_CANDIDATE, and a resumed run re-used that
+// decision. The record is sealed by the machine key whenever kwb writes it: an edit is a data error naming the file,
+// for status, report and run alike.
+TEST(campaign_test, an_edited_campaign_record_is_named_and_never_rendered_or_resumed) {
+  CampaignDir dir("kwb-campaign-edited");
+  dir.add("a.cpp", k_compile_error);
+  dir.write({"a.cpp"});
+  KwbRun plan = run_kwb({"campaign", "run", "--dry-run", dir.file().string()});
+  ASSERT_EQ(plan.exit_code, 0) << plan.output << plan.errors;
+  KwbRun fine = run_kwb({"campaign", "status", dir.storage().string(), "--json"});
+  ASSERT_EQ(fine.exit_code, 0) << fine.output << fine.errors;
+  nlohmann::json state = dir.state();
+  state["jobs"][0]["decision"] = "KEEP_CANDIDATE";
+  state["jobs"][0]["outcome"] = "decided";
+  write_file_atomic(dir.storage() / "campaign.json", state.dump(2));
+  for (const std::vector<std::string>& verb : {std::vector<std::string>{"campaign", "status", dir.storage().string()},
+                                               {"campaign", "report", dir.storage().string()},
+                                               {"campaign", "run", dir.file().string()}}) {
+    KwbRun r = run_kwb(verb);
+    EXPECT_EQ(r.exit_code, 65) << verb[1] << ": " << r.output << r.errors;
+    EXPECT_NE(r.errors.find("campaign.json: not believed: its seal does not match what it holds"), std::string::npos)
+        << verb[1] << ": " << r.errors;
+  }
+}
+
 TEST(campaign_test, a_bad_campaign_file_is_exit_65_naming_the_file_and_field) {
   CampaignDir dir("kwb-campaign-bad");
   write_file_atomic(dir.file(), "[[tasks]]\ndir = \"nowhere\"\ncandidates = [\"x.cpp\"]\n");

@@ -2,6 +2,7 @@
 #include "util/backend_kind.h"
 #include "util/data_secret.h"
 #include "util/elf_code.h"
+#include "util/sealed_json.h"
 #include "util/failure_reason.h"
 #include "util/error.h"
 #include "util/fs.h"
@@ -279,4 +280,27 @@ TEST(elf_code_test, same_mapped_code_hashes_alike_and_a_malformed_image_has_no_h
     EXPECT_FALSE(why.empty());
   }
   EXPECT_FALSE(kwb::elf_code_sha256("not an elf file at all, but long enough to hold a header's worth of bytes", why));
+}
+
+// A record kwb believes later (campaign.json, trajectory.json) carries a seal over its kind and its other fields: it
+// verifies as written and after a round trip through text, and not after any edit, under another kind, without a
+// seal, or when a key this machine does not trust made it.
+TEST(sealed_json_test, a_record_verifies_as_written_and_not_after_an_edit_or_under_an_untrusted_key) {
+  const kwb::SigningKey key = kwb::SigningKey::generate();
+  kwb::TrustedKeys trusted;
+  trusted.own = key.public_key();
+  const nlohmann::json doc = {{"schema", "kwb.campaign"}, {"jobs", {{{"decision", "KEEP_BASELINE"}, {"x", 0.1}}}}};
+  const nlohmann::json sealed = kwb::sealed_json(doc, "kwb.campaign", key);
+  EXPECT_EQ(kwb::sealed_json_problem(sealed, "kwb.campaign", trusted), "");
+  EXPECT_EQ(kwb::sealed_json_problem(nlohmann::json::parse(sealed.dump(2)), "kwb.campaign", trusted), "");
+  nlohmann::json edited = sealed;
+  edited["jobs"][0]["decision"] = "KEEP_CANDIDATE";
+  EXPECT_NE(kwb::sealed_json_problem(edited, "kwb.campaign", trusted).find("changed after kwb wrote it"),
+            std::string::npos);
+  EXPECT_NE(kwb::sealed_json_problem(sealed, "kwb.trajectory", trusted), "");
+  EXPECT_EQ(kwb::sealed_json_problem(doc, "kwb.campaign", trusted), "it has no seal");
+  const kwb::SigningKey other = kwb::SigningKey::generate();
+  EXPECT_NE(kwb::sealed_json_problem(kwb::sealed_json(edited, "kwb.campaign", other), "kwb.campaign", trusted)
+                .find("does not trust"),
+            std::string::npos);
 }
