@@ -429,6 +429,21 @@ int print_runs(const HistoryArgs& a, const Task& task, const RunFilter& f, const
 
 }  // namespace
 
+namespace {
+
+// A run's first reason, on one line and at most 72 characters: why a validate kept the baseline (a compile error,
+// a failed check, below the bar) reads differently from a plain KEEP_BASELINE. "-" for none.
+std::string first_reason(const LedgerRun& r) {
+  if (r.reasons.empty() || r.reasons.front().empty()) return "-";
+  std::string text = r.reasons.front();
+  for (char& ch : text) {
+    if (ch == '\n' || ch == '\r' || ch == '\t') ch = ' ';
+  }
+  return text.size() > 72 ? text.substr(0, 69) + "..." : text;
+}
+
+}  // namespace
+
 std::string runs_table(const std::vector<LedgerRun>& runs) {
   std::vector<std::vector<std::string>> rows;
   for (const LedgerRun& r : runs) {
@@ -441,15 +456,16 @@ std::string runs_table(const std::vector<LedgerRun>& runs) {
                                     c ? shown_path(c->source) : "-",
                                     c && !c->identity.empty() ? c->identity.substr(0, 12) : "-",
                                     r.workloads.empty() ? "-" : estimate_text(r.workloads[0]),
-                                    shown_path(r.bundle)};
+                                    shown_path(r.bundle),
+                                    first_reason(r)};
     rows.push_back(std::move(row));
     // Further workloads on lines of their own, under the first.
     for (size_t w = 1; w < r.workloads.size(); ++w) {
-      rows.push_back({"", "", "", "", "", "", "", estimate_text(r.workloads[w]), ""});
+      rows.push_back({"", "", "", "", "", "", "", estimate_text(r.workloads[w]), "", ""});
     }
   }
   return format_table({"id", "kind", "started (UTC)", "finished (UTC)", "outcome", "candidate", "identity",
-                       "estimate (improvement, 95% interval)", "bundle"},
+                       "estimate (improvement, 95% interval)", "bundle", "reason"},
                       rows);
 }
 
@@ -462,7 +478,7 @@ Action add_history(CLI::App& root) {
   app->add_flag("--json", a->json, "Print the history as JSON");
   app->add_flag("--runs", a->runs,
                 "List the runs recorded for the task, most recent first: kind, start and end, candidate, outcome, "
-                "estimate, bundle (all backends unless --backend is given)");
+                "estimate, bundle, first reason (all backends unless --backend is given)");
   app->add_option("--kind", a->kinds, "--runs: only runs of these kinds (check, compare, validate, revalidate, keep)")
       ->delimiter(',');
   app->add_option("--outcome", a->outcomes,

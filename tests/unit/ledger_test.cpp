@@ -360,7 +360,8 @@ TEST_F(LedgerTest, a_run_without_a_start_is_recorded_as_started_when_the_process
 }
 
 // The text of `kwb history --runs`: a validate with two workloads (its second estimate on a line of its own), a
-// compare, a check with no estimate; paths outside the current folder as recorded.
+// compare refused with its reason (cut at 72 characters), a check with no estimate; paths outside the current folder
+// as recorded.
 TEST(RunsTable, each_run_is_a_row_with_its_candidate_estimates_and_bundle) {
   LedgerRun v = run_of("rmsnorm", "validate", "KEEP_CANDIDATE", "2026-12-01T09:00:00Z");
   v.id = 3;
@@ -373,23 +374,26 @@ TEST(RunsTable, each_run_is_a_row_with_its_candidate_estimates_and_bundle) {
   c.finished = "2026-12-01T08:00:04.750Z";
   c.arms = {{"A", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"}, {"B", "/t/cpu/no_eps.cpp", "cccccccccccccccc"}};
   c.workloads = {{"decode", "REFUSED", std::nullopt, std::nullopt, std::nullopt}};
+  c.reasons = {"arm B: /t/cpu/no_eps.cpp failed its check: numeric_mismatch (2 assertions failed); no metric is reported "
+               "for rejected code"};
   LedgerRun k = run_of("rmsnorm", "check", "PASS", "2026-12-01T07:00:00.000Z");
   k.id = 1;
   k.finished = "2026-12-01T07:00:01.500Z";
   k.arms = {{"implementation", "/t/cpu/fused.cpp", "bbbbbbbbbbbbbbbbbbbb"}};
   EXPECT_EQ(cli::runs_table({v, c, k}),
             "id  kind      started (UTC)             finished (UTC)            outcome         candidate          "
-            "identity      estimate (improvement, 95% interval)  bundle\n" +
-                std::string(167, '-') +
+            "identity      estimate (improvement, 95% interval)  bundle          reason\n" +
+                std::string(241, '-') +
                 "\n"
                 "3   validate  2026-12-01T09:00:00Z      2026-12-01T09:04:10Z      KEEP_CANDIDATE  /t/cpu/fused.cpp   "
-                "bbbbbbbbbbbb  decode +54.55% [+50.10, +58.02]       /bundles/fused\n" +
+                "bbbbbbbbbbbb  decode +54.55% [+50.10, +58.02]       /bundles/fused  -\n" +
                 std::string(115, ' ') +
                 "prefill -3.20% [-5.00, -1.25]\n"
                 "2   compare   2026-12-01T08:00:00.250Z  2026-12-01T08:00:04.750Z  REFUSED         /t/cpu/no_eps.cpp  "
-                "cccccccccccc  decode REFUSED                        -\n"
+                "cccccccccccc  decode REFUSED                        -               "
+                "arm B: /t/cpu/no_eps.cpp failed its check: numeric_mismatch (2 assert...\n"
                 "1   check     2026-12-01T07:00:00.000Z  2026-12-01T07:00:01.500Z  PASS            /t/cpu/fused.cpp   "
-                "bbbbbbbbbbbb  -                                     -\n");
+                "bbbbbbbbbbbb  -                                     -               -\n");
 }
 
 TEST(SinceBound, dates_times_and_durations_become_a_utc_lower_bound) {
