@@ -137,14 +137,20 @@ TEST(compare_test, an_arm_that_slows_as_its_process_ages_is_invalid) {
   EXPECT_EQ(c.result.blocks, 10u);
 }
 
+// Long visits of 27 timed calls in which arm 1's calls from index 20 on (the late half, not the most of the visit) are
+// 30x slower in `blocks` only: a burst of the machine, not the code.
+void burst(SyntheticRunner& runner, std::set<int> blocks) {
+  runner.long_samples = 27;
+  runner.young_calls = 20;
+  runner.disturbed_blocks = std::move(blocks);
+}
+
 // A burst of the machine that slows arm B's late calls in one long visit (block 1) is not the code: the next block is
 // long as well, the burst does not recur, and the comparison passes on the schedule's blocks.
 TEST(compare_test, a_burst_in_one_long_visit_is_followed_up_and_dismissed) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.5, 0.01, 13);
-  runner.long_samples = 27;
-  runner.young_calls = 20;  // the late half of a long visit, not the most of it
-  runner.disturbed_blocks = {1};
+  burst(runner, {1});
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05});
   EXPECT_EQ(r.result.verdict, stats::Verdict::pass) << r.result.reason;
   EXPECT_FALSE(r.result.aging.ages);
@@ -160,9 +166,7 @@ TEST(compare_test, a_burst_in_one_long_visit_is_followed_up_and_dismissed) {
 TEST(compare_test, a_suspicion_the_budget_cannot_settle_is_inconclusive_not_invalid) {
   FakeClock clock;
   SyntheticRunner runner(clock, 0.5, 0.01, 14);
-  runner.long_samples = 27;
-  runner.young_calls = 20;
-  runner.disturbed_blocks = {1, 2};
+  burst(runner, {1, 2});
   // Three blocks fit (0.05 s a visit, 0.1 s a block: the fourth would end past 0.35 s).
   Outcome r = run(runner, clock, {CompareMode::ab, stats::GateKind::ci, 10.0, 1.0, 0.05}, {2, 100000, 0.35});
   EXPECT_EQ(r.result.blocks, 3u);
@@ -175,9 +179,7 @@ TEST(compare_test, a_suspicion_the_budget_cannot_settle_is_inconclusive_not_inva
   // An A/A's calibration is about the machine: the same suspicion leaves its PASS standing.
   FakeClock clock2;
   SyntheticRunner aa(clock2, 1.0, 0.01, 14);
-  aa.long_samples = 27;
-  aa.young_calls = 20;
-  aa.disturbed_blocks = {1, 2};
+  burst(aa, {1, 2});
   Outcome a = run(aa, clock2, {CompareMode::aa, stats::GateKind::ci, 0.0, 25.0, 0.05}, {2, 100000, 0.35});
   EXPECT_TRUE(a.result.aging.suspected);
   EXPECT_EQ(a.result.verdict, stats::Verdict::pass) << a.result.reason;
