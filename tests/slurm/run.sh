@@ -8,7 +8,7 @@
 #   no_eps.cpp          one of the task's error controls                 decided KEEP_BASELINE (fails its check)
 #   input_mutation.cpp  tests/adversarial/: writes into its sealed input  decided KEEP_BASELINE (fails its check)
 #   baseline_copy.cpp   the baseline's bytes under another name          decided, not KEEP_CANDIDATE
-#   over_run_limit.cpp  fused.cpp that spins ~1 s per call (patch below)  timeout: past the 1.5-minute run limit
+#   over_run_limit.cpp  fused.cpp that spins ~1 s per call (patch below)  timeout: past the 24-second run limit
 # It prints every job's Slurm id and outcome, the campaign's wall time and Slurm's overhead per job, and stops the
 # cluster. Exit 0 when all five are as expected, 1 when one is not, 77 when the Slurm daemons cannot start here
 # (cluster.sh says why), 2 when kwb is not built.
@@ -61,7 +61,7 @@ EOF
 cat > "$WORK/campaign.toml" <<EOF
 name = "slurm-five"
 storage = "storage"
-run_limit_minutes = 1.5
+run_limit_minutes = 0.4
 queue_limit_minutes = 20
 
 [executor]
