@@ -39,6 +39,7 @@ const std::vector<KeySpec>& key_specs() {
       {"gate", "--gate", ValueKind::text, "gate = \"ci\""},
       {"min_improvement_pct", "--min-improvement-pct", ValueKind::number, "min_improvement_pct = 2.0"},
       {"max_aa_difference_pct", "--max-aa-difference-pct", ValueKind::number, "max_aa_difference_pct = 1.0"},
+      {"same_margin_pct", "--same-margin-pct", ValueKind::number, "same_margin_pct = 1.0"},
       {"max_minutes", "--max-minutes", ValueKind::number, "max_minutes = 2.0"},
       {"repetitions", "--repetitions", ValueKind::integer, "repetitions = 10"},
       {"max_blocks", "--max-blocks", ValueKind::integer, "max_blocks = 2000"},

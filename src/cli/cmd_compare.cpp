@@ -44,6 +44,7 @@ int exit_code_for(stats::Verdict verdict) {
   switch (verdict) {
     case stats::Verdict::pass: return static_cast<int>(ExitCode::ok);
     case stats::Verdict::fail:
+    case stats::Verdict::same:
     case stats::Verdict::refused: return static_cast<int>(ExitCode::rejected);
     case stats::Verdict::inconclusive: return static_cast<int>(ExitCode::inconclusive);
     case stats::Verdict::invalid:
@@ -104,6 +105,7 @@ Action add_compare(CLI::App& root) {
     for (const Artifact& art : other_pool) other_ptrs.push_back(&art);
     if (a->aa) other_ptrs = base_ptrs;
     CompareRequest req = compare_request(*a);
+    req.gate.same_margin_pct = same_margin_pct(a->timing, task);
     req.arms = {base_ptrs[0], other_ptrs[0]};
     req.layouts = {base_ptrs, other_ptrs};
     req.labels = {"A", a->aa ? "A'" : "B"};

@@ -55,6 +55,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   }
   for (const std::string& w : a.timing.workloads) (void)task.require_case("--workload", w, true);
   ValidateOptions o = validate_options(a);
+  o.gate.same_margin_pct = same_margin_pct(a.timing, task);
   if (a.against == "incumbent") {
     if (!a.baseline.empty()) throw UsageError("--against incumbent and --baseline name two baselines: give one");
     if (std::optional<std::filesystem::path> src = incumbent_source(task, a.timing.backend)) o.baseline = *src;

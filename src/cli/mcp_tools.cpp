@@ -62,6 +62,9 @@ const Param k_min_improvement{"min_improvement_pct", Kind::number, false, "--min
                               "Improvement the candidate must show on every workload, in percent"};
 const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
                      "A/A: largest |A' vs A| accepted as the noise floor, in percent"};
+const Param k_same_margin{"same_margin_pct", Kind::number, false, "--same-margin-pct",
+                          "A/B: an interval wholly within +-this is SAME, no practical difference, in percent "
+                          "(default: the task's same_margin_pct, else 1; 0: no SAME)"};
 const Param k_gate{"gate", Kind::string, false, "--gate",
                    "ci: the whole interval must clear the bar; point: the median must (legacy)", gate_names()};
 const Param k_cold{"cold", Kind::boolean, false, "--cold",
@@ -111,7 +114,8 @@ const std::vector<Tool>& tools() {
         {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_lock_timeout,
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate, k_cold, k_timeout,
+        k_lock_timeout,
         {"seed", Kind::integer, false, "--seed",
          "Seed for block orders and layouts (timed data comes from a secret drawn at run time)"},
         {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}}},
@@ -127,7 +131,8 @@ const std::vector<Tool>& tools() {
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"against_incumbent", Kind::boolean, false, "--against=incumbent",
          "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold, k_timeout, k_lock_timeout,
+        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate, k_cold, k_timeout,
+        k_lock_timeout,
         k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
       {"profile", "profile", "kwb.profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
@@ -149,8 +154,8 @@ const std::vector<Tool>& tools() {
       {"revalidate", "revalidate", "kwb.decision",
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
-       {k_task, k_output_dir, k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_gate, k_cold,
-        k_timeout, k_lock_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
+       {k_task, k_output_dir, k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate,
+        k_cold, k_timeout, k_lock_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
       {"history", "history", "kwb.history",
        "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend},

@@ -18,7 +18,7 @@ std::chrono::milliseconds timeout_from_seconds(double seconds) {
 
 const OptionRange* option_range(std::string_view flag) {
   static constexpr const OptionRange* k_all[] = {
-      &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_max_minutes_range,
+      &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_same_margin_range, &k_max_minutes_range,
       &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,
       &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range,
       &k_lock_timeout_range, &k_limit_range};
@@ -147,6 +147,11 @@ void add_timing_options(CLI::App& app, TimingArgs& a) {
       ->check(in_range(k_min_improvement_range));
   app.add_option("--max-aa-difference-pct", a.max_aa_difference_pct, "A/A: |A' vs A| allowed")
       ->capture_default_str()->check(in_range(k_max_aa_range));
+  app.add_option("--same-margin-pct", a.same_margin_pct,
+                 fmt::format("A/B: an interval wholly within +-this is SAME, no practical difference (default: the "
+                             "task's same_margin_pct, else {}; 0: no SAME)",
+                             defaults::k_same_margin_pct))
+      ->check(in_range(k_same_margin_range));
   app.add_option("--repetitions", a.repetitions, "Minimum blocks per comparison (the first look)")
       ->capture_default_str()->check(in_range(k_repetitions_range));
   app.add_option("--max-blocks", a.max_blocks, "Block cap per workload comparison")->capture_default_str()
@@ -178,7 +183,12 @@ GateConfig gate_config(const TimingArgs& a, CompareMode mode) {
   g.kind = gate_kind(a.gate);
   g.min_improvement_pct = a.min_improvement_pct;
   g.max_aa_difference_pct = a.max_aa_difference_pct;
+  g.same_margin_pct = a.same_margin_pct.value_or(defaults::k_same_margin_pct);  // the task's: same_margin_pct()
   return g;  // alpha: defaults::k_alpha, not a flag
+}
+
+double same_margin_pct(const TimingArgs& a, const Task& task) {
+  return a.same_margin_pct.value_or(task.same_margin_pct.value_or(defaults::k_same_margin_pct));
 }
 
 Budget budget(const TimingArgs& a) { return {a.repetitions, a.max_blocks, a.max_minutes * 60.0}; }

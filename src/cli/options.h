@@ -36,6 +36,8 @@ struct OptionRange {
 inline constexpr OptionRange k_timeout_range{"--timeout-seconds", 0.001, 86400.0, false};  // a day per call
 inline constexpr OptionRange k_min_improvement_range{"--min-improvement-pct", -99.0, 1000.0, false};
 inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 100.0, false};
+// 0: no SAME verdict (the A/B decides only PASS, FAIL or INCONCLUSIVE, as before the margin existed).
+inline constexpr OptionRange k_same_margin_range{"--same-margin-pct", 0.0, 100.0, false};
 inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
 inline constexpr OptionRange k_lock_timeout_range{"--lock-timeout", 0.0, 604800.0, false};  // 0: do not wait
 inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
@@ -91,6 +93,7 @@ struct TimingArgs {
   std::string gate = gate_name(defaults::k_gate);
   double min_improvement_pct = defaults::k_min_improvement_pct;
   double max_aa_difference_pct = defaults::k_max_aa_difference_pct;
+  std::optional<double> same_margin_pct;  // none: the task's same_margin_pct, else defaults::k_same_margin_pct
   size_t repetitions = defaults::k_repetitions;
   size_t max_blocks = defaults::k_max_blocks;
   int warmups = defaults::k_warmups;
@@ -106,6 +109,8 @@ struct TimingArgs {
 
 void add_timing_options(CLI::App& app, TimingArgs& a);
 GateConfig gate_config(const TimingArgs& a, CompareMode mode);
+// The A/B's margin of no practical difference: --same-margin-pct, else the task's, else the default.
+double same_margin_pct(const TimingArgs& a, const Task& task);
 Budget budget(const TimingArgs& a);
 TimingOptions timing_options(const TimingArgs& a);
 

@@ -346,7 +346,7 @@ const std::vector<std::string>& run_outcomes() {
   // REFUSED; a stopped compare or validate: INTERRUPTED; a run not finished yet: RUNNING, one whose process ended
   // without finishing it: KILLED (derived when read; the row says RUNNING); one that ended on an error: ERROR.
   static const std::vector<std::string> outcomes = {
-      "PASS",          "FAIL",         "BUILD_FAILED", "INCONCLUSIVE", "INVALID",           "REFUSED",
+      "PASS",          "FAIL",         "SAME",         "BUILD_FAILED", "INCONCLUSIVE", "INVALID", "REFUSED",
       "INTERRUPTED",   "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",       "ALREADY_INCUMBENT", "RUNNING",
       "KILLED",        "ERROR"};
   return outcomes;

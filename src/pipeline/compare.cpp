@@ -62,6 +62,7 @@ stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget)
   s.kind = g.kind;
   s.min_improvement_pct = g.min_improvement_pct;
   s.max_aa_difference_pct = g.max_aa_difference_pct;
+  s.same_margin_pct = g.mode == CompareMode::aa ? 0.0 : g.same_margin_pct;
   s.alpha = g.alpha;
   s.min_blocks = budget.min_blocks;
   return s;
@@ -79,6 +80,7 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
       case stats::Verdict::inconclusive:
         return fmt::format("A' vs A {}: interval not resolved within +-{}% (MDE {:.2f}%)", ci,
                            g.max_aa_difference_pct, e.mde_pct);
+      case stats::Verdict::same:
       case stats::Verdict::invalid:
       case stats::Verdict::refused:
       case stats::Verdict::interrupted: break;
@@ -91,6 +93,9 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
   switch (v) {
     case stats::Verdict::pass: return fmt::format("improvement {}: whole interval >= {}%", ci, g.min_improvement_pct);
     case stats::Verdict::fail: return fmt::format("improvement {}: whole interval < {}%", ci, g.min_improvement_pct);
+    case stats::Verdict::same:
+      return fmt::format("improvement {}: whole interval within +-{}%: no practical difference", ci,
+                         g.same_margin_pct);
     case stats::Verdict::inconclusive:
       return fmt::format("improvement {}: interval straddles {}% (MDE {:.2f}%)", ci, g.min_improvement_pct,
                          e.mde_pct);
@@ -564,6 +569,8 @@ stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads) {
   };
   if (any(Verdict::invalid)) return Verdict::invalid;
   if (any(Verdict::fail)) return Verdict::fail;
+  // A workload with no practical difference settles that the candidate is not kept, whatever the others say.
+  if (any(Verdict::same)) return Verdict::same;
   const bool all_pass = std::all_of(workloads.begin(), workloads.end(),
                                     [](const WorkloadResult& w) { return w.verdict == Verdict::pass; });
   return all_pass ? Verdict::pass : Verdict::inconclusive;
@@ -663,6 +670,7 @@ nlohmann::json to_json(const CompareReport& r) {
                         {{"kind", r.gate.kind == stats::GateKind::ci ? "ci" : "point"},
                          {"min_improvement_pct", r.gate.min_improvement_pct},
                          {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
+                         {"same_margin_pct", r.gate.same_margin_pct},
                          {"alpha", r.gate.alpha},
                          {"stopping", "alpha spending, interim alpha_k = alpha / 2 * 6 / (pi^2 k^2), geometric looks x1.5; the final "
                                       "analysis spends the rest"},

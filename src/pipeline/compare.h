@@ -81,6 +81,8 @@ struct GateConfig {
   stats::GateKind kind = defaults::k_gate;
   double min_improvement_pct = defaults::k_min_improvement_pct;
   double max_aa_difference_pct = defaults::k_max_aa_difference_pct;
+  // A/B: an interval wholly within +-same_margin_pct is SAME, no practical difference (stats::ab_verdict).
+  double same_margin_pct = defaults::k_same_margin_pct;
   double alpha = defaults::k_alpha;
   // A/B per workload: the bias its A/A could not rule out (record/decision.h, aa_bias_log), which a PASS must clear
   // the bar net of (stats/sequential.h). Absent: none.
@@ -102,7 +104,7 @@ struct Look {
 
 struct WorkloadResult {
   std::string name;
-  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
+  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, same (A/B), inconclusive or invalid
   std::string reason;              // why, for people
   std::optional<stats::EffectEstimate> estimate;  // absent when no metric may be reported (INVALID) or no data
   std::optional<stats::Verdict> faster_verdict;  // A/A only: what the improvement gate at min_improvement_pct would say

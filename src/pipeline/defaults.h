@@ -56,8 +56,15 @@ inline constexpr double k_max_minutes = 1.0;
 inline constexpr double k_alpha = 0.05;
 // --gate ci: decides only when the whole interval is on one side of the bar (error-controlled).
 inline constexpr stats::GateKind k_gate = stats::GateKind::ci;
-// --min-improvement-pct: "faster at all"; a bar that matters is the caller's to set.
-inline constexpr double k_min_improvement_pct = 0.0;
+// --same-margin-pct: an A/B interval wholly within +-1% is SAME, no practical difference, and stops the comparison:
+// the A/A's bound, below the effects worth deciding on, and 3-5x the A/A floor of the shipped tasks on this machine
+// (docs/timing.md, "No practical difference"). A task may set its own (task.toml same_margin_pct).
+inline constexpr double k_same_margin_pct = 1.0;
+// --min-improvement-pct: faster by more than the margin of no practical difference. At 0 ("faster at all") a loop
+// of equal candidates kept about 1 in 20 (docs/experiments.md): an interval of identical code ends above 0 as often
+// as alpha allows, and a real but immaterial layout effect more often still. At the margin, identical code is kept
+// only if its interval misses the truth by 1%, and a 5% gain still clears it once its interval is +-4% wide.
+inline constexpr double k_min_improvement_pct = 1.0;
 // --max-aa-difference-pct: identical code must measure within 1%, below the effects worth deciding on.
 inline constexpr double k_max_aa_difference_pct = 1.0;
 

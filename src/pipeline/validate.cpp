@@ -341,7 +341,8 @@ private:
     // What reaches every worker besides PATH and LC_ALL: device selection and the runtimes' own settings
     // (POCL_MAX_PTHREAD_COUNT, CUDA_VISIBLE_DEVICES, ...), which change what is measured.
     p.worker_environment = worker_environment();
-    p.gates = {m_opt.gate.kind, m_opt.gate.min_improvement_pct, m_opt.gate.max_aa_difference_pct, m_opt.gate.alpha};
+    p.gates = {m_opt.gate.kind, m_opt.gate.min_improvement_pct, m_opt.gate.max_aa_difference_pct, m_opt.gate.alpha,
+               m_opt.gate.same_margin_pct};
     p.budgets = {m_opt.budget.min_blocks,
                  m_opt.budget.max_blocks,
                  m_opt.budget.max_seconds,
@@ -416,6 +417,7 @@ private:
     CheckReport r = check(index_of(ImplRole::baseline), check_file("baseline"), 0);
     m_inputs.baseline_check_pass = r.pass();
     m_inputs.min_improvement_pct = m_opt.gate.min_improvement_pct;
+    m_inputs.same_margin_pct = m_opt.gate.same_margin_pct;
     m_stage_failed = !r.pass();
     if (!r.pass()) return check_summary(r);
     return check_summary(r) + "; " + probe_held_out_shapes();

@@ -64,6 +64,13 @@ std::string estimate_text(const WorkloadVerdict& w) {
   return s + ")";
 }
 
+// An unsettled A/B whose detectable effect, at the budget's end, is wider than the margin of no practical
+// difference: the interval can neither clear the bar nor fit inside the margin without much more timing.
+bool below_resolution(const WorkloadVerdict& w, double same_margin_pct) {
+  return w.verdict == stats::Verdict::inconclusive && same_margin_pct > 0.0 && w.mde_pct &&
+         *w.mde_pct > same_margin_pct;
+}
+
 }  // namespace
 
 Decision decide(const DecisionInputs& in) {
@@ -154,14 +161,27 @@ Decision decide(const DecisionInputs& in) {
     for (const WorkloadVerdict& w : in.ab) {
       if (w.verdict == stats::Verdict::fail) {
         reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload, estimate_text(w)));
+      } else if (w.verdict == stats::Verdict::same) {
+        reject.add("no_practical_difference",
+                   fmt::format("'{}': no practical difference: the whole interval lies within +-{}%{}, so the "
+                               "candidate is not worth keeping; more timing would not change that",
+                               w.workload, in.same_margin_pct, estimate_text(w)));
       } else if (w.verdict == stats::Verdict::invalid && !w.invalid_code.empty()) {
         reject.add("ab_" + w.invalid_code, fmt::format("'{}': {}", w.workload, w.detail));
       } else if (w.verdict == stats::Verdict::invalid) {
         reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
                                      w.detail.empty() ? "" : ": ", w.detail));
+      } else if (w.verdict != stats::Verdict::pass && below_resolution(w, in.same_margin_pct)) {
+        // Advice that can work (docs/timing.md, "No practical difference"): with the budget spent, this machine
+        // cannot resolve a difference the size of the margin, so more of the same timing would not settle it.
+        unsure.add("ab_below_resolution",
+                   fmt::format("'{}': the difference is below what this machine resolves in this budget{}: the "
+                               "smallest effect it detects is wider than the margin of no practical difference "
+                               "(+-{}%); an optimization loop should keep the baseline",
+                               w.workload, estimate_text(w), in.same_margin_pct));
       } else if (w.verdict != stats::Verdict::pass) {
-        unsure.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; to settle it, "
-                                             "time longer (--max-minutes) or on a quieter machine",
+        unsure.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; this machine "
+                                             "resolves the margin, so timing longer (--max-minutes) settles it",
                                              w.workload, estimate_text(w)));
       }
     }
@@ -216,6 +236,7 @@ nlohmann::json to_json(const DecisionInputs& in) {
           {"aa", verdicts(in.aa)},
           {"ab", verdicts(in.ab)},
           {"min_improvement_pct", in.min_improvement_pct},
+          {"same_margin_pct", in.same_margin_pct},
           {"final_check_pass", opt(in.final_check_pass)},
           {"identity_mismatches", in.identity_mismatches},
           {"environment_mismatches", in.environment_mismatches},

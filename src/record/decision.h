@@ -27,7 +27,7 @@ struct ControlOutcome {
 
 struct WorkloadVerdict {
   std::string workload;
-  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, inconclusive or invalid
+  stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, same (A/B), inconclusive or invalid
   // The interval of the improvement estimate (percent), when the comparison has one.
   std::optional<double> ci_low_pct, ci_high_pct;
   // An INVALID comparison's own reason (which arm failed validation during timing, why, where), for the decision's
@@ -58,6 +58,7 @@ struct DecisionInputs {
   std::vector<WorkloadVerdict> aa;  // empty when the stage did not run
   std::vector<WorkloadVerdict> ab;
   double min_improvement_pct = 0.0;  // the plan's bar, which the A/B gate used
+  double same_margin_pct = 0.0;      // the plan's margin of no practical difference (SAME), 0 for none
   std::optional<bool> final_check_pass;
   std::vector<std::string> identity_mismatches;
   std::vector<std::string> environment_mismatches;

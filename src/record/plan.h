@@ -87,6 +87,7 @@ struct PlanGates {
   double min_improvement_pct = 0;
   double max_aa_difference_pct = 0;
   double alpha = 0.05;
+  double same_margin_pct = 0;  // A/B: SAME within +-this (stats::ab_verdict)
 };
 
 struct PlanBudgets {
@@ -228,6 +229,7 @@ void describe(V& v, PlanGates& x) {
   v("min_improvement_pct", x.min_improvement_pct);
   v("max_aa_difference_pct", x.max_aa_difference_pct);
   v("alpha", x.alpha);
+  v("same_margin_pct", x.same_margin_pct);
 }
 
 template <typename V>

@@ -16,7 +16,9 @@ inline constexpr const char* k_final_schema = "kwb.final";
 // cases report their errors per output (check schema 3).
 // 4: the timed and held-out data come from a secret drawn at run time: plan.json's seeds hold its commitment
 // (data_commitment) in place of timing_nonce and final_nonce, and decision.json reveals it (data_secret).
-inline constexpr int k_bundle_schema_version = 4;
+// 5: plan.json's gates hold same_margin_pct, the A/B's margin of no practical difference (SAME), which verify
+// replays; decision.json's inputs hold it too.
+inline constexpr int k_bundle_schema_version = 5;
 
 // A check's report (check --json, a bundle's checks/*.json), versioned on its own; verify refuses another version.
 // 2: the "request" block (nonce, held_out, stop_after_reason). 3: each case's errors per output ("outputs").
@@ -35,7 +37,9 @@ inline constexpr const char* k_compare_schema = "kwb.compare";
 // 5: each workload's aging (stats/aging.h: long blocks, early against late calls), outside_window (device backends:
 // work moved outside the timed window, stats/outside_window.h) and long_samples_per_visit; verify replays a
 // version 3 or 4 comparison without either test, as it was run.
-inline constexpr int k_compare_schema_version = 5;
+// 6: the gate's same_margin_pct, and an A/B workload may be SAME: its interval wholly within +-same_margin_pct, no
+// practical difference (stats::ab_verdict); verify replays an older comparison without it (margin 0), as it was run.
+inline constexpr int k_compare_schema_version = 6;
 inline constexpr int k_compare_schema_oldest_verified = 3;
 
 }  // namespace kwb

@@ -320,6 +320,13 @@ private:
 
   std::string gate_kind() const { return m_plan.gates.kind == stats::GateKind::point ? "point" : "ci"; }
 
+  // A comparison file's schema_version (the current one where it has none: expect_schema reported that).
+  static int version_of(const json& cmp) {
+    return cmp.contains("schema_version") && cmp["schema_version"].is_number_integer()
+               ? cmp["schema_version"].get<int>()
+               : k_compare_schema_version;
+  }
+
   void artifacts() {
     size_t n = 0;
     for (const PlannedImpl& im : m_plan.implementations) {
@@ -557,9 +564,12 @@ private:
     const json& g = object_field(*cmp, "gate");
     const PlanGates& pg = m_plan.gates;
     if (str_field(g, "kind") != gate_kind() || !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
-        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close_enough(num_field(g, "alpha"), pg.alpha)) {
-      problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {})", file, g.dump(),
-                          gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha));
+        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close_enough(num_field(g, "alpha"), pg.alpha) ||
+        (version_of(*cmp) >= 6 && !close_enough(num_field(g, "same_margin_pct"), pg.same_margin_pct))) {
+      problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
+                          "+-{}%)",
+                          file, g.dump(), gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha,
+                          pg.same_margin_pct));
     }
     const json& bu = object_field(*cmp, "budgets");
     const PlanBudgets& pb = m_plan.budgets;
@@ -594,6 +604,8 @@ private:
     gate.kind = pg.kind;
     gate.min_improvement_pct = pg.min_improvement_pct;
     gate.max_aa_difference_pct = pg.max_aa_difference_pct;
+    // SAME from compare.json version 6 on; an older comparison ran without it.
+    gate.same_margin_pct = aa || version_of(*cmp) < 6 ? 0.0 : pg.same_margin_pct;
     gate.alpha = pg.alpha;
     gate.min_blocks = pb.min_blocks;
     // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
@@ -1011,6 +1023,7 @@ private:
     m_inputs.candidate_identical = candidate_identical();
     m_inputs.final_check_pass = pass_of("candidate_final");
     m_inputs.min_improvement_pct = m_plan.gates.min_improvement_pct;
+    m_inputs.same_margin_pct = m_plan.gates.same_margin_pct;
     if (!m_b.final_.empty()) {
       for (const json& m : array_field(m_b.final_, "identity_mismatches")) {
         if (!m.is_string()) throw FieldError("final.json: identity_mismatches must list strings");

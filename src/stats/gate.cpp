@@ -20,13 +20,14 @@ std::string_view to_string(Verdict verdict) {
     case Verdict::invalid: return "INVALID";
     case Verdict::refused: return "REFUSED";
     case Verdict::interrupted: return "INTERRUPTED";
+    case Verdict::same: return "SAME";
   }
   throw std::invalid_argument("to_string: unknown Verdict " + std::to_string(static_cast<int>(verdict)));
 }
 
 std::optional<Verdict> parse_verdict(std::string_view name) {
   for (Verdict v : {Verdict::pass, Verdict::fail, Verdict::inconclusive, Verdict::invalid, Verdict::refused,
-                    Verdict::interrupted}) {
+                    Verdict::interrupted, Verdict::same}) {
     if (to_string(v) == name) return v;
   }
   return std::nullopt;
@@ -74,6 +75,18 @@ Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement
     return Verdict::inconclusive;
   }
   return plain;
+}
+
+Verdict ab_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind, double bias_log,
+                   double same_margin_pct) {
+  if (!(std::isfinite(same_margin_pct) && same_margin_pct >= 0.0)) {
+    throw std::invalid_argument("ab_verdict: same_margin_pct must be finite and >= 0, got " +
+                                detail::format_number(same_margin_pct));
+  }
+  const Verdict v = improvement_verdict(effect, min_improvement_pct, kind, bias_log);
+  if (v == Verdict::pass || kind != GateKind::ci || same_margin_pct == 0.0) return v;
+  if (effect.ci_low_pct >= -same_margin_pct && effect.ci_high_pct <= same_margin_pct) return Verdict::same;
+  return v;
 }
 
 Verdict aa_verdict(const EffectEstimate& effect, double max_aa_difference_pct) {

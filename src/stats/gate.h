@@ -13,12 +13,13 @@
 namespace kwb::stats {
 
 enum class GateKind { ci, point };
-// A workload's or a comparison's verdict. The gates below answer pass, fail or inconclusive; the pipeline adds why
-// a comparison has no metric: invalid (an output failed validation while timed), refused (an arm failed its check
-// before timing), interrupted (kwb was stopped by a signal).
-enum class Verdict { pass, fail, inconclusive, invalid, refused, interrupted };
+// A workload's or a comparison's verdict. The gates below answer pass, fail, same (A/B: no practical difference)
+// or inconclusive; the pipeline adds why a comparison has no metric: invalid (an output failed validation while
+// timed), refused (an arm failed its check before timing), interrupted (kwb was stopped by a signal).
+enum class Verdict { pass, fail, inconclusive, invalid, refused, interrupted, same };
 
-std::string_view to_string(Verdict verdict);  // "PASS", "FAIL", "INCONCLUSIVE", "INVALID", "REFUSED", "INTERRUPTED"
+// "PASS", "FAIL", "INCONCLUSIVE", "INVALID", "REFUSED", "INTERRUPTED", "SAME"
+std::string_view to_string(Verdict verdict);
 std::optional<Verdict> parse_verdict(std::string_view name);
 // A name in a file kwb reads back: one it does not know throws DataError naming `where`.
 Verdict parse_verdict_field(std::string_view name, std::string_view where);
@@ -50,6 +51,14 @@ std::optional<double> aa_interval_bias_log(double ci_low_pct, double ci_high_pct
 // settle"): PASS only when improvement_net_of_bias_pct(ci_low, bias_log) >= X; FAIL, as without it, when
 // ci_high_pct < X. bias_log = 0 is improvement_verdict. The point gate ignores it.
 Verdict improvement_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind, double bias_log);
+
+// The A/B gate with its equivalence side (docs/timing.md, "No practical difference"), margin D = same_margin_pct:
+// PASS as above; else SAME when the whole interval lies within [-D, +D] (the interval form of TOST against the
+// margin, as aa_verdict), which also takes precedence over a FAIL it overlaps: "no difference larger than D" says
+// more than "below the bar"; else FAIL or INCONCLUSIVE as above. D = 0 (a comparison made before the margin
+// existed) never answers SAME; the point gate never does either.
+Verdict ab_verdict(const EffectEstimate& effect, double min_improvement_pct, GateKind kind, double bias_log,
+                   double same_margin_pct);
 
 // A/A equivalence gate, the interval form of TOST (Schuirmann 1987), Y = max_aa_difference_pct > 0:
 // PASS when the whole interval lies within [-Y, +Y]; FAIL when it lies wholly above +Y or wholly below -Y;

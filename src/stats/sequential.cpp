@@ -6,7 +6,7 @@ namespace kwb::stats {
 
 Verdict judge(const SequentialGate& gate, const EffectEstimate& e) {
   if (gate.aa) return aa_verdict(e, gate.max_aa_difference_pct);
-  return improvement_verdict(e, gate.min_improvement_pct, gate.kind, gate.aa_bias_log);
+  return ab_verdict(e, gate.min_improvement_pct, gate.kind, gate.aa_bias_log, gate.same_margin_pct);
 }
 
 SequentialProcedure::SequentialProcedure(const SequentialGate& gate, std::uint64_t seed)

@@ -22,6 +22,9 @@ struct SequentialGate {
   GateKind kind = GateKind::ci;
   double min_improvement_pct = 0.0;
   double max_aa_difference_pct = 1.0;
+  // A/B only: the margin within which the whole interval means no practical difference (SAME, a decision like PASS
+  // and FAIL: the procedure stops). 0: no SAME (a comparison made before it existed).
+  double same_margin_pct = 0.0;
   double alpha = 0.05;
   std::size_t min_blocks = 10;        // the first look (never below AlphaSpendingRule::k_smallest_min_blocks)
   // A/B only: the bias between arms that this workload's A/A could not rule out (stats::aa_interval_bias_log), which

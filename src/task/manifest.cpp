@@ -262,7 +262,7 @@ private:
       "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
       "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
       "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
-      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp", "reads"};
+      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp", "reads", "same_margin_pct"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -601,6 +601,13 @@ void read_header(Task& task, TableReader& top) {
       top.fail(t, "threads", fmt::format("expected an integer from 1 to {}", k_max_threads));
     }
     task.threads = static_cast<int>(*t->value<int64_t>());
+  }
+  if (auto m = top.get("same_margin_pct")) {
+    const std::optional<double> v = m->value<double>();  // an integer reads as a double too
+    if (!v || !std::isfinite(*v) || *v < 0.0 || *v > 100.0) {
+      top.fail(m, "same_margin_pct", "expected a number from 0 to 100 (percent; 0: no SAME verdict for this task)");
+    }
+    task.same_margin_pct = *v;
   }
 }
 

@@ -140,6 +140,9 @@ struct Task {
   std::filesystem::path oracle;  // absolute; the reference implementation (include/kwb/oracle.h)
   std::string oracle_sha256;     // of its source
   int threads = 1;
+  // The A/B's margin of no practical difference for this task (percent, >= 0), when its manifest sets one: a noisy
+  // task may need a wider one than the default (pipeline/defaults.h); --same-margin-pct overrides it.
+  std::optional<double> same_margin_pct;
   Signature signature;
   Tolerance tolerance;  // [tolerance]: the floating outputs' default (exact when the task has none)
   // Each output's, by signature index: its own [tolerance.NAME] table, else exact for an integer or boolean dtype,

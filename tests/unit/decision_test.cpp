@@ -166,7 +166,29 @@ TEST(decision_test, each_reason_has_a_stable_code_and_an_open_workload_says_how_
   EXPECT_EQ(d.reason_codes, (std::vector<std::string>{"ab_unsettled", "no_final_validation"}));
   ASSERT_EQ(d.reasons.size(), d.reason_codes.size());
   EXPECT_NE(d.reasons[0].find("(estimate +1.20% [-3.10%, +5.40%], MDE 6.80%)"), std::string::npos) << d.reasons[0];
-  EXPECT_NE(d.reasons[0].find("time longer (--max-minutes) or on a quieter machine"), std::string::npos);
+  EXPECT_NE(d.reasons[0].find("timing longer (--max-minutes) settles it"), std::string::npos) << d.reasons[0];
+  // With a margin of no practical difference (issue 41): an MDE wider than it cannot be settled by more of the same
+  // timing, and says so; one narrower than it can.
+  in.same_margin_pct = 1.0;
+  d = decide(in);
+  EXPECT_EQ(d.decision, DecisionKind::inconclusive);
+  EXPECT_EQ(d.reason_codes, (std::vector<std::string>{"ab_below_resolution", "no_final_validation"}));
+  EXPECT_NE(d.reasons[0].find("below what this machine resolves"), std::string::npos) << d.reasons[0];
+  in.same_margin_pct = 10.0;
+  EXPECT_EQ(decide(in).reason_codes, (std::vector<std::string>{"ab_unsettled", "no_final_validation"}));
+  // SAME: KEEP_BASELINE, no_practical_difference, with the interval.
+  in = all_good();
+  in.same_margin_pct = 1.0;
+  in.ab[0].verdict = stats::Verdict::same;
+  in.ab[0].improvement_pct = 0.1;
+  in.ab[0].ci_low_pct = -0.4;
+  in.ab[0].ci_high_pct = 0.6;
+  in.ab[0].mde_pct = 0.7;
+  d = decide(in);
+  EXPECT_EQ(d.decision, DecisionKind::keep_baseline);
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_EQ(d.reason_codes, std::vector<std::string>{"no_practical_difference"});
+  EXPECT_NE(d.reasons[0].find("within +-1% (estimate +0.10% [-0.40%, +0.60%]"), std::string::npos) << d.reasons[0];
 
   in = all_good();
   in.candidate_built = false;

@@ -90,6 +90,7 @@ TEST(defaults_test, the_documented_table_is_the_table) {
       {"alpha", fmt::format("{}", defaults::k_alpha)},
       {"`--gate`", "`" + gate_name(defaults::k_gate) + "`"},
       {"`--min-improvement-pct`", fmt::format("{}", defaults::k_min_improvement_pct)},
+      {"`--same-margin-pct`", fmt::format("{}", defaults::k_same_margin_pct)},
       {"`--max-aa-difference-pct`", fmt::format("{}", defaults::k_max_aa_difference_pct)},
       {"`--seed`", fmt::format("compare: {}", defaults::k_compare_seed)},
   };

@@ -75,6 +75,28 @@ TEST(sequential_test, a_budget_ending_on_a_look_still_gets_the_reserved_final_an
   EXPECT_EQ(p.looks().size(), 2u);
 }
 
+// Equal arms and a margin: the procedure stops at the first look whose interval lies within +-margin, as it stops for
+// PASS and FAIL; without the margin the same blocks run to the budget.
+TEST(sequential_test, no_practical_difference_stops_at_a_look_like_a_pass) {
+  SequentialGate g;
+  g.min_improvement_pct = 0.0;  // "faster at all": equal arms straddle it forever
+  g.same_margin_pct = 1.0;
+  g.min_blocks = 10;
+  SequentialProcedure p(g, 3);
+  const auto d = ratios(200, 0.0, 0.001);  // equal, +-0.2% per block
+  size_t stopped = 0;
+  for (size_t i = 0; i < d.size() && stopped == 0; ++i) {
+    if (p.add(d[i])) stopped = i + 1;
+  }
+  EXPECT_EQ(stopped, 10u);
+  ASSERT_TRUE(p.finish().has_value());
+  EXPECT_EQ(p.finish()->verdict, Verdict::same);
+  g.same_margin_pct = 0.0;
+  SequentialProcedure without(g, 3);
+  for (double r : d) EXPECT_FALSE(without.add(r));
+  EXPECT_EQ(without.finish()->verdict, Verdict::inconclusive);
+}
+
 TEST(sequential_test, fewer_than_two_blocks_give_no_interval) {
   SequentialProcedure p(SequentialGate{}, 1);
   p.add(0.1);

@@ -656,6 +656,28 @@ TEST(stats_test, ci_gate_charged_an_aa_bias_passes_only_net_of_it) {
                std::invalid_argument);
 }
 
+// The A/B gate's equivalence side (issue 41): an interval wholly within +-margin is SAME, no practical difference;
+// PASS comes first, SAME before a FAIL it overlaps, and a margin of 0 or the point gate never say SAME.
+TEST(stats_test, ab_verdict_says_same_only_for_an_interval_inside_the_margin) {
+  const double bar = 1.0, margin = 1.0;
+  auto v = [&](double lo, double hi, double m = 1.0, GateKind k = GateKind::ci) {
+    return ab_verdict(estimate_with_interval(lo, hi, (lo + hi) / 2), bar, k, 0.0, m);
+  };
+  EXPECT_EQ(v(-0.6, 0.7), Verdict::same);
+  EXPECT_EQ(v(-1.0, 1.0), Verdict::same);           // the margin's ends are inside
+  EXPECT_EQ(v(-1.01, 0.5), Verdict::fail);          // below the bar, not inside the margin
+  EXPECT_EQ(v(0.2, 1.3), Verdict::inconclusive);    // straddles the bar, pokes out of the margin
+  EXPECT_EQ(v(1.2, 3.0), Verdict::pass);
+  EXPECT_EQ(v(-3.0, -1.5), Verdict::fail);
+  EXPECT_EQ(ab_verdict(estimate_with_interval(0.1, 0.9, 0.5), 0.0, GateKind::ci, 0.0, margin), Verdict::pass);
+  EXPECT_EQ(ab_verdict(estimate_with_interval(-0.5, 0.5, 0.0), 10.0, GateKind::ci, 0.0, margin), Verdict::same);
+  EXPECT_EQ(v(-0.6, 0.7, 0.0), Verdict::fail);  // margin 0: below the bar, as before SAME existed
+  EXPECT_EQ(v(-0.6, 0.7, 1.0, GateKind::point), Verdict::fail);
+  EXPECT_THROW(v(-0.6, 0.7, -1.0), std::invalid_argument);
+  EXPECT_EQ(to_string(Verdict::same), "SAME");
+  EXPECT_EQ(parse_verdict("SAME"), Verdict::same);
+}
+
 TEST(stats_test, point_gate_uses_point_estimate_only) {
   EXPECT_EQ(improvement_verdict(estimate_with_interval(-20.0, 30.0, 5.0), 5.0, GateKind::point), Verdict::pass);
   EXPECT_EQ(improvement_verdict(estimate_with_interval(4.95, 4.99, 4.97), 5.0, GateKind::point), Verdict::fail);
