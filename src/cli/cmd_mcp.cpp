@@ -269,7 +269,10 @@ private:
     // Either way the result carries the verb's JSON and its stderr: a failing call that still wrote its JSON (a
     // candidate that does not compile: check exits 65 with the compiler's errors in its failures) keeps it, and
     // its summary says what failed; without JSON the text ends with kwb's stderr.
-    const bool result = code <= 3 && out.is_object();
+    // One convention across tools (issue 41): a tool error only when kwb could not do the job. A candidate that does
+    // not compile is a verdict on the candidate: check's FAIL with build_failed (exit 65, its JSON printed) is a
+    // result like any other rejection.
+    const bool result = out.is_object() && (code <= 3 || mcp::is_build_failure_verdict(c.tool, out));
     auto tail = [](const std::string& s) { return s.size() > 4000 ? s.substr(s.size() - 4000) : s; };
     std::string text = result            ? mcp::summary(c.tool, c.arguments, out, code)
                        : out.is_object() ? fmt::format("kwb {} failed (exit {}): {}", c.tool, code,

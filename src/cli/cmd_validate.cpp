@@ -32,7 +32,8 @@ void print_summary(const ValidateResult& r) {
   if (r.decision_json.is_null() || r.decision_json.empty()) {
     std::cout << "\nDECISION: none (the decision stage did not finish; stages.json says why)\n";
   } else {
-    std::cout << fmt::format("\nDECISION: {}\n", r.decision.decision);
+    const std::string figures = decision_figures(r.decision_json);
+    std::cout << fmt::format("\nDECISION: {}{}{}\n", r.decision.decision, figures.empty() ? "" : "  ", figures);
   }
   for (const std::string& reason : r.decision.reasons) std::cout << "  - " << reason << "\n";
   std::cout << fmt::format("\nbundle: {}\nplan digest: {}\nreport: {}\n", r.bundle.string(), r.plan_digest,

@@ -40,6 +40,19 @@ std::string speedup_text(double improvement_pct) {
   return f > 1.0 ? fmt::format("{:.2f}x faster", f) : fmt::format("{:.2f}x slower", 1.0 / f);
 }
 
+std::string decision_figures(const nlohmann::json& decision) {
+  std::vector<std::string> parts;
+  const nlohmann::json inputs = decision.value("inputs", nlohmann::json::object());
+  for (const nlohmann::json& w : inputs.value("ab", nlohmann::json::array())) {
+    if (!number(w, "improvement_pct") || !number(w, "ci_low_pct") || !number(w, "ci_high_pct")) continue;
+    const double imp = w["improvement_pct"].get<double>();
+    parts.push_back(fmt::format("{} {:+.2f}% [{:+.2f}, {:+.2f}] ({}, {})", w.value("workload", "?"), imp,
+                                w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>(), speedup_text(imp),
+                                w.value("verdict", "?")));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
 std::string comparison_table(const nlohmann::json& comparison, std::string_view other) {
   std::vector<std::vector<std::string>> rows;
   for (const nlohmann::json& w : comparison.value("workloads", nlohmann::json::array())) {

@@ -15,6 +15,11 @@ namespace kwb::cli {
 // A/B time ratio as a factor: improvement +75% is "4.00x faster", -406% is "5.06x slower".
 std::string speedup_text(double improvement_pct);
 
+// A decision's figures for its first line, from decision.json's A/B inputs: per workload with an estimate,
+// "decode +57.20% [+55.10, +59.30] (2.34x faster)", joined by "; "; empty when no workload has one (INVALID, not
+// built, identical).
+std::string decision_figures(const nlohmann::json& decision);
+
 // The table, one row per workload; `other` labels the second arm (B, or A' in an A/A).
 std::string comparison_table(const nlohmann::json& comparison, std::string_view other);
 

@@ -1,6 +1,7 @@
 #include "cli/mcp_tools.h"
 
 #include "cli/commands.h"
+#include "cli/comparison_text.h"
 #include "cli/options.h"
 #include "cli/schema_files.h"
 #include "ledger/ledger.h"
@@ -389,7 +390,8 @@ nlohmann::json output_schema(const Tool& t) {
               {"minimum", 0},
               {"maximum", 255},
               {"description", "kwb's exit status (docs/cli.md): 0 to 3 a verdict or decision (a result, whatever it "
-                              "says); above 3 the call failed (isError), e.g. 65 for a source that does not compile"}}},
+                              "says), and so is check's 65 for a source that does not compile (FAIL, build_failed); "
+                              "any other code above 3: the call failed (isError), e.g. a task that does not parse"}}},
             {"result",
              {{"anyOf", {{{"$ref", defs[t.result]["$id"]}}, {{"type", "null"}}}},
               {"description", fmt::format("The JSON `kwb {} --json` printed, unchanged (schemas/{}.schema.json); null "
@@ -554,6 +556,14 @@ std::string first_failure(const nlohmann::json& report) {
 
 }  // namespace
 
+bool is_build_failure_verdict(const std::string& tool, const nlohmann::json& out) {
+  if (tool != "check" || !out.is_object() || out.value("verdict", "") != "FAIL") return false;
+  for (const nlohmann::json& f : out.value("failures", nlohmann::json::array())) {
+    if (f.is_object() && f.value("reason", "") == "build_failed") return true;
+  }
+  return false;
+}
+
 std::string summary(const std::string& tool, const nlohmann::json& args, const nlohmann::json& out, int exit_code) {
   if (!out.is_object()) return fmt::format("kwb {} exited {} without a result", tool, exit_code);
   auto reasons = [&](const nlohmann::json& j, const char* key) {
@@ -588,7 +598,10 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
                                e.what());
       }
     }
-    return fmt::format("{} {}: {}. bundle: {}{}", tool, out.value("decision", "?"),
+    // The figure first (issue 41): "validate KEEP_CANDIDATE decode +57.20% [+55.10, +59.30] (2.34x faster, PASS)".
+    const std::string figures = decision_figures(out);
+    return fmt::format("{} {}{}{} [{}]: {}. bundle: {}{}", tool, out.value("decision", "?"), figures.empty() ? "" : " ",
+                       figures, fmt::join(out.value("reason_codes", nlohmann::json::array()), ", "),
                        fmt::join(reasons(out, "reasons"), "; "), bundle.string(), compiler);
   }
   if (tool == "compare") {

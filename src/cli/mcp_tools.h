@@ -44,6 +44,10 @@ nlohmann::json list_tasks(const nlohmann::json& arguments);
 
 // What an agent reads first about a finished call: the verdict or decision, the reasons, where the evidence is.
 // `output` is the JSON the verb printed (null when it printed none), `exit_code` its exit status.
+// Whether a call that exited above 3 still judged the candidate: check's FAIL with build_failed (exit 65, its JSON
+// printed). Such a call is a result (isError false), as a rejection is.
+bool is_build_failure_verdict(const std::string& tool, const nlohmann::json& output);
+
 std::string summary(const std::string& tool, const nlohmann::json& arguments, const nlohmann::json& output,
                     int exit_code);
 

@@ -149,8 +149,9 @@ async def run(kwb, src, tmp, task):
             require("improvement_pct" not in str(sc) and "workloads" not in sc, "and no metric")
             require("no metric" in control.content[0].text, "the text says rejected code has no metric")
 
-            # A source that does not compile: the call fails (exit 65), and the agent still gets the compiler's
-            # error lines, in the text and in the structured result.
+            # A source that does not compile: a verdict on the candidate, so a result (isError false) like any other
+            # rejection, with check's exit code 65 and the compiler's error lines, in the text and in the structured
+            # result.
             broken = os.path.join(tmp, "broken.cpp")
             with open(broken, "w") as f:
                 f.write('#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n'
@@ -158,7 +159,8 @@ async def run(kwb, src, tmp, task):
             compiler_line = re.compile(r"broken\.cpp:3:\d+: error: .*no_such_function")
             failed = await agent.call("check", {"task": task, "impl": broken})
             text = failed.content[0].text
-            require(failed.is_error and "exit 65" in text, f"a build failure is a failed call with its exit code: {text}")
+            require(not failed.is_error and failed.structured_content["exit_code"] == 65,
+                    f"a build failure is a result (a FAIL), not a failed call, with check's exit code 65: {text}")
             require("build_failed" in text and compiler_line.search(text),
                     f"and its text carries the compiler's error line: {text[:300]}")
             fsc = failed.structured_content
@@ -194,6 +196,14 @@ async def run(kwb, src, tmp, task):
                     and "no-such-task" in msc["stderr"] and "no-such-task" in missing.content[0].text,
                     f"a call that fails outright carries kwb's message: {missing.content[0].text[:200]}")
 
+            # compare of that source: REFUSED (exit 1) with build_failed, a result; nothing is timed.
+            nb = await agent.call("compare", {"task": task, "candidate": broken, "workloads": ["decode"],
+                                              "max_minutes": 0.05})
+            nbr = nb.structured_content["result"]
+            require(not nb.is_error and nb.structured_content["exit_code"] == 1 and nbr["verdict"] == "REFUSED"
+                    and "build_failed" in " ".join(nbr["refused"]) and nbr["workloads"] == [],
+                    f"compare of a source that does not compile is REFUSED with build_failed: {nb.content[0].text[:300]}")
+
             # compare against a control: both are checked first, and the rejected one is never timed.
             refused = await agent.call("compare", {"task": task, "candidate": f"{task}/cpu/controls/no_weight.cpp",
                                                    "workloads": ["decode"], "max_minutes": 0.05, "gate": "ci",
@@ -218,8 +228,12 @@ async def run(kwb, src, tmp, task):
                                               "no_profile": True},
                                  progress_callback=on_progress)
             require(not v.is_error, "validate ran")
-            require(v.structured_content["result"]["decision"] == "KEEP_CANDIDATE",
+            d_fast = v.structured_content["result"]
+            require(d_fast["decision"] == "KEEP_CANDIDATE",
                     f"validate of the fused kernel decides KEEP_CANDIDATE: {v.content[0].text}")
+            require(re.match(r"validate KEEP_CANDIDATE decode \+\d+\.\d\d% \[\+\d+\.\d\d, \+\d+\.\d\d\] "
+                             r"\(\d\.\d\dx faster, PASS\)", v.content[0].text),
+                    f"its first line carries the figure: {v.content[0].text[:200]}")
             require(bundle in v.content[0].text, "the result names the bundle")
             require(any("A/A" in m or "freeze" in m for m in progress if m),
                     f"progress notifications came during validate ({len(progress)})")
@@ -283,6 +297,39 @@ async def run(kwb, src, tmp, task):
             baseline = [i for i in plan["implementations"] if i["role"] == "baseline"]
             require(baseline and baseline[0]["identity"]["source_sha256"] == kept_sha,
                     "its baseline is the kept source, not the overwritten file")
+
+            # An optimization loop that branches on reason codes alone (docs/agents.md, "What a loop does next"):
+            # each outcome it meets maps to its own next step, read from decision.json's first reason code.
+            next_step = {"candidate_not_built": "fix the build", "candidate_fails_check": "fix the kernel",
+                         "identical_to_baseline": "discard the edit", "no_practical_difference": "discard the edit",
+                         "ab_below_bar": "try another idea", "all_passed": "keep it"}
+            same = os.path.join(tmp, "same.cpp")  # fused, plus an exported note: other code, the same speed
+            with open(os.path.join(src, task, "cpu/fused.cpp")) as f:
+                same_text = f.read() + '\nextern "C" KWB_EXPORT const char kwb_loop_note[] = "same kernel";\n'
+            with open(same, "w") as f:
+                f.write(same_text)
+            loop = [("compile error", broken, {}, "candidate_not_built"),
+                    ("wrong", f"{task}/cpu/controls/no_weight.cpp", {}, "candidate_fails_check"),
+                    ("identical", f"{task}/cpu/fused.cpp", {}, "identical_to_baseline"),
+                    ("same", same, {"same_margin_pct": 25}, "no_practical_difference"),
+                    ("slower", f"{task}/cpu/baseline.cpp", {}, "ab_below_bar")]
+            steps = {"faster": next_step[d_fast["reason_codes"][0]]}
+            for label, cand, extra, want in loop:
+                out = os.path.join(tmp, "loop-" + label.replace(" ", "-"))
+                r = await agent.call("validate", dict({"task": task, "candidate": cand, "output_dir": out,
+                                                       "workloads": ["decode"], "max_minutes": 0.1, "layouts": 2,
+                                                       "max_aa_difference_pct": 25, "against_incumbent": True,
+                                                       "no_profile": True}, **extra))
+                codes = r.structured_content["result"]["reason_codes"] if r.structured_content["result"] else []
+                require(not r.is_error and codes and codes[0] == want,
+                        f"the loop's {label} candidate is a result with reason code {want}: {r.content[0].text[:400]}")
+                require(r.content[0].text.startswith("validate KEEP_BASELINE") and want in r.content[0].text,
+                        f"its first line names the decision and the code: {r.content[0].text[:200]}")
+                steps[label] = next_step[codes[0]]
+            require(steps == {"faster": "keep it", "compile error": "fix the build", "wrong": "fix the kernel",
+                              "identical": "discard the edit", "same": "discard the edit",
+                              "slower": "try another idea"},
+                    f"reason codes alone tell the loop what to do next: {steps}")
 
             for name in ("list_tasks", "check", "compare", "validate", "verify", "keep", "history"):
                 require(agent.validated.get(name, 0) > 0, f"{name}'s results were checked against its output schema")
