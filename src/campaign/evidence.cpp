@@ -3,6 +3,7 @@
 #include "record/bundle_reader.h"
 #include "record/bundle_snapshot.h"
 #include "record/verify.h"
+#include "task/task.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -20,11 +21,25 @@ Evidence rejected(std::string detail) {
   return e;
 }
 
-// Why the bundle's plan is not this job's ("" when it is): task, backend, and both arms' sources by content.
+// Why the bundle's plan is not this job's ("" when it is): task (by name and by content), backend, and both arms'
+// sources by content.
 std::string other_job(const Plan& plan, const Job& job) {
   const PlannedImpl* cand = plan.impl(ImplRole::candidate);
   const PlannedImpl* base = plan.impl(ImplRole::baseline);
   if (plan.task.name != job.task) return fmt::format("its plan is of task {}, the job's is {}", plan.task.name, job.task);
+  // A task of the same name with a case or a control removed is another task (task_identity).
+  std::string identity;
+  try {
+    identity = load_task(job.task_dir).identity;
+  } catch (const std::exception& e) {
+    return fmt::format("the job's task folder {} cannot be read to check the task's identity: {}", job.task_dir,
+                       e.what());
+  }
+  if (plan.task.identity != identity) {
+    return fmt::format("its plan was made against task identity {}, but the job's task folder {} holds identity {} "
+                       "(another task of the same name, or the task changed)",
+                       plan.task.identity, job.task_dir, identity);
+  }
   if (plan.backend != job.backend) return fmt::format("its plan is on {}, the job's on {}", plan.backend, job.backend);
   if (cand == nullptr || cand->source_sha256() != job.candidate_sha256) {
     return fmt::format("its candidate's source has SHA-256 {}, the job's candidate {} has {}",

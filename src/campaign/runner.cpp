@@ -55,7 +55,7 @@ std::pair<std::string, std::string> resolve_baseline(const CampaignTask& t, cons
   if (t.baseline != "incumbent") return {t.baseline, sha256_file(t.baseline)};
   const std::optional<fs::path> ledger = ledger_path(task.dir);
   if (ledger && fs::is_regular_file(*ledger)) {
-    const std::vector<Incumbent> line = Ledger::open(*ledger).lineage(task.name, backend);
+    const std::vector<Incumbent> line = Ledger::open(*ledger).lineage(task.identity, backend);
     if (line.size() > 1) {
       const IncumbentSource src = incumbent_source_file(line, line.size() - 1);
       return {src.path.string(), line.back().source_sha256};

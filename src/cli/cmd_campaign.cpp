@@ -8,6 +8,7 @@
 #include "cli/ledger.h"
 #include "cli/options.h"
 #include "cli/terminal.h"
+#include "task/task.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/json_text.h"
@@ -97,7 +98,8 @@ void write_reports(const fs::path& storage) {
     const std::optional<fs::path> path = ledger_path(j.task_dir);
     if (!path || !fs::is_regular_file(*path)) continue;
     try {
-      in.lineages[j.task] = Ledger::open(*path).lineage(j.task, j.backend);
+      // The lineage is keyed by the task's identity: the folder's, as it is now.
+      in.lineages[j.task] = Ledger::open(*path).lineage(load_task(j.task_dir).identity, j.backend);
     } catch (const Error& e) {
       std::cerr << fmt::format("kwb campaign: warning: the lineage of {} is left out: {}\n", j.task, e.what());
     }

@@ -205,14 +205,39 @@ std::filesystem::path verified_source(const std::vector<Incumbent>& line, size_t
 
 }  // namespace
 
+namespace {
+
+// Why a lineage is empty although the ledger holds one under the task's name: the task changed, or is another task
+// of the same name (Ledger::other_lineages). "" when there is none.
+std::string changed_task_note(const Ledger& ledger, const Task& task, BackendKind backend) {
+  std::vector<std::string> parts;
+  for (const Ledger::OtherLineage& o : ledger.other_lineages(task.name, backend, task.identity)) {
+    parts.push_back(fmt::format("{} generation(s) kept under {} {} (last: {})", o.generations,
+                                o.task.size() == 64 ? "identity" : "the name", o.task.substr(0, 12), o.last_source));
+  }
+  if (parts.empty()) return "";
+  return fmt::format("task {} on {} has a lineage in this ledger that is not this task's: {}. The lineage is keyed by "
+                     "the task's content (task.toml, the oracle, baselines, controls: identity {} now), "
+                     "so a changed task, or another task of the same name, starts a lineage of its own at its "
+                     "baseline. To carry a kept kernel over, validate it against this task and keep that bundle: kwb "
+                     "validate {} --candidate SOURCE --against incumbent --output-dir DIR, then kwb keep DIR",
+                     task.name, backend, fmt::join(parts, "; "), task.identity.substr(0, 12), task.dir.string());
+}
+
+}  // namespace
+
 std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendKind backend) {
   const std::optional<std::filesystem::path> path = ledger_path(task.dir);
   if (!path) return std::nullopt;
-  const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, backend);
+  const Ledger ledger = Ledger::open(*path);
+  const std::vector<Incumbent> line = ledger.lineage(task.identity, backend);
   if (line.empty()) {
     std::cerr << fmt::format("kwb: nothing of task {} on {} kept yet in the ledger {}: the incumbent is the task's "
                              "baseline\n",
                              task.name, backend, path->string());
+    if (const std::string note = changed_task_note(ledger, task, backend); !note.empty()) {
+      std::cerr << "kwb: " << note << "\n";
+    }
     if (const std::string note = other_ledger_note(*path); !note.empty()) std::cerr << "kwb: " << note << "\n";
     return std::nullopt;
   }
@@ -232,7 +257,7 @@ Action add_revalidate(CLI::App& root) {
     const Task task = load_task(a->task_dir);
     const std::optional<std::filesystem::path> path = ledger_path(task.dir);
     if (!path) throw UsageError("KWB_LEDGER=none: there is no lineage to revalidate");
-    const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.name, a->timing.backend);
+    const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.identity, a->timing.backend);
     if (line.size() < 2) {
       throw UsageError(fmt::format("task {} on {}: nothing has been kept yet, so the incumbent is the original "
                                    "baseline (kwb keep makes one; the ledger is {})",
@@ -500,7 +525,12 @@ Action add_history(CLI::App& root) {
     Ledger ledger = open_ledger_or_throw(ledger_path(task.dir));
     if (filter) return print_runs(*a, task, *filter, ledger);
     const BackendKind backend = a->backend;
-    const std::vector<Incumbent> line = ledger.lineage(task.name, backend);
+    const std::vector<Incumbent> line = ledger.lineage(task.identity, backend);
+    if (line.empty()) {
+      if (const std::string note = changed_task_note(ledger, task, backend); !note.empty()) {
+        std::cerr << "kwb: " << note << "\n";
+      }
+    }
     const std::vector<LedgerRun> runs = ledger.runs(task.name, backend);
     if (a->json) {
       nlohmann::json l = nlohmann::json::array();

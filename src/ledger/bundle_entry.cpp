@@ -4,6 +4,7 @@
 #include "record/bundle_writer.h"
 #include "record/decision.h"
 #include "record/verify.h"
+#include "task/task.h"
 #include "util/error.h"
 #include "util/sha256.h"
 
@@ -88,7 +89,7 @@ IncumbentSource incumbent_source_file(const std::vector<Incumbent>& line, size_t
   const bool exists = std::filesystem::is_regular_file(src);
   if (exists && sha256_file(src) == i.source_sha256) return {src, ""};
   const std::string gone = fmt::format("generation {} of task {} on {} was kept from {}, which {}", i.generation,
-                                       i.task, i.backend, src.string(),
+                                       i.task_name.empty() ? i.task : i.task_name, i.backend, src.string(),
                                        exists ? "has changed since" : "no longer exists");
   // The copies of it the lineage's bundles hold: the bundle that kept it (its candidate), and the next
   // generation's (its baseline).
@@ -237,10 +238,33 @@ KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
   keep.kind = "keep";
   keep.started.clear();
   keep.finished.clear();
+  // The lineage is the task's by content (task_identity): the bundle's plan names the identity it was made against,
+  // and the task folder it names must still be that task, or the candidate was judged by another task than the one
+  // whose lineage it would extend.
+  const std::string& planned_identity = b.plan->task.identity;
+  std::string folder_identity, folder_problem;
+  try {
+    folder_identity = load_task(b.plan->task.dir).identity;
+  } catch (const std::exception& e) {
+    folder_problem = e.what();
+  }
   if (parse_decision(run.outcome) != DecisionKind::keep_candidate) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
     out.message = fmt::format("{} decided {}, not KEEP_CANDIDATE: its candidate is not kept", bundle.string(),
                               run.outcome);
+  } else if (!folder_problem.empty() || folder_identity != planned_identity) {
+    out.exit_code = static_cast<int>(ExitCode::rejected);
+    out.message =
+        folder_problem.empty()
+            ? fmt::format("not kept: the task changed since this bundle was made: its plan was made against task {} "
+                          "with identity {}, but the folder {} now holds identity {} (task.toml, the oracle, a "
+                          "baseline or a control differs). A changed task starts a lineage of its own: "
+                          "validate the candidate against the task as it is (kwb validate --against incumbent), and "
+                          "keep that bundle",
+                          run.task, planned_identity, b.plan->task.dir, folder_identity)
+            : fmt::format("not kept: the task folder {} this bundle was made against cannot be read ({}), so nothing "
+                          "says it is still task {} with identity {}",
+                          b.plan->task.dir, folder_problem, run.task, planned_identity);
   } else {
     // Generation 0 is the task's own baseline for the backend, as the plan's task manifest names it.
     Incumbent g0;
@@ -257,7 +281,8 @@ KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
       g0 = Incumbent{};
       g0.identity = "(the task's declared baseline)";
     }
-    Ledger::Promotion p = ledger.promote(run.task, run.backend, base.identity_key(), g0, next);
+    g0.task_name = next.task_name = run.task;
+    Ledger::Promotion p = ledger.promote(planned_identity, run.backend, base.identity_key(), g0, next);
     if (p.already) {
       // Keeping what is kept already asks for a state that holds: a retried keep is not an error.
       out.already = p.already;

@@ -99,6 +99,13 @@ ALTER TABLE runs ADD COLUMN host TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN boot_id TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN proc_start INTEGER NOT NULL DEFAULT 0;
 )SQL",
+    // 5 -> 6: lineages are keyed by the task's identity by content (task_identity: task.toml, the oracle, baselines
+    // and controls), not its name: the `task` column of a new row holds the identity and `task_name` the
+    // name as a label. Older rows keep the name as their key, which no identity reaches: a lineage starts anew, and
+    // other_lineages() names the old one so the terminal can say so.
+    R"SQL(
+ALTER TABLE incumbents ADD COLUMN task_name TEXT NOT NULL DEFAULT '';
+)SQL",
 };
 constexpr int k_known_versions = static_cast<int>(sizeof k_migrations / sizeof k_migrations[0]);
 static_assert(k_known_versions == Ledger::k_schema_version);
@@ -109,10 +116,16 @@ static_assert(k_known_versions == Ledger::k_schema_version);
 std::string lineage_seal_message(const std::string& task, BackendKind backend, int64_t generation,
                                  const Incumbent& i, const std::string& workloads_json, double improvement_pct,
                                  const std::string& previous_seal) {
-  return fmt::format("kwb lineage seal v1\ntask {}\nbackend {}\ngeneration {}\nidentity {}\nsource {}\n"
+  return fmt::format("kwb lineage seal v2\ntask {}\ntask_name {}\nbackend {}\ngeneration {}\nidentity {}\nsource {}\n"
                      "source_sha256 {}\nbundle {}\nkept {}\nworkloads {}\nimprovement_pct {:.17g}\nprevious {}\n",
-                     task, to_string(backend), generation, i.identity, i.source, i.source_sha256, i.bundle, i.kept,
-                     workloads_json, improvement_pct, previous_seal);
+                     task, i.task_name, to_string(backend), generation, i.identity, i.source, i.source_sha256,
+                     i.bundle, i.kept, workloads_json, improvement_pct, previous_seal);
+}
+
+// "rmsnorm (identity 1a2b3c4d5e6f)": a lineage as people know it, and its key.
+std::string lineage_label(const std::string& task_name, const std::string& key) {
+  if (task_name.empty()) return key;
+  return fmt::format("{} (identity {})", task_name, key.substr(0, 12));
 }
 
 std::string seal_with(const SigningKey& key, const std::string& message) {
@@ -663,8 +676,8 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
 std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind backend) const {
   std::vector<Incumbent> out;
   Statement s(m_db,
-              "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct, seal "
-              "FROM incumbents WHERE task = ? AND backend = ? ORDER BY generation",
+              "SELECT generation, identity, source, source_sha256, bundle, kept, workloads, improvement_pct, seal, "
+              "task_name FROM incumbents WHERE task = ? AND backend = ? ORDER BY generation",
               m_path);
   s.bind(1, task).bind(2, backend);
   double cumulative = 1.0;
@@ -685,6 +698,7 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind back
     i.workloads = workloads_from_json(nlohmann::json::parse(workloads_json, nullptr, false));
     i.improvement_pct = s.real(7).value_or(0.0);
     i.seal = s.text(8);
+    i.task_name = s.text(9);
     // The chain: generations 0, 1, 2, ... each sealed by a trusted key over itself and the seal before it.
     std::string why = generation == static_cast<int64_t>(out.size())
                           ? seal_problem(i.seal, lineage_seal_message(task, backend, generation, i, workloads_json,
@@ -699,7 +713,8 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind back
                               "believed. Restore the ledger from a copy, or delete the task's lineage (sqlite3 {} "
                               "\"DELETE FROM incumbents WHERE task = '{}' AND backend = '{}'\") and keep its "
                               "generations again from their bundles",
-                              m_path.string(), task, backend, generation, i.source, why, m_path.string(), task,
+                              m_path.string(), lineage_label(i.task_name, task), backend, generation, i.source, why,
+                              m_path.string(), task,
                               to_string(backend)));
     }
     previous_seal = i.seal;
@@ -707,6 +722,19 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind back
     i.cumulative_pct = (cumulative - 1.0) * 100.0;
     out.push_back(std::move(i));
   }
+  return out;
+}
+
+std::vector<Ledger::OtherLineage> Ledger::other_lineages(const std::string& task_name, BackendKind backend,
+                                                         const std::string& task) const {
+  std::vector<OtherLineage> out;
+  Statement s(m_db,
+              "SELECT task, COUNT(*), (SELECT source FROM incumbents AS last WHERE last.task = i.task AND "
+              "last.backend = i.backend ORDER BY generation DESC LIMIT 1) FROM incumbents AS i "
+              "WHERE (task_name = ? OR task = ?) AND backend = ? AND task != ? GROUP BY task ORDER BY task",
+              m_path);
+  s.bind(1, task_name).bind(2, task_name).bind(3, backend).bind(4, task);
+  while (s.step()) out.push_back({s.text(0), static_cast<int>(s.integer(1)), s.text(2)});
   return out;
 }
 
@@ -730,6 +758,7 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
       return p;
     }
     Incumbent g0 = generation0;
+    g0.task_name = candidate.task_name;
     g0.generation = 0;
     g0.improvement_pct = 0.0;
     g0.workloads.clear();
@@ -739,10 +768,10 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
     line.push_back(g0);
     Statement s(m_db,
                 "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-                "workloads, improvement_pct, seal) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0, ?)",
+                "workloads, improvement_pct, seal, task_name) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0, ?, ?)",
                 m_path);
     s.bind(1, task).bind(2, backend).bind(3, g0.identity).bind(4, g0.source).bind(5, g0.source_sha256);
-    s.bind(6, g0.kept).bind(7, g0.seal);
+    s.bind(6, g0.kept).bind(7, g0.seal).bind(8, g0.task_name);
     s.step();
   }
   const Incumbent& current = line.back();
@@ -789,11 +818,12 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
                                                          workloads_json, candidate.improvement_pct, current.seal));
   Statement s(m_db,
               "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-              "workloads, improvement_pct, seal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "workloads, improvement_pct, seal, task_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
               m_path);
   s.bind(1, task).bind(2, backend).bind(3, static_cast<int64_t>(candidate.generation)).bind(4, candidate.identity);
   s.bind(5, candidate.source).bind(6, candidate.source_sha256).bind(7, candidate.bundle).bind(8, candidate.kept);
   s.bind(9, workloads_json).bind(10, std::optional<double>(candidate.improvement_pct)).bind(11, candidate.seal);
+  s.bind(12, candidate.task_name);
   s.step();
   tx.commit();
   p.kept = std::move(candidate);

@@ -84,7 +84,8 @@ struct LedgerRun {
 };
 
 struct Incumbent {
-  std::string task;
+  std::string task;       // the lineage's key: the task's identity (task_identity, task/task.h)
+  std::string task_name;  // the task's name when the generation was kept: a label, never a key
   BackendKind backend = BackendKind::cpu;
   int generation = 0;
   std::string identity;       // build key
@@ -118,7 +119,7 @@ const std::vector<std::string>& run_outcomes();
 
 class Ledger {
 public:
-  static constexpr int k_schema_version = 5;
+  static constexpr int k_schema_version = 6;
 
   // Opens (creating it and its folder when missing) and migrates. Error(io_error) naming the file when it cannot be
   // opened, is not a kwb ledger, or was written by a newer kwb.
@@ -145,10 +146,23 @@ public:
   // The runs the filter matches, most recent first.
   std::vector<LedgerRun> find_runs(const RunFilter& filter) const;
 
-  // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept. Every row's seal is
-  // checked, chained from generation 0, against the keys this machine trusts: a row kwb keep did not write (inserted
-  // or edited with sqlite3, or copied from another ledger) is Error(data_error) naming the row, never skipped.
+  // The lineage of a task on a backend, generation 0 first; empty when nothing was ever kept. `task` is the key: the
+  // task's identity by content (Task::identity), so that a copy of the task under the same name with a case or a
+  // control removed, or the task after it changed, has a lineage of its own. Every row's seal is checked, chained
+  // from generation 0, against the keys this machine trusts: a row kwb keep did not write (inserted or edited with
+  // sqlite3, or copied from another ledger) is Error(data_error) naming the row, never skipped.
   std::vector<Incumbent> lineage(const std::string& task, BackendKind backend) const;
+
+  // The lineages kept under `task_name` on `backend` whose key is not `task` (the task as it was before it changed,
+  // or another task of that name): each one's key and its last generation as stored, unchecked (for a notice only:
+  // none of it becomes a baseline). Rows written before lineages were keyed by identity are keyed by the name.
+  struct OtherLineage {
+    std::string task;
+    int generations = 0;
+    std::string last_source;
+  };
+  std::vector<OtherLineage> other_lineages(const std::string& task_name, BackendKind backend,
+                                           const std::string& task) const;
 
   // Keeps `candidate` as the next generation, in one transaction that first reads the lineage: `decided_against`
   // (the identity of the baseline the bundle decided against) must be the current incumbent's identity, or, when
@@ -160,7 +174,8 @@ public:
     std::optional<Incumbent> already;
     std::string refused;
   };
-  // The rows it writes are sealed with the machine key (util/machine_key.h).
+  // The rows it writes are sealed with the machine key (util/machine_key.h); `task` is the lineage's key (see
+  // lineage()), and the candidate's task_name its label.
   Promotion promote(const std::string& task, BackendKind backend, const std::string& decided_against,
                     const Incumbent& generation0, Incumbent candidate);
 

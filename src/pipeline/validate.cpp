@@ -321,6 +321,7 @@ private:
     p.task.name = m_task.name;
     p.task.dir = m_task.dir.string();
     p.task.manifest_sha256 = m_task.manifest_sha256;
+    p.task.identity = m_task.identity;
     p.task.manifest = read_file(m_task.manifest);
     const nlohmann::json oracle = oracle_record(m_task);
     p.task.oracle = {oracle.at("source").get<std::string>(), oracle.at("source_sha256").get<std::string>(),

@@ -75,6 +75,7 @@ struct PlannedTolerance {
 struct PlanTask {
   std::string name;
   std::string dir;
+  std::string identity;  // task_identity (task/task.h): the lineage keep extends is this one's
   std::string manifest_sha256;
   std::string manifest;  // the manifest's text
   PlanOracle oracle;
@@ -216,6 +217,7 @@ template <typename V>
 void describe(V& v, PlanTask& x) {
   v("name", x.name);
   v("dir", x.dir);
+  v("identity", x.identity);
   v("manifest_sha256", x.manifest_sha256);
   v("manifest", x.manifest);
   v("oracle", x.oracle);

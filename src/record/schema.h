@@ -17,7 +17,8 @@ inline constexpr const char* k_final_schema = "kwb.final";
 // 4: the timed and held-out data come from a secret drawn at run time: plan.json's seeds hold its commitment
 // (data_commitment) in place of timing_nonce and final_nonce, and decision.json reveals it (data_secret).
 // 5: plan.json's gates hold same_margin_pct, the A/B's margin of no practical difference (SAME), which verify
-// replays; decision.json's inputs hold it too.
+// replays; decision.json's inputs hold it too; plan.json's task holds its identity (task_identity, task/task.h), the
+// lineage keep extends.
 inline constexpr int k_bundle_schema_version = 5;
 
 // A check's report (check --json, a bundle's checks/*.json), versioned on its own; verify refuses another version.

@@ -1012,7 +1012,20 @@ Task load_task(const fs::path& dir_in) {
   read_cases(task, top, file);
   read_backends(task, top, file);
   top.reject_unknown_keys();
+  task.identity = task_identity(task);
   return task;
+}
+
+std::string task_identity(const Task& task) {
+  std::string text = fmt::format("kwb task identity v1\nmanifest {}\noracle {}\n", task.manifest_sha256,
+                                 task.oracle_sha256);
+  for (const auto& [backend, impls] : task.backends) {  // a map: in BackendKind order
+    text += fmt::format("{} baseline {}\n", to_string(backend), sha256_file(impls.baseline));
+    for (const ControlSpec& c : impls.controls) {
+      text += fmt::format("{} control {} {}\n", to_string(backend), c.name, sha256_file(c.source));
+    }
+  }
+  return sha256_hex(text);
 }
 
 std::string constraint_violation(const std::map<std::string, DimConstraint>& constraints,

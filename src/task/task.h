@@ -135,6 +135,9 @@ struct Task {
   std::filesystem::path dir;
   std::filesystem::path manifest;
   std::string manifest_sha256;
+  // What the task is, by content (task_identity): the lineage's key (ledger/ledger.h) and plan.json's task.identity,
+  // so that a copy of the task under the same name with a case or a control removed is another task.
+  std::string identity;
   std::string name;
   std::string description;
   std::filesystem::path oracle;  // absolute; the reference implementation (include/kwb/oracle.h)
@@ -157,6 +160,12 @@ struct Task {
   // its role = "timing" ones when `list_timing`, as for --workload).
   const Case& require_case(const std::string& option, const std::string& name, bool list_timing) const;
 };
+
+// SHA-256 of what defines the task: task.toml (its cases, dims, tolerances and laws), the oracle's source, and per
+// backend the baseline's and every control's source (a control written as a change: the text kwb wrote). The name
+// and the folder are labels, not part of it; so is the reference implementation, which judges nothing (a loop may
+// well overwrite it with its own next attempt). load_task sets Task::identity to it.
+std::string task_identity(const Task& task);
 
 // The most bytes the tensors of one case (inputs and outputs together) may take: kwb holds several copies of them at
 // once (input sets and their twins, input slots, expected outputs), and a size past what any machine has would fail

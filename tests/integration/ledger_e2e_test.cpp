@@ -77,6 +77,56 @@ protected:
   fs::path m_task;
 };
 
+// Task identity by content (issue 40, item 2). The attack: a copy of the task under the same name, with a
+// correctness case and a control removed, validated into the same ledger (a shared KWB_LEDGER, a documented setup)
+// and kept. Keyed by name, that made the real task's incumbent a kernel the real task never judged. Keyed by the
+// task's content, the copy's keep extends the copy's own lineage: the real task's incumbent stays its baseline, and
+// history says a lineage of the same name is not this task's. A bundle whose task folder changed after the validate
+// is refused by keep, naming both identities.
+TEST_F(LedgerE2e, a_weakened_copy_of_the_task_keeps_into_its_own_lineage_never_the_real_tasks) {
+  const fs::path weak = m_dir / "weak" / "rmsnorm";
+  fs::create_directories(weak.parent_path());
+  fs::copy(m_task, weak, fs::copy_options::recursive);
+  std::string manifest = read_file(weak / "task.toml");
+  for (const std::string& block : {std::string("[[cases]]\nname = \"zeros\"\n"),
+                                  std::string("[[backends.cpu.controls]]\nname = \"no_eps\"\n")}) {
+    const size_t at = manifest.find(block);
+    ASSERT_NE(at, std::string::npos) << block;
+    manifest.erase(at, manifest.find("\n\n", at) + 2 - at);  // the block, to its blank line
+  }
+  write_file_atomic(weak / "task.toml", manifest);
+  KwbRun v = run_kwb({"validate", weak.string(), "--candidate", (weak / "cpu" / "baseline.cpp").string(),
+                      "--output-dir", (m_dir / "weak-bundle").string(), "--workload", "decode", "--max-minutes",
+                      "0.2", "--max-aa-difference-pct", "25", "--layouts", "2", "--no-profile", "--against=incumbent",
+                      "--json"});
+  ASSERT_EQ(v.json.value("decision", ""), "KEEP_CANDIDATE") << v.output << v.errors;
+  const std::string weak_identity =
+      nlohmann::json::parse(read_file(m_dir / "weak-bundle" / "plan.json"))["task"]["identity"];
+
+  // The copy's folder changes after its validate: keep refuses, naming the identity the plan was made against.
+  write_file_atomic(weak / "task.toml", manifest + "\n# edited after the validate\n");
+  KwbRun changed = run_kwb({"keep", (m_dir / "weak-bundle").string()});
+  EXPECT_EQ(changed.exit_code, 1) << changed.output << changed.errors;
+  EXPECT_NE(changed.output.find("the task changed since this bundle was made"), std::string::npos) << changed.output;
+  EXPECT_NE(changed.output.find(weak_identity), std::string::npos) << changed.output;
+  write_file_atomic(weak / "task.toml", manifest);
+
+  KwbRun kept = run_kwb({"keep", (m_dir / "weak-bundle").string(), "--json"});
+  ASSERT_EQ(kept.exit_code, 0) << kept.output << kept.errors;
+  EXPECT_EQ(kept.json["incumbent"]["generation"], 1) << kept.output;
+
+  // The real task (same name, same ledger) has kept nothing: its incumbent is its own baseline, and it says why the
+  // lineage of that name is not its own.
+  KwbRun h = run_kwb({"history", m_task.string(), "--json"});
+  ASSERT_EQ(h.exit_code, 0) << h.output << h.errors;
+  EXPECT_TRUE(h.json["lineage"].empty()) << h.output;
+  EXPECT_NE(h.errors.find("has a lineage in this ledger that is not this task's"), std::string::npos) << h.errors;
+  EXPECT_NE(h.errors.find(weak_identity.substr(0, 12)), std::string::npos) << h.errors;
+  // The copy's own history shows its generation 1.
+  KwbRun hw = run_kwb({"history", weak.string(), "--json"});
+  ASSERT_EQ(hw.json["lineage"].size(), 2u) << hw.output;
+}
+
 TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_bundle_is_refused) {
   KwbRun v1 = run_kwb(validate_args("baseline.cpp", "gen1", true));
   ASSERT_EQ(v1.json.value("decision", ""), "KEEP_CANDIDATE") << v1.output << v1.errors;

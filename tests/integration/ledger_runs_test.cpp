@@ -270,8 +270,11 @@ TEST_F(LedgerRuns, an_overwritten_incumbent_is_validated_against_from_its_bundle
     i.source_sha256 = impl["identity"]["source_sha256"].get<std::string>();
   }
   g1.bundle = (m_dir / "b0").string();
+  g0.task_name = g1.task_name = "rmsnorm";  // the label keep gives a generation
   ASSERT_EQ(g1.source, kept.string());
-  ASSERT_TRUE(Ledger::open(m_ledger).promote("rmsnorm", BackendKind::cpu, g0.identity, g0, g1).kept);
+  // The lineage's key is the task's identity, as plan.json records it (task/task.h).
+  const std::string task_identity = plan["task"]["identity"].get<std::string>();
+  ASSERT_TRUE(Ledger::open(m_ledger).promote(task_identity, BackendKind::cpu, g0.identity, g0, g1).kept);
   const fs::path copy = m_dir / "b0" / "artifacts" / (g1.source_sha256 + ".cpp");
   ASSERT_TRUE(fs::is_regular_file(copy));
 
