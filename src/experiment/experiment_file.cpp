@@ -23,7 +23,7 @@ bool is_name(const std::string& s) {
 
 ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, const fs::path& base) {
   const std::string where = fmt::format("arms[{}]", index);
-  r.only(t, where, {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds"});
+  r.only(t, where, {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds", "work_quota_mib"});
   ExperimentArm a;
   a.line = line_of(t);
   a.name = r.text(t, "name", where + ".name").value_or("");
@@ -68,6 +68,7 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
   }
   a.timeout_seconds = r.number(t, "timeout_seconds", where + ".timeout_seconds", 1.0, 86400.0).value_or(300.0);
   a.cpu_seconds = r.number(t, "cpu_seconds", where + ".cpu_seconds", 1.0, 86400.0).value_or(600.0);
+  a.work_quota_mib = r.number(t, "work_quota_mib", where + ".work_quota_mib", 1.0, 1048576.0).value_or(256.0);
   return a;
 }
 

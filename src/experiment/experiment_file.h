@@ -24,6 +24,9 @@ struct ExperimentArm {
   std::vector<std::filesystem::path> files;                // absolute
   double timeout_seconds = 300.0;                          // one generator run's wall-clock limit
   double cpu_seconds = 600.0;                              // one generator run's CPU limit (RLIMIT_CPU)
+  // Its work folder's quota (every regular file's bytes together), checked after each run: past it the attempt is
+  // a violation and the folder is reset (GeneratorSpec::work_quota_bytes).
+  double work_quota_mib = 256.0;
   int line = 0;
 };
 

@@ -117,20 +117,30 @@ struct DirCloser {
 };
 using DirPtr = std::unique_ptr<DIR, DirCloser>;
 
-// Makes uid:gid the owner of `root` and of everything below it. Every name is looked at and changed relative to its
-// folder's descriptor, never following a symbolic link (a link's own owner changes, not its target's), and folders
-// are opened O_NOFOLLOW: nothing outside `root` can be reached, whatever the tree holds. Handing over
-// (`handing_over`), a file with a second name is refused: chowning it would hand the other name's file to the
-// generator's user too. Taking back, every entry also loses its write permission for group and others and its
-// set-id bits (the kernel drops set-id bits on chown too), so that what the generator left writable by all is not
-// left so under kwb's user. Nothing races either walk: the generator's processes are not running yet, or are gone.
-void chown_tree(const fs::path& root, uid_t uid, gid_t gid, bool handing_over) {
+// What a walk of the writable folder found past its bounds (GeneratorSpec::work_quota_bytes, k_max_work_depth).
+struct FolderWalk {
+  std::vector<std::string> problems;
+  std::uint64_t bytes = 0;
+};
+
+// Walks `root` and everything below it, to at most k_max_work_depth folders deep, with one descriptor per level (so
+// a tree of any depth costs at most that many), never following a symbolic link: every name is looked at relative to
+// its folder's descriptor, and folders are opened O_NOFOLLOW, so nothing outside `root` can be reached. It records
+// what is past the folder's bounds: a file with a second name (a hard link), a folder deeper than the bound (not
+// descended), more bytes than the quota. With an owner (`uid`), it also makes uid:gid the owner of every entry it
+// walks; taking back (`handing_over` false), every entry also loses its write permission for group and others and
+// its set-id bits (the kernel drops set-id bits on chown too), so that what the generator left writable by all is not
+// left so under kwb's user. Nothing races a walk: the generator's processes are not running yet, or are gone.
+FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>> owner, bool handing_over,
+                     std::uint64_t quota_bytes) {
   constexpr mode_t k_stripped = S_IWGRP | S_IWOTH | S_ISUID | S_ISGID;
   const auto fail = [&](const std::string& what, int e) {
-    throw Error(ExitCode::io_error, fmt::format("cannot make uid {} the owner of {} (the generator's writable folder) "
-                                                "and everything in it: {}: {}",
-                                                uid, root.string(), what, std::strerror(e)));
+    throw Error(ExitCode::io_error, fmt::format("cannot walk {} (the generator's writable folder){}: {}: {}",
+                                                root.string(),
+                                                owner ? fmt::format(" to make uid {} its owner", owner->first) : "",
+                                                what, std::strerror(e)));
   };
+  FolderWalk out;
   const int top = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (top < 0) fail(root.string(), errno);
   DirPtr first(::fdopendir(top));
@@ -139,10 +149,12 @@ void chown_tree(const fs::path& root, uid_t uid, gid_t gid, bool handing_over) {
     ::close(top);
     fail(root.string(), e);
   }
-  if (::fchown(top, uid, gid) != 0) fail(root.string(), errno);
-  struct stat top_st{};
-  if (!handing_over && (::fstat(top, &top_st) != 0 || ::fchmod(top, top_st.st_mode & 07777 & ~k_stripped) != 0)) {
-    fail(root.string(), errno);
+  if (owner) {
+    if (::fchown(top, owner->first, owner->second) != 0) fail(root.string(), errno);
+    struct stat top_st{};
+    if (!handing_over && (::fstat(top, &top_st) != 0 || ::fchmod(top, top_st.st_mode & 07777 & ~k_stripped) != 0)) {
+      fail(root.string(), errno);
+    }
   }
   struct Frame {
     DirPtr dir;
@@ -150,6 +162,7 @@ void chown_tree(const fs::path& root, uid_t uid, gid_t gid, bool handing_over) {
   };
   std::vector<Frame> stack;
   stack.push_back({std::move(first), root});
+  bool too_deep = false;
   while (!stack.empty()) {
     DIR* d = stack.back().dir.get();
     errno = 0;
@@ -166,6 +179,14 @@ void chown_tree(const fs::path& root, uid_t uid, gid_t gid, bool handing_over) {
     struct stat st{};
     if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) fail(path.string(), errno);
     if (S_ISDIR(st.st_mode)) {
+      if (static_cast<int>(stack.size()) >= k_max_work_depth) {
+        if (!too_deep) {
+          out.problems.push_back(fmt::format("folders nested deeper than {} levels ({})", k_max_work_depth,
+                                             path.string()));
+        }
+        too_deep = true;
+        continue;  // not descended: the walk's descriptors stay bounded
+      }
       const int sub = ::openat(dfd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (sub < 0) fail(path.string(), errno);
       DirPtr subdir(::fdopendir(sub));
@@ -174,24 +195,52 @@ void chown_tree(const fs::path& root, uid_t uid, gid_t gid, bool handing_over) {
         ::close(sub);
         fail(path.string(), err);
       }
-      if (::fchown(sub, uid, gid) != 0) fail(path.string(), errno);
-      if (!handing_over && ::fchmod(sub, st.st_mode & 07777 & ~k_stripped) != 0) fail(path.string(), errno);
+      if (owner) {
+        if (::fchown(sub, owner->first, owner->second) != 0) fail(path.string(), errno);
+        if (!handing_over && ::fchmod(sub, st.st_mode & 07777 & ~k_stripped) != 0) fail(path.string(), errno);
+      }
       stack.push_back({std::move(subdir), path});
       continue;
     }
-    if (handing_over && st.st_nlink > 1) {
-      throw Error(ExitCode::data_error,
-                  fmt::format("{} in the generator's writable folder has {} names (hard links): the folder is handed "
-                              "to the generator's own user, which would then own the file under its other names too; "
-                              "give the generator a fresh folder",
-                              path.string(), st.st_nlink));
+    if (st.st_nlink > 1) {
+      // Handed over, its owner would own the file under its other names too; left in the folder, it would make
+      // every later hand-over refuse the folder.
+      out.problems.push_back(fmt::format("{} has {} names (a hard link)", path.string(), st.st_nlink));
+      continue;  // never chowned
     }
-    if (::fchownat(dfd, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) fail(path.string(), errno);
+    if (S_ISREG(st.st_mode)) out.bytes += static_cast<std::uint64_t>(st.st_size);
+    if (!owner) continue;
+    if (::fchownat(dfd, name.c_str(), owner->first, owner->second, AT_SYMLINK_NOFOLLOW) != 0) {
+      fail(path.string(), errno);
+    }
     // Not a symbolic link (looked at above, and nothing can have replaced it), so fchmodat changes this very entry.
     if (!handing_over && !S_ISLNK(st.st_mode) && (st.st_mode & k_stripped) != 0 &&
         ::fchmodat(dfd, name.c_str(), st.st_mode & 07777 & ~k_stripped, 0) != 0) {
       fail(path.string(), errno);
     }
+  }
+  if (out.bytes > quota_bytes) {
+    out.problems.push_back(fmt::format("{} bytes in its files, over the folder's quota of {} bytes", out.bytes,
+                                       quota_bytes));
+  }
+  return out;
+}
+
+// Empties `root` (kwb's user owns it again, with the mode it had): rm -rf (coreutils, which removes a tree of any
+// depth with a bounded number of descriptors and never follows a symbolic link), then the folder made again.
+void reset_folder(const fs::path& root) {
+  struct stat st{};
+  if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    throw Error(ExitCode::io_error, fmt::format("cannot reset {} (the generator's writable folder): {}",
+                                                root.string(), std::strerror(errno)));
+  }
+  const CommandResult r =
+      run_command({"/bin/rm", "-rf", "--one-file-system", "--", root.string()}, std::chrono::minutes(10));
+  std::error_code ec;
+  if (r.exit_code != 0 || fs::exists(root, ec) || ::mkdir(root.c_str(), st.st_mode & 07777) != 0 ||
+      ::chmod(root.c_str(), st.st_mode & 07777) != 0) {
+    throw Error(ExitCode::io_error, fmt::format("cannot reset {} (the generator's writable folder): rm exited {}: {}",
+                                                root.string(), r.exit_code, r.output));
   }
 }
 
@@ -593,12 +642,22 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
   UniqueFd output(fds[0]), output_write(fds[1]);
 
   const fs::path writable = normal_path(spec.writable);
+  // Before the run: what a run kwb did not see end left past the folder's bounds (a hard link, a deep tree, too many
+  // bytes) is reset, so that it neither wedges this run's hand-over nor counts against this run.
+  if (!walk_tree(writable, std::nullopt, false, spec.work_quota_bytes).problems.empty()) reset_folder(writable);
   bool handed_over = false;
   // Takes the writable folder back from the generator's user (kwb's own user owns it again, so that nothing the
-  // generator left there can be changed by whoever gets that user's id next). The generator is gone by then.
+  // generator left there can be changed by whoever gets that user's id next), and checks it against its bounds: a
+  // folder past them is reset, and the run's result says why. The generator is gone by then.
   const auto take_back = [&] {
-    if (handed_over) chown_tree(writable, ::geteuid(), ::getegid(), false);
+    const std::optional<std::pair<uid_t, gid_t>> owner =
+        handed_over ? std::optional(std::pair{::geteuid(), ::getegid()}) : std::nullopt;
     handed_over = false;
+    FolderWalk w = walk_tree(writable, owner, false, spec.work_quota_bytes);
+    if (!w.problems.empty()) {
+      reset_folder(writable);
+      result.folder_problems = std::move(w.problems);
+    }
   };
 
   ChildSpec child;
@@ -614,7 +673,12 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
     child.before_exec = [&](pid_t pid) {
       const WorkerUser user = worker_user_of(pid);
       handed_over = true;
-      chown_tree(writable, user.uid, user.gid, true);
+      const FolderWalk w = walk_tree(writable, std::pair{user.uid, user.gid}, true, spec.work_quota_bytes);
+      if (!w.problems.empty()) {  // reset just before; only a change since could leave one
+        throw Error(ExitCode::io_error, fmt::format("the generator's writable folder {} changed while it was handed "
+                                                    "over: {}",
+                                                    writable.string(), w.problems.front()));
+      }
     };
   }
 

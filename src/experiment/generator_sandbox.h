@@ -47,6 +47,11 @@ struct GeneratorSpec {
   std::uint64_t cpu_seconds = 120;                 // RLIMIT_CPU, per process
   std::uint64_t file_size_bytes = 64ull << 20;     // RLIMIT_FSIZE
   std::size_t max_output_bytes = 256 << 10;
+  // The writable folder's bounds, checked when kwb takes it back after the run (and before a run, for what a run
+  // kwb did not see end left): every regular file's bytes together at most work_quota_bytes, no folder deeper than
+  // k_max_work_depth below it, no file with a second name (a hard link). A folder past one is reset (emptied) and
+  // the run's result says why (GeneratorResult::folder_problems): the generator's doing, never kwb's error.
+  std::uint64_t work_quota_bytes = 256ull << 20;
   // RLIMIT_NPROC (a fork bomb), applied only when kwb is root: then the generator's user is its own, and the count
   // is the sandbox's alone (otherwise it would count every process of the invoking user).
   std::uint64_t max_processes = 4096;
@@ -77,7 +82,13 @@ struct GeneratorResult {
   std::vector<SandboxViolation> violations;
   // Distinct violations beyond those 100 (exactly up to 65 536 of them; past that, every attempt counts).
   std::size_t violations_dropped = 0;
+  // What the generator left in its writable folder past the folder's bounds (GeneratorSpec::work_quota_bytes): one
+  // sentence each; the folder was reset. Empty when it kept within them.
+  std::vector<std::string> folder_problems;
 };
+
+// The deepest a generator's writable folder may nest (folders below it); deeper is a folder problem.
+inline constexpr int k_max_work_depth = 32;
 
 // Runs the generator in its sandbox on the calling thread, which must be kwb's main thread (util/subprocess.h), and
 // returns once it and everything it started are gone. Throws Error(ExitCode::unavailable) with what to install or

@@ -137,6 +137,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
                     {"env", env},
                     {"timeout_seconds", a.timeout_seconds},
                     {"cpu_seconds", a.cpu_seconds},
+                    {"work_quota_mib", a.work_quota_mib},
                     {"files", frozen_file_list(dir)}});
   }
   nlohmann::json validate = nlohmann::json::array();

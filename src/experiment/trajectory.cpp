@@ -181,6 +181,8 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   g.writable = t.work();
   g.wall = std::chrono::milliseconds(static_cast<std::int64_t>(t.arm["timeout_seconds"].get<double>() * 1000.0));
   g.cpu_seconds = static_cast<std::uint64_t>(std::ceil(t.arm["cpu_seconds"].get<double>()));
+  // An experiment frozen before the quota existed gets the default.
+  g.work_quota_bytes = static_cast<std::uint64_t>(t.arm.value("work_quota_mib", 256.0) * 1024.0 * 1024.0);
   g.env = {{"KWB_TASK_DIR", t.public_dir.string()},
            {"KWB_TASK", t.task["name"].get<std::string>()},
            {"KWB_BACKEND", t.plan["settings"]["backend"].get<std::string>()},
@@ -208,7 +210,8 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   }
   a["generator"] = {{"exit_code", gr.exit_code}, {"signal", gr.signal}, {"timed_out", gr.timed_out},
                     {"wall_seconds", gr.wall_seconds}, {"cpu_seconds", gr.cpu_seconds},
-                    {"violations", violations}, {"violations_dropped", gr.violations_dropped}};
+                    {"violations", violations}, {"violations_dropped", gr.violations_dropped},
+                    {"folder_problems", gr.folder_problems}};
 
   std::string why;
   const std::optional<std::string> source = read_generated_file(t.work(), out_name, k_max_candidate_bytes, why);
@@ -225,7 +228,14 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   }
 
   AttemptCategory category = AttemptCategory::no_candidate;
-  if (!gr.violations.empty()) {
+  if (!gr.folder_problems.empty()) {
+    // The generator's folder is its own problem, not the experiment's: this attempt's violation, and the folder was
+    // reset for the next one (a hard link, a tree past the depth bound, bytes past the arm's quota).
+    category = AttemptCategory::sandbox;
+    a["detail"] = fmt::format("the generator left its work folder past its bounds ({}): the folder is reset and its "
+                              "candidate discarded",
+                              fmt::join(gr.folder_problems, "; "));
+  } else if (!gr.violations.empty()) {
     category = AttemptCategory::sandbox;
     a["detail"] = fmt::format("the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate "
                               "is discarded",

@@ -182,6 +182,58 @@ TEST_F(GeneratorSandboxTest, output_is_capped_and_says_so) {
   EXPECT_LT(r.output.size(), 1100u);
 }
 
+// A generator's folder is its own problem, not the experiment's (issue 40, item 6): a hard link, a tree deeper than
+// the bound, bytes past the quota are the run's folder problems, the folder is reset, and the next run starts clean.
+// Before, a hard link made every later hand-over exit 65, and an 1800-deep tree exhausted kwb's descriptors (74).
+TEST_F(GeneratorSandboxTest, a_hard_link_left_in_the_folder_is_the_runs_problem_and_the_folder_is_reset) {
+  const GeneratorResult r = run_generator(sh("echo x > a && ln a b && echo done"));
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_EQ(r.folder_problems.size(), 2u) << describe(r);  // both names of the file
+  EXPECT_NE(r.folder_problems[0].find("has 2 names (a hard link)"), std::string::npos) << r.folder_problems[0];
+  EXPECT_TRUE(fs::is_directory(m_out));
+  EXPECT_TRUE(fs::is_empty(m_out));
+  const GeneratorResult next = run_generator(sh("echo y > c"));
+  EXPECT_EQ(next.exit_code, 0) << describe(next);
+  EXPECT_TRUE(next.folder_problems.empty()) << describe(next);
+  EXPECT_TRUE(fs::is_regular_file(m_out / "c"));
+}
+
+TEST_F(GeneratorSandboxTest, a_tree_1800_folders_deep_is_the_runs_problem_and_costs_kwb_no_descriptors) {
+  const GeneratorResult r = run_generator(sh("mkdir -p $(printf 'd/%.0s' $(seq 1800)) && echo deep"));
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_EQ(r.folder_problems.size(), 1u) << describe(r);
+  EXPECT_NE(r.folder_problems[0].find("folders nested deeper than 32 levels"), std::string::npos)
+      << r.folder_problems[0];
+  EXPECT_TRUE(fs::is_empty(m_out));
+}
+
+TEST_F(GeneratorSandboxTest, bytes_past_the_quota_are_the_runs_problem_and_the_folder_is_reset) {
+  GeneratorSpec s = sh("for f in 1 2 3; do head -c 600000 /dev/zero > f$f; done");
+  s.work_quota_bytes = 1 << 20;
+  const GeneratorResult r = run_generator(s);
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  ASSERT_EQ(r.folder_problems.size(), 1u) << describe(r);
+  EXPECT_NE(r.folder_problems[0].find("1800000 bytes in its files, over the folder's quota of 1048576 bytes"),
+            std::string::npos)
+      << r.folder_problems[0];
+  EXPECT_TRUE(fs::is_empty(m_out));
+  s = sh("head -c 600000 /dev/zero > kept");  // within the quota: kept
+  const GeneratorResult within = run_generator(s);
+  EXPECT_TRUE(within.folder_problems.empty()) << describe(within);
+  EXPECT_TRUE(fs::is_regular_file(m_out / "kept"));
+}
+
+// What a run kwb did not see end left (a hard link here) is reset before the next run, never refused at hand-over.
+TEST_F(GeneratorSandboxTest, a_hard_link_left_before_the_run_is_reset_and_the_run_goes_on) {
+  write_text(m_out / "a", "x");
+  fs::create_hard_link(m_out / "a", m_out / "b");
+  const GeneratorResult r = run_generator(sh("ls; echo ran"));
+  EXPECT_EQ(r.exit_code, 0) << describe(r);
+  EXPECT_NE(r.output.find("ran"), std::string::npos) << describe(r);
+  EXPECT_EQ(r.output.find("a\n"), std::string::npos) << describe(r);
+  EXPECT_TRUE(r.folder_problems.empty()) << describe(r);
+}
+
 TEST_F(GeneratorSandboxTest, a_working_folder_outside_the_binds_is_refused_before_anything_runs) {
   GeneratorSpec s = sh("true");
   s.cwd = m_secret;
