@@ -564,7 +564,8 @@ private:
     const json& g = object_field(*cmp, "gate");
     const PlanGates& pg = m_plan.gates;
     if (str_field(g, "kind") != gate_kind() || !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
-        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) || !close_enough(num_field(g, "alpha"), pg.alpha) ||
+        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) ||
+        !close_enough(num_field(g, "alpha"), pg.alpha) ||
         (version_of(*cmp) >= 6 && !close_enough(num_field(g, "same_margin_pct"), pg.same_margin_pct))) {
       problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
                           "+-{}%)",
