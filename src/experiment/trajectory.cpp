@@ -3,6 +3,9 @@
 
 #include "campaign/runner.h"
 #include "experiment/generator_sandbox.h"
+#include "record/bundle_reader.h"
+#include "record/bundle_snapshot.h"
+#include "record/verify.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/interrupt.h"
@@ -119,6 +122,7 @@ std::vector<std::string> final_check_reasons(const fs::path& bundle) {
 struct ValidateOutcome {
   std::optional<nlohmann::json> decision;
   std::optional<LogSpeedup> ab;
+  std::vector<std::string> final_reasons;  // the final check's failure reasons (final_check_reasons)
   int exit_code = -1;
   double seconds = 0.0;
   std::string error;  // kwb's own failure, when there is no decision
@@ -133,14 +137,47 @@ ValidateOutcome run_validate(const Trajectory& t, const std::vector<std::string>
   write_file_atomic(log_dir / "validate.stdout", r.output);
   write_file_atomic(log_dir / "validate.stderr", r.errors);
   const fs::path bundle = log_dir / "bundle";
-  o.decision = read_json(bundle / "decision.json");
-  if (!o.decision) {
+  if (!fs::is_regular_file(bundle / "decision.json")) {
     o.error = r.timed_out ? "kwb validate ran past the trajectory's run limit"
                           : fmt::format("kwb validate exited with {} and left no decision: {}", r.exit_code,
                                         tail(r.errors, 400));
     return o;
   }
-  if (std::optional<nlohmann::json> ab = read_json(bundle / "comparisons" / "ab.json")) o.ab = comparison_log_speedup(*ab);
+  // Read once (record/bundle_snapshot.h): the attempt is judged on one private copy, whatever the folder does
+  // meanwhile; the copy must verify, and must be this run's: its plan's command line is the one run here (every
+  // argument after the program's path: the workloads, gates, bars, budgets, layouts, seed and this --output-dir), so
+  // a genuine bundle made under weaker rules and put in its place is not taken.
+  std::string unreadable;
+  const std::optional<BundleSnapshot> snapshot = BundleSnapshot::take(bundle, unreadable);
+  if (!snapshot) {
+    o.error = "the attempt's bundle cannot be read whole: " + unreadable;
+    return o;
+  }
+  const VerifyReport v = verify_bundle(snapshot->path());
+  if (!v.ok()) {
+    o.error = fmt::format("the attempt's bundle does not verify ({} problem(s)): {}", v.problems.size(),
+                          v.problems.front());
+    return o;
+  }
+  const BundleData b = read_bundle(snapshot->path());
+  // From the verb on: the attempt runs kwb through env (KWB_LEDGER=...), the plan records kwb's own argv.
+  const auto after_program = [](const std::vector<std::string>& a) {
+    return std::vector<std::string>(std::find(a.begin(), a.end(), std::string("validate")), a.end());
+  };
+  if (!b.plan || after_program(b.plan->argv) != after_program(argv)) {
+    o.error = b.plan ? fmt::format("the attempt's bundle was not made by its own validate: it was made by `kwb {}`, "
+                                   "the attempt ran `kwb {}`",
+                                   fmt::join(after_program(b.plan->argv), " "), fmt::join(after_program(argv), " "))
+                     : "the attempt's bundle has no plan that parses: " + b.plan_problem;
+    return o;
+  }
+  o.decision = read_json(snapshot->path() / "decision.json");
+  if (!o.decision) {
+    o.error = "the attempt's decision.json does not parse";
+    return o;
+  }
+  if (b.ab) o.ab = comparison_log_speedup(*b.ab);
+  o.final_reasons = final_check_reasons(snapshot->path());
   return o;
 }
 
@@ -260,7 +297,7 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
       nlohmann::json reasons = v.decision->contains("inputs")
                                    ? (*v.decision)["inputs"].value("candidate_check_reasons", nlohmann::json::array())
                                    : nlohmann::json::array();
-      const std::vector<std::string> final_reasons = final_check_reasons(adir / "bundle");
+      const std::vector<std::string>& final_reasons = v.final_reasons;
       for (const std::string& r : final_reasons) reasons.push_back(r);
       a["check_reasons"] = reasons;
       a["speedup"] = speedup_json(v.ab);
@@ -324,7 +361,7 @@ nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
   }
   f["decision"] = (*v.decision)["decision"];
   f["reason_codes"] = v.decision->value("reason_codes", nlohmann::json::array());
-  const AttemptCategory c = categorize_decision(*v.decision, final_check_reasons(fdir / "bundle"));
+  const AttemptCategory c = categorize_decision(*v.decision, v.final_reasons);
   // The measurement stands when the incumbent passed every check again and the A/B gave an estimate, whatever the
   // bar said (KEEP_CANDIDATE, KEEP_BASELINE for a slower one, INCONCLUSIVE for a small one).
   const bool checked = c == AttemptCategory::kept || c == AttemptCategory::slower || c == AttemptCategory::inconclusive;
