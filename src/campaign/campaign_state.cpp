@@ -88,6 +88,7 @@ nlohmann::json to_json(const Job& j) {
           {"executor", j.executor},
           {"handle", j.handle},
           {"bundle", j.bundle},
+          {"nonce", j.nonce},
           {"submitted", j.submitted},
           {"started", j.started},
           {"ended", j.ended},
@@ -129,6 +130,9 @@ Job job_from_json(const nlohmann::json& j) {
   out.executor = field<std::string>(j, "executor");
   out.handle = field<std::string>(j, "handle");
   out.bundle = field<std::string>(j, "bundle");
+  // A state written before attempts had nonces: its attempts ran without one, and their bundles' command lines
+  // carry none either (campaign.json is sealed, so a nonce cannot be removed from a newer one).
+  out.nonce = j.contains("nonce") ? field<std::string>(j, "nonce") : std::string();
   out.submitted = field<std::string>(j, "submitted");
   out.started = field<std::string>(j, "started");
   out.ended = field<std::string>(j, "ended");

@@ -69,6 +69,10 @@ struct Job {
   std::string executor;  // local, slurm
   std::string handle;    // Slurm job id, or the local process id
   std::string bundle;    // the attempt's bundle folder
+  // The attempt's nonce (64 hex digits, drawn when it was made): validate gets it as --job-nonce and records it in
+  // plan.json's signed command line, so the job takes no bundle made outside this attempt, even one made by hand
+  // under exactly the job's rules (a lucky run picked from many).
+  std::string nonce;
   std::string submitted, started, ended;  // UTC
   double queued_s = 0.0, ran_s = 0.0;
   // Wall clock (Unix seconds) of submission and start: the limits are applied to them, across campaign processes.

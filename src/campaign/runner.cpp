@@ -3,6 +3,7 @@
 #include "ledger/bundle_entry.h"
 #include "ledger/ledger.h"
 #include "task/task.h"
+#include "util/data_secret.h"
 #include "util/error.h"
 #include "util/interrupt.h"
 #include "util/sha256.h"
@@ -199,10 +200,12 @@ private:
     j.manifest_sha256.clear();
     j.workloads.clear();
     j.bundle = (fs::path(attempt_folder(m_c.storage, j, j.attempt)) / "bundle").string();
+    j.nonce = DataSecret::draw().hex();
   }
 
-  // A bundle already in the folder of an attempt that never ran (a campaign killed between its job's end and its
-  // record, or something dropped there): examined like any job's; it is never overwritten or trusted unseen.
+  // A bundle already in the folder of an attempt that never ran (dropped there, or left by a campaign killed between
+  // starting the attempt and recording it): examined like any job's, so it is rejected evidence (no run of this
+  // attempt made it: it cannot carry the attempt's nonce), recorded, and never overwritten or trusted unseen.
   bool examine_leftover(Job& j) {
     const fs::path next = fs::path(attempt_folder(m_c.storage, j, j.attempt + 1)) / "bundle";
     if (!fs::exists(next)) return false;
@@ -421,6 +424,7 @@ std::vector<std::string> validate_command_line(const Campaign& c, const Job& job
                                 // Waiting for the timing lock is this machine's queue.
                                 "--lock-timeout", fmt::format("{}", c.queue_limit_minutes * 60.0)};
   if (!job.baseline.empty()) a.insert(a.end(), {"--baseline", job.baseline});
+  if (!job.nonce.empty()) a.insert(a.end(), {"--job-nonce", job.nonce});
   for (const ValidateFlag& f : c.validate) {
     a.push_back(f.flag);
     if (!f.value.empty()) a.push_back(f.value);

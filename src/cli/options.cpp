@@ -1,6 +1,7 @@
 #include "cli/options.h"
 
 #include "util/backend_kind.h"
+#include "util/data_secret.h"
 
 #include <fmt/format.h>
 
@@ -252,6 +253,12 @@ void add_validate_run_options(CLI::App& app, ValidateArgs& a) {
                "Skip the profile stage: it is descriptive, the decision never depends on it, and under valgrind it "
                "is the slowest part of a short validate");
   app.add_flag("--json", a.json, "Print decision.json");
+  app.add_option("--job-nonce", a.job_nonce,
+                 "Set by kwb campaign and kwb experiment, not by hand: a nonce for this job attempt, recorded in the "
+                 "plan's command line (64 hex digits)")
+      ->check([](const std::string& v) {
+        return DataSecret::from_hex(v) ? std::string() : std::string("--job-nonce takes the 64 hex digits kwb drew");
+      });
 }
 
 ValidateOptions validate_options(const ValidateArgs& a) {

@@ -142,6 +142,9 @@ struct ValidateArgs {
   std::optional<uint64_t> seed;  // none: drawn at random and recorded in the plan
   std::string against;           // "incumbent": the baseline is the ledger's incumbent (cli/ledger.h)
   bool no_profile = false;
+  // A campaign's or experiment's nonce for one job attempt (64 hex digits, drawn by kwb): validate does nothing with
+  // it but record it, in plan.json's signed command line, so that the job takes only a bundle its own run made.
+  std::string job_nonce;
   TimingArgs timing;
 };
 

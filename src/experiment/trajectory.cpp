@@ -6,6 +6,7 @@
 #include "record/bundle_reader.h"
 #include "record/bundle_snapshot.h"
 #include "record/verify.h"
+#include "util/data_secret.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/interrupt.h"
@@ -92,7 +93,10 @@ std::vector<std::string> validate_argv(const Trajectory& t, const std::string& c
   std::vector<std::string> a = {"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "validate",
                                 t.task_dir.string(), "--candidate", candidate, "--output-dir", bundle.string(),
                                 "--backend", t.plan["settings"]["backend"].get<std::string>(),
-                                "--seed", std::to_string(seed), "--json"};
+                                "--seed", std::to_string(seed), "--json",
+                                // This run's own nonce, in the plan's signed command line: run_validate takes no
+                                // bundle that another run made, even one under exactly these rules.
+                                "--job-nonce", DataSecret::draw().hex()};
   if (against_incumbent) a.insert(a.end(), {"--against", "incumbent"});
   if (max_minutes > 0.0) a.insert(a.end(), {"--max-minutes", fmt::format("{}", max_minutes)});
   for (const nlohmann::json& f : t.plan["settings"]["validate"]) {
@@ -119,13 +123,9 @@ std::vector<std::string> final_check_reasons(const fs::path& bundle) {
   return out;
 }
 
-struct ValidateOutcome {
-  std::optional<nlohmann::json> decision;
-  std::optional<LogSpeedup> ab;
-  std::vector<std::string> final_reasons;  // the final check's failure reasons (final_check_reasons)
+struct ValidateOutcome : AttemptBundle {
   int exit_code = -1;
   double seconds = 0.0;
-  std::string error;  // kwb's own failure, when there is no decision
 };
 
 ValidateOutcome run_validate(const Trajectory& t, const std::vector<std::string>& argv, const fs::path& log_dir) {
@@ -143,41 +143,7 @@ ValidateOutcome run_validate(const Trajectory& t, const std::vector<std::string>
                                         tail(r.errors, 400));
     return o;
   }
-  // Read once (record/bundle_snapshot.h): the attempt is judged on one private copy, whatever the folder does
-  // meanwhile; the copy must verify, and must be this run's: its plan's command line is the one run here (every
-  // argument after the program's path: the workloads, gates, bars, budgets, layouts, seed and this --output-dir), so
-  // a genuine bundle made under weaker rules and put in its place is not taken.
-  std::string unreadable;
-  const std::optional<BundleSnapshot> snapshot = BundleSnapshot::take(bundle, unreadable);
-  if (!snapshot) {
-    o.error = "the attempt's bundle cannot be read whole: " + unreadable;
-    return o;
-  }
-  const VerifyReport v = verify_bundle(snapshot->path());
-  if (!v.ok()) {
-    o.error = fmt::format("the attempt's bundle does not verify ({} problem(s)): {}", v.problems.size(),
-                          v.problems.front());
-    return o;
-  }
-  const BundleData b = read_bundle(snapshot->path());
-  // From the verb on: the attempt runs kwb through env (KWB_LEDGER=...), the plan records kwb's own argv.
-  const auto after_program = [](const std::vector<std::string>& a) {
-    return std::vector<std::string>(std::find(a.begin(), a.end(), std::string("validate")), a.end());
-  };
-  if (!b.plan || after_program(b.plan->argv) != after_program(argv)) {
-    o.error = b.plan ? fmt::format("the attempt's bundle was not made by its own validate: it was made by `kwb {}`, "
-                                   "the attempt ran `kwb {}`",
-                                   fmt::join(after_program(b.plan->argv), " "), fmt::join(after_program(argv), " "))
-                     : "the attempt's bundle has no plan that parses: " + b.plan_problem;
-    return o;
-  }
-  o.decision = read_json(snapshot->path() / "decision.json");
-  if (!o.decision) {
-    o.error = "the attempt's decision.json does not parse";
-    return o;
-  }
-  if (b.ab) o.ab = comparison_log_speedup(*b.ab);
-  o.final_reasons = final_check_reasons(snapshot->path());
+  static_cast<AttemptBundle&>(o) = read_attempt_bundle(bundle, argv);
   return o;
 }
 
@@ -472,6 +438,47 @@ std::optional<LogSpeedup> comparison_log_speedup(const nlohmann::json& compare) 
 std::int64_t attempt_seed(std::int64_t replicate_seed, int attempt) {
   // Distinct for every (replicate, attempt) of an experiment of up to 1000 attempts; the same for both arms.
   return replicate_seed * 1000 + attempt + 1;
+}
+
+AttemptBundle read_attempt_bundle(const fs::path& bundle, const std::vector<std::string>& argv) {
+  AttemptBundle o;
+  // Read once (record/bundle_snapshot.h): the attempt is judged on one private copy, whatever the folder does
+  // meanwhile; the copy must verify, and must be this run's: its plan's command line is the one run here (every
+  // argument after the program's path: the workloads, gates, bars, budgets, layouts, seed, this --output-dir and
+  // this run's --job-nonce), so a genuine bundle made under weaker rules, or another run's under the same rules, put
+  // in its place is not taken.
+  std::string unreadable;
+  const std::optional<BundleSnapshot> snapshot = BundleSnapshot::take(bundle, unreadable);
+  if (!snapshot) {
+    o.error = "the attempt's bundle cannot be read whole: " + unreadable;
+    return o;
+  }
+  const VerifyReport v = verify_bundle(snapshot->path());
+  if (!v.ok()) {
+    o.error = fmt::format("the attempt's bundle does not verify ({} problem(s)): {}", v.problems.size(),
+                          v.problems.front());
+    return o;
+  }
+  const BundleData b = read_bundle(snapshot->path());
+  // From the verb on: the attempt runs kwb through env (KWB_LEDGER=...), the plan records kwb's own argv.
+  const auto after_program = [](const std::vector<std::string>& a) {
+    return std::vector<std::string>(std::find(a.begin(), a.end(), std::string("validate")), a.end());
+  };
+  if (!b.plan || after_program(b.plan->argv) != after_program(argv)) {
+    o.error = b.plan ? fmt::format("the attempt's bundle was not made by its own validate: it was made by `kwb {}`, "
+                                   "the attempt ran `kwb {}`",
+                                   fmt::join(after_program(b.plan->argv), " "), fmt::join(after_program(argv), " "))
+                     : "the attempt's bundle has no plan that parses: " + b.plan_problem;
+    return o;
+  }
+  o.decision = read_json(snapshot->path() / "decision.json");
+  if (!o.decision) {
+    o.error = "the attempt's decision.json does not parse";
+    return o;
+  }
+  if (b.ab) o.ab = comparison_log_speedup(*b.ab);
+  o.final_reasons = final_check_reasons(snapshot->path());
+  return o;
 }
 
 nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, const fs::path& kwb) {

@@ -66,6 +66,18 @@ std::optional<LogSpeedup> comparison_log_speedup(const nlohmann::json& compare);
 // The derived seed of a validate: the same for both arms' n-th attempt on one (task, replicate).
 std::int64_t attempt_seed(std::int64_t replicate_seed, int attempt);
 
+// What an attempt (or a trajectory's final) takes from the bundle folder its validate wrote: one private copy
+// (record/bundle_snapshot.h), which must verify and whose plan's command line, from the verb on, must be `argv`'s:
+// the same rules, this --output-dir and this run's --job-nonce. Otherwise no decision and `error` says why (a bundle
+// made under weaker rules, or by another run under the same rules, put in the folder's place).
+struct AttemptBundle {
+  std::optional<nlohmann::json> decision;
+  std::optional<LogSpeedup> ab;
+  std::vector<std::string> final_reasons;  // the final check's failure reasons (categorize_decision)
+  std::string error;                       // why there is no decision
+};
+AttemptBundle read_attempt_bundle(const std::filesystem::path& bundle, const std::vector<std::string>& argv);
+
 // Runs (or resumes) trajectory `id` of the experiment frozen in `storage`; `kwb` is kwb's own executable. Returns the
 // trajectory's record. Error (exit 65) for a storage folder whose plan does not verify or an unknown id.
 nlohmann::json run_trajectory(const std::filesystem::path& storage, const std::string& id,

@@ -8,6 +8,8 @@
 #include "util/fs.h"
 
 #include <fmt/format.h>
+#include <algorithm>
+#include <stdexcept>
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -109,7 +111,8 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   dir.add("c.cpp", k_invalid_utf8, "\n// variant c\n");
   dir.add("d.cpp", k_compile_error, "\n// variant d\n");
   dir.add("e.cpp", k_compile_error, "\n// variant e\n");
-  dir.write({"a.cpp", "b.cpp", "c.cpp", "d.cpp", "e.cpp"});
+  dir.add("f.cpp", k_compile_error, "\n// variant f\n");
+  dir.write({"a.cpp", "b.cpp", "c.cpp", "d.cpp", "e.cpp", "f.cpp"});
   KwbRun plan = run_kwb({"campaign", "run", "--dry-run", dir.file().string()});
   ASSERT_EQ(plan.exit_code, 0) << plan.output << plan.errors;
   const fs::path forged = dir.storage() / "jobs" / dir.job("c.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
@@ -129,6 +132,22 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   const KwbRun made = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (dir.root() / "cands" / "e.cpp").string(),
                                "--output-dir", weaker.string(), "--workload", "decode", "--no-profile", "--json"});
   ASSERT_EQ(made.json.value("decision", ""), "KEEP_BASELINE") << made.output << made.errors;
+  // For f, one made by hand under exactly the job's rules (a's command line, as its signed plan recorded it, with f's
+  // candidate and attempt folder): a lucky run picked from many is not the job's either, for it cannot carry the
+  // attempt's nonce (issue 40, "a per-job nonce").
+  const fs::path lucky = dir.storage() / "jobs" / dir.job("f.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
+  fs::create_directories(lucky.parent_path());
+  std::vector<std::string> rules = nlohmann::json::parse(read_file(dir.job("a.cpp")["bundle"].get<std::string>() + "/plan.json"))["argv"];
+  const auto value_of = [&rules](const std::string& flag) -> std::string& {
+    auto it = std::find(rules.begin(), rules.end(), flag);
+    if (it == rules.end() || it + 1 == rules.end()) throw std::runtime_error(flag + " is not in a's command line");
+    return *(it + 1);
+  };
+  value_of("--candidate") = (dir.root() / "cands" / "f.cpp").string();
+  value_of("--output-dir") = lucky.string();
+  ASSERT_EQ(value_of("--job-nonce").size(), 64u);
+  const KwbRun by_hand = run_kwb(std::vector<std::string>(rules.begin() + 1, rules.end()));
+  ASSERT_EQ(by_hand.json.value("decision", ""), "KEEP_BASELINE") << by_hand.output << by_hand.errors;
 
   KwbRun third = run_kwb({"campaign", "run", dir.file().string()}, std::chrono::seconds(600));
   ASSERT_EQ(third.exit_code, 0) << third.output << third.errors;
@@ -149,9 +168,17 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_NE(e["earlier"][0]["detail"].get<std::string>().find("not made under this job's rules"), std::string::npos)
       << e.dump(2);
   EXPECT_EQ(e["attempt"], 2);
-  // The ledger has the five runs the campaign made, the one the test made for e by hand, and no dropped bundle.
+  const nlohmann::json f = dir.job("f.cpp");
+  ASSERT_EQ(f["earlier"].size(), 1u) << f.dump(2);
+  EXPECT_EQ(f["earlier"][0]["outcome"], "rejected");
+  EXPECT_NE(f["earlier"][0]["detail"].get<std::string>().find("not made under this job's rules"), std::string::npos)
+      << f.dump(2);
+  EXPECT_NE(f["earlier"][0]["detail"].get<std::string>().find("--job-nonce"), std::string::npos) << f.dump(2);
+  EXPECT_EQ(f["attempt"], 2);
+  EXPECT_EQ(f["decision"], "KEEP_BASELINE");
+  // The ledger has the six runs the campaign made, the two the test made for e and f by hand, and no dropped bundle.
   const std::vector<std::string> bundles = dir.ledger_bundles();
-  EXPECT_EQ(bundles.size(), 6u);
+  EXPECT_EQ(bundles.size(), 8u);
   for (const std::string& b : bundles) {
     EXPECT_NE(b, forged.string());
     EXPECT_NE(b, other.string());
@@ -165,7 +192,7 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_EQ(html.find("<script"), std::string::npos);
   KwbRun status = run_kwb({"campaign", "status", dir.file().string(), "--json"});
   ASSERT_EQ(status.exit_code, 0) << status.output << status.errors;
-  EXPECT_EQ(status.json["counts"]["decided"], 5) << status.output;
+  EXPECT_EQ(status.json["counts"]["decided"], 6) << status.output;
 }
 
 // Issue 40: an edited campaign.json made status and report rank a job KEEP_CANDIDATE, and a resumed run re-used that

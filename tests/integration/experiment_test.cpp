@@ -1,13 +1,16 @@
 // kwb experiment end to end with the local executor, nothing timed: an arm that reaches for the other arm's
 // folder, the evidence and the network is stopped, every violation recorded and its candidate discarded unvalidated;
 // an arm that proposes a wrong kernel has it rejected at its check; the analysis counts both; a resumed run re-runs
-// nothing; a changed arm is refused with exit 65. (The fused-against-idle run that times, and its report in a
+// nothing; a changed arm is refused with exit 65; an attempt takes only the bundle its own validate made (issue 40
+// item 3: not one made under weaker rules, nor another run's under the same rules). (The fused-against-idle run that times, and its report in a
 // browser, is tests/experiment/report_in_browser.py.)
 #include "cli_helpers.h"
+#include "experiment/trajectory.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <stdlib.h>
@@ -75,7 +78,7 @@ private:
   TempDir m_root{"kwb-experiment"};
 };
 
-TEST(experiment_test, a_generator_that_reaches_outside_its_view_is_stopped_and_recorded) {
+TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_only_its_own_validates_bundle) {
   ExperimentDir dir;
   dir.write();
   const KwbRun run = run_kwb({"experiment", "run", dir.file().string()}, std::chrono::seconds(600));
@@ -119,6 +122,29 @@ TEST(experiment_test, a_generator_that_reaches_outside_its_view_is_stopped_and_r
     EXPECT_EQ(pub["category"], "incorrect");
     EXPECT_FALSE(pub.contains("check_reasons"));
   }
+  // The reader an attempt and a final judge their bundle with (experiment/trajectory.h), given wrong's genuine,
+  // verifying bundle of attempt 1 and a command line: its own is taken; the same with another run's nonce (a lucky
+  // run made by hand under exactly the attempt's rules) or with a weaker rule (one layout) is not, naming why.
+  const fs::path bundle = dir.storage() / "trajectories" / "wrong--rmsnorm--s1" / "attempts" / "1" / "bundle";
+  const std::vector<std::string> own =
+      nlohmann::json::parse(read_file(bundle / "plan.json"))["argv"].get<std::vector<std::string>>();
+  const AttemptBundle taken = read_attempt_bundle(bundle, own);
+  ASSERT_TRUE(taken.decision) << taken.error;
+  EXPECT_EQ((*taken.decision)["decision"], "KEEP_BASELINE");
+  std::vector<std::string> other_run = own, weaker = own;
+  const auto at = [](std::vector<std::string>& a, const std::string& flag) {
+    auto it = std::find(a.begin(), a.end(), flag);
+    EXPECT_NE(it, a.end()) << flag << " is not in " << nlohmann::json(a).dump();
+    return it == a.end() ? it : it + 1;
+  };
+  *at(other_run, "--job-nonce") = std::string(64, 'a');
+  *at(weaker, "--layouts") = "1";
+  for (const auto& [what, argv] : {std::pair{"another run's nonce", other_run}, std::pair{"a weaker rule", weaker}}) {
+    const AttemptBundle refused = read_attempt_bundle(bundle, argv);
+    EXPECT_FALSE(refused.decision) << what;
+    EXPECT_NE(refused.error.find("not made by its own validate"), std::string::npos) << what << ": " << refused.error;
+  }
+
   const nlohmann::json an = nlohmann::json::parse(read_file(dir.storage() / "analysis.json"));
   EXPECT_EQ(an["verdict"], "INCONCLUSIVE");
   EXPECT_EQ(an["arms"][1]["sandbox"], 2);
