@@ -2,7 +2,8 @@
 // folder, the evidence and the network is stopped, every violation recorded and its candidate discarded unvalidated;
 // an arm that proposes a wrong kernel has it rejected at its check; the analysis counts both; a resumed run re-runs
 // nothing; a changed arm is refused with exit 65; an attempt takes only the bundle its own validate made (issue 40
-// item 3: not one made under weaker rules, nor another run's under the same rules). (The fused-against-idle run that times, and its report in a
+// item 3: not one made under weaker rules, nor another run's under the same rules); an edited trajectory record is
+// refused by report and status (item 5). (The fused-against-idle run that times, and its report in a
 // browser, is tests/experiment/report_in_browser.py.)
 #include "cli_helpers.h"
 #include "experiment/trajectory.h"
@@ -166,6 +167,21 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
   const KwbRun status = run_kwb({"experiment", "status", dir.storage().string(), "--json"});
   ASSERT_EQ(status.exit_code, 0) << status.errors;
   EXPECT_EQ(nlohmann::json::parse(status.output)["counts"]["done"], 4);
+
+  // An edited record (issue 40 item 5: an arm shown at 4.48x with no final bundle) is named, never rendered: report
+  // and status refuse it with exit 65 naming the file, and a resumed run does not pick it up.
+  const fs::path record = dir.storage() / "trajectories" / "wrong--rmsnorm--s1" / "trajectory.json";
+  nlohmann::json edited = dir.record("wrong--rmsnorm--s1");
+  edited["final"] = {{"status", "done"}, {"log_speedup", 1.5}, {"log_low", 1.4}, {"log_high", 1.6}};
+  edited["attempts"][0]["kept"] = true;
+  write_file_atomic(record, edited.dump(2));
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"experiment", "report", dir.storage().string()},
+        std::vector<std::string>{"experiment", "status", dir.storage().string()}}) {
+    const KwbRun r = run_kwb(verb);
+    EXPECT_EQ(r.exit_code, 65) << verb[1] << ": " << r.output << r.errors;
+    EXPECT_NE(r.errors.find(record.string() + ": not believed"), std::string::npos) << verb[1] << ": " << r.errors;
+  }
 }
 
 TEST(experiment_test, a_bad_experiment_file_is_exit_65_naming_the_file_and_field) {

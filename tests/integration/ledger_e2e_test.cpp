@@ -12,11 +12,13 @@
 #include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -127,7 +129,7 @@ TEST_F(LedgerE2e, a_weakened_copy_of_the_task_keeps_into_its_own_lineage_never_t
   ASSERT_EQ(hw.json["lineage"].size(), 2u) << hw.output;
 }
 
-TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_bundle_is_refused) {
+TEST_F(LedgerE2e, three_generations_are_kept_and_compounded_and_a_stale_bundle_or_an_inserted_row_is_refused) {
   KwbRun v1 = run_kwb(validate_args("baseline.cpp", "gen1", true));
   ASSERT_EQ(v1.json.value("decision", ""), "KEEP_CANDIDATE") << v1.output << v1.errors;
   // --no-profile is in the plan and in stages.json with its reason, and nothing was profiled.
@@ -222,13 +224,40 @@ TEST_F(LedgerE2e, three_generations_are_kept_history_compounds_them_and_a_stale_
   KwbRun text = run_kwb({"history", m_task.string()});
   EXPECT_NE(text.output.find("incumbent is generation 2"), std::string::npos) << text.output;
   EXPECT_NE(text.output.find("measured over baseline: +"), std::string::npos) << text.output;
+
+  // Issue 40 item 4: a generation-3 row inserted with sqlite3 (generation 2's columns, another source, no keep behind
+  // it) breaks the lineage's sealed chain: history and validate --against incumbent refuse it with exit 65 naming the
+  // row, and neither falls back to generation 2.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open((m_dir / "ledger.sqlite").c_str(), &db), SQLITE_OK);
+    char* err = nullptr;
+    EXPECT_EQ(sqlite3_exec(db,
+                           "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, "
+                           "kept, workloads, improvement_pct, seal, task_name) SELECT task, backend, 3, identity, "
+                           "'/forged/never_judged.cpp', source_sha256, bundle, kept, workloads, 61.0, seal, task_name "
+                           "FROM incumbents WHERE generation = 2",
+                           nullptr, nullptr, &err),
+              SQLITE_OK)
+        << (err ? err : "");
+    sqlite3_free(err);
+    sqlite3_close(db);
+  }
+  for (const std::vector<std::string>& verb :
+       {std::vector<std::string>{"history", m_task.string()}, validate_args("fused.cpp", "after_insert", true)}) {
+    KwbRun broken = run_kwb(verb);
+    EXPECT_EQ(broken.exit_code, 65) << verb[0] << ": " << broken.output << broken.errors;
+    EXPECT_NE(broken.errors.find("is broken at generation 3 (/forged/never_judged.cpp)"), std::string::npos)
+        << verb[0] << ": " << broken.errors;
+  }
+  EXPECT_FALSE(fs::exists(m_dir / "after_insert" / "decision.json"));
 }
 
 // Issue 24, class 5: a genuine KEEP_CANDIDATE bundle, its candidate swapped for the 3x slower baseline and every
 // hash, the plan digest and the manifest recomputed (tests/adversarial/bundle_rehash.py). verify finds it intact but
 // can only call it self-consistent; keep refuses it, saying why, with exit 77; the genuine bundle is authentic (signed
 // by this machine's key and recorded in its ledger) and is kept.
-TEST_F(LedgerE2e, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it) {
+TEST_F(LedgerE2e, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_even_swapped_in_mid_keep) {
   KwbRun v = run_kwb(validate_args("fused.cpp", "genuine", true));
   ASSERT_EQ(v.json.value("decision", ""), "KEEP_CANDIDATE") << v.output << v.errors;
   ASSERT_TRUE(fs::exists(m_dir / "genuine" / "signature.json"));
@@ -262,6 +291,57 @@ TEST_F(LedgerE2e, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it)
   EXPECT_NE(keep.json.value("message", "").find("changed after the run, or it was not recorded here"),
             std::string::npos)
       << keep.output;
+
+  // Issue 40 item 1: the two folders exchanged (renameat2 RENAME_EXCHANGE) as fast as an unprivileged user who owns
+  // the folder they sit in can, while keep runs on the genuine one's path. keep reads one private copy: each keep
+  // promotes the genuine candidate or refuses the forgery (77), and the forged candidate never becomes an incumbent.
+  // (A keep that verified the path and re-read it to promote did promote it.)
+  const bool root = ::geteuid() == 0;
+  if (root) {
+    ASSERT_EQ(::chown(m_dir.c_str(), 65534, 65534), 0) << "nobody (65534) owns the bundles' folder";
+  }
+  // The swapper runs beside kwb, spawned from this thread (kwb's own subprocess helper starts children on the main
+  // thread only and waits for them); it prints its count of swaps into swaps.txt when it stops.
+  std::vector<std::string> swapper = {"python3", (k_adversarial / "bundle_swap.py").string(),
+                                      (m_dir / "genuine").string(), (m_dir / "forged").string(),
+                                      (m_dir / "stop").string()};
+  if (root) swapper.push_back("nobody");
+  std::vector<char*> argv;
+  for (std::string& a : swapper) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t out;
+  posix_spawn_file_actions_init(&out);
+  posix_spawn_file_actions_addopen(&out, 1, (m_dir / "swaps.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int spawned = ::posix_spawnp(&pid, "python3", &out, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&out);
+  ASSERT_EQ(spawned, 0) << "python3 bundle_swap.py could not be started";
+  int kept_now = 0, refused = 0;
+  for (int i = 0; i < 12; ++i) {
+    KwbRun k = run_kwb({"keep", (m_dir / "genuine").string(), "--json"});
+    EXPECT_TRUE(k.exit_code == 0 || k.exit_code == 77) << k.exit_code << ": " << k.output << k.errors;
+    if (k.exit_code == 0) {
+      ++kept_now;
+      EXPECT_NE(k.json["incumbent"].value("source", "").find("fused.cpp"), std::string::npos) << k.output;
+    } else {
+      ++refused;
+    }
+  }
+  write_file_atomic(m_dir / "stop", "");
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "bundle_swap.py failed, status " << status;
+  const std::string swaps = read_file(m_dir / "swaps.txt");
+  EXPECT_GT(std::stoll(swaps), 12) << "the folders were hardly swapped: the attack did not run";
+  KwbRun h = run_kwb({"history", m_task.string(), "--json"});
+  ASSERT_EQ(h.exit_code, 0) << h.output << h.errors;
+  // Generation 0 is the task's baseline (triple.cpp, the forgery's candidate too); every kept one is the genuine.
+  ASSERT_FALSE(h.json["lineage"].empty()) << h.output;
+  for (size_t g = 1; g < h.json["lineage"].size(); ++g) {
+    EXPECT_NE(h.json["lineage"][g]["source"].get<std::string>().find("fused.cpp"), std::string::npos) << h.output;
+  }
+  std::cout << "[ swap ] " << swaps.substr(0, swaps.find('\n')) << " swaps; " << kept_now
+            << " keep(s) took the genuine bundle, " << refused << " refused the forgery\n";
 
   KwbRun kept = run_kwb({"keep", (m_dir / "genuine").string(), "--json"});
   EXPECT_EQ(kept.exit_code, 0) << kept.output << kept.errors;

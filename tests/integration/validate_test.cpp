@@ -603,7 +603,7 @@ TEST(validate_test, task_source_outside_the_task_folder_is_refused_at_freeze_wit
 // swapped and every hash, the plan digest and the manifest recomputed (tests/adversarial/bundle_rehash.py) is intact
 // but self-consistent only, and keep refuses it with 77 before it looks at the decision, even once the forger has
 // planted rows for it in the ledger kwb consults (unsealed ones). The KEEP_CANDIDATE case,
-// which needs timing, is LedgerE2e.a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it.
+// which needs timing, is LedgerE2e.a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_even_swapped_in_mid_keep.
 TEST(validate_test, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_with_77) {
   const fs::path root = scratch("rehash");
   fs::create_directories(root);
