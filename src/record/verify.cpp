@@ -309,6 +309,9 @@ private:
     m_workloads = m_plan.effective_workloads();
     m_case_names = m_plan.case_names();
     m_timing_cases = m_plan.timing_cases();
+    // The strict reader took exactly this version (another is a problem naming both); say which one was read.
+    verified(fmt::format("plan.json: bundle schema version {} (the version this kwb reads), task {} of identity {}",
+                         k_bundle_schema_version, m_plan.task.name, m_plan.task.identity));
     verified(fmt::format("plan.json: the task's oracle {} is recorded with its source digest and build identity",
                          m_plan.task.oracle.source));
     verified(fmt::format("plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
