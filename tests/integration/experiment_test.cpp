@@ -3,7 +3,8 @@
 // an arm that proposes a wrong kernel has it rejected at its check; the analysis counts both; a resumed run re-runs
 // nothing; a changed arm is refused with exit 65; an attempt takes only the bundle its own validate made (issue 40
 // item 3: not one made under weaker rules, nor another run's under the same rules); an edited trajectory record is
-// refused by report and status (item 5). (The fused-against-idle run that times, and its report in a
+// refused by report and status (item 5); a generator that leaves a hard link, a deep tree and bytes past its quota in
+// its work folder has them recorded against its attempt, and the experiment goes on (item 6). (The fused-against-idle run that times, and its report in a
 // browser, is tests/experiment/report_in_browser.py.)
 #include "cli_helpers.h"
 #include "experiment/trajectory.h"
@@ -43,6 +44,14 @@ except OSError as e:
     seen.append(("network", "refused: " + str(e)))
 print(seen)
 open(os.environ["KWB_OUTPUT"], "w").write(open(os.environ["KWB_BASELINE"]).read())
+# Then it leaves its work folder past every bound (issue 40 item 6): a hard link, folders 40 deep, 2 MiB over its
+# 1 MiB quota. That once made every resume exit 65 and the experiment INVALID.
+os.link(os.environ["KWB_OUTPUT"], os.path.join(work, "hard_link"))
+deep = work
+for _ in range(40):
+    deep = os.path.join(deep, "d")
+    os.mkdir(deep)
+open(os.path.join(work, "big"), "wb").write(bytes(2 << 20))
 )";
 
 class ExperimentDir {
@@ -65,7 +74,8 @@ public:
         "[[tasks]]\ndir = \"{}\"\n"
         "[[arms]]\nname = \"wrong\"\ncommand = [\"sh\", \"-c\", \"cp no_eps.cpp \\\"$KWB_OUTPUT\\\"\"]\n"
         "files = [\"arms/no_eps.cpp\"]\n"
-        "[[arms]]\nname = \"snoop\"\ncommand = [\"python3\", \"snoop.py\"]\nfiles = [\"arms/snoop.py\"]\n",
+        "[[arms]]\nname = \"snoop\"\ncommand = [\"python3\", \"snoop.py\"]\nfiles = [\"arms/snoop.py\"]\n"
+        "work_quota_mib = 1\n",
         k_rmsnorm_lite.string()));
   }
   fs::path file() const { return m_root / "experiment.toml"; }
@@ -104,6 +114,12 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
     const fs::path other = dir.storage() / "trajectories" / "wrong--rmsnorm--s1" / "work";
     EXPECT_TRUE(targets.contains(other.string())) << a.dump(2);
     EXPECT_TRUE(targets.contains((dir.storage() / "experiment.json").string())) << a.dump(2);
+    // Its folder past its bounds is its own attempt's problem, all three named; the folder was reset.
+    const std::string problems = a["generator"]["folder_problems"].dump();
+    EXPECT_NE(problems.find("(a hard link)"), std::string::npos) << problems;
+    EXPECT_NE(problems.find("folders nested deeper than"), std::string::npos) << problems;
+    EXPECT_NE(problems.find("over the folder's quota of 1048576 bytes"), std::string::npos) << problems;
+    EXPECT_FALSE(fs::exists(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "work" / "big"));
     // What the generator saw: nothing of the other arm, the evidence or the network.
     const std::string log = read_file(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "attempts" /
                                       "1" / "generator.log");
