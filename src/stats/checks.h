@@ -1,4 +1,4 @@
-// Input checks shared by the stats module. They stay on in release builds (STYLE.md 8): a statistic computed from
+// Input checks shared by the stats module. They stay on in release builds: a statistic computed from
 // bad input comes back as NaN or garbage and would flow silently into a verdict.
 #pragma once
 

@@ -1,5 +1,5 @@
 // Verdicts from an EffectEstimate. A verdict is only as strong as the interval behind it: when the interval
-// straddles the threshold the answer is INCONCLUSIVE, never a forced PASS or FAIL (STYLE.md: no silent statistics).
+// straddles the threshold the answer is INCONCLUSIVE, never a forced PASS or FAIL: no silent statistics.
 #pragma once
 
 #include "stats/effect.h"

@@ -9,6 +9,10 @@ In README.md, ARCHITECTURE.md, docs/*.md and bench/README.md:
 - every repository path written in the text (src/..., docs/..., tests/..., the other top-level folders) names an
   existing file or folder, resolved from the repository's root as the documents write them (src/x.{h,cpp} names
   both).
+In ARCHITECTURE.md, the map of the tree (its indented entries, "    name/   what it holds"):
+- every top-level folder of the repository and every folder of src/ has an entry of its own, and every folder of
+  tests/ is named (as "name/") in the tests/ entry; folders git ignores (build/, third_party/) and hidden ones are
+  not part of the tree.
 Prints each broken reference as FILE:LINE: what, and exits 1 if there is any.
 """
 import re
@@ -76,6 +80,43 @@ def check(root: Path, doc: Path) -> list:
     return errors
 
 
+IGNORED = {"build", "third_party", "bundles", "out", "gpu-results", "__pycache__"}
+ENTRY = re.compile(r"^    ([\w./-]+/)\s")
+
+
+def check_map(root: Path) -> list:
+    """ARCHITECTURE.md's map names every folder of the tree (see the module's doc)."""
+    doc = root / "ARCHITECTURE.md"
+    lines = doc.read_text(encoding="utf-8").splitlines()
+    entries, tests_text, in_tests = set(), [], False
+    for line in lines:
+        m = ENTRY.match(line)
+        if m:
+            entries.add(m.group(1))
+            in_tests = m.group(1) == "tests/"
+        elif not line.startswith("    "):
+            in_tests = False
+        if in_tests:
+            tests_text.append(line)
+    tests_text = " ".join(tests_text)
+
+    def folders(path: Path) -> list:
+        return sorted(p.name for p in path.iterdir()
+                      if p.is_dir() and not p.name.startswith(".") and p.name not in IGNORED)
+
+    errors = []
+    for name in folders(root):
+        if f"{name}/" not in entries and not any(e.startswith(f"{name}/") for e in entries):
+            errors.append(f"ARCHITECTURE.md: the map has no entry for the folder {name}/")
+    for name in folders(root / "src"):
+        if f"src/{name}/" not in entries:
+            errors.append(f"ARCHITECTURE.md: the map has no entry for the folder src/{name}/")
+    for name in folders(root / "tests"):
+        if not re.search(r"(?<![\w-])%s/" % re.escape(name), tests_text):
+            errors.append(f"ARCHITECTURE.md: the tests/ entry does not name the folder tests/{name}/")
+    return errors
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -85,7 +126,7 @@ def main() -> int:
     if not docs:
         print(f"check_links.py: no documents under {root}", file=sys.stderr)
         return 64
-    errors = [e for doc in docs for e in check(root, doc)]
+    errors = [e for doc in docs for e in check(root, doc)] + check_map(root)
     for e in errors:
         print(e)
     print(f"check_links.py: {len(docs)} documents, {len(errors)} broken references")
