@@ -3,6 +3,7 @@
 #include "campaign/toml_reader.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/option_table.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -24,8 +25,9 @@ using toml_file::fail;
 using toml_file::line_of;
 using toml_file::Reader;
 
-// How a [validate] key is written in TOML and on kwb validate's command line.
-enum class ValueKind { number, integer, text, texts, flag };
+// How a [validate] key is written in TOML and on kwb validate's command line: the rows of util/option_table.h that
+// campaigns offer (OptionSurface k_campaign), in the table's order.
+using ValueKind = OptionKind;
 struct KeySpec {
   const char* key;
   const char* flag;
@@ -34,21 +36,13 @@ struct KeySpec {
 };
 
 const std::vector<KeySpec>& key_specs() {
-  static const std::vector<KeySpec> specs = {
-      {"workloads", "--workload", ValueKind::texts, "workloads = [\"decode\"]"},
-      {"gate", "--gate", ValueKind::text, "gate = \"ci\""},
-      {"min_improvement_pct", "--min-improvement-pct", ValueKind::number, "min_improvement_pct = 2.0"},
-      {"max_aa_difference_pct", "--max-aa-difference-pct", ValueKind::number, "max_aa_difference_pct = 1.0"},
-      {"same_margin_pct", "--same-margin-pct", ValueKind::number, "same_margin_pct = 1.0"},
-      {"max_minutes", "--max-minutes", ValueKind::number, "max_minutes = 2.0"},
-      {"repetitions", "--repetitions", ValueKind::integer, "repetitions = 10"},
-      {"max_blocks", "--max-blocks", ValueKind::integer, "max_blocks = 2000"},
-      {"timeout_seconds", "--timeout-seconds", ValueKind::number, "timeout_seconds = 10"},
-      {"layouts", "--layouts", ValueKind::integer, "layouts = 8"},
-      {"seed", "--seed", ValueKind::integer, "seed = 7"},
-      {"cold", "--cold", ValueKind::flag, "cold = true"},
-      {"no_profile", "--no-profile", ValueKind::flag, "no_profile = true"},
-  };
+  static const std::vector<KeySpec> specs = [] {
+    std::vector<KeySpec> out;
+    for (const OptionRow& row : option_rows()) {
+      if ((row.surfaces & k_campaign) != 0) out.push_back({row.key, row.flag, row.kind, row.example});
+    }
+    return out;
+  }();
   return specs;
 }
 

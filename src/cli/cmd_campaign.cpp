@@ -28,10 +28,11 @@ namespace fs = std::filesystem;
 }  // namespace
 
 std::string check_validate_flag(const std::string& flag, const std::string& value) {
-  if (flag == "--gate") {
-    const std::vector<std::string> names = gate_names();
-    if (std::find(names.begin(), names.end(), value) != names.end()) return "";
-    return fmt::format("--gate must be one of {} (got {})", fmt::join(names, ", "), value);
+  // A row of util/option_table.h with choices (--gate) takes one of them.
+  for (const OptionRow& row : option_rows()) {
+    if (flag != row.flag || row.choices.empty()) continue;
+    if (std::find(row.choices.begin(), row.choices.end(), value) != row.choices.end()) return "";
+    return fmt::format("{} must be one of {} (got {})", flag, fmt::join(row.choices, ", "), value);
   }
   if (const OptionRange* r = option_range(flag)) return out_of_range(*r, value);
   return "";

@@ -55,34 +55,34 @@ struct Tool {
 
 const Param k_task{"task", Kind::string, true, "", "Task folder (holding task.toml)"};
 const Param k_backend{"backend", Kind::string, false, "--backend", "Where the implementation runs", backend_names()};
-const Param k_workloads{"workloads", Kind::strings, false, "--workload",
-                        "Only these timing cases (default: every timing case of the task; list_tasks names them)"};
-const Param k_max_minutes{"max_minutes", Kind::number, false, "--max-minutes",
-                          "Timing budget per workload comparison, in minutes"};
-const Param k_min_improvement{"min_improvement_pct", Kind::number, false, "--min-improvement-pct",
-                              "Improvement the candidate must show on every workload, in percent"};
-const Param k_max_aa{"max_aa_difference_pct", Kind::number, false, "--max-aa-difference-pct",
-                     "A/A: largest |A' vs A| accepted as the noise floor, in percent"};
-const Param k_same_margin{"same_margin_pct", Kind::number, false, "--same-margin-pct",
-                          "A/B: an interval wholly within +-this is SAME, no practical difference, in percent "
-                          "(default: the task's same_margin_pct, else 1; 0: no SAME)"};
-const Param k_gate{"gate", Kind::string, false, "--gate",
-                   "ci: the whole interval must clear the bar; point: the median must (legacy)", gate_names()};
-const Param k_cold{"cold", Kind::boolean, false, "--cold",
-                   "Flush caches before every timed call, outside the timer (default: warm)"};
-const Param k_timeout{"timeout_seconds", Kind::number, false, "--timeout-seconds", "Per call, timed or checked"};
-const Param k_lock_timeout{"lock_timeout_seconds", Kind::number, false, "--lock-timeout",
-                           "Give up (exit 75, try again later) if another kwb holds the timing lock this long; "
-                           "default: wait as long as it takes"};
-const Param k_repetitions{"repetitions", Kind::integer, false, "--repetitions",
-                          "Minimum blocks per comparison (the first look)"};
-const Param k_layouts{"layouts", Kind::integer, false, "--layouts",
-                      "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)"};
-const Param k_no_profile{"no_profile", Kind::boolean, false, "--no-profile",
-                         "Skip the profile stage (descriptive; the decision never depends on it)"};
-const Param k_bundle_seed{"seed", Kind::integer, false, "--seed",
-                          "Seed for block orders and layouts (default: drawn, recorded in the plan); the data comes "
-                          "from a secret drawn at run time"};
+// An argument from a row of util/option_table.h: its key, flag, help and choices are the row's.
+Param from_row(const char* key) {
+  const OptionRow& row = option_row(key);
+  const Kind kind = row.kind == OptionKind::number    ? Kind::number
+                    : row.kind == OptionKind::integer ? Kind::integer
+                    : row.kind == OptionKind::text    ? Kind::string
+                    : row.kind == OptionKind::texts   ? Kind::strings
+                                                      : Kind::boolean;
+  return {row.key, kind, false, row.flag, row.help, row.choices};
+}
+
+// The validate options the tools take: the rows offered over MCP (OptionSurface k_mcp), in the table's order.
+std::vector<Param> option_params() {
+  std::vector<Param> out;
+  for (const OptionRow& row : option_rows()) {
+    if ((row.surfaces & k_mcp) != 0) out.push_back(from_row(row.key));
+  }
+  return out;
+}
+
+// params followed by the validate options except those named in `without` (compare's seed is its own).
+std::vector<Param> with_options(std::vector<Param> params, const std::vector<std::string>& without = {}) {
+  for (Param& p : option_params()) {
+    if (std::find(without.begin(), without.end(), p.name) == without.end()) params.push_back(std::move(p));
+  }
+  return params;
+}
+
 const Param k_output_dir{"output_dir", Kind::string, true, "--output-dir",
                          "Evidence bundle folder (must not exist yet)"};
 
@@ -111,34 +111,32 @@ const std::vector<Tool>& tools() {
       {"compare", "compare", "kwb.compare",
        "Time a candidate against a baseline with interleaved A/B blocks (or A/A with aa=true). Both are checked "
        "first; a rejected one is never timed. For exploring: a decision to keep comes from validate.",
-       {k_task,
+       with_options({k_task,
         {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate, k_cold, k_timeout,
-        k_lock_timeout,
+        k_backend,
         {"seed", Kind::integer, false, "--seed",
          "Seed for block orders and layouts (timed data comes from a secret drawn at run time)"},
-        {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}}},
+        {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}},
+       {"seed", "no_profile"})},
       {"validate", "validate", "kwb.decision",
        "The whole workflow into an evidence bundle: freeze the plan, check baseline and candidate, controls, "
        "profile, A/A calibration, A/B timing, final validation, decision (KEEP_CANDIDATE, KEEP_BASELINE, "
        "INCONCLUSIVE, INVALID) with reason codes. A candidate that does not compile is decided at once "
        "(KEEP_BASELINE, candidate_not_built) with the compiler's output. The result names the bundle; keep it with "
        "the keep tool.",
-       {k_task,
+       with_options({k_task,
         {"candidate", Kind::string, true, "--candidate", "Candidate source"},
         k_output_dir,
         {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
         {"against_incumbent", Kind::boolean, false, "--against=incumbent",
          "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate, k_cold, k_timeout,
-        k_lock_timeout,
-        k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
+        k_backend})},
       {"profile", "profile", "kwb.profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
-       {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, k_workloads},
+       {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, from_row("workloads")},
        {.read_only = true, .idempotent = true}},
       {"verify", "verify", "kwb.verify",
        "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
@@ -155,8 +153,7 @@ const std::vector<Tool>& tools() {
       {"revalidate", "revalidate", "kwb.decision",
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
-       {k_task, k_output_dir, k_backend, k_workloads, k_max_minutes, k_min_improvement, k_max_aa, k_same_margin, k_gate,
-        k_cold, k_timeout, k_lock_timeout, k_repetitions, k_layouts, k_no_profile, k_bundle_seed}},
+       with_options({k_task, k_output_dir, k_backend})},
       {"history", "history", "kwb.history",
        "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend},

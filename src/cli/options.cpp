@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <charconv>
 #include <cmath>
 
@@ -15,18 +16,6 @@ std::chrono::milliseconds timeout_from_seconds(double seconds) {
   const double s = std::isnan(seconds) ? k_timeout_range.min
                                        : std::clamp(seconds, k_timeout_range.min, k_timeout_range.max);
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
-}
-
-const OptionRange* option_range(std::string_view flag) {
-  static constexpr const OptionRange* k_all[] = {
-      &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,  &k_same_margin_range, &k_max_minutes_range,
-      &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,
-      &k_samples_range, &k_layouts_range,         &k_callgrind_calls_range, &k_seed_range,
-      &k_lock_timeout_range, &k_limit_range};
-  for (const OptionRange* r : k_all) {
-    if (flag == r->flag) return r;
-  }
-  return nullptr;
 }
 
 namespace {
@@ -78,7 +67,7 @@ CLI::Validator in_range(const OptionRange& range) {
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
 
-std::vector<std::string> gate_names() { return {gate_name(stats::GateKind::ci), gate_name(stats::GateKind::point)}; }
+std::vector<std::string> gate_names() { return option_row("gate").choices; }
 
 void add_backend_option(CLI::App& app, BackendKind& backend) {
   // The name is checked first, so the callback's parse cannot fail.
@@ -139,43 +128,41 @@ CheckOptions check_options(const CheckArgs& a) {
 
 // ---- compare and validate -------------------------------------------------------------------------------------------
 
+namespace {
+
+// An option of `row`, bound to `value`: its flag, help and range from the row.
+template <typename T>
+CLI::Option* add_row(CLI::App& app, const char* key, T& value) {
+  const OptionRow& row = option_row(key);
+  if constexpr (std::is_same_v<T, bool>) {
+    return app.add_flag(row.flag, value, row.help);
+  } else {
+    CLI::Option* o = app.add_option(row.flag, value, row.help);
+    if (row.range != nullptr) o->check(in_range(*row.range));
+    if (!row.choices.empty()) o->check(CLI::IsMember(row.choices));
+    return o;
+  }
+}
+
+}  // namespace
+
 void add_timing_options(CLI::App& app, TimingArgs& a) {
   add_backend_option(app, a.backend);
-  app.add_option("--gate", a.gate, "ci: the whole interval must clear the bar; point: median >= bar (legacy)")
-      ->check(CLI::IsMember(gate_names()))->capture_default_str();
-  app.add_option("--min-improvement-pct", a.min_improvement_pct,
-                 "Improvement the candidate must show on every workload")->capture_default_str()
-      ->check(in_range(k_min_improvement_range));
-  app.add_option("--max-aa-difference-pct", a.max_aa_difference_pct, "A/A: |A' vs A| allowed")
-      ->capture_default_str()->check(in_range(k_max_aa_range));
-  app.add_option("--same-margin-pct", a.same_margin_pct,
-                 fmt::format("A/B: an interval wholly within +-this is SAME, no practical difference (default: the "
-                             "task's same_margin_pct, else {}; 0: no SAME)",
-                             defaults::k_same_margin_pct))
-      ->check(in_range(k_same_margin_range));
-  app.add_option("--repetitions", a.repetitions, "Minimum blocks per comparison (the first look)")
-      ->capture_default_str()->check(in_range(k_repetitions_range));
-  app.add_option("--max-blocks", a.max_blocks, "Block cap per workload comparison")->capture_default_str()
-      ->check(in_range(k_max_blocks_range));
-  app.add_option("--warmups", a.warmups, "Untimed calls per visit")->capture_default_str()
-      ->check(in_range(k_warmups_range));
-  app.add_option("--samples", a.samples, "Timed calls per visit; 0 = sized by a pilot")->capture_default_str()
-      ->check(in_range(k_samples_range));
-  app.add_option("--max-minutes", a.max_minutes, "Budget per workload comparison")->capture_default_str()
-      ->check(in_range(k_max_minutes_range));
-  app.add_option("--timeout-seconds", a.timeout_seconds, "Per call, timed or checked")->capture_default_str()
-      ->check(in_range(k_timeout_range));
-  app.add_option("--lock-timeout", a.lock_timeout_seconds,
-                 "Give up (exit 75) after waiting this many seconds for the timing lock (default: wait as long as it "
-                 "takes)")
-      ->check(in_range(k_lock_timeout_range));
-  app.add_option("--workload", a.workloads, "Only this timing case (repeatable)");
-  app.add_flag("--cold", a.cold, "Flush caches before every timed call, outside the timer (default: warm)");
-  app.add_option("--layouts", a.layouts,
-                 "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)")
-      ->capture_default_str()->check(in_range(k_layouts_range));
-  app.add_flag("--exhaustive", a.exhaustive,
-               "Checks run every case even after a worker failure (default: they stop there)");
+  add_row(app, "gate", a.gate)->capture_default_str();
+  add_row(app, "min_improvement_pct", a.min_improvement_pct)->capture_default_str();
+  add_row(app, "max_aa_difference_pct", a.max_aa_difference_pct)->capture_default_str();
+  add_row(app, "same_margin_pct", a.same_margin_pct);
+  add_row(app, "repetitions", a.repetitions)->capture_default_str();
+  add_row(app, "max_blocks", a.max_blocks)->capture_default_str();
+  add_row(app, "warmups", a.warmups)->capture_default_str();
+  add_row(app, "samples", a.samples)->capture_default_str();
+  add_row(app, "max_minutes", a.max_minutes)->capture_default_str();
+  add_row(app, "timeout_seconds", a.timeout_seconds)->capture_default_str();
+  add_row(app, "lock_timeout_seconds", a.lock_timeout_seconds);
+  add_row(app, "workloads", a.workloads);
+  add_row(app, "cold", a.cold);
+  add_row(app, "layouts", a.layouts)->capture_default_str();
+  add_row(app, "exhaustive", a.exhaustive);
 }
 
 GateConfig gate_config(const TimingArgs& a, CompareMode mode) {
@@ -245,13 +232,8 @@ void add_validate_options(CLI::App& app, ValidateArgs& a) {
 void add_validate_run_options(CLI::App& app, ValidateArgs& a) {
   app.add_option("--output-dir", a.output_dir, "Evidence bundle folder (must not exist yet)")->required();
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed,
-                 "Seed for block orders and layouts (default: drawn and recorded in the plan); the data comes from a "
-                 "secret drawn at run time, committed to in the plan")
-      ->check(in_range(k_seed_range));
-  app.add_flag("--no-profile", a.no_profile,
-               "Skip the profile stage: it is descriptive, the decision never depends on it, and under valgrind it "
-               "is the slowest part of a short validate");
+  add_row(app, "seed", a.seed);
+  add_row(app, "no_profile", a.no_profile);
   app.add_flag("--json", a.json, "Print decision.json");
   app.add_option("--job-nonce", a.job_nonce,
                  "Set by kwb campaign and kwb experiment, not by hand: a nonce for this job attempt, recorded in the "

@@ -1,13 +1,14 @@
 // The flags of the verbs that check and time, and what they parse into: the pipeline's option structs. Every
-// default comes from pipeline/defaults.h, and compare and validate register the flags they share through one
-// function, so their --help cannot disagree; tests/unit/defaults_test.cpp parses command lines without flags and
-// holds the results to the table.
+// default comes from pipeline/defaults.h, and every option compare, validate and revalidate share is a row of
+// util/option_table.h (flag, kind, range, help), registered here from the row; tests/unit/defaults_test.cpp parses
+// command lines without flags and holds the results to the defaults table.
 #pragma once
 
 #include "pipeline/check.h"
 #include "pipeline/compare.h"
 #include "pipeline/defaults.h"
 #include "pipeline/validate.h"
+#include "util/option_table.h"
 
 #include <CLI/CLI.hpp>
 
@@ -25,34 +26,8 @@ inline constexpr double k_default_timeout_seconds = std::chrono::duration<double
 // Never overflows: the seconds are clamped to k_timeout_range first (a NaN to its minimum).
 std::chrono::milliseconds timeout_from_seconds(double seconds);
 
-// The closed range of every numeric option, on the command line and over kwb mcp (one table, so the two cannot
-// disagree). A value outside it, or not finite ("nan", "inf", "1e308"), is a usage error (exit 64) naming the
-// option and this range, never a number that overflows a deadline or a budget further on.
-struct OptionRange {
-  const char* flag;
-  double min, max;
-  bool integer;
-};
-inline constexpr OptionRange k_timeout_range{"--timeout-seconds", 0.001, 86400.0, false};  // a day per call
-inline constexpr OptionRange k_min_improvement_range{"--min-improvement-pct", -99.0, 1000.0, false};
-inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 100.0, false};
-// 0: no SAME verdict (the A/B decides only PASS, FAIL or INCONCLUSIVE, as before the margin existed).
-inline constexpr OptionRange k_same_margin_range{"--same-margin-pct", 0.0, 100.0, false};
-inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
-inline constexpr OptionRange k_lock_timeout_range{"--lock-timeout", 0.0, 604800.0, false};  // 0: do not wait
-inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
-inline constexpr OptionRange k_limit_range{"--limit", 1, 1'000'000'000, true};  // history --runs
-inline constexpr OptionRange k_repetitions_range{"--repetitions", 2, 1'000'000, true};
-inline constexpr OptionRange k_max_blocks_range{"--max-blocks", 2, 10'000'000, true};
-inline constexpr OptionRange k_warmups_range{"--warmups", 0, 100'000, true};
-inline constexpr OptionRange k_samples_range{"--samples", 0, 1'000'000, true};
-inline constexpr OptionRange k_layouts_range{"--layouts", 0, 64, true};
-inline constexpr OptionRange k_callgrind_calls_range{"--callgrind-calls", 1, 100, true};
-// --seed takes any integer from 0 to 2^64 - 1.
-inline constexpr OptionRange k_seed_range{"--seed", 0, 18446744073709551615.0, true};
+// The ranges of the numeric options and the rows of validate's options: util/option_table.h.
 
-// The range of a numeric flag, or nullptr for a flag that takes no number.
-const OptionRange* option_range(std::string_view flag);
 // Why `text` is not a value of `range`'s option ("" when it is): "--timeout-seconds must be a finite number from
 // 0.001 to 86400 (got nan)".
 std::string out_of_range(const OptionRange& range, const std::string& text);

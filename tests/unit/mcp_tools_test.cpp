@@ -71,7 +71,7 @@ TEST(McpTools, a_call_becomes_the_command_line_the_cli_gets) {
             (Args{"check", "t", "--control", "no_eps", "--calls", "2", "--held-out", "--json"}));
   EXPECT_EQ(tool_argv("compare", {{"task", "t"}, {"aa", true}, {"gate", "point"}, {"cold", true}, {"seed", 3},
                                   {"output_dir", "o"}}),
-            (Args{"compare", "t", "--aa", "--gate", "point", "--cold", "--seed", "3", "--output-dir", "o", "--json"}));
+            (Args{"compare", "t", "--aa", "--seed", "3", "--output-dir", "o", "--gate", "point", "--cold", "--json"}));
   EXPECT_EQ(tool_argv("validate", {{"task", "t"}, {"candidate", "c"}, {"output_dir", "b"},
                                    {"against_incumbent", false}}),
             (Args{"validate", "t", "--candidate", "c", "--output-dir", "b", "--json"}));
