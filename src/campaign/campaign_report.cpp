@@ -1,6 +1,5 @@
 #include "campaign/campaign_report.h"
 
-#include "report/svg.h"
 #include "util/text.h"
 
 #include <fmt/format.h>
@@ -169,14 +168,14 @@ std::string md_table(const Table& t) {
 std::string html_table(const Table& t) {
   if (t.rows.empty()) return "<p>(none)</p>\n";
   std::string out = "<table>\n<tr>";
-  for (const std::string& h : t.header) out += "<th>" + svg::escape(h) + "</th>";
+  for (const std::string& h : t.header) out += "<th>" + escape_html(h) + "</th>";
   out += "</tr>\n";
   for (const Row& r : t.rows) {
     out += "<tr>";
-    for (const std::string& c : r.cells) out += "<td>" + svg::escape(c) + "</td>";
+    for (const std::string& c : r.cells) out += "<td>" + escape_html(c) + "</td>";
     if (t.links) {
       out += r.link.empty() ? "<td>-</td>"
-                            : fmt::format("<td><a href=\"{}\">{}</a></td>", svg::escape(r.link), svg::escape(r.link_text));
+                            : fmt::format("<td><a href=\"{}\">{}</a></td>", escape_html(r.link), escape_html(r.link_text));
     }
     out += "</tr>\n";
   }
@@ -211,13 +210,13 @@ std::string campaign_html(const CampaignReportInput& in) {
       "<style>\nbody{{font-family:sans-serif;margin:2em;max-width:80em}}table{{border-collapse:collapse;margin:.5em 0}}"
       "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top}}th{{background:#eee}}"
       "</style>\n</head>\n<body>\n<h1>Campaign {name}</h1>\n<p>campaign file: {file}<br>state updated: {updated}</p>\n",
-      fmt::arg("name", svg::escape(r.name)), fmt::arg("file", svg::escape(r.campaign_file)),
-      fmt::arg("updated", svg::escape(r.updated)));
+      fmt::arg("name", escape_html(r.name)), fmt::arg("file", escape_html(r.campaign_file)),
+      fmt::arg("updated", escape_html(r.updated)));
   std::vector<std::string> counts;
   for (const auto& [k, n] : r.counts) counts.push_back(fmt::format("{} {}", n, k));
-  out += fmt::format("<p id=\"counts\">jobs: {}</p>\n", svg::escape(fmt::format("{}", fmt::join(counts, ", "))));
+  out += fmt::format("<p id=\"counts\">jobs: {}</p>\n", escape_html(fmt::format("{}", fmt::join(counts, ", "))));
   for (const TaskSection& t : r.tasks) {
-    out += fmt::format("<h2>Task {} ({})</h2>\n<h3>Ranking</h3>\n", svg::escape(t.task), svg::escape(t.backend));
+    out += fmt::format("<h2>Task {} ({})</h2>\n<h3>Ranking</h3>\n", escape_html(t.task), escape_html(t.backend));
     out += html_table(t.ranking);
     out += "<p>Improvement is (A - B) / A for times per call, with its 95% interval; speedup is A / B.</p>\n";
     out += "<h3>Jobs without a decision</h3>\n" + html_table(t.undecided);

@@ -1,7 +1,6 @@
 #include "experiment/experiment_report.h"
 
 #include "campaign/campaign_report.h"
-#include "report/svg.h"
 #include "util/text.h"
 
 #include <fmt/format.h>
@@ -88,51 +87,44 @@ int count(const nlohmann::json* r, const std::string& category) {
   return n;
 }
 
-Doc build(const ExperimentReportInput& in) {
-  const nlohmann::json& plan = *in.plan;
-  const nlohmann::json& an = *in.analysis;
-  const std::vector<nlohmann::json>& records = *in.records;
-  Doc d;
-  d.title = "Experiment " + plan.value("name", "");
-  const std::string a_name = plan["arms"][0]["name"].get<std::string>();
-  const std::string b_name = plan["arms"][1]["name"].get<std::string>();
-  d.header_lines.push_back(fmt::format("plan: experiment.json, SHA-256 {}", an.value("plan_digest", "")));
-  d.header_lines.push_back(fmt::format("kwb {} ({}), binary SHA-256 {}", plan["kwb"].value("version", ""),
-                                       plan["kwb"].value("git_sha", ""), plan["kwb"].value("binary_sha256", "")));
+// The page's head: the plan's digest, kwb, the arms' commands, tasks, seeds and every validate's options.
+std::vector<std::string> header_lines(const nlohmann::json& plan, const nlohmann::json& an,
+                                      const std::vector<std::string>& tasks) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format("plan: experiment.json, SHA-256 {}", an.value("plan_digest", "")));
+  out.push_back(fmt::format("kwb {} ({}), binary SHA-256 {}", plan["kwb"].value("version", ""),
+                            plan["kwb"].value("git_sha", ""), plan["kwb"].value("binary_sha256", "")));
   for (size_t i = 0; i < 2; ++i) {
     const nlohmann::json& arm = plan["arms"][i];
-    d.header_lines.push_back(fmt::format("arm {} = {}: {}", i == 0 ? "A" : "B", arm["name"].get<std::string>(),
-                                         fmt::join(arm["command"].get<std::vector<std::string>>(), " ")));
+    out.push_back(fmt::format("arm {} = {}: {}", i == 0 ? "A" : "B", arm["name"].get<std::string>(),
+                              fmt::join(arm["command"].get<std::vector<std::string>>(), " ")));
   }
-  std::vector<std::string> tasks;
-  for (const nlohmann::json& t : plan["tasks"]) tasks.push_back(t["name"].get<std::string>());
   std::vector<std::string> flags;
   for (const nlohmann::json& f : plan["settings"]["validate"]) {
     flags.push_back(f["value"].get<std::string>().empty() ? f["flag"].get<std::string>()
                                                           : f["flag"].get<std::string>() + " " + f["value"].get<std::string>());
   }
-  d.header_lines.push_back(fmt::format("tasks: {}; seeds: {}; attempts per trajectory: {}; backend {}; executor {}",
-                                       fmt::join(tasks, ", "), plan["settings"]["seeds"].dump(),
-                                       plan["settings"]["attempts"].get<int>(),
-                                       plan["settings"]["backend"].get<std::string>(),
-                                       plan["settings"]["executor"]["kind"].get<std::string>()));
-  d.header_lines.push_back(fmt::format("every validate: {}", flags.empty() ? "defaults" : fmt::format("{}", fmt::join(flags, " "))));
-  d.verdict = an.value("verdict", "");
-  d.verdict_text = an.value("verdict_text", "");
-  d.reasons = an.value("reasons", std::vector<std::string>{});
+  out.push_back(fmt::format("tasks: {}; seeds: {}; attempts per trajectory: {}; backend {}; executor {}",
+                            fmt::join(tasks, ", "), plan["settings"]["seeds"].dump(),
+                            plan["settings"]["attempts"].get<int>(), plan["settings"]["backend"].get<std::string>(),
+                            plan["settings"]["executor"]["kind"].get<std::string>()));
+  out.push_back(fmt::format("every validate: {}", flags.empty() ? "defaults" : fmt::format("{}", fmt::join(flags, " "))));
+  return out;
+}
 
+Section difference_section(const nlohmann::json& an, const std::string& a_name, const std::string& b_name) {
   const nlohmann::json& diff = an["difference"];
-  Section s1{"The difference between the arms",
-             fmt::format("d = ln(speedup of {}) - ln(speedup of {}) per (task, seed); each speedup is the trajectory's "
-                         "final incumbent against the task's original baseline, from one interleaved comparison at "
-                         "the end. The interval is a {} interval at {:.0f}% over the pairs (docs/experiments.md).",
-                         b_name, a_name, diff.value("method", ""), an.value("confidence", 0.95) * 100.0),
-             {{"pairs", "mean d", "interval", "as a ratio B/A", "ratio interval", "df", "B wins", "A wins", "ties",
-               "B win rate"},
-              {},
-              false}};
+  Section s{"The difference between the arms",
+            fmt::format("d = ln(speedup of {}) - ln(speedup of {}) per (task, seed); each speedup is the trajectory's "
+                        "final incumbent against the task's original baseline, from one interleaved comparison at "
+                        "the end. The interval is a {} interval at {:.0f}% over the pairs (docs/experiments.md).",
+                        b_name, a_name, diff.value("method", ""), an.value("confidence", 0.95) * 100.0),
+            {{"pairs", "mean d", "interval", "as a ratio B/A", "ratio interval", "df", "B wins", "A wins", "ties",
+              "B win rate"},
+             {},
+             false}};
   const nlohmann::json& w = an["win_rate"];
-  s1.table.rows.push_back(
+  s.table.rows.push_back(
       {{fmt::format("{} of {}", diff.value("pairs", 0), diff.value("planned_pairs", 0)),
         fmt::format("{:+.4f}", diff.value("mean", 0.0)),
         fmt::format("[{:+.4f}, {:+.4f}]", diff.value("low", 0.0), diff.value("high", 0.0)),
@@ -142,21 +134,23 @@ Doc build(const ExperimentReportInput& in) {
         std::to_string(w.value("b_wins", 0)), std::to_string(w.value("a_wins", 0)), std::to_string(w.value("ties", 0)),
         pct(w.value("b_rate", 0.0))},
        ""});
-  d.sections.push_back(std::move(s1));
+  return s;
+}
 
-  Section s2{"The arms",
-             "fast_p: the share of an arm's trajectories whose final incumbent passed kwb's checks and is more than p "
-             "times faster than the baseline (KernelBench's fast_p; fast_0 is the share with a correct outcome). "
-             "Costs are sums over the arm's attempts.",
-             {{"arm", "trajectories", "keeps", "geomean speedup", "fast_0", "fast_1", "fast_1.1", "fast_1.25",
-               "fast_1.5", "fast_2", "attempts", "cheats caught", "sandbox violations (attempts / calls)",
-               "generator wall s", "generator CPU s", "kwb validate s"},
-              {},
-              false}};
+Section arms_section(const nlohmann::json& an) {
+  Section s{"The arms",
+            "fast_p: the share of an arm's trajectories whose final incumbent passed kwb's checks and is more than p "
+            "times faster than the baseline (KernelBench's fast_p; fast_0 is the share with a correct outcome). "
+            "Costs are sums over the arm's attempts.",
+            {{"arm", "trajectories", "keeps", "geomean speedup", "fast_0", "fast_1", "fast_1.1", "fast_1.25",
+              "fast_1.5", "fast_2", "attempts", "cheats caught", "sandbox violations (attempts / calls)",
+              "generator wall s", "generator CPU s", "kwb validate s"},
+             {},
+             false}};
   for (const nlohmann::json& arm : an["arms"]) {
     const nlohmann::json& f = arm["fast_p"];
     const nlohmann::json& c = arm["cost"];
-    s2.table.rows.push_back(
+    s.table.rows.push_back(
         {{arm.value("label", "") + " " + arm.value("name", ""), std::to_string(arm.value("trajectories", 0)),
           std::to_string(arm.value("keeps", 0)),
           arm["geomean_speedup"].is_number() ? fmt::format("{:.3f}x", arm["geomean_speedup"].get<double>()) : "-",
@@ -169,45 +163,50 @@ Doc build(const ExperimentReportInput& in) {
           fmt::format("{:.1f}", c.value("validate_seconds", 0.0))},
          ""});
   }
-  d.sections.push_back(std::move(s2));
+  return s;
+}
 
-  Section s3{"Attempts by outcome", "Every attempt of every trajectory, by what became of it (docs/experiments.md).",
-             {{"arm"}, {}, false}};
-  for (const auto& [c, l] : k_letters) s3.table.header.push_back(c);
+Section categories_section(const nlohmann::json& an) {
+  Section s{"Attempts by outcome", "Every attempt of every trajectory, by what became of it (docs/experiments.md).",
+            {{"arm"}, {}, false}};
+  for (const auto& [c, l] : k_letters) s.table.header.push_back(c);
   for (const nlohmann::json& arm : an["arms"]) {
     ReportRow row{{arm.value("name", "")}, ""};
     for (const auto& [c, l] : k_letters) row.cells.push_back(std::to_string(arm["categories"].value(c, 0)));
-    s3.table.rows.push_back(std::move(row));
+    s.table.rows.push_back(std::move(row));
   }
-  d.sections.push_back(std::move(s3));
+  return s;
+}
 
-  for (const std::string& task : tasks) {
-    Section s{"Task " + task,
-              "Final speedup over the original baseline [its interval], keeps, and each attempt's outcome in order (" +
-                  legend() + ").",
-              {{"seed", a_name + ": final", a_name + ": keeps", a_name + ": attempts", b_name + ": final",
-                b_name + ": keeps", b_name + ": attempts", "d"},
-               {},
-               false}};
-    for (const nlohmann::json& p : an["pairs"]) {
-      if (p.value("task", "") != task) continue;
-      const nlohmann::json* ra = record_of(records, p.value("a", ""));
-      const nlohmann::json* rb = record_of(records, p.value("b", ""));
-      s.table.rows.push_back({{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra),
-                               std::to_string(count(ra, "kept")), sequence(ra), final_text(rb),
-                               std::to_string(count(rb, "kept")), sequence(rb),
-                               p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
-                              ""});
-    }
-    d.sections.push_back(std::move(s));
+Section task_section(const std::string& task, const nlohmann::json& an, const std::vector<nlohmann::json>& records,
+                     const std::string& a_name, const std::string& b_name) {
+  Section s{"Task " + task,
+            "Final speedup over the original baseline [its interval], keeps, and each attempt's outcome in order (" +
+                legend() + ").",
+            {{"seed", a_name + ": final", a_name + ": keeps", a_name + ": attempts", b_name + ": final",
+              b_name + ": keeps", b_name + ": attempts", "d"},
+             {},
+             false}};
+  for (const nlohmann::json& p : an["pairs"]) {
+    if (p.value("task", "") != task) continue;
+    const nlohmann::json* ra = record_of(records, p.value("a", ""));
+    const nlohmann::json* rb = record_of(records, p.value("b", ""));
+    s.table.rows.push_back({{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra),
+                             std::to_string(count(ra, "kept")), sequence(ra), final_text(rb),
+                             std::to_string(count(rb, "kept")), sequence(rb),
+                             p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
+                            ""});
   }
+  return s;
+}
 
-  Section st{"Trajectories", "Each trajectory's record is trajectories/<id>/trajectory.json; its attempts' bundles are "
-                             "below it. The link is the final comparison's bundle.",
-             {{"trajectory", "status", "final", "attempts", "sandbox violations", "detail", "final bundle"}, {}, true}};
-  for (const nlohmann::json& t : plan["trajectories"]) {
+Section trajectories_section(const ExperimentReportInput& in) {
+  Section s{"Trajectories", "Each trajectory's record is trajectories/<id>/trajectory.json; its attempts' bundles are "
+                            "below it. The link is the final comparison's bundle.",
+            {{"trajectory", "status", "final", "attempts", "sandbox violations", "detail", "final bundle"}, {}, true}};
+  for (const nlohmann::json& t : (*in.plan)["trajectories"]) {
     const std::string id = t["id"].get<std::string>();
-    const nlohmann::json* r = record_of(records, id);
+    const nlohmann::json* r = record_of(*in.records, id);
     int violations = 0;
     if (r != nullptr) {
       for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
@@ -220,13 +219,32 @@ Doc build(const ExperimentReportInput& in) {
       const fs::path report = in.storage / b / "report.html";
       if (!b.empty() && fs::exists(report)) link = fs::path(b + "/report.html").lexically_normal().string();
     }
-    st.table.rows.push_back({{id, r ? r->value("status", "") : "missing", final_text(r), sequence(r),
-                              std::to_string(violations), r ? r->value("detail", "") : ""},
-                             link,
-                             "report"});
+    s.table.rows.push_back({{id, r ? r->value("status", "") : "missing", final_text(r), sequence(r),
+                             std::to_string(violations), r ? r->value("detail", "") : ""},
+                            link,
+                            "report"});
   }
-  d.sections.push_back(std::move(st));
+  return s;
+}
 
+Doc build(const ExperimentReportInput& in) {
+  const nlohmann::json& plan = *in.plan;
+  const nlohmann::json& an = *in.analysis;
+  Doc d;
+  d.title = "Experiment " + plan.value("name", "");
+  const std::string a_name = plan["arms"][0]["name"].get<std::string>();
+  const std::string b_name = plan["arms"][1]["name"].get<std::string>();
+  std::vector<std::string> tasks;
+  for (const nlohmann::json& t : plan["tasks"]) tasks.push_back(t["name"].get<std::string>());
+  d.header_lines = header_lines(plan, an, tasks);
+  d.verdict = an.value("verdict", "");
+  d.verdict_text = an.value("verdict_text", "");
+  d.reasons = an.value("reasons", std::vector<std::string>{});
+  d.sections.push_back(difference_section(an, a_name, b_name));
+  d.sections.push_back(arms_section(an));
+  d.sections.push_back(categories_section(an));
+  for (const std::string& task : tasks) d.sections.push_back(task_section(task, an, *in.records, a_name, b_name));
+  d.sections.push_back(trajectories_section(in));
   if (!an["missing"].empty()) {
     Section sm{"Trajectories without an outcome", "Why the verdict is INVALID.", {{"trajectory", "status", "why"}, {}, false}};
     for (const nlohmann::json& m : an["missing"]) {
@@ -259,14 +277,14 @@ std::string experiment_html(const ExperimentReportInput& in) {
       "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top}}th{{background:#eee}}"
       "#verdict{{font-size:1.3em;padding:.5em;border:2px solid #444;display:inline-block}}"
       "</style>\n</head>\n<body>\n<h1>{title}</h1>\n<p>",
-      fmt::arg("title", svg::escape(d.title)));
-  for (size_t i = 0; i < d.header_lines.size(); ++i) out += (i ? "<br>" : "") + svg::escape(d.header_lines[i]);
-  out += fmt::format("</p>\n<p id=\"verdict\" data-verdict=\"{}\">Verdict: {}</p>\n<ul id=\"reasons\">", svg::escape(d.verdict),
-                     svg::escape(d.verdict_text));
-  for (const std::string& r : d.reasons) out += "<li>" + svg::escape(r) + "</li>";
+      fmt::arg("title", escape_html(d.title)));
+  for (size_t i = 0; i < d.header_lines.size(); ++i) out += (i ? "<br>" : "") + escape_html(d.header_lines[i]);
+  out += fmt::format("</p>\n<p id=\"verdict\" data-verdict=\"{}\">Verdict: {}</p>\n<ul id=\"reasons\">", escape_html(d.verdict),
+                     escape_html(d.verdict_text));
+  for (const std::string& r : d.reasons) out += "<li>" + escape_html(r) + "</li>";
   out += "</ul>\n";
   for (const Section& s : d.sections) {
-    out += "<h2>" + svg::escape(s.title) + "</h2>\n<p>" + svg::escape(s.text) + "</p>\n" + html_table(s.table);
+    out += "<h2>" + escape_html(s.title) + "</h2>\n<p>" + escape_html(s.text) + "</p>\n" + html_table(s.table);
   }
   return out + "</body>\n</html>\n";
 }

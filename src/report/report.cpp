@@ -71,11 +71,11 @@ struct Table {
 
   std::string html() const {
     std::string out = "<table><thead><tr>";
-    for (const std::string& h : header) out += "<th>" + svg::escape(h) + "</th>";
+    for (const std::string& h : header) out += "<th>" + escape_html(h) + "</th>";
     out += "</tr></thead><tbody>\n";
     for (const auto& r : rows) {
       out += "<tr>";
-      for (const std::string& c : r) out += "<td>" + svg::escape(c) + "</td>";
+      for (const std::string& c : r) out += "<td>" + escape_html(c) + "</td>";
       out += "</tr>\n";
     }
     return out + "</tbody></table>\n";
@@ -391,7 +391,7 @@ std::string render_html(const BundleData& b) {
                             : decision == DecisionKind::inconclusive  ? "#57606a"
                                                                       : "#cf222e";
   std::string out =
-      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + svg::escape(m.title) +
+      "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" + escape_html(m.title) +
       "</title>\n<style>body{font:14px/1.45 system-ui,sans-serif;max-width:980px;margin:24px auto;padding:0 16px;"
       "color:#1f2328}table{border-collapse:collapse;margin:8px 0 16px}td,th{border:1px solid #d0d7de;padding:4px 8px;"
       "text-align:left;vertical-align:top}th{background:#f6f8fa}.badge{display:inline-block;padding:6px 14px;"
@@ -400,16 +400,16 @@ std::string render_html(const BundleData& b) {
       "svg .tick{font-size:11px;fill:#555}svg .lab{font-size:12px}svg .ax{stroke:#555}svg .grid{stroke:#eee}</style>"
       "</head><body>\n";
   out += fmt::format("<h1>{}</h1>\n<p><span class=\"badge\" style=\"background:{}\">{}</span></p>\n",
-                     svg::escape(m.title), color, svg::escape(m.decision));
+                     escape_html(m.title), color, escape_html(m.decision));
   out += fmt::format("<p>Candidate <code>{}</code> vs baseline <code>{}</code><br>Scope: {}<br>Plan digest: "
                      "<code>{}</code></p>\n<ul>",
-                     svg::escape(impl_label(b, ImplRole::candidate)), svg::escape(impl_label(b, ImplRole::baseline)),
-                     svg::escape(m.scope_line), svg::escape(m.digest));
-  for (const std::string& r : m.reasons) out += "<li>" + svg::escape(r) + "</li>";
+                     escape_html(impl_label(b, ImplRole::candidate)), escape_html(impl_label(b, ImplRole::baseline)),
+                     escape_html(m.scope_line), escape_html(m.digest));
+  for (const std::string& r : m.reasons) out += "<li>" + escape_html(r) + "</li>";
   out += "</ul>\n<h2>Workloads</h2>\n" + m.workloads.html();
   for (const auto& row : m.workloads.rows) {
     const std::string& n = row[0];
-    out += fmt::format("<h3>{}</h3>\n", svg::escape(n));
+    out += fmt::format("<h3>{}</h3>\n", escape_html(n));
     std::vector<svg::Series> series = {{"A (A/A)", "#4a90d9", timed_ns(b, "aa", n, "A")},
                                        {"A' (A/A)", "#7b61ff", timed_ns(b, "aa", n, "A'")},
                                        {"A (A/B)", "#4a90d9", timed_ns(b, "ab", n, "A")},
@@ -434,11 +434,11 @@ std::string render_html(const BundleData& b) {
   out += "<h2>Environment</h2>\n" + m.environment.html();
   if (!m.warnings.empty()) {
     out += "<ul>";
-    for (const std::string& w : m.warnings) out += "<li>" + svg::escape(w) + "</li>";
+    for (const std::string& w : m.warnings) out += "<li>" + escape_html(w) + "</li>";
     out += "</ul>\n";
   }
   out += "<h2>Limits of this claim</h2>\n<ul>";
-  for (const std::string& l : m.limits) out += "<li>" + svg::escape(l) + "</li>";
+  for (const std::string& l : m.limits) out += "<li>" + escape_html(l) + "</li>";
   out += "</ul>\n<p>Re-check everything above from the raw data with <code>kwb verify &lt;bundle&gt;</code>.</p>\n"
          "</body></html>\n";
   return out;

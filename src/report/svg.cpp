@@ -1,5 +1,7 @@
 #include "report/svg.h"
 
+#include "util/text.h"
+
 #include "stats/descriptive.h"
 
 #include <fmt/format.h>
@@ -10,26 +12,6 @@
 
 namespace kwb::svg {
 
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default:
-        // Control characters (other than newline and tab) are shown, not passed to the page.
-        if ((static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') || c == 0x7f) {
-          out += fmt::format("&#92;x{:02x}", static_cast<unsigned char>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 namespace {
 
@@ -96,7 +78,7 @@ std::string strip_plot(const std::string& title, const std::string& unit, const 
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "role=\"img\"><title>{2}</title>\n<text x=\"{3}\" y=\"18\" class=\"t\">{2}</text>\n",
-      k_width, height, escape(title), k_left);
+      k_width, height, escape_html(title), k_left);
   if (!(lo < INFINITY)) return out + "<text x=\"110\" y=\"50\">no samples</text></svg>\n";
   double llo = std::log10(lo), lhi = std::log10(hi);
   if (lhi - llo < 0.02) {
@@ -120,7 +102,7 @@ std::string strip_plot(const std::string& title, const std::string& unit, const 
     const Series& s = rows[r];
     const double cy = k_top + row_h * (static_cast<double>(r) + 0.5);
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"lab\" text-anchor=\"end\">{}</text>\n", k_left - 8,
-                       cy + 4, escape(s.label));
+                       cy + 4, escape_html(s.label));
     // Deterministic jitter from the index: the same bundle always draws the same picture.
     std::vector<double> pos;
     for (size_t i = 0; i < s.values.size(); ++i) {
@@ -166,11 +148,11 @@ std::string index_plot(const std::string& title, const std::string& y_label, con
   std::string out = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "role=\"img\"><title>{2}</title>\n<text x=\"{3}\" y=\"18\" class=\"t\">{2}</text>\n",
-      k_width, height, escape(title), k_left);
+      k_width, height, escape_html(title), k_left);
   out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#4a90d9\" "
                      "fill-opacity=\"0.18\"/><text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\">{}</text>\n",
                      k_left, py(band.high), k_width - k_left - k_right, std::max(1.0, py(band.low) - py(band.high)),
-                     k_left + 4, py(band.high) - 3, escape(band.label));
+                     k_left + 4, py(band.high) - 3, escape_html(band.label));
   for (double t : ticks(lo, hi, 6)) {
     out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
                        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"tick\" text-anchor=\"end\">{5:g}</text>\n",
@@ -178,7 +160,7 @@ std::string index_plot(const std::string& title, const std::string& y_label, con
   }
   out += fmt::format("<text x=\"14\" y=\"{:.1f}\" class=\"tick\" transform=\"rotate(-90 14 {:.1f})\" "
                      "text-anchor=\"middle\">{}</text>\n",
-                     k_top + plot_h / 2, k_top + plot_h / 2, escape(y_label));
+                     k_top + plot_h / 2, k_top + plot_h / 2, escape_html(y_label));
   for (const Line& l : lines) {
     out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
                        "stroke-dasharray=\"6 4\"/>\n",
@@ -186,7 +168,7 @@ std::string index_plot(const std::string& title, const std::string& y_label, con
   }
   for (const LineLabel& l : place_line_labels(lines, py)) {
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{}</text>\n",
-                       k_width - k_right, l.baseline, l.color, escape(l.text));
+                       k_width - k_right, l.baseline, l.color, escape_html(l.text));
   }
   for (size_t i = 0; i < y.size(); ++i) {
     out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"#333\"/>", px(static_cast<double>(i)), py(y[i]));

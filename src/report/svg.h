@@ -42,6 +42,5 @@ std::vector<LineLabel> place_line_labels(const std::vector<Line>& lines, const s
 std::string index_plot(const std::string& title, const std::string& y_label, const std::vector<double>& y,
                        const Band& band, const std::vector<Line>& lines);
 
-std::string escape(const std::string& text);
 
 }  // namespace kwb::svg

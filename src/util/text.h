@@ -1,5 +1,5 @@
 // Escaping for text a candidate or a bundle controls (file names, failure details, build logs, reasons), for each
-// place kwb shows it. HTML escaping lives with the HTML writer (report/svg.h).
+// place kwb shows it: Markdown, terminals and HTML.
 #pragma once
 
 #include <optional>
@@ -29,6 +29,11 @@ private:
   size_t m_expected = 0;  // its length, from its lead byte
 };
 std::string escape_terminal(std::string_view text);
+
+// HTML text or attribute value that shows exactly these characters: & < > " ' become entities, and control
+// characters other than newline and tab are shown (&#92;xNN), never passed to the page. Every HTML kwb writes
+// (report.html, campaign and experiment reports, inline SVG) escapes what it did not write itself with this.
+std::string escape_html(std::string_view text);
 
 // For "did you mean ...?": the candidate closest to `word` in edit distance (insertions, deletions, substitutions and
 // swaps of neighbouring characters), if it is close enough to be a typo of it: at most 2 edits, and fewer than half

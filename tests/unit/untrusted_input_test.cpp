@@ -52,6 +52,15 @@ TEST(escape_markdown, line_start_markers_are_escaped_after_a_bullet) {
   EXPECT_EQ(kwb::escape_markdown("+1.5% over 10 blocks", false), "+1.5% over 10 blocks");
 }
 
+// The one HTML escaper (util/text.h) every report uses: markup, quotes and control characters never reach the page
+// as themselves, and plain text and UTF-8 pass unchanged.
+TEST(escape_html, markup_quotes_and_control_characters_are_shown_not_obeyed) {
+  EXPECT_EQ(kwb::escape_html("<script>alert('x')</script>"), "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;");
+  EXPECT_EQ(kwb::escape_html("a=\"b\" & c"), "a=&quot;b&quot; &amp; c");
+  EXPECT_EQ(kwb::escape_html(std::string("bell\x07 esc\x1b[31m del\x7f")), "bell&#92;x07 esc&#92;x1b[31m del&#92;x7f");
+  EXPECT_EQ(kwb::escape_html("line\ttab\nnext \xc3\xa9"), "line\ttab\nnext \xc3\xa9");
+}
+
 TEST(escape_terminal, control_bytes_and_broken_utf8_are_shown_not_obeyed) {
   EXPECT_EQ(kwb::escape_terminal("a\x1b[2Jb\rc\n\td"), "a\\x1b[2Jb\\x0dc\n\td");
   EXPECT_EQ(kwb::escape_terminal("\xff\xfe"), "\\xff\\xfe");
