@@ -29,6 +29,11 @@ using Action = std::function<int()>;
 [[nodiscard]] Action add_campaign(CLI::App& root);
 [[nodiscard]] Action add_experiment(CLI::App& root);
 
+struct ValidateArgs;
+// kwb validate's body, which revalidate runs too: checks the arguments, runs the workflow, prints, records the
+// bundle in the ledger as `ledger_kind` (validate, revalidate).
+int validate_command(const ValidateArgs& a, const std::string& ledger_kind);
+
 // Before any build or worker of a verb: a device backend is opened once in a worker that loads nothing, and its
 // device is named on stderr; where it cannot be opened, Error(unavailable) says why (exit 69). Returns the
 // device's description ("" for cpu).

@@ -42,7 +42,4 @@ std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendK
 // line of its own under it.
 std::string runs_table(const std::vector<LedgerRun>& runs);
 
-// kwb validate's body: checks the arguments, runs the workflow, prints, records the bundle as `ledger_kind`.
-int validate_command(const ValidateArgs& a, const std::string& ledger_kind);
-
 }  // namespace kwb::cli

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 namespace kwb {
@@ -121,17 +122,15 @@ PairedInterval paired_interval(const std::map<std::string, std::vector<double>>&
   return out;
 }
 
-nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& outcomes,
-                                  const std::string& digest) {
-  const double confidence = plan["settings"].value("confidence", 0.95);
-  std::vector<std::string> arm_names;
-  for (const nlohmann::json& a : plan["arms"]) arm_names.push_back(a["name"].get<std::string>());
+namespace {
 
-  // Every planned trajectory, with its outcome or as missing.
+// Every planned trajectory, with its outcome or as missing; `missing` lists those without a final figure.
+std::vector<TrajectoryOutcome> planned_outcomes(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& outcomes,
+                                                nlohmann::json& missing) {
   std::map<std::string, TrajectoryOutcome> by_id;
   for (const TrajectoryOutcome& o : outcomes) by_id[o.id] = o;
   std::vector<TrajectoryOutcome> all;
-  nlohmann::json missing = nlohmann::json::array();
+  missing = nlohmann::json::array();
   for (const nlohmann::json& t : plan["trajectories"]) {
     const std::string id = t["id"].get<std::string>();
     TrajectoryOutcome o;
@@ -145,16 +144,22 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
       o.status = "missing";
       o.detail = "no trajectory record";
     }
-    if (!o.log_speedup) {
-      missing.push_back({{"id", id}, {"status", o.status}, {"detail", o.detail}});
-    }
+    if (!o.log_speedup) missing.push_back({{"id", id}, {"status", o.status}, {"detail", o.detail}});
     all.push_back(std::move(o));
   }
+  return all;
+}
 
-  // The pairs: (task, seed) with both arms' outcomes.
+// The pairs: (task, seed) with both arms' outcomes, their differences d = ln(speedup_B) - ln(speedup_A) by task,
+// and who won each.
+struct Pairs {
+  nlohmann::json rows = nlohmann::json::array();
   std::map<std::string, std::vector<double>> d_by_task;
-  nlohmann::json pairs = nlohmann::json::array();
   size_t b_wins = 0, a_wins = 0, ties = 0;
+};
+
+Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& all) {
+  Pairs out;
   for (const nlohmann::json& task : plan["tasks"]) {
     const std::string name = task["name"].get<std::string>();
     for (const nlohmann::json& seed_j : plan["settings"]["seeds"]) {
@@ -171,103 +176,116 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
       if (side[0] && side[1] && side[0]->log_speedup && side[1]->log_speedup) {
         const double d = *side[1]->log_speedup - *side[0]->log_speedup;
         p["d"] = d;
-        d_by_task[name].push_back(d);
-        if (d > 0.0) {
-          ++b_wins;
-        } else if (d < 0.0) {
-          ++a_wins;
-        } else {
-          ++ties;
-        }
+        out.d_by_task[name].push_back(d);
+        ++(d > 0.0 ? out.b_wins : d < 0.0 ? out.a_wins : out.ties);
       }
-      pairs.push_back(std::move(p));
+      out.rows.push_back(std::move(p));
     }
   }
-  const PairedInterval iv = paired_interval(d_by_task, confidence);
-  const size_t planned_pairs = plan["tasks"].size() * plan["settings"]["seeds"].size();
+  return out;
+}
 
-  std::string verdict;
-  std::vector<std::string> reasons;
-  if (!missing.empty()) {
-    verdict = "INVALID";
+// The verdict from the interval, and why: INVALID with evidence missing, INCONCLUSIVE without an interval or when it
+// contains 0, the better arm otherwise.
+std::string verdict_of(const PairedInterval& iv, size_t missing, size_t trajectories, double confidence,
+                       const std::vector<std::string>& arm_names, std::vector<std::string>& reasons) {
+  if (missing > 0) {
     reasons.push_back(fmt::format("{} of {} trajectories have no outcome (failed, invalid or not run): nothing is "
                                   "decided with evidence missing; see `missing`",
-                                  missing.size(), all.size()));
-  } else if (iv.method == "none") {
-    verdict = "INCONCLUSIVE";
-    reasons.push_back(fmt::format("{} pair(s): an interval needs at least two", iv.pairs));
-  } else if (iv.low > 0.0) {
-    verdict = "B_BETTER";
-    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
-                                  "{:+.4f}], lies above 0",
-                                  arm_names[1], confidence * 100.0, iv.low, iv.high));
-  } else if (iv.high < 0.0) {
-    verdict = "A_BETTER";
-    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
-                                  "{:+.4f}], lies below 0",
-                                  arm_names[0], confidence * 100.0, iv.low, iv.high));
-  } else {
-    verdict = "INCONCLUSIVE";
-    reasons.push_back(fmt::format("no difference shown: the {:.0f}% interval of the mean log-speedup difference, "
-                                  "[{:+.4f}, {:+.4f}], contains 0 (ratio {:.3f}x to {:.3f}x)",
-                                  confidence * 100.0, iv.low, iv.high, std::exp(iv.low), std::exp(iv.high)));
+                                  missing, trajectories));
+    return "INVALID";
   }
-  std::string verdict_text = verdict == "B_BETTER"   ? arm_names[1] + " better"
-                             : verdict == "A_BETTER" ? arm_names[0] + " better"
-                                                     : verdict;
+  if (iv.method == "none") {
+    reasons.push_back(fmt::format("{} pair(s): an interval needs at least two", iv.pairs));
+    return "INCONCLUSIVE";
+  }
+  if (iv.low > 0.0 || iv.high < 0.0) {
+    const bool b = iv.low > 0.0;
+    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
+                                  "{:+.4f}], lies {} 0",
+                                  arm_names[b ? 1 : 0], confidence * 100.0, iv.low, iv.high, b ? "above" : "below"));
+    return b ? "B_BETTER" : "A_BETTER";
+  }
+  reasons.push_back(fmt::format("no difference shown: the {:.0f}% interval of the mean log-speedup difference, "
+                                "[{:+.4f}, {:+.4f}], contains 0 (ratio {:.3f}x to {:.3f}x)",
+                                confidence * 100.0, iv.low, iv.high, std::exp(iv.low), std::exp(iv.high)));
+  return "INCONCLUSIVE";
+}
 
+// One arm's summary: outcomes, keeps, fast_p, attempts by category, sandbox violations and cost.
+nlohmann::json arm_summary(int a, const std::string& name, const std::vector<TrajectoryOutcome>& all) {
+  int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
+  double gw = 0, gc = 0, vs = 0, log_sum = 0;
+  std::map<std::string, int> cats;
+  std::vector<double> speedups;
+  for (const TrajectoryOutcome& o : all) {
+    if (o.arm != a) continue;
+    ++n;
+    keeps += o.keeps;
+    violations += o.violations;
+    gw += o.generator_wall_s;
+    gc += o.generator_cpu_s;
+    vs += o.validate_s;
+    for (const auto& [c, k] : o.categories) {
+      cats[c] += k;
+      attempts += k;
+    }
+    if (o.log_speedup) {
+      ++correct;
+      speedups.push_back(std::exp(*o.log_speedup));
+      log_sum += *o.log_speedup;
+    }
+  }
+  nlohmann::json fast = nlohmann::json::object();
+  for (double p : k_fast_p) {
+    const auto k = std::count_if(speedups.begin(), speedups.end(), [p](double s) { return p == 0.0 || s > p; });
+    fast[fast_key(p)] = n == 0 ? 0.0 : static_cast<double>(k) / n;
+  }
+  return {{"name", name},
+          {"label", a == 0 ? "A" : "B"},
+          {"trajectories", n},
+          {"with_outcome", correct},
+          {"keeps", keeps},
+          {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
+          {"fast_p", fast},
+          {"attempts", attempts},
+          {"categories", cats},
+          {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
+          {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
+          {"sandbox_violations", violations},
+          {"cost",
+           {{"generator_wall_seconds", gw}, {"generator_cpu_seconds", gc}, {"validate_seconds", vs},
+            {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts}}}};
+}
+
+}  // namespace
+
+nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& outcomes,
+                                  const std::string& digest) {
+  const double confidence = plan["settings"].value("confidence", 0.95);
+  std::vector<std::string> arm_names;
+  for (const nlohmann::json& a : plan["arms"]) arm_names.push_back(a["name"].get<std::string>());
+  nlohmann::json missing;
+  const std::vector<TrajectoryOutcome> all = planned_outcomes(plan, outcomes, missing);
+  const Pairs pairs = pair_up(plan, all);
+  const PairedInterval iv = paired_interval(pairs.d_by_task, confidence);
+  const size_t planned_pairs = plan["tasks"].size() * plan["settings"]["seeds"].size();
+  std::vector<std::string> reasons;
+  const std::string verdict = verdict_of(iv, missing.size(), all.size(), confidence, arm_names, reasons);
+  const std::string verdict_text = verdict == "B_BETTER"   ? arm_names[1] + " better"
+                                   : verdict == "A_BETTER" ? arm_names[0] + " better"
+                                                           : verdict;
   nlohmann::json by_task = nlohmann::json::array();
-  for (const auto& [task, d] : d_by_task) {
+  for (const auto& [task, d] : pairs.d_by_task) {
     by_task.push_back({{"task", task}, {"pairs", d.size()}, {"mean_d", mean_of(d)}, {"d", d}});
   }
-
   nlohmann::json arms = nlohmann::json::array();
-  for (int a = 0; a < 2; ++a) {
-    int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
-    double gw = 0, gc = 0, vs = 0, log_sum = 0;
-    std::map<std::string, int> cats;
-    nlohmann::json fast = nlohmann::json::object();
-    std::vector<double> speedups;
-    for (const TrajectoryOutcome& o : all) {
-      if (o.arm != a) continue;
-      ++n;
-      keeps += o.keeps;
-      violations += o.violations;
-      gw += o.generator_wall_s;
-      gc += o.generator_cpu_s;
-      vs += o.validate_s;
-      for (const auto& [c, k] : o.categories) {
-        cats[c] += k;
-        attempts += k;
-      }
-      if (o.log_speedup) {
-        ++correct;
-        speedups.push_back(std::exp(*o.log_speedup));
-        log_sum += *o.log_speedup;
-      }
-    }
-    for (double p : k_fast_p) {
-      const auto k = std::count_if(speedups.begin(), speedups.end(), [p](double s) { return p == 0.0 || s > p; });
-      fast[fast_key(p)] = n == 0 ? 0.0 : static_cast<double>(k) / n;
-    }
-    arms.push_back({{"name", arm_names[static_cast<size_t>(a)]},
-                    {"label", a == 0 ? "A" : "B"},
-                    {"trajectories", n},
-                    {"with_outcome", correct},
-                    {"keeps", keeps},
-                    {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
-                    {"fast_p", fast},
-                    {"attempts", attempts},
-                    {"categories", cats},
-                    {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
-                    {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
-                    {"sandbox_violations", violations},
-                    {"cost",
-                     {{"generator_wall_seconds", gw}, {"generator_cpu_seconds", gc}, {"validate_seconds", vs},
-                      {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts}}}});
-  }
+  for (int a = 0; a < 2; ++a) arms.push_back(arm_summary(a, arm_names[static_cast<size_t>(a)], all));
 
   const auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  const double b_rate = iv.pairs == 0 ? 0.0
+                                      : (static_cast<double>(pairs.b_wins) + 0.5 * static_cast<double>(pairs.ties)) /
+                                            static_cast<double>(iv.pairs);
   return {{"schema", "kwb.experiment_analysis"},
           {"schema_version", k_experiment_analysis_schema_version},
           {"plan_digest", digest},
@@ -288,12 +306,10 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
             {"ratio", std::exp(iv.mean)},
             {"ratio_low", std::exp(iv.low)},
             {"ratio_high", std::exp(iv.high)}}},
-          {"win_rate",
-           {{"b_wins", b_wins}, {"a_wins", a_wins}, {"ties", ties},
-            {"b_rate", iv.pairs == 0 ? 0.0 : (static_cast<double>(b_wins) + 0.5 * static_cast<double>(ties)) / static_cast<double>(iv.pairs)}}},
+          {"win_rate", {{"b_wins", pairs.b_wins}, {"a_wins", pairs.a_wins}, {"ties", pairs.ties}, {"b_rate", b_rate}}},
           {"by_task", by_task},
           {"arms", arms},
-          {"pairs", pairs},
+          {"pairs", pairs.rows},
           {"missing", missing}};
 }
 

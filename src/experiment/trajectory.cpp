@@ -164,18 +164,9 @@ std::optional<int> last_kept(const nlohmann::json& record) {
   return kept;
 }
 
-nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& record) {
-  const fs::path adir = t.attempt_dir(n);
-  fs::remove_all(adir);
-  fs::create_directories(adir);
-  const std::optional<int> kept = last_kept(record);
-  const fs::path incumbent_public =
-      kept ? t.history() / std::to_string(*kept) / ("candidate" + t.ext) : t.baseline_public;
-  const std::string out_name = "candidate" + t.ext;
-  std::error_code ec;
-  fs::remove(t.work() / out_name, ec);
-  fs::remove(t.work() / (out_name + ".json"), ec);
-
+// The generator of attempt n: the arm's command in its sandbox, seeing the task's public part, the history, its
+// work folder and its arm's files, with the protocol's environment (docs/arms.md).
+GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbent_public, const std::string& out_name) {
   GeneratorSpec g;
   for (const nlohmann::json& w : t.arm["command"]) g.argv.push_back(w.get<std::string>());
   const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
@@ -200,21 +191,118 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
            {"KWB_OUTPUT", (t.work() / out_name).string()},
            {"KWB_INCLUDE_DIR", abi_include_dir().string()}};
   for (auto it = t.arm["env"].begin(); it != t.arm["env"].end(); ++it) g.env.emplace_back(it.key(), it.value());
+  return g;
+}
+
+nlohmann::json generator_json(const GeneratorResult& gr) {
+  nlohmann::json violations = nlohmann::json::array();
+  for (const SandboxViolation& v : gr.violations) {
+    violations.push_back({{"kind", v.kind}, {"syscall", v.syscall}, {"target", v.target}});
+  }
+  return {{"exit_code", gr.exit_code}, {"signal", gr.signal}, {"timed_out", gr.timed_out},
+          {"wall_seconds", gr.wall_seconds}, {"cpu_seconds", gr.cpu_seconds}, {"violations", violations},
+          {"violations_dropped", gr.violations_dropped}, {"folder_problems", gr.folder_problems}};
+}
+
+// Why the generator's run gives nothing to validate ("" when it wrote a candidate and did nothing wrong), and the
+// attempt's category then: sandbox for a reach outside its view or a work folder past its bounds (the folder is
+// reset), no_candidate for a failure or no output.
+std::string generator_failure(const GeneratorResult& gr, const GeneratorSpec& g, bool wrote, const std::string& why,
+                              AttemptCategory& category) {
+  if (!gr.folder_problems.empty()) {
+    category = AttemptCategory::sandbox;
+    return fmt::format("the generator left its work folder past its bounds ({}): the folder is reset and its "
+                       "candidate discarded",
+                       fmt::join(gr.folder_problems, "; "));
+  }
+  if (!gr.violations.empty()) {
+    category = AttemptCategory::sandbox;
+    return fmt::format("the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate is "
+                       "discarded",
+                       gr.violations.size() + gr.violations_dropped, gr.violations.front().kind,
+                       gr.violations.front().syscall, gr.violations.front().target);
+  }
+  category = AttemptCategory::no_candidate;
+  if (gr.timed_out) return fmt::format("the generator ran past its {} s limit", static_cast<double>(g.wall.count()) / 1000.0);
+  if (gr.signal != 0) return fmt::format("the generator was killed by signal {}", gr.signal);
+  if (gr.exit_code != 0) return fmt::format("the generator exited with {}", gr.exit_code);
+  if (!wrote) return "the generator wrote no candidate: " + why;
+  return "";
+}
+
+// Validates attempt n's candidate against the incumbent, records the decision in `a`, and keeps it on
+// KEEP_CANDIDATE (kwb keep, into the trajectory's ledger). Returns the attempt's category.
+AttemptCategory validate_and_keep(const Trajectory& t, int n, const fs::path& adir, const std::string& out_name,
+                                  nlohmann::json& a) {
+  const std::vector<std::string> argv =
+      validate_argv(t, (adir / out_name).string(), attempt_seed(t.seed, n), adir / "bundle", true);
+  const ValidateOutcome v = run_validate(t, argv, adir);
+  a["validate_seconds"] = v.seconds;
+  if (!v.decision) {
+    a["detail"] = v.error;
+    return AttemptCategory::error;
+  }
+  a["decision"] = (*v.decision)["decision"];
+  a["reason_codes"] = v.decision->value("reason_codes", nlohmann::json::array());
+  nlohmann::json reasons = v.decision->contains("inputs")
+                               ? (*v.decision)["inputs"].value("candidate_check_reasons", nlohmann::json::array())
+                               : nlohmann::json::array();
+  for (const std::string& r : v.final_reasons) reasons.push_back(r);
+  a["check_reasons"] = reasons;
+  a["speedup"] = speedup_json(v.ab);
+  const AttemptCategory category = categorize_decision(*v.decision, v.final_reasons);
+  if (category != AttemptCategory::kept) return category;
+  const CommandResult k = run_command({"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "keep",
+                                       (adir / "bundle").string()},
+                                      std::chrono::minutes(10), StderrMode::separate);
+  write_file_atomic(adir / "keep.log", k.output + k.errors);
+  if (k.exit_code != 0) {
+    a["detail"] = fmt::format("kwb keep refused the KEEP_CANDIDATE bundle (exit {}): {}", k.exit_code,
+                              tail(k.errors, 400));
+    return AttemptCategory::error;
+  }
+  a["kept"] = true;
+  return category;
+}
+
+// The public result, beside the candidate, for this trajectory's later attempts: no evidence, no seeds.
+void publish_result(const Trajectory& t, int n, const std::string& out_name, const std::optional<std::string>& source,
+                    const nlohmann::json& a) {
+  const fs::path h = t.history() / std::to_string(n);
+  fs::create_directories(h);
+  if (source) write_file_atomic(h / out_name, *source);
+  nlohmann::json pub = {{"attempt", n}, {"decision", a["decision"]}, {"kept", a["kept"]}, {"category", a["category"]},
+                        {"reason_codes", a["reason_codes"]}, {"improvement_pct", nullptr}, {"ci_low_pct", nullptr},
+                        {"ci_high_pct", nullptr}, {"candidate_sha256", a["candidate_sha256"]}, {"meta", a["meta"]}};
+  if (a["speedup"].is_object()) {
+    for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct"}) pub[k] = a["speedup"][k];
+  }
+  write_file_atomic(h / "result.json", json_text(pub, 2) + "\n");
+  for (const fs::path& p : {h, h / "result.json", h / out_name}) {
+    if (fs::exists(p)) ::chmod(p.c_str(), fs::is_directory(p) ? 0755 : 0644);
+  }
+}
+
+nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& record) {
+  const fs::path adir = t.attempt_dir(n);
+  fs::remove_all(adir);
+  fs::create_directories(adir);
+  const std::optional<int> kept = last_kept(record);
+  const fs::path incumbent_public =
+      kept ? t.history() / std::to_string(*kept) / ("candidate" + t.ext) : t.baseline_public;
+  const std::string out_name = "candidate" + t.ext;
+  std::error_code ec;
+  fs::remove(t.work() / out_name, ec);
+  fs::remove(t.work() / (out_name + ".json"), ec);
 
   nlohmann::json a = {{"attempt", n}, {"kept", false}, {"decision", nullptr}, {"reason_codes", nlohmann::json::array()},
                       {"check_reasons", nlohmann::json::array()}, {"candidate_sha256", nullptr},
                       {"incumbent", kept ? nlohmann::json(*kept) : nlohmann::json(nullptr)}, {"meta", nullptr},
                       {"speedup", nullptr}, {"validate_seconds", 0.0}, {"detail", ""}};
+  const GeneratorSpec g = generator_spec(t, n, incumbent_public, out_name);
   const GeneratorResult gr = run_generator(g);
   write_file_atomic(adir / "generator.log", gr.output);
-  nlohmann::json violations = nlohmann::json::array();
-  for (const SandboxViolation& v : gr.violations) {
-    violations.push_back({{"kind", v.kind}, {"syscall", v.syscall}, {"target", v.target}});
-  }
-  a["generator"] = {{"exit_code", gr.exit_code}, {"signal", gr.signal}, {"timed_out", gr.timed_out},
-                    {"wall_seconds", gr.wall_seconds}, {"cpu_seconds", gr.cpu_seconds},
-                    {"violations", violations}, {"violations_dropped", gr.violations_dropped},
-                    {"folder_problems", gr.folder_problems}};
+  a["generator"] = generator_json(gr);
 
   std::string why;
   const std::optional<std::string> source = read_generated_file(t.work(), out_name, k_max_candidate_bytes, why);
@@ -231,74 +319,13 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   }
 
   AttemptCategory category = AttemptCategory::no_candidate;
-  if (!gr.folder_problems.empty()) {
-    // The generator's folder is its own problem, not the experiment's: this attempt's violation, and the folder was
-    // reset for the next one (a hard link, a tree past the depth bound, bytes past the arm's quota).
-    category = AttemptCategory::sandbox;
-    a["detail"] = fmt::format("the generator left its work folder past its bounds ({}): the folder is reset and its "
-                              "candidate discarded",
-                              fmt::join(gr.folder_problems, "; "));
-  } else if (!gr.violations.empty()) {
-    category = AttemptCategory::sandbox;
-    a["detail"] = fmt::format("the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate "
-                              "is discarded",
-                              gr.violations.size() + gr.violations_dropped, gr.violations.front().kind,
-                              gr.violations.front().syscall, gr.violations.front().target);
-  } else if (gr.timed_out || gr.signal != 0 || gr.exit_code != 0 || !source) {
-    a["detail"] = gr.timed_out     ? fmt::format("the generator ran past its {} s limit", static_cast<double>(g.wall.count()) / 1000.0)
-                  : gr.signal != 0 ? fmt::format("the generator was killed by signal {}", gr.signal)
-                  : gr.exit_code != 0 ? fmt::format("the generator exited with {}", gr.exit_code)
-                                      : "the generator wrote no candidate: " + why;
+  if (std::string failed = generator_failure(gr, g, source.has_value(), why, category); !failed.empty()) {
+    a["detail"] = std::move(failed);
   } else {
-    const std::vector<std::string> argv =
-        validate_argv(t, (adir / out_name).string(), attempt_seed(t.seed, n), adir / "bundle", true);
-    const ValidateOutcome v = run_validate(t, argv, adir);
-    a["validate_seconds"] = v.seconds;
-    if (!v.decision) {
-      category = AttemptCategory::error;
-      a["detail"] = v.error;
-    } else {
-      a["decision"] = (*v.decision)["decision"];
-      a["reason_codes"] = v.decision->value("reason_codes", nlohmann::json::array());
-      nlohmann::json reasons = v.decision->contains("inputs")
-                                   ? (*v.decision)["inputs"].value("candidate_check_reasons", nlohmann::json::array())
-                                   : nlohmann::json::array();
-      const std::vector<std::string>& final_reasons = v.final_reasons;
-      for (const std::string& r : final_reasons) reasons.push_back(r);
-      a["check_reasons"] = reasons;
-      a["speedup"] = speedup_json(v.ab);
-      category = categorize_decision(*v.decision, final_reasons);
-      if (category == AttemptCategory::kept) {
-        const CommandResult k = run_command({"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(),
-                                             "keep", (adir / "bundle").string()},
-                                            std::chrono::minutes(10), StderrMode::separate);
-        write_file_atomic(adir / "keep.log", k.output + k.errors);
-        if (k.exit_code == 0) {
-          a["kept"] = true;
-        } else {
-          category = AttemptCategory::error;
-          a["detail"] = fmt::format("kwb keep refused the KEEP_CANDIDATE bundle (exit {}): {}", k.exit_code,
-                                    tail(k.errors, 400));
-        }
-      }
-    }
+    category = validate_and_keep(t, n, adir, out_name, a);
   }
   a["category"] = std::string(to_string(category));
-
-  // The public result, beside the candidate, for this trajectory's later attempts: no evidence, no seeds.
-  const fs::path h = t.history() / std::to_string(n);
-  fs::create_directories(h);
-  if (source) write_file_atomic(h / out_name, *source);
-  nlohmann::json pub = {{"attempt", n}, {"decision", a["decision"]}, {"kept", a["kept"]}, {"category", a["category"]},
-                        {"reason_codes", a["reason_codes"]}, {"improvement_pct", nullptr}, {"ci_low_pct", nullptr},
-                        {"ci_high_pct", nullptr}, {"candidate_sha256", a["candidate_sha256"]}, {"meta", a["meta"]}};
-  if (a["speedup"].is_object()) {
-    for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct"}) pub[k] = a["speedup"][k];
-  }
-  write_file_atomic(h / "result.json", json_text(pub, 2) + "\n");
-  for (const fs::path& p : {h, h / "result.json", h / out_name}) {
-    if (fs::exists(p)) ::chmod(p.c_str(), fs::is_directory(p) ? 0755 : 0644);
-  }
+  publish_result(t, n, out_name, source, a);
   return a;
 }
 
