@@ -9,7 +9,7 @@ assertion here is about). The generators always see the shipped task's public fi
 
 For rmsnorm, softmax and layernorm and each generator, the generator protocol is faked in a temporary folder: a
 frozen read-only copy of the arm's folder as the working directory, a public copy of the task, a storage layout
-<storage>/trajectories/<id>/{work,attempts}, and a synthetic history that grows attempt by attempt (1..5, two seeds).
+<storage>/trajectories/<id>/{work,attempts}, and a synthetic history that grows attempt by attempt (1..3, two seeds; the cheater's 1..6 and 12).
 Asserted:
   - determinism: each attempt run twice gives the same candidate bytes (and the same meta, except the cheater's
     environment probe, which describes the machine);
@@ -39,7 +39,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 GENERATORS = os.path.join(ROOT, "generators")
 TASKS = ["rmsnorm", "softmax", "layernorm"]
 SEEDS = [1, 2]
-ATTEMPTS = [1, 2, 3, 4, 5]
+ATTEMPTS = [1, 2, 3]  # the tuner's start and two moves; random_edit's attempt 3 stacks on the kept attempt 2
 CHEATER_ATTEMPTS = [1, 2, 3, 4, 5, 6, 12]  # every attack once: 6 is the socket, 12 the file read
 SCRIPTS = {"tuner": "tuner.py", "random_edit": "random_edit.py", "cheater": "cheater.py"}
 CHEAT_REASONS = {

@@ -284,7 +284,7 @@ KwbRun data_prediction_compare(const std::vector<std::string>& extra) {
                                    (k_adversarial / "data_prediction_control.cpp").string(), "--candidate",
                                    (k_adversarial / "data_prediction.cpp").string(), "--workload", "square",
                                    "--max-minutes", "0.2", "--repetitions", "6", "--samples", "5",
-                                   "--min-improvement-pct", "10", "--json"};
+                                   "--min-improvement-pct", "10", "--layouts", "2", "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }

@@ -50,7 +50,7 @@ TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_
 
   // compare: a decided or undecided comparison, never an error, on the generated workload.
   KwbRun cmp = run_kwb({"compare", task.string(), "--candidate", (task / "cpu/reference.cpp").string(), "--workload",
-                        "small", "--max-minutes", "0.05", "--json"});
+                        "small", "--max-minutes", "0.05", "--layouts", "2", "--json"});
   ASSERT_FALSE(cmp.json.is_discarded()) << cmp.output << cmp.errors;
   EXPECT_LE(cmp.exit_code, 2) << cmp.errors;
   ASSERT_EQ(cmp.json["workloads"].size(), 1u);

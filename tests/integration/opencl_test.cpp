@@ -190,7 +190,7 @@ TEST(opencl_test, a_rewrite_of_the_drivers_dispatch_table_is_a_sandbox_violation
 // that computes y on the host while kwb uploads y's poison, and launches nothing. Every output is exact, the window
 // holds nothing, and the work shows as B's wall time outside the window over A's: INVALID, no metric, in compare and
 // in validate (KEEP_BASELINE ab_work_outside_window, and verify re-derives it). The same kernel without the hook,
-// fused.cpp against itself, reads its true figure: no difference.
+// fused.cpp against itself in validate's A/A, reads its true figure: no difference.
 TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_invalid) {
   const auto attack = k_source_dir / "tests" / "adversarial" / "opencl" / "driver_ops_upload.cpp";
   KwbRun check = run_kwb(check_args(attack, {"--case", "zeros", "--case", "prefill"}));
@@ -209,13 +209,6 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
   EXPECT_TRUE(w["improvement_pct"].is_null()) << w.dump();
   EXPECT_TRUE(w["outside_window"]["moved"].get<bool>()) << w["outside_window"].dump();
   EXPECT_NE(w["reason"].get<std::string>().find("outside"), std::string::npos) << w["reason"];
-  KwbRun control = compare(k_opencl / "fused.cpp");
-  ASSERT_FALSE(control.json.is_discarded()) << control.output << control.errors;
-  const auto& cw = control.json["workloads"][0];
-  EXPECT_NE(cw["verdict"], "INVALID") << cw.dump();
-  EXPECT_FALSE(cw["outside_window"]["moved"].get<bool>()) << cw.dump();
-  EXPECT_LT(std::abs(cw["improvement_pct"].get<double>()), 5.0) << cw.dump();
-
   const TempDir tmp("kwb-opencl-ops-upload");
   const auto out = tmp / "bundle";
   KwbRun v = run_kwb({"validate", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate", attack.string(),
@@ -226,6 +219,14 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
   const std::vector<std::string> codes = v.json["reason_codes"];
   EXPECT_NE(std::find(codes.begin(), codes.end(), "ab_work_outside_window"), codes.end()) << v.json.dump(2);
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
+  // The control: validate's A/A is the same kernel without the hook, fused.cpp against itself, and it reads its
+  // true figure, no difference and nothing moved outside the window.
+  const nlohmann::json aa = nlohmann::json::parse(read_file(out / "comparisons" / "aa.json"));
+  ASSERT_EQ(aa["workloads"].size(), 1u) << aa.dump();
+  const auto& cw = aa["workloads"][0];
+  EXPECT_NE(cw["verdict"], "INVALID") << cw.dump();
+  EXPECT_FALSE(cw["outside_window"]["moved"].get<bool>()) << cw.dump();
+  EXPECT_LT(std::abs(cw["improvement_pct"].get<double>()), 5.0) << cw.dump();
 }
 
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {

@@ -225,7 +225,7 @@ async def run(kwb, src, tmp, task):
             v = await agent.call("validate", {"task": task, "candidate": candidate,
                                               "output_dir": bundle, "workloads": ["decode"], "max_minutes": 0.15,
                                               "max_aa_difference_pct": 25, "against_incumbent": True,
-                                              "no_profile": True},
+                                              "no_profile": True, "layouts": 2},
                                  progress_callback=on_progress)
             require(not v.is_error, "validate ran")
             d_fast = v.structured_content["result"]
@@ -258,7 +258,7 @@ async def run(kwb, src, tmp, task):
 
             call = asyncio.create_task(agent.call(
                 "validate", {"task": task, "candidate": f"{task}/cpu/fused.cpp", "output_dir": cancelled,
-                             "workloads": ["decode"], "max_minutes": 5, "no_profile": True},
+                             "workloads": ["decode"], "max_minutes": 5, "no_profile": True, "layouts": 2},
                 progress_callback=on_validate_progress))
             await asyncio.wait_for(frozen.wait(), 120)
             require(processes_with(cancelled), "the validate is running as a kwb process")
