@@ -10,6 +10,8 @@
 # median estimate and the median seconds to decide. Pass extra compare flags in KWB_BENCH_FLAGS (e.g.
 # "--min-improvement-pct 0 --same-margin-pct 0" for the old defaults).
 # Usage: bench/loop_keeps.sh [N=100] [WORKLOADS="decode prefill"]
+# BENCH_FROM=K runs sessions K..N only, into a BENCH_OUT that holds 1..K-1 already (a run cut short, continued);
+# the summary covers 1..N.
 # Time: an equal session runs until SAME or the budget (about 40-60 s here), a faster one until PASS (seconds).
 # Run nothing else at the same time.
 set -euo pipefail
@@ -35,7 +37,7 @@ old = 'kwb_scalar_or(&call, "extra_work", 1.0)'
 assert text.count(old) == 1, "slow_by_work.cpp's extra_work default changed: update bench/loop_keeps.sh"
 open(dst, "w").write(text.replace(old, f'kwb_scalar_or(&call, "extra_work", {extra})'))
 PY
-  for ((i = 1; i <= n; i++)); do
+  for ((i = ${BENCH_FROM:-1}; i <= n; i++)); do
     run_kwb "equal_${w}_$i" compare "$lite" --baseline "$lite/cpu/fused.cpp" --candidate "$note" --workload "$w" \
       --seed "$i" "${flags[@]}" 2>/dev/null
     run_kwb "faster_${w}_$i" compare "$lite" --baseline "$slow" --candidate "$lite/cpu/fused.cpp" --workload "$w" \

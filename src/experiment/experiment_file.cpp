@@ -104,6 +104,95 @@ ExperimentTask read_task(const Reader& r, const toml::table& t, size_t index, co
 
 }  // namespace
 
+namespace {
+
+// seeds = [...]: the replicates, whole numbers from 0, each once.
+std::vector<std::int64_t> read_seeds(const fs::path& file, const toml::table& root) {
+  const toml::node* n = root.get("seeds");
+  if (n == nullptr) fail(file, 1, "seeds", "missing: give the replicates per task, e.g. seeds = [1, 2, 3, 4]");
+  const toml::array* a = n->as_array();
+  if (a == nullptr || a->empty()) {
+    fail(file, line_of(*n), "seeds", "must be a non-empty array of whole numbers, e.g. seeds = [1, 2, 3, 4]");
+  }
+  std::vector<std::int64_t> seeds;
+  std::set<std::int64_t> seen;
+  for (const toml::node& e : *a) {
+    if (!e.is_integer() || *e.value<std::int64_t>() < 0) {
+      fail(file, line_of(e), "seeds", "every seed must be a whole number from 0");
+    }
+    if (!seen.insert(*e.value<std::int64_t>()).second) {
+      fail(file, line_of(e), "seeds", fmt::format("seed {} is given twice: each seed is one replicate",
+                                                  *e.value<std::int64_t>()));
+    }
+    seeds.push_back(*e.value<std::int64_t>());
+  }
+  return seeds;
+}
+
+// attempts, confidence, the final's budget and the executor's limits.
+void read_limits(const Reader& r, const fs::path& file, const toml::table& root, const FlagCheck& check, Experiment& x) {
+  x.attempts = static_cast<int>(r.number(root, "attempts", "attempts", 1, 1000).value_or(5));
+  if (const toml::node* n = root.get("attempts"); n != nullptr && !n->is_integer()) {
+    fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
+  }
+  x.confidence = r.number(root, "confidence", "confidence", 0.5, 0.999).value_or(0.95);
+  if (const std::optional<double> m = r.number(root, "final_max_minutes", "final_max_minutes", 0.001, 10080.0)) {
+    if (const std::string why = check("--max-minutes", fmt::format("{}", *m)); !why.empty()) {
+      fail(file, line_of(*root.get("final_max_minutes")), "final_max_minutes", why);
+    }
+    x.final_max_minutes = *m;
+  }
+  x.run_limit_minutes = r.number(root, "run_limit_minutes", "run_limit_minutes", 0.1, 10080.0).value_or(120.0);
+  x.queue_limit_minutes = r.number(root, "queue_limit_minutes", "queue_limit_minutes", 0.0, 10080.0).value_or(60.0);
+}
+
+// [[arms]]: exactly two, named apart.
+std::vector<ExperimentArm> read_arms(const Reader& r, const fs::path& file, const toml::table& root,
+                                     const fs::path& base) {
+  const toml::array* arms = root["arms"].as_array();
+  if (arms == nullptr || arms->size() != 2) {
+    fail(file, arms ? line_of(*arms) : 1, "arms",
+         "an experiment compares exactly two arms: give two [[arms]] tables (A first, then B), each with a name and "
+         "a command");
+  }
+  std::vector<ExperimentArm> out;
+  for (size_t i = 0; i < arms->size(); ++i) {
+    const toml::table* t = arms->get(i)->as_table();
+    if (t == nullptr) fail(file, line_of(*arms->get(i)), fmt::format("arms[{}]", i), "must be an [[arms]] table");
+    out.push_back(read_arm(r, *t, i, base));
+  }
+  if (out[0].name == out[1].name) {
+    fail(file, out[1].line, "arms[1].name",
+         fmt::format("both arms are named '{}': give each its own name (two identical generators are an A/A "
+                     "experiment, named e.g. \"a1\" and \"a2\")", out[1].name));
+  }
+  return out;
+}
+
+// [[tasks]]: at least one, each task once.
+std::vector<ExperimentTask> read_tasks(const Reader& r, const fs::path& file, const toml::table& root,
+                                       const fs::path& base, const Experiment& x) {
+  const toml::array* tasks = root["tasks"].as_array();
+  if (tasks == nullptr || tasks->empty()) {
+    fail(file, 1, "tasks", "no [[tasks]]: add one, e.g. [[tasks]] dir = \"tasks/rmsnorm\"");
+  }
+  std::vector<ExperimentTask> out;
+  std::set<std::string> task_names;
+  for (size_t i = 0; i < tasks->size(); ++i) {
+    const toml::table* t = tasks->get(i)->as_table();
+    if (t == nullptr) fail(file, line_of(*tasks->get(i)), fmt::format("tasks[{}]", i), "must be a [[tasks]] table");
+    ExperimentTask et = read_task(r, *t, i, base, x.backend, x.validate);
+    if (!task_names.insert(et.name).second) {
+      fail(file, et.line, fmt::format("tasks[{}].dir", i),
+           fmt::format("task {} is given twice: replicates are seeds, not repeated tasks", et.name));
+    }
+    out.push_back(std::move(et));
+  }
+  return out;
+}
+
+}  // namespace
+
 Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   const fs::path file = fs::absolute(given).lexically_normal();
   if (!fs::is_regular_file(file)) {
@@ -120,38 +209,8 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   x.name = r.text(root, "name", "name").value_or(file.stem().string());
   x.storage = fs::absolute(base / r.text(root, "storage", "storage").value_or(file.stem().string() + ".experiment"))
                   .lexically_normal();
-  if (const toml::node* n = root.get("seeds")) {
-    const toml::array* a = n->as_array();
-    if (a == nullptr || a->empty()) {
-      fail(file, line_of(*n), "seeds", "must be a non-empty array of whole numbers, e.g. seeds = [1, 2, 3, 4]");
-    }
-    std::set<std::int64_t> seen;
-    for (const toml::node& e : *a) {
-      if (!e.is_integer() || *e.value<std::int64_t>() < 0) {
-        fail(file, line_of(e), "seeds", "every seed must be a whole number from 0");
-      }
-      if (!seen.insert(*e.value<std::int64_t>()).second) {
-        fail(file, line_of(e), "seeds", fmt::format("seed {} is given twice: each seed is one replicate",
-                                                    *e.value<std::int64_t>()));
-      }
-      x.seeds.push_back(*e.value<std::int64_t>());
-    }
-  } else {
-    fail(file, 1, "seeds", "missing: give the replicates per task, e.g. seeds = [1, 2, 3, 4]");
-  }
-  x.attempts = static_cast<int>(r.number(root, "attempts", "attempts", 1, 1000).value_or(5));
-  if (const toml::node* n = root.get("attempts"); n != nullptr && !n->is_integer()) {
-    fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
-  }
-  x.confidence = r.number(root, "confidence", "confidence", 0.5, 0.999).value_or(0.95);
-  if (const std::optional<double> m = r.number(root, "final_max_minutes", "final_max_minutes", 0.001, 10080.0)) {
-    if (const std::string why = check("--max-minutes", fmt::format("{}", *m)); !why.empty()) {
-      fail(file, line_of(*root.get("final_max_minutes")), "final_max_minutes", why);
-    }
-    x.final_max_minutes = *m;
-  }
-  x.run_limit_minutes = r.number(root, "run_limit_minutes", "run_limit_minutes", 0.1, 10080.0).value_or(120.0);
-  x.queue_limit_minutes = r.number(root, "queue_limit_minutes", "queue_limit_minutes", 0.0, 10080.0).value_or(60.0);
+  x.seeds = read_seeds(file, root);
+  read_limits(r, file, root, check, x);
   for (const char* table : {"executor", "validate"}) {
     if (const toml::node* n = root.get(table); n != nullptr && !n->is_table()) {
       fail(file, line_of(*n), table, fmt::format("must be a table: [{}]", table));
@@ -166,39 +225,8 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
            "seed (docs/experiments.md); remove it");
     }
   }
-
-  const toml::array* arms = root["arms"].as_array();
-  if (arms == nullptr || arms->size() != 2) {
-    fail(file, arms ? line_of(*arms) : 1, "arms",
-         "an experiment compares exactly two arms: give two [[arms]] tables (A first, then B), each with a name and "
-         "a command");
-  }
-  for (size_t i = 0; i < arms->size(); ++i) {
-    const toml::table* t = arms->get(i)->as_table();
-    if (t == nullptr) fail(file, line_of(*arms->get(i)), fmt::format("arms[{}]", i), "must be an [[arms]] table");
-    x.arms.push_back(read_arm(r, *t, i, base));
-  }
-  if (x.arms[0].name == x.arms[1].name) {
-    fail(file, x.arms[1].line, "arms[1].name",
-         fmt::format("both arms are named '{}': give each its own name (two identical generators are an A/A "
-                     "experiment, named e.g. \"a1\" and \"a2\")", x.arms[1].name));
-  }
-
-  const toml::array* tasks = root["tasks"].as_array();
-  if (tasks == nullptr || tasks->empty()) {
-    fail(file, 1, "tasks", "no [[tasks]]: add one, e.g. [[tasks]] dir = \"tasks/rmsnorm\"");
-  }
-  std::set<std::string> task_names;
-  for (size_t i = 0; i < tasks->size(); ++i) {
-    const toml::table* t = tasks->get(i)->as_table();
-    if (t == nullptr) fail(file, line_of(*tasks->get(i)), fmt::format("tasks[{}]", i), "must be a [[tasks]] table");
-    ExperimentTask et = read_task(r, *t, i, base, x.backend, x.validate);
-    if (!task_names.insert(et.name).second) {
-      fail(file, et.line, fmt::format("tasks[{}].dir", i),
-           fmt::format("task {} is given twice: replicates are seeds, not repeated tasks", et.name));
-    }
-    x.tasks.push_back(std::move(et));
-  }
+  x.arms = read_arms(r, file, root, base);
+  x.tasks = read_tasks(r, file, root, base, x);
   return x;
 }
 

@@ -106,13 +106,10 @@ std::vector<fs::path> public_task_files(const fs::path& task_dir, BackendKind ba
   return out;
 }
 
-nlohmann::json freeze_experiment(const Experiment& x) {
-  const ExperimentPaths paths{x.storage};
-  // The copies first, into a staging folder; they replace the previous copies only once the plan is known to agree.
-  const fs::path staging = x.storage / ".freeze";
-  fs::remove_all(staging);
-  fs::create_directories(staging);
+namespace {
 
+// The tasks' public copies into staging/tasks/<name>, and their plan entries.
+nlohmann::json freeze_tasks(const Experiment& x, const fs::path& staging) {
   nlohmann::json tasks = nlohmann::json::array();
   for (const ExperimentTask& t : x.tasks) {
     const fs::path pub = staging / "tasks" / t.name;
@@ -124,6 +121,11 @@ nlohmann::json freeze_experiment(const Experiment& x) {
                      {"baseline", load_task(t.dir).backends.at(x.backend).baseline.lexically_relative(t.dir).string()},
                      {"public_files", frozen_file_list(pub)}});
   }
+  return tasks;
+}
+
+// The arms' files into staging/arms/<name>, and their plan entries.
+nlohmann::json freeze_arms(const Experiment& x, const fs::path& staging) {
   nlohmann::json arms = nlohmann::json::array();
   for (const ExperimentArm& a : x.arms) {
     const fs::path dir = staging / "arms" / a.name;
@@ -140,20 +142,44 @@ nlohmann::json freeze_experiment(const Experiment& x) {
                     {"work_quota_mib", a.work_quota_mib},
                     {"files", frozen_file_list(dir)}});
   }
+  return arms;
+}
+
+// The plan's settings: backend, validate's flags, seeds, attempts, confidence, budgets and the executor.
+nlohmann::json plan_settings(const Experiment& x) {
   nlohmann::json validate = nlohmann::json::array();
   for (const ValidateFlag& f : x.validate) validate.push_back({{"flag", f.flag}, {"value", f.value}});
-  nlohmann::json trajectories = nlohmann::json::array();
-  for (const TrajectoryPlan& p : plan_trajectories(x)) {
-    trajectories.push_back({{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task},
-                            {"seed", p.seed}});
-  }
-  const Provenance built = build_provenance();
   nlohmann::json executor = {{"kind", std::string(to_string(x.executor.kind))}};
   if (x.executor.kind == ExecutorKind::slurm) {
     executor["partition"] = x.executor.slurm.partition;
     executor["account"] = x.executor.slurm.account;
     executor["sbatch_options"] = x.executor.slurm.sbatch_options;
   }
+  return {{"backend", std::string(to_string(x.backend))},
+          {"validate", validate},
+          {"seeds", x.seeds},
+          {"attempts", x.attempts},
+          {"confidence", x.confidence},
+          {"final_max_minutes", x.final_max_minutes},
+          {"run_limit_minutes", x.run_limit_minutes},
+          {"queue_limit_minutes", x.queue_limit_minutes},
+          {"executor", executor}};
+}
+
+}  // namespace
+
+nlohmann::json freeze_experiment(const Experiment& x) {
+  const ExperimentPaths paths{x.storage};
+  // The copies first, into a staging folder; they replace the previous copies only once the plan is known to agree.
+  const fs::path staging = x.storage / ".freeze";
+  fs::remove_all(staging);
+  fs::create_directories(staging);
+  nlohmann::json trajectories = nlohmann::json::array();
+  for (const TrajectoryPlan& p : plan_trajectories(x)) {
+    trajectories.push_back({{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task},
+                            {"seed", p.seed}});
+  }
+  const Provenance built = build_provenance();
   nlohmann::json plan = {
       {"schema", "kwb.experiment"},
       {"schema_version", k_experiment_schema_version},
@@ -165,18 +191,9 @@ nlohmann::json freeze_experiment(const Experiment& x) {
         {"git_sha", built.git_sha},
         {"git_dirty", built.git_dirty ? nlohmann::json(*built.git_dirty) : nlohmann::json(nullptr)},
         {"binary_sha256", sha256_file(fs::read_symlink("/proc/self/exe"))}}},
-      {"settings",
-       {{"backend", std::string(to_string(x.backend))},
-        {"validate", validate},
-        {"seeds", x.seeds},
-        {"attempts", x.attempts},
-        {"confidence", x.confidence},
-        {"final_max_minutes", x.final_max_minutes},
-        {"run_limit_minutes", x.run_limit_minutes},
-        {"queue_limit_minutes", x.queue_limit_minutes},
-        {"executor", executor}}},
-      {"tasks", tasks},
-      {"arms", arms},
+      {"settings", plan_settings(x)},
+      {"tasks", freeze_tasks(x, staging)},
+      {"arms", freeze_arms(x, staging)},
       {"trajectories", trajectories},
   };
 

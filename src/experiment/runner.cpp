@@ -73,6 +73,70 @@ struct Running {
   std::string stopping;
 };
 
+using Say = std::function<void(const std::string&)>;
+
+// The trajectories not yet done under this plan, in the plan's order; the others are counted as skipped.
+std::deque<std::string> pending_trajectories(const nlohmann::json& plan, const fs::path& storage,
+                                             ExperimentRunSummary& s) {
+  std::deque<std::string> todo;
+  for (const nlohmann::json& t : plan["trajectories"]) {
+    ++s.trajectories;
+    const std::string id = t["id"].get<std::string>();
+    const std::optional<nlohmann::json> r = read_record(ExperimentPaths{storage}.trajectory(id) / "trajectory.json");
+    if (r && r->value("plan_digest", "") == plan_digest(storage) && r->value("status", "") == "done") {
+      ++s.skipped;
+      continue;
+    }
+    todo.push_back(id);
+  }
+  return todo;
+}
+
+// A trajectory's job: `kwb experiment trajectory STORAGE ID`, its logs in the trajectory's next jobs/<k>/.
+JobLaunch trajectory_launch(const Experiment& x, const fs::path& kwb, const std::string& id) {
+  const fs::path tdir = ExperimentPaths{x.storage}.trajectory(id);
+  size_t k = 1;
+  while (fs::exists(tdir / "jobs" / std::to_string(k))) ++k;
+  JobLaunch l;
+  l.name = fmt::format("kwb-exp-{}-{}", x.name, id).substr(0, 120);
+  l.validate = {kwb.string(), "experiment", "trajectory", x.storage.string(), id};
+  l.attempt_dir = tdir / "jobs" / std::to_string(k);
+  fs::create_directories(l.attempt_dir);
+  l.run_limit_s = x.run_limit_minutes * 60.0;
+  l.backend = x.backend;
+  return l;
+}
+
+// One look at a submitted trajectory: cancelled past its queue or run limit; true once it ended, which is said (and
+// counted when the trajectory is not done, with the last error its job logged).
+bool look_at(Running& r, Executor& ex, const Experiment& x, ExperimentRunSummary& s, const Say& say) {
+  const JobProbe p = ex.probe(r.handle, r.launch);
+  const double now = wall_seconds_now();
+  if (p.where == JobProbe::Where::running && r.started == 0.0) r.started = now;
+  if (p.where != JobProbe::Where::ended) {
+    const bool over_queue = r.started == 0.0 && now - r.submitted > x.queue_limit_minutes * 60.0;
+    const bool over_run = r.started != 0.0 && now - r.started > x.run_limit_minutes * 60.0 + ex.grace_seconds();
+    if ((over_queue || over_run) && !r.cancelled) {
+      r.stopping = over_queue ? "queue_limit" : "run_limit";
+      say(fmt::format("{}: past its {} limit: cancelled", r.id, over_queue ? "queue" : "run"));
+      ex.cancel(r.handle);
+      r.cancelled = true;
+    }
+    return false;
+  }
+  const std::optional<nlohmann::json> rec = read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
+  const std::string status = rec ? rec->value("status", "missing") : "missing";
+  std::string why;
+  if (status != "done") {
+    ++s.failed;
+    why = last_error_line(r.launch.attempt_dir / "stderr.log");
+  }
+  say(fmt::format("{}: ended (exit {}{}{}): trajectory {}{}", r.id, p.exit_code ? std::to_string(*p.exit_code) : "none",
+                  p.signal != 0 ? fmt::format(", signal {}", p.signal) : "", r.stopping.empty() ? "" : ", " + r.stopping,
+                  status, why.empty() ? "" : ": " + why));
+  return true;
+}
+
 }  // namespace
 
 std::unique_ptr<Executor> make_experiment_executor(const Experiment& x) {
@@ -118,43 +182,18 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
   say(fmt::format("frozen: {} (plan digest {})", ExperimentPaths{x.storage}.plan().string(),
                   plan_digest(x.storage).substr(0, 16)));
   ExperimentRunSummary s;
-  std::deque<std::string> todo;
-  for (const nlohmann::json& t : plan["trajectories"]) {
-    ++s.trajectories;
-    const std::string id = t["id"].get<std::string>();
-    const std::optional<nlohmann::json> r = read_record(ExperimentPaths{x.storage}.trajectory(id) / "trajectory.json");
-    if (r && r->value("plan_digest", "") == plan_digest(x.storage) && r->value("status", "") == "done") {
-      ++s.skipped;
-      continue;
-    }
-    todo.push_back(id);
-  }
+  std::deque<std::string> todo = pending_trajectories(plan, x.storage, s);
   if (plan_only) return s;
 
   const double poll = x.executor.poll_seconds > 0 ? x.executor.poll_seconds : ex.poll_seconds();
-  const double run_limit = x.run_limit_minutes * 60.0;
-  const double queue_limit = x.queue_limit_minutes * 60.0;
   std::vector<Running> running;
-  auto launch_of = [&](const std::string& id) {
-    const fs::path tdir = ExperimentPaths{x.storage}.trajectory(id);
-    size_t k = 1;
-    while (fs::exists(tdir / "jobs" / std::to_string(k))) ++k;
-    JobLaunch l;
-    l.name = fmt::format("kwb-exp-{}-{}", x.name, id).substr(0, 120);
-    l.validate = {kwb.string(), "experiment", "trajectory", x.storage.string(), id};
-    l.attempt_dir = tdir / "jobs" / std::to_string(k);
-    fs::create_directories(l.attempt_dir);
-    l.run_limit_s = run_limit;
-    l.backend = x.backend;
-    return l;
-  };
   try {
     while (!todo.empty() || !running.empty()) {
       while (!todo.empty() && running.size() < ex.slots()) {
         Running r;
         r.id = todo.front();
         todo.pop_front();
-        r.launch = launch_of(r.id);
+        r.launch = trajectory_launch(x, kwb, r.id);
         r.handle = ex.submit(r.launch);
         r.submitted = wall_seconds_now();
         ++s.started;
@@ -163,35 +202,11 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
       }
       nap_seconds(poll);
       for (size_t i = 0; i < running.size();) {
-        Running& r = running[i];
-        const JobProbe p = ex.probe(r.handle, r.launch);
-        const double now = wall_seconds_now();
-        if (p.where == JobProbe::Where::running && r.started == 0.0) r.started = now;
-        if (p.where != JobProbe::Where::ended) {
-          const bool over_queue = r.started == 0.0 && now - r.submitted > queue_limit;
-          const bool over_run = r.started != 0.0 && now - r.started > run_limit + ex.grace_seconds();
-          if ((over_queue || over_run) && !r.cancelled) {
-            r.stopping = over_queue ? "queue_limit" : "run_limit";
-            say(fmt::format("{}: past its {} limit: cancelled", r.id, over_queue ? "queue" : "run"));
-            ex.cancel(r.handle);
-            r.cancelled = true;
-          }
+        if (look_at(running[i], ex, x, s, say)) {
+          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        } else {
           ++i;
-          continue;
         }
-        const std::optional<nlohmann::json> rec =
-            read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
-        const std::string status = rec ? rec->value("status", "missing") : "missing";
-        std::string why;
-        if (status != "done") {
-          ++s.failed;
-          why = last_error_line(r.launch.attempt_dir / "stderr.log");
-        }
-        say(fmt::format("{}: ended (exit {}{}{}): trajectory {}{}", r.id,
-                        p.exit_code ? std::to_string(*p.exit_code) : "none",
-                        p.signal != 0 ? fmt::format(", signal {}", p.signal) : "",
-                        r.stopping.empty() ? "" : ", " + r.stopping, status, why.empty() ? "" : ": " + why));
-        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
       }
     }
   } catch (...) {
