@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -68,46 +69,79 @@ void compute_expected(const Task& task, InputSet& set) {
   set.output_shapes = std::move(call.output_shapes);
 }
 
-// A twin's change of integer data (an integer or boolean dtype, or an integer law on any dtype): it stays where the
-// input's law puts its values, since such data is often an index or a position the operator requires to be valid
-// (a permutation stays a permutation, a randint value stays in [low, high]): the change is a swap of two elements
-// (arange, permutation), another value of the range (randint), or another value of the dtype (a constant or
-// zeros: -2x, 1 for a zero, -x or 0, the first the dtype holds; a boolean flips). False for floating data, whose
-// change is the caller's.
-bool change_within_support(DType dtype, const Distribution& dist, std::span<unsigned char> data, size_t n, size_t at,
-                           Rng& rng, std::vector<std::string>& changed, const std::string& name) {
-  const DTypeInfo& t = dtype_info(dtype);
-  const bool law_of_integers = dist.kind == DistributionKind::randint || dist.kind == DistributionKind::arange ||
-                               dist.kind == DistributionKind::permutation;
-  if (t.kind == DTypeKind::floating && !law_of_integers) return false;
-  const double v = load_element(dtype, data.data(), at);
-  if (dist.kind == DistributionKind::arange || dist.kind == DistributionKind::permutation) {
-    if (n < 2) return true;  // nothing to swap with: no change
-    const size_t other = (at + 1 + static_cast<size_t>(rng.next() % (n - 1))) % n;
-    store_element(dtype, data.data(), at, load_element(dtype, data.data(), other));
-    store_element(dtype, data.data(), other, v);
-    changed.push_back(fmt::format("{}[{}] and {}[{}] (swapped)", name, at, name, other));
-    return true;
+// Whether `v` is the law's special value (a mask's -inf, a NaN to propagate): a twin leaves such a position alone.
+bool is_special(const Distribution& dist, double v) {
+  if (dist.special_fraction <= 0.0) return false;
+  return std::isnan(dist.special_value) ? std::isnan(v) : v == dist.special_value;
+}
+
+// Another value of a floating law's support for an element holding `v`, far enough from it that the output moves
+// and no farther from the law's centre than `v` or one scale: normal mirrors about its mean (the same density; a
+// value within half a scale of the mean moves by one scale instead), uniform moves by half its width, wrapping
+// inside [low, high], log_uniform flips the sign (its magnitudes are the law's, both signs are drawn). None for a
+// law of one value (zeros, constant).
+std::optional<double> floating_value_within_law(const Distribution& dist, double v) {
+  switch (dist.kind) {
+    case DistributionKind::normal: {
+      const double d = v - dist.mean;
+      if (std::abs(d) >= 0.5 * dist.scale) return dist.mean - d;
+      return v + (d >= 0.0 ? -dist.scale : dist.scale);
+    }
+    case DistributionKind::uniform: {
+      const double half = 0.5 * (dist.high - dist.low);
+      if (!(half > 0.0)) return std::nullopt;
+      return v < dist.low + half ? v + half : v - half;
+    }
+    case DistributionKind::log_uniform: return -v;
+    default: return std::nullopt;  // zeros, constant: one value; the integer laws are change_within_law's
   }
+}
+
+}  // namespace
+
+bool change_within_law(DType dtype, const Distribution& dist, std::span<unsigned char> data, size_t at, Rng& rng,
+                       std::string* what) {
+  const DTypeInfo& t = dtype_info(dtype);
+  const size_t n = data.size() / dtype_size(dtype);
+  if (at >= n) return false;
+  const double v = load_element(dtype, data.data(), at);
+  if (is_special(dist, v)) return false;  // a masked position stays masked
+  auto describe = [&](std::string text) {
+    if (what != nullptr) *what = std::move(text);
+    return true;
+  };
+  if (dist.kind == DistributionKind::arange || dist.kind == DistributionKind::permutation) {
+    // A swap keeps the multiset: a permutation stays a permutation, an arange keeps its values.
+    if (n < 2) return false;
+    const size_t other = (at + 1 + static_cast<size_t>(rng.next() % (n - 1))) % n;
+    const double w = load_element(dtype, data.data(), other);
+    if (w == v || is_special(dist, w)) return false;
+    store_element(dtype, data.data(), at, w);
+    store_element(dtype, data.data(), other, v);
+    return describe(fmt::format("[{}] and [{}] (swapped)", at, other));
+  }
+  std::optional<double> w;
   if (dist.kind == DistributionKind::randint) {
     const uint64_t span = static_cast<uint64_t>(dist.high - dist.low) + 1;
-    if (span < 2 || v < dist.low || v > dist.high) return true;  // a one-value range, or a special value: keep it
+    if (span < 2 || v < dist.low || v > dist.high) return false;  // a one-value range
     const uint64_t offset = static_cast<uint64_t>(v - dist.low);
-    store_element(dtype, data.data(), at,
-                  dist.low + static_cast<double>((offset + 1 + rng.next() % (span - 1)) % span));
-  } else if (t.kind == DTypeKind::boolean) {
-    store_element(dtype, data.data(), at, v == 0.0 ? 1.0 : 0.0);
-  } else {
-    for (double w : {-2.0 * v, v == 0.0 ? 1.0 : -v, 0.0}) {
-      if (w != v && w >= t.lowest && w <= t.highest) {
-        store_element(dtype, data.data(), at, w);
-        break;
-      }
-    }
+    w = dist.low + static_cast<double>((offset + 1 + rng.next() % (span - 1)) % span);
+  } else if (t.kind == DTypeKind::floating) {
+    w = floating_value_within_law(dist, v);
   }
-  changed.push_back(fmt::format("{}[{}]", name, at));
-  return true;
+  // Integer or boolean data under zeros or constant: one value, nothing to change it to.
+  if (!w) return false;
+  store_element(dtype, data.data(), at, *w);
+  // What the dtype made of it: a value it rounds back to `v`, or out of its range, is no change.
+  const double stored = load_element(dtype, data.data(), at);
+  if (stored == v || !std::isfinite(stored)) {
+    store_element(dtype, data.data(), at, v);
+    return false;
+  }
+  return describe(fmt::format("[{}]", at));
 }
+
+namespace {
 
 }  // namespace
 
@@ -153,25 +187,31 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
     auto to = buf.data();
     std::memcpy(to.data(), from.data(), from.size());
     // One element per 64 Ki, at least one and at most four: enough that a replayed output is wrong somewhere,
-    // few enough that a sample of the data almost surely misses every change.
+    // few enough that a sample of the data almost surely misses every change. Each change stays within the input's
+    // law (change_within_law); a position it cannot change (a masked one) gives way to another, up to 16 tries.
     const size_t n = from.size() / width;
     const size_t count = n == 0 ? 0 : std::min<size_t>(4, 1 + n / 65536);
     const Distribution& dist = input_law(spec, *base.case_);
     for (size_t k = 0; k < count; ++k) {
-      const size_t at = static_cast<size_t>(rng.next() % n);
-      if (change_within_support(spec.dtype, dist, to, n, at, rng, changed, spec.name)) continue;
-      // -2x (or 1 for a zero) is far from x at any scale and keeps the magnitude of the data; -x/2 where -2x would
-      // overflow the dtype (a 16-bit one, near its largest values), so that the twin stays finite.
-      const double v = load_element(spec.dtype, to.data(), at);
-      store_element(spec.dtype, to.data(), at, v == 0.0 ? 1.0 : -2.0 * v);
-      if (std::isinf(load_element(spec.dtype, to.data(), at))) store_element(spec.dtype, to.data(), at, -0.5 * v);
-      changed.push_back(fmt::format("{}[{}]", spec.name, at));
+      for (int attempt = 0; attempt < 16; ++attempt) {
+        const size_t at = static_cast<size_t>(rng.next() % n);
+        std::string what;
+        if (change_within_law(spec.dtype, dist, to, at, rng, &what)) {
+          changed.push_back(spec.name + what);
+          break;
+        }
+      }
     }
     buf.seal();
     twin.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
     twin.inputs.push_back(std::move(buf));
   }
-  twin.twin_detail = fmt::format("a twin of input set {} with {} changed", base.set_index, fmt::join(changed, ", "));
+  twin.twin_detail = changed.empty()
+                         ? fmt::format("a twin of input set {} identical to it (no input's law has another value "
+                                       "to offer at the positions drawn)",
+                                       base.set_index)
+                         : fmt::format("a twin of input set {} with {} changed", base.set_index,
+                                       fmt::join(changed, ", "));
   compute_expected(task, twin);
   return twin;
 }

@@ -2,11 +2,13 @@
 // Built in the parent, before and outside any timed region.
 #pragma once
 
+#include "task/data.h"
 #include "task/task.h"
 #include "worker/shared_buffer.h"
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,10 +31,19 @@ struct InputSet {
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce);
 
 // A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to
-// clearly different values; expected outputs recomputed by the oracle. Shown behind the same addresses as `base`,
+// clearly different values of the input's own law (change_within_law); expected outputs recomputed by the oracle. Shown behind the same addresses as `base`,
 // it tells an implementation that computes from an implementation that remembers (by address, or by a hash of a
 // sample of the data): the second replays `base`'s result.
 InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed);
+
+// A twin's change of element `at` of `data` (elements of `dtype`, drawn from `dist`) to another value of the same
+// law's support, far enough from the old one that the output moves: an infinity or NaN the law mixes in stays (a
+// masked position stays masked), a law of one value (zeros, constant) offers nothing, an integer law keeps its range
+// (randint: another value of [low, high]; arange and permutation: a swap with another element, so a permutation stays
+// one), and a floating law keeps its support and spread (floating_value_within_law in case_data.cpp). Writes the
+// change and returns true, with `what` (if given) naming the positions; false, data untouched, when there is none.
+bool change_within_law(DType dtype, const Distribution& dist, std::span<unsigned char> data, size_t at, Rng& rng,
+                       std::string* what = nullptr);
 
 // A seed nobody can predict (std::random_device): for what must stay secret from the implementation even when the
 // run's nonces are known (twin perturbations, timing traps, held-out shapes without a nonce).

@@ -10,16 +10,22 @@ std::optional<Replay> detect_replay(std::span<const double> previous_expected, s
   Replay r;
   std::optional<double> first_replayed;
   bool varied = false;  // the reproduced values are not all one constant
+  size_t wrong_where_alike = 0;  // elements where both results agree and the output matches neither
   for (size_t k = 0; k < overlap; ++k) {
-    if (within_tolerance(previous_expected[k], expected[k], tol, dtype)) continue;
-    ++r.differing;
     const double value = load_element(dtype, got.data(), k);
+    if (within_tolerance(previous_expected[k], expected[k], tol, dtype)) {
+      if (!within_tolerance(value, expected[k], tol, dtype)) ++wrong_where_alike;
+      continue;
+    }
+    ++r.differing;
     if (!within_tolerance(value, previous_expected[k], tol, dtype)) continue;
     ++r.replayed;
     if (!first_replayed) first_replayed = value;
     varied = varied || !within_tolerance(value, *first_replayed, tol, dtype);
   }
-  if (varied && r.replayed * 2 > r.differing) return r;
+  // A replay is right wherever the previous result was: an output also wrong where both results agree computed
+  // something wrong (a wrong row, a wrong element) that happens to look old where they differ.
+  if (varied && r.replayed * 2 > r.differing && wrong_where_alike == 0) return r;
   return std::nullopt;
 }
 

@@ -22,7 +22,10 @@ struct Replay {
 // base's in a row or two: a precision error there must not pass for replay. Reproducing a constant (all zeros, say)
 // cannot tell replay from a wrong constant, so that is no replay: judged on what the implementation wrote, within
 // tolerance, previous results that differ only below atol (a softmax's underflowed tail) are one value to a reader
-// of the output. The three may differ in length (the previous call was another case): the common prefix counts.
+// of the output. Nor is an output that is also wrong where both results agree: a replay reproduces the previous
+// result everywhere, and a kernel that reads the wrong row is wrong in rows the twin never changed (a
+// numeric_mismatch, not a cheat's reason). The three may differ in length (the previous call was another case): the
+// common prefix counts.
 std::optional<Replay> detect_replay(std::span<const double> previous_expected, std::span<const double> expected,
                                     std::span<const unsigned char> got, DType dtype, const Tolerance& tol);
 

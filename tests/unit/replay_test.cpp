@@ -1,6 +1,6 @@
 // Replay detection (session/replay.h): a call whose output is the previous call's result is flagged; outputs that
 // only look like it (an honest result equal to the previous one where the inputs agree, a wrong constant, an
-// underflowed tail, a minority of elements) are not.
+// underflowed tail, a minority of elements, an output also wrong where both results agree) are not.
 #include "session/replay.h"
 
 #include <gtest/gtest.h>
@@ -48,6 +48,26 @@ TEST(replay_test, an_honest_output_equal_to_the_previous_where_the_inputs_agree_
   std::vector<double> imprecise = expected;
   for (size_t k : {0, 1, 3, 4, 6, 7}) imprecise[k] *= 1.5;
   EXPECT_FALSE(detect_replay(previous, expected, stored(imprecise), DType::f64, k_tol));
+}
+
+TEST(replay_test, an_output_wrong_where_both_results_agree_is_a_wrong_value_not_a_replay) {
+  // A twin changed rows 1 and 2 of an embedding lookup; the kernel reads the row after the one asked for. Where the
+  // results differ its output happens to hold the previous result, but rows 0 and 3, which the twin left alone, are
+  // wrong too: a bug (numeric_mismatch), not a replay (stale_output).
+  const std::vector<double> previous = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<double> expected = previous;
+  expected[2] = 30;
+  expected[3] = 40;
+  expected[4] = 50;
+  expected[5] = 60;
+  std::vector<double> wrong_row = previous;  // the previous values where the results differ...
+  wrong_row[0] = 3;                          // ...and another row's value where they agree
+  wrong_row[7] = 1;
+  EXPECT_FALSE(detect_replay(previous, expected, stored(wrong_row), DType::f64, k_tol));
+  // The same output right where the results agree is a replay.
+  wrong_row[0] = 1;
+  wrong_row[7] = 8;
+  EXPECT_TRUE(detect_replay(previous, expected, stored(wrong_row), DType::f64, k_tol).has_value());
 }
 
 TEST(replay_test, identical_results_leave_nothing_to_tell_a_replay_by) {
