@@ -13,6 +13,9 @@ In ARCHITECTURE.md, the map of the tree (its indented entries, "    name/   what
 - every top-level folder of the repository and every folder of src/ has an entry of its own, and every folder of
   tests/ is named (as "name/") in the tests/ entry; folders git ignores (build/, third_party/) and hidden ones are
   not part of the tree.
+In README.md and docs/task-format.md, the task bank:
+- README's sentence "are N operators of LLM inference in `tasks/` (a, b, ...)" and docs/task-format.md's task table
+  name exactly the folders of tasks/ that hold a task.toml, and N is their number in words.
 Prints each broken reference as FILE:LINE: what, and exits 1 if there is any.
 """
 import re
@@ -117,6 +120,35 @@ def check_map(root: Path) -> list:
     return errors
 
 
+NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"]
+BANK_SENTENCE = re.compile(r"are\s+(\w+)\s+operators of LLM inference in `tasks/`\s+\(([^)]*)\)", re.S)
+TABLE_TASK = re.compile(r"^\| \[(\w+)\]\(\.\./tasks/|, \[(\w+)\]\(\.\./tasks/")
+
+
+def check_task_list(root: Path) -> list:
+    """README's bank sentence and docs/task-format.md's table name exactly the tasks under tasks/."""
+    shipped = sorted(p.parent.name for p in (root / "tasks").glob("*/task.toml"))
+    errors = []
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    m = BANK_SENTENCE.search(readme)
+    if not m:
+        errors.append("README.md: no sentence 'are N operators of LLM inference in `tasks/` (...)' lists the bank")
+    else:
+        count, listed = m.group(1), sorted(n.strip() for n in m.group(2).replace("\n", " ").split(","))
+        if listed != shipped:
+            errors.append(f"README.md: the bank lists {listed}, tasks/ holds {shipped}")
+        if count not in NUMBERS or NUMBERS.index(count) != len(shipped):
+            errors.append(f"README.md: the bank is said to be '{count}' operators; tasks/ holds {len(shipped)}")
+    table = set()
+    for line in (root / "docs" / "task-format.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("| ["):
+            table.update(a or b for a, b in TABLE_TASK.findall(line))
+    if sorted(table) != shipped:
+        errors.append(f"docs/task-format.md: the task table names {sorted(table)}, tasks/ holds {shipped}")
+    return errors
+
+
 def main() -> int:
     if len(sys.argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -126,7 +158,7 @@ def main() -> int:
     if not docs:
         print(f"check_links.py: no documents under {root}", file=sys.stderr)
         return 64
-    errors = [e for doc in docs for e in check(root, doc)] + check_map(root)
+    errors = [e for doc in docs for e in check(root, doc)] + check_map(root) + check_task_list(root)
     for e in errors:
         print(e)
     print(f"check_links.py: {len(docs)} documents, {len(errors)} broken references")
