@@ -6,6 +6,7 @@
 #include "cli/options.h"
 #include "cli/terminal.h"
 #include "pipeline/check.h"
+#include "record/control_margin.h"
 #include "task/task.h"
 #include "util/error.h"
 
@@ -163,12 +164,14 @@ Action add_check(CLI::App& root) {
     run.arms.push_back({"implementation", art.source.string(), art.identity.key});
     record_in_ledger(run);
     const bool expected_reason = control && report.has_reason(control->expect);
+    const ControlMargin margin = control ? control_margin(to_json(report), control->expect) : ControlMargin{};
     if (args->json) {
       nlohmann::json j = to_json(report);
       if (control) {
         j["control"] = {{"name", control->name},
                         {"expect", to_string(control->expect)},
-                        {"expected_reason_seen", expected_reason}};
+                        {"expected_reason_seen", expected_reason},
+                        {"margin", expected_reason ? to_json(margin) : nlohmann::json(nullptr)}};
       }
       std::cout << json_text(j, 2) << "\n";
     } else {
@@ -180,10 +183,13 @@ Action add_check(CLI::App& root) {
       if (control) {
         std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
                                  report.pass()      ? "it PASSED (the check cannot catch this mistake)"
-                                 : expected_reason ? "it was"
+                                 : expected_reason ? "it was, " + describe(margin)
                                                    : fmt::format("it was rejected, but not for that reason (it "
                                                                  "was for {})",
                                                                  fmt::join(distinct_reasons(report.failures), ", ")));
+        if (expected_reason && !margin.thin.empty()) {
+          std::cout << fmt::format("WARNING: control {} was {}\n", control->name, margin.thin);
+        }
       }
     }
     if (!report.built) return static_cast<int>(ExitCode::data_error);

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <optional>
 
 namespace kwb::cli {
 
@@ -22,13 +23,35 @@ bool number(const nlohmann::json& w, const char* key) { return w.contains(key) &
 // A/B factor t_A / t_B from an improvement of (1 - t_B / t_A) * 100.
 double factor(double improvement_pct) { return 1.0 / (1.0 - improvement_pct / 100.0); }
 
-std::string arm_time(const nlohmann::json& w, const char* arm) {
+// An arm's time per call: the median of its block medians (nullopt without blocks).
+std::optional<double> arm_ns(const nlohmann::json& w, const char* arm) {
   const nlohmann::json medians = w.value("block_median_ns", nlohmann::json::object()).value(arm, nlohmann::json::array());
   std::vector<double> v;
   for (const nlohmann::json& x : medians) {
     if (x.is_number()) v.push_back(x.get<double>());
   }
-  return v.empty() ? "-" : time_text(stats::median(v));
+  if (v.empty()) return std::nullopt;
+  return stats::median(v);
+}
+
+std::string arm_time(const nlohmann::json& w, const char* arm) {
+  const std::optional<double> ns = arm_ns(w, arm);
+  return ns ? time_text(*ns) : "-";
+}
+
+// The ratio of the arms' per-call medians, t_A / t_B, where it lies outside the paired speedup interval: the two
+// estimators on one line disagree (arms that drifted apart over the run, blocks of very different sizes).
+std::optional<double> medians_disagree(const nlohmann::json& w) {
+  if (!number(w, "ci_low_pct") || !number(w, "ci_high_pct") || w["ci_high_pct"].get<double>() >= 100.0) {
+    return std::nullopt;
+  }
+  const std::optional<double> a = arm_ns(w, "reference"), b = arm_ns(w, "other");
+  if (!a || !b || !(*b > 0.0)) return std::nullopt;
+  const double ratio = *a / *b;
+  if (ratio >= factor(w["ci_low_pct"].get<double>()) && ratio <= factor(w["ci_high_pct"].get<double>())) {
+    return std::nullopt;
+  }
+  return ratio;
 }
 
 }  // namespace
@@ -67,9 +90,13 @@ std::string comparison_table(const nlohmann::json& comparison, std::string_view 
                     fmt::format("{}", w.value("blocks", 0)), w.value("verdict", "-")});
   }
   const std::string o(other);
+  // Two estimators share each row; the legend says which is which (the paired one decides).
   return format_table({"workload", "A per call", o + " per call", o + " vs A", "speedup interval",
                        "improvement [interval]", "MDE", "blocks", "verdict"},
-                      rows);
+                      rows) +
+         fmt::format("per call: each arm's median of its block medians; {} vs A and both intervals: the paired "
+                     "estimate over each block's {}/A ratio, which decides (docs/timing.md, \"Reading a result\")\n",
+                     o, o);
 }
 
 std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::string_view other) {
@@ -90,6 +117,13 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
       out.push_back(fmt::format("{}: with {} blocks, an effect smaller than {:.1f}% could go undetected (MDE): run "
                                 "longer (--max-minutes) or on a quieter machine",
                                 name, w.value("blocks", 0), w["mde_pct"].get<double>()));
+    }
+    if (const std::optional<double> ratio = medians_disagree(w)) {
+      out.push_back(fmt::format("{}: the per-call medians' ratio ({:.2f}x) lies outside the paired interval [{:.2f}x, "
+                                "{:.2f}x]: the arms' times moved apart over the run, and the paired estimate, which "
+                                "compares A and {} within each block, is the one to read",
+                                name, *ratio, factor(w["ci_low_pct"].get<double>()),
+                                factor(w["ci_high_pct"].get<double>()), other));
     }
     if (w.value("stopped_by_budget", false) && w.value("verdict", "") == "INCONCLUSIVE") {
       out.push_back(fmt::format("{}: the time budget ran out before the interval settled on either side of the gate",

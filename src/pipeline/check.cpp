@@ -24,12 +24,6 @@ bool CheckReport::has_reason(FailureReason reason) const {
 
 namespace {
 
-// The case's first input shape, in signature order ("x[64, 4096]"), is what a reader recognises.
-std::string dims_text(const Task& task, const Case& c) {
-  const TensorSpec& first = task.signature.inputs.empty() ? task.signature.outputs.front() : task.signature.inputs.front();
-  return fmt::format("{}[{}]", first.name, fmt::join(resolve_shape(first, c).dims, ", "));
-}
-
 // A report on `artifact` with nothing in it yet.
 CheckReport empty_report(const Task& task, const Artifact& artifact) {
   CheckReport r;
@@ -171,7 +165,7 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
   CaseReport cr;
   cr.name = rehearsal.name;
   cr.role = CaseRole::timing;
-  cr.dims = dims_text(task, workload);
+  cr.dims = input_shapes_text(task, workload);
   const auto t0 = std::chrono::steady_clock::now();
   SessionOptions so;
   so.backend = options.backend;
@@ -320,7 +314,7 @@ struct CaseRunner {
     CaseReport cr;
     cr.name = c.name;
     cr.role = c.role;
-    cr.dims = dims_text(task, c);
+    cr.dims = input_shapes_text(task, c);
     bool worker_failed = false;
     const auto t0 = std::chrono::steady_clock::now();
     if (load_failed) {
@@ -503,7 +497,8 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
   for (const auto& f : j.at("failures")) {
     const std::string reason = f.at("reason");
     r.failures.push_back({f.at("case"), f.at("call"), f.at("assertion"),
-                          parse_failure_reason_field(reason, "check report: failures.reason"), f.at("detail")});
+                          parse_failure_reason_field(reason, "check report: failures.reason"), f.at("detail"),
+                          f.value("elements", size_t{0})});
   }
   r.stopped_early = j.value("stopped_early", false);
   if (j.contains("request")) {

@@ -5,6 +5,7 @@
 #include "oracle/oracle.h"
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
+#include "record/control_margin.h"
 #include "record/decision_record.h"
 #include "record/environment.h"
 #include "record/plan.h"
@@ -513,6 +514,7 @@ private:
   std::string controls() {
     nlohmann::json list = nlohmann::json::array();
     size_t good = 0;
+    std::vector<std::string> thin;
     for (size_t i = 0; i < m_plan.implementations.size(); ++i) {
       const PlannedImpl& im = m_plan.implementations[i];
       if (im.role != ImplRole::control) continue;
@@ -524,6 +526,8 @@ private:
       const std::vector<std::string> reasons = distinct_reasons(r.failures);
       const bool ok = o.rejected && o.expected_reason_seen && o.timing_refused;
       good += ok;
+      const ControlMargin margin = control_margin(to_json(r), expect);
+      if (!margin.thin.empty()) thin.push_back(fmt::format("{} ({})", im.name, describe(margin)));
       list.push_back({{"name", o.name},
                       {"expect", to_string(o.expect)},
                       {"rejected", o.rejected},
@@ -532,7 +536,8 @@ private:
                       {"timing_refused", o.timing_refused},
                       {"metric", nullptr},
                       {"check", check_file(control_check_stem(im.name))},
-                      {"ok", ok}});
+                      {"ok", ok},
+                      {"margin", o.expected_reason_seen ? to_json(margin) : nlohmann::json(nullptr)}});
     }
     const size_t total = list.size();
     m_bundle.write_json("controls.json", {{"schema", k_controls_schema},
@@ -541,7 +546,11 @@ private:
                                           {"killed", good},
                                           {"total", total}});
     m_stage_failed = good != total;
-    return fmt::format("{} of {} controls rejected for their named reason, no metric for any", good, total);
+    std::string summary =
+        fmt::format("{} of {} controls rejected for their named reason, no metric for any", good, total);
+    // A thin control still counts (it was rejected for its reason); the warning says it hangs by a thread.
+    if (!thin.empty()) summary += fmt::format("; WARNING: thin margin: {}", fmt::join(thin, ", "));
+    return summary;
   }
 
   // ---- 6-7. timing --------------------------------------------------------------------------------------------

@@ -81,12 +81,6 @@ void say(const ProfileOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
 }
 
-std::string dims_text(const Task& task, const Case& c) {
-  const TensorSpec& first =
-      task.signature.inputs.empty() ? task.signature.outputs.front() : task.signature.inputs.front();
-  return fmt::format("{}[{}]", first.name, fmt::join(resolve_shape(first, c).dims, ", "));
-}
-
 void add_failures(WorkloadProfile& wp, std::vector<Failure>& failures) {
   for (Failure& f : failures) wp.failures.push_back(std::move(f));
   failures.clear();
@@ -459,7 +453,7 @@ struct Profiler {
     const auto t0 = std::chrono::steady_clock::now();
     WorkloadProfile wp;
     wp.name = c.name;
-    wp.dims = dims_text(task, c);
+    wp.dims = input_shapes_text(task, c);
     wp.roofline.min_bytes = min_bytes_moved(task, c);
     say(o, fmt::format("{}: generating inputs and the oracle's outputs", c.name));
     const InputSet set = make_input_set(task, c, 0, o.nonce);

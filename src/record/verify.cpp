@@ -2,6 +2,7 @@
 
 #include "record/bundle_reader.h"
 #include "record/bundle_writer.h"
+#include "record/control_margin.h"
 #include "record/schema.h"
 #include "record/decision.h"
 #include "record/verify_comparison.h"
@@ -537,9 +538,13 @@ private:
       }
       for (const json& c : array_field(m_b.controls, "controls")) {
         if (str_field(c, "name") != pc.name) continue;
+        // The margin, where recorded, is what the check shows (a thin control hidden by an edited margin is caught).
+        const bool margin_agrees =
+            !c.contains("margin") ||
+            c.at("margin") == (seen ? to_json(control_margin(it->second, expect)) : json(nullptr));
         if (str_field(c, "expect") != to_string(expect) || bool_field(c, "rejected") != rejected ||
             bool_field(c, "expected_reason_seen") != seen || bool_field(c, "timing_refused") != rejected ||
-            !field(c, "metric", "").is_null()) {
+            !field(c, "metric", "").is_null() || !margin_agrees) {
           problem(fmt::format("controls.json: control '{}' does not match its plan and check (rejected {}, expected "
                               "reason '{}' seen {})",
                               pc.name, rejected, expect, seen));

@@ -20,11 +20,13 @@
 namespace kwb {
 
 nlohmann::json to_json(const Failure& f) {
-  return {{"case", f.case_name},
-          {"call", f.call},
-          {"assertion", f.assertion},
-          {"reason", to_string(f.reason)},
-          {"detail", f.detail}};
+  nlohmann::json j = {{"case", f.case_name},
+                      {"call", f.call},
+                      {"assertion", f.assertion},
+                      {"reason", to_string(f.reason)},
+                      {"detail", f.detail}};
+  if (f.elements > 0) j["elements"] = f.elements;
+  return j;
 }
 
 std::vector<std::string> distinct_reasons(const std::vector<Failure>& failures) {
@@ -228,14 +230,14 @@ struct WorkerSession::Checks {
   const std::string& case_name;
   int call_index;
 
-  void fail(std::string assertion, FailureReason reason, std::string detail) {
-    res.failures.push_back({case_name, call_index, std::move(assertion), reason, std::move(detail)});
+  void fail(std::string assertion, FailureReason reason, std::string detail, size_t elements = 0) {
+    res.failures.push_back({case_name, call_index, std::move(assertion), reason, std::move(detail), elements});
   }
-  void check(bool ok, std::string assertion, FailureReason reason, std::string detail) {
+  void check(bool ok, std::string assertion, FailureReason reason, std::string detail, size_t elements = 0) {
     if (ok) {
       ++res.passed;
     } else {
-      fail(std::move(assertion), reason, std::move(detail));
+      fail(std::move(assertion), reason, std::move(detail), elements);
     }
   }
 };
@@ -435,12 +437,14 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
                             "another value: never written (or written with exactly that wrong value)",
                             cmp.poison_left, cmp.elements, spec.name, load_element(spec.dtype, bytes, 0));
   }
-  checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written, unwritten);
+  checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written, unwritten,
+               cmp.poison_left);
   checks.check(cmp.nonfinite_mismatches == 0, "nonfinite_agree:" + spec.name, FailureReason::nan_mismatch,
                cmp.first_nonfinite_mismatch
                    ? fmt::format("{} elements of '{}' disagree with the oracle on NaN/Inf; {}",
                                  cmp.nonfinite_mismatches, spec.name, describe(*cmp.first_nonfinite_mismatch, dims))
-                   : "");
+                   : "",
+               cmp.nonfinite_mismatches);
   FailureReason reason = FailureReason::numeric_mismatch;
   std::string detail;
   if (cmp.value_mismatches > 0) {
@@ -461,7 +465,7 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
                            replay->replayed, replay->differing, spec.name, detail);
     }
   }
-  checks.check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail);
+  checks.check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail, cmp.value_mismatches);
 }
 
 // The parent's cross-checks of the worker's clocks (hardened sessions only): the time is plausible, the CPU outside

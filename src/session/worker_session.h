@@ -29,6 +29,9 @@ struct Failure {
   std::string assertion;   // what was asserted, e.g. "within_tolerance:y"
   FailureReason reason = FailureReason::crashed;
   std::string detail;      // for people
+  // How many elements of an output the failed assertion counted (values out of tolerance, NaN/Inf disagreements,
+  // poison left); 0 for an assertion about the call as a whole. A control's margin (pipeline/check.h) sums them.
+  size_t elements = 0;
 };
 
 // {case, call, assertion, reason, detail}: how check reports and compare results write a failure.

@@ -83,6 +83,13 @@ const Case& Task::require_case(const std::string& option, const std::string& cas
                                name, list_timing ? "timing " : "", fmt::join(names, ", ")));
 }
 
+std::string input_shapes_text(const Task& task, const Case& c) {
+  const std::vector<TensorSpec>& tensors = task.signature.inputs.empty() ? task.signature.outputs : task.signature.inputs;
+  std::vector<std::string> parts;
+  for (const TensorSpec& t : tensors) parts.push_back(fmt::format("{}[{}]", t.name, fmt::join(resolve_shape(t, c).dims, ", ")));
+  return fmt::format("{}", fmt::join(parts, " "));
+}
+
 TensorShape resolve_shape(const TensorSpec& spec, const Case& c) {
   TensorShape s;
   for (const ShapeExpr& e : spec.shape) s.dims.push_back(e.evaluate(c.dims));
@@ -847,7 +854,10 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
   if (const std::string why = constraint_violation(task.dim_constraints, c.dims); !why.empty()) {
     r.fail(r.get("dims"), "dims", why + "; change the case or the constraint");
   }
-  c.data = *read_distribution(r, true);
+  // The case's law for its inputs; optional when every input has a law of its own (checked below, once the case's
+  // `inputs` are read).
+  const std::optional<Distribution> data = read_distribution(r, false);
+  if (data) c.data = *data;
   int64_t seed = r.integer("seed");
   if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
   c.seed = static_cast<uint64_t>(seed);
@@ -878,6 +888,15 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
     }
   }
   r.reject_unknown_keys();
+  if (!data) {
+    for (const TensorSpec& in : task.signature.inputs) {
+      if (in.distribution || c.input_laws.contains(in.name)) continue;
+      r.fail(nullptr, "distribution",
+             fmt::format("missing, and input '{}' has no law of its own (a distribution in [signature], or in this "
+                         "case's inputs): give the case a distribution = \"...\", or '{}' its own",
+                         in.name, in.name));
+    }
+  }
   check_case_size(task, c, r);
   for (const TensorSpec& in : task.signature.inputs) {
     Distribution dist;

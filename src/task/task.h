@@ -178,6 +178,9 @@ struct TensorShape {
   size_t elements() const;
 };
 TensorShape resolve_shape(const TensorSpec& spec, const Case& c);
+// Every input's shape at case `c`, "x[2, 8] weight[8]" (the outputs' when the task has no input): the dims column of
+// check's and profile's tables.
+std::string input_shapes_text(const Task& task, const Case& c);
 
 // The law input `spec` is drawn from in case `c`: the case's own law for it, else the input's law in the
 // signature, else the case's `distribution`; randint bounds given as dim expressions evaluated at the case's dims

@@ -75,6 +75,42 @@ INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, ControlTest,
                          ::testing::Values("no_eps", "no_weight", "wrong_axis", "zeros", "mutate_input",
                                            "stale_output_replay"));
 
+// A control caught by a thread: wrong in one element of the first row a worker computes, so one element and one
+// call in each case reject it. check still counts it rejected (exit 1, its reason seen) and prints its margin, with
+// a WARNING naming why it is thin; --json carries the same margin.
+TEST(check_test, a_control_caught_by_a_thread_is_warned_about_with_its_margin) {
+  const TempDir dir("kwb-thin-control");
+  std::filesystem::copy(k_rmsnorm_lite, dir.path(), std::filesystem::copy_options::recursive);
+  std::ofstream(dir.path() / "task.toml", std::ios::app) << R"(
+[[backends.cpu.controls]]
+name = "first_element_only"
+base = "cpu/fused.cpp"
+replace = "for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv_rms * weight[i];"
+with = "static int rows_done = 0; for (int64_t i = 0; i < n; ++i) y[i] = x[i] * inv_rms * weight[i]; if (rows_done++ == 0) y[0] = 2.0f * y[0] + 1.0f;"
+expect = "numeric_mismatch"
+)";
+  KwbRun text = run_kwb({"check", dir.path().string(), "--control", "first_element_only", "--case", "decode"});
+  EXPECT_EQ(text.exit_code, 1) << text.output << text.errors;
+  EXPECT_NE(text.output.find("control first_element_only must be rejected with numeric_mismatch: it was, on 1 of "),
+            std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find(", by 1 element"), std::string::npos) << text.output;
+  EXPECT_NE(text.output.find("WARNING: control first_element_only was rejected on only 1 of the"), std::string::npos)
+      << text.output;
+  EXPECT_NE(text.output.find("and caught by only 1 output element: a thin margin"), std::string::npos) << text.output;
+  KwbRun json = run_kwb({"check", dir.path().string(), "--control", "first_element_only", "--case", "decode", "--json"});
+  ASSERT_FALSE(json.json.is_discarded()) << json.output;
+  const nlohmann::json& margin = json.json["control"]["margin"];
+  EXPECT_EQ(margin["calls_rejected"], 1) << margin.dump();
+  EXPECT_EQ(margin["elements"], 1) << margin.dump();
+  EXPECT_GT(margin["calls"].get<int>(), 1) << margin.dump();
+  EXPECT_TRUE(margin["thin"].is_string()) << margin.dump();
+  // A shipped control with a margin to spare draws no warning.
+  KwbRun firm = run_kwb({"check", dir.path().string(), "--control", "zeros", "--case", "decode"});
+  EXPECT_EQ(firm.exit_code, 1);
+  EXPECT_EQ(firm.output.find("WARNING"), std::string::npos) << firm.output;
+}
+
 TEST(check_test, task_ships_every_control_the_tests_cover) {
   std::set<std::string> names;
   const kwb::Task task = kwb::load_task(k_rmsnorm);

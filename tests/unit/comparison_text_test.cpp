@@ -55,6 +55,20 @@ TEST(comparison_text_test, a_speedup_reads_as_a_factor_either_way) {
   EXPECT_EQ(kwb::cli::speedup_text(100.0), "-");  // B takes no time: no finite factor
 }
 
+TEST(comparison_text_test, per_call_medians_outside_the_paired_interval_are_warned_about) {
+  // 1.89 ms and 1.50 ms (1.26x) printed beside 2.25x [2.00x, 2.50x]: the two estimators disagree, and the line says
+  // which to read. Medians whose ratio lies inside the interval draw no such warning.
+  const json drifted = workload("decode", 55.6, 50.0, 60.0, 2.0, "PASS", {1.89e6, 1.89e6, 1.89e6}, {1.5e6, 1.5e6, 1.5e6});
+  const json agreeing = workload("prefill", 55.6, 50.0, 60.0, 2.0, "PASS", {2.25e6, 2.25e6, 2.25e6}, {1e6, 1e6, 1e6});
+  const std::vector<std::string> w = kwb::cli::noise_warnings({{"workloads", {drifted, agreeing}}}, "B");
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("decode: the per-call medians' ratio (1.26x) lies outside the paired interval [2.00x, 2.50x]", 0),
+            0u)
+      << w[0];
+  EXPECT_NE(kwb::cli::comparison_table({{"workloads", {agreeing}}}, "B").find("per call: each arm's median"),
+            std::string::npos);
+}
+
 TEST(comparison_text_test, table_and_warnings_match_golden) {
   const json c = comparison();
   const std::string text = kwb::cli::comparison_table(c, "B") + kwb::cli::warning_block(kwb::cli::noise_warnings(c, "B"));

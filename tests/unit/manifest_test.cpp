@@ -151,6 +151,19 @@ TEST_F(ManifestTest, a_randint_bound_naming_no_dim_or_crossing_at_a_case_is_refu
   EXPECT_NE(e.find("low = 5, high = 1"), std::string::npos) << e;
 }
 
+TEST_F(ManifestTest, a_case_needs_a_distribution_only_for_inputs_without_a_law_of_their_own) {
+  // x has no law of its own: the case's distribution is required, and the message names x.
+  write_with("distribution = \"normal\"\nscale = 2.0\n", "");
+  const std::string e = load_error();
+  EXPECT_NE(e.find("field 'cases[0].distribution'"), std::string::npos) << e;
+  EXPECT_NE(e.find("input 'x' has no law of its own"), std::string::npos) << e;
+  // With x's law in the case's inputs (weight has its own in [signature]), no case-wide distribution is needed.
+  write_with("distribution = \"normal\"\nscale = 2.0\n", "inputs = { x = { distribution = \"normal\", scale = 3.0 } }\n");
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_EQ(kwb::input_law(t.signature.inputs[0], t.cases[0]).scale, 3.0);
+  EXPECT_EQ(kwb::input_law(t.signature.inputs[1], t.cases[0]).kind, kwb::DistributionKind::uniform);
+}
+
 TEST_F(ManifestTest, missing_field_names_the_field) {
   write_with("oracle = \"oracle.cpp\"\n", "");
   std::string msg = load_error();
