@@ -176,7 +176,7 @@ private:
   static Artifact build(const Task& task) {
     Artifact art = build_oracle(task.oracle, k_adapter_source);
     if (!art.ok) {
-      throw DataError(fmt::format("{}: the task's oracle (field 'oracle' of {}) does not build; fix it so that it "
+      throw OracleError(fmt::format("{}: the task's oracle (field 'oracle' of {}) does not build; fix it so that it "
                                   "compiles against include/kwb/oracle.h:\n{}",
                                   task.oracle.string(), task.manifest.string(), art.log));
     }
@@ -196,7 +196,7 @@ private:
     const LoadOutcome load = m_worker->load(m_artifact.path, BackendKind::cpu, 1, m_task.name, limits, options);
     if (!load.ok) {
       m_worker.reset();
-      throw DataError(fmt::format("{}: the task's oracle could not be loaded ({}: {})", m_task.oracle.string(),
+      throw OracleError(fmt::format("{}: the task's oracle could not be loaded ({}: {})", m_task.oracle.string(),
                                   load.reason, load.detail));
     }
   }
@@ -231,7 +231,7 @@ private:
 
   [[noreturn]] void fail(const Case& c, const std::string& what) {
     m_worker.reset();
-    throw DataError(fmt::format("{}: the task's oracle failed on case '{}' ({}): {}", m_task.oracle.string(), c.name,
+    throw OracleError(fmt::format("{}: the task's oracle failed on case '{}' ({}): {}", m_task.oracle.string(), c.name,
                                 m_task.manifest.string(), what));
   }
 
@@ -363,7 +363,7 @@ void require_dtype_values(const Task& task, const OracleCall& call, const std::v
     for (size_t i = 0; i < outputs[o].size(); ++i) {
       const double v = outputs[o][i];
       if (std::nearbyint(v) == v && v >= t.lowest && v <= t.highest) continue;
-      throw DataError(fmt::format("{}: the oracle wrote {} at element {} of output '{}' (case '{}'), which is {} "
+      throw OracleError(fmt::format("{}: the oracle wrote {} at element {} of output '{}' (case '{}'), which is {} "
                                   "({} from {} to {}); an integer or boolean output takes values of its dtype",
                                   task.oracle.string(), v, i, spec.name, call.case_ != nullptr ? call.case_->name : "?",
                                   std::isnan(v) ? "NaN, not a value of " + std::string(t.name)

@@ -450,6 +450,17 @@ private:
       why = fmt::format("the baseline fails the held-out case {} ({}): {} ({}): {}", f.case_name, dims, f.assertion,
                         to_string(f.reason),
                         f.detail.size() > 300 ? f.detail.substr(0, 300) + " ..." : f.detail);
+    } catch (const OracleError& e) {
+      // The oracle, not the operator's shapes nor the baseline: its author is told so, and [dims] only second.
+      const std::string message = fmt::format(
+          "{}: the task's oracle fails at a held-out shape the final check uses (every dim moves to a fresh odd "
+          "value, up or down): {}. Fix the oracle so that it takes every shape the task allows (an index input "
+          "should follow the dim it indexes: randint's high = \"vocab - 1\"), or declare in task.toml's [dims] "
+          "what the operator needs (docs/task-format.md, \"Dims: what the operator requires of a shape\")",
+          m_task.manifest.string(), e.what());
+      m_input_error_code = static_cast<int>(ExitCode::data_error);
+      m_input_error = message;
+      throw DataError(message);
     } catch (const Error& e) {
       why = fmt::format("the held-out shapes fail before the baseline runs: {}", e.what());
     }

@@ -111,6 +111,21 @@ const InputSet& WorkerSession::twin_of(const InputSet& set) {
   return *set.twin;
 }
 
+std::string WorkerSession::fault_tensor(const WorkerDeath& d) const {
+  if (!d.fault_buffer) return "";
+  for (size_t i = 0; i < m_slots.ids.size() && i < m_task.signature.inputs.size(); ++i) {
+    if (m_slots.ids[i] == *d.fault_buffer) {
+      return fmt::format("; the address is {} of input '{}'", d.fault_where, m_task.signature.inputs[i].name);
+    }
+  }
+  for (size_t i = 0; i < m_outputs.ids.size() && i < m_task.signature.outputs.size(); ++i) {
+    if (m_outputs.ids[i] == *d.fault_buffer) {
+      return fmt::format("; the address is {} of output '{}'", d.fault_where, m_task.signature.outputs[i].name);
+    }
+  }
+  return "";
+}
+
 bool WorkerSession::ensure_slots(const InputSet& set) {
   bool same = m_slots.case_name == set.case_->name && m_slots.buffers.size() == set.inputs.size();
   for (size_t i = 0; same && i < set.inputs.size(); ++i) {
@@ -120,8 +135,13 @@ bool WorkerSession::ensure_slots(const InputSet& set) {
   if (!m_slots.ids.empty() && alive()) m_worker->unmap(m_slots.ids);
   m_slots = {};
   for (size_t i = 0; i < set.inputs.size(); ++i) {
-    auto buf = std::make_unique<SharedBuffer>(fmt::format("kwb-in-{}", m_task.signature.inputs[i].name),
-                                              set.inputs[i].layout().nbytes, tensor_offset(i));
+    // Without a layout's offsets (check), an input ends flush with a page, within the cache line timing's offsets
+    // keep (64 bytes): the worker fences the pages after it, so an over-read past the end faults
+    // (out_of_bounds_read) rather than reading canaries.
+    const size_t nbytes = set.inputs[i].layout().nbytes;
+    const size_t offset = m_options.tensor_offsets.empty() ? (k_page - nbytes % k_page) % k_page / 64 * 64 : tensor_offset(i);
+    auto buf = std::make_unique<SharedBuffer>(fmt::format("kwb-in-{}", m_task.signature.inputs[i].name), nbytes,
+                                              offset);
     buf->seal_for_others();
     const int id = next_id();
     if (!m_worker->map(id, *buf)) return false;
@@ -278,7 +298,7 @@ CallResult WorkerSession::call(const InputSet& requested, int call_index, CallMo
   Checks checks{res, requested.case_->name, call_index};
   auto died = [&]() {
     const WorkerDeath& d = *m_worker->death();
-    checks.fail("completed", d.reason, d.detail);
+    checks.fail("completed", d.reason, d.detail + fault_tensor(d));
     return res;
   };
   // A worker that died since its last answer (found out by an unmap, say) fails this call with its death.

@@ -193,6 +193,8 @@ private:
                     int64_t cpu_at_answer);
   bool ensure_outputs(const InputSet& set);
   bool ensure_slots(const InputSet& set);
+  // "; the address is 37 bytes past the end of input 'table'": which tensor a fault hit, from the worker's death.
+  std::string fault_tensor(const WorkerDeath& d) const;
   void fill_slots(const InputSet& set);
   const InputSet& twin_of(const InputSet& set);
   // The cross-checks of one answered call; each returns why it failed, or "".

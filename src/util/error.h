@@ -37,6 +37,13 @@ public:
   explicit DataError(const std::string& message) : Error(ExitCode::data_error, message) {}
 };
 
+// The task's own oracle failed (it did not build, load or answer, or answered outside its output's dtype): bad input
+// like any DataError, and the task author's oracle to fix, never the implementation under test nor the shapes.
+class OracleError : public DataError {
+public:
+  using DataError::DataError;
+};
+
 class UsageError : public Error {
 public:
   explicit UsageError(const std::string& message) : Error(ExitCode::usage, message) {}

@@ -22,7 +22,7 @@ namespace kwb {
   X(missing_symbol) X(build_failed) X(load_failed) X(output_not_written) X(not_run) X(protocol)                   \
   /* docs/threat-model.md */                                                                                       \
   X(sandbox_violation) X(forbidden_symbol) X(timing_implausible) X(work_after_return) X(work_outside_timer)       \
-  X(resource_limit) X(work_off_queue) X(device_fault)
+  X(resource_limit) X(work_off_queue) X(device_fault) X(out_of_bounds_read)
 
 #define KWB_FAILURE_REASON_ENUMERATOR(name) name,
 enum class FailureReason { KWB_FAILURE_REASONS(KWB_FAILURE_REASON_ENUMERATOR) };

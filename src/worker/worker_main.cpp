@@ -19,6 +19,7 @@
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
+#include <ucontext.h>
 #include <sys/prctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -115,7 +116,7 @@ size_t format_u64(char* out, uint64_t v) {
   return n;
 }
 
-void on_fault(int sig, siginfo_t* info, void*) {
+void on_fault(int sig, siginfo_t* info, void* context) {
   char msg[128];
   size_t n = 0;
   auto put = [&](const char* s) {
@@ -125,6 +126,15 @@ void on_fault(int sig, siginfo_t* info, void*) {
   n += format_u64(msg + n, static_cast<uint64_t>(sig));
   put(",\"address\":");
   n += format_u64(msg + n, reinterpret_cast<uint64_t>(info->si_addr));
+#if defined(__x86_64__)
+  // The page fault's error code: bit 1 set for a write. An over-read of a fenced input is told from a write to it.
+  if (sig == SIGSEGV && context != nullptr) {
+    const auto* uc = static_cast<const ucontext_t*>(context);
+    put((uc->uc_mcontext.gregs[REG_ERR] & 2) != 0 ? ",\"access\":\"write\"" : ",\"access\":\"read\"");
+  }
+#else
+  (void)context;
+#endif
   if (sig == SIGSYS && info->si_code == k_sys_seccomp) {
     put(",\"syscall\":");  // the call the sandbox denied (worker/sandbox.h)
     n += format_u64(msg + n, static_cast<uint64_t>(info->si_syscall));
@@ -169,6 +179,26 @@ struct Mapping {
     if (reservation != nullptr) ::munmap(reservation, reservation_size);
   }
 };
+
+// Maps the memfd `fd` (`total` bytes, its data at `data_offset`, `nbytes` long) into the reservation after its
+// first guard page. An output is mapped whole: its canaries stay writable, for the parent to find a stray write.
+// An input is fenced like an output, but for reads: only the pages that hold its data are mapped, and the rest of
+// the reservation stays PROT_NONE, so an over-read that leaves the data's pages faults (out_of_bounds_read, with the
+// input's name) instead of reading canary bytes. What stays readable around it is the rest of its first and last
+// page: check places every input so that it ends flush with a page (within 64 bytes; session/worker_session.cpp),
+// timing at its layout's offset. (mmap, not mprotect: the run phase's seccomp filter allows only the first.)
+bool map_tensor(unsigned char* reservation, int fd, size_t total, size_t data_offset, size_t nbytes, bool writable,
+                int extra_flags) {
+  size_t from = 0, to = total;
+  if (!writable) {
+    from = data_offset / k_page * k_page;
+    to = std::min(total, std::max(from + k_page, (data_offset + nbytes + k_page - 1) / k_page * k_page));
+  }
+  const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
+  void* at = ::mmap(reservation + k_page + from, to - from, prot, MAP_SHARED | MAP_FIXED | extra_flags, fd,
+                    static_cast<off_t>(from));
+  return at != MAP_FAILED;
+}
 
 #ifdef KWB_PROFILE_WORKER
 // ---- probes around kwb_run (kwb-profile-worker only) ------------------------------------------------------------
@@ -428,10 +458,10 @@ private:
           throw std::runtime_error("map: replace of an unknown buffer, or by one of another size");
         }
         Mapping& old = *it->second;
-        const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-        void* at =
-            ::mmap(old.reservation + k_page, total, prot, MAP_SHARED | MAP_FIXED | MAP_POPULATE, fds[i].get(), 0);
-        if (at == MAP_FAILED) throw std::runtime_error("map: cannot replace buffer " + std::to_string(id));
+        if (!map_tensor(old.reservation, fds[i].get(), total, b.at("data_offset").get<size_t>(),
+                        b.at("nbytes").get<size_t>(), writable, MAP_POPULATE)) {
+          throw std::runtime_error("map: cannot replace buffer " + std::to_string(id));
+        }
         mapped.push_back(describe(id, old));
         continue;
       }
@@ -440,11 +470,11 @@ private:
       void* res = ::mmap(nullptr, mp->reservation_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (res == MAP_FAILED) throw std::runtime_error("map: cannot reserve address space");
       mp->reservation = static_cast<unsigned char*>(res);
-      const int prot = writable ? PROT_READ | PROT_WRITE : PROT_READ;
-      void* at = ::mmap(mp->reservation + k_page, total, prot, MAP_SHARED | MAP_FIXED, fds[i].get(), 0);
-      if (at == MAP_FAILED) throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
       mp->data = mp->reservation + k_page + b.at("data_offset").get<size_t>();
       mp->nbytes = b.at("nbytes").get<size_t>();
+      if (!map_tensor(mp->reservation, fds[i].get(), total, b.at("data_offset").get<size_t>(), mp->nbytes, writable, 0)) {
+        throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
+      }
       if (!m_backend->host_memory()) mp->device = m_backend->create_buffer(id, mp->nbytes);
       mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);

@@ -338,11 +338,24 @@ std::string WorkerProcess::output_tail(size_t max_bytes) const {
   return s;
 }
 
-FailureReason WorkerProcess::classify_fault(uint64_t address) const {
+FailureReason WorkerProcess::classify_fault(uint64_t address, const std::string& access, WorkerDeath& d) const {
   for (const Region& r : m_regions) {
     if (address < r.region_begin || address >= r.region_end) continue;
-    if (!r.writable) return FailureReason::input_modified;
-    if (address < r.data_begin || address >= r.data_end) return FailureReason::out_of_bounds_write;
+    d.fault_buffer = r.id;
+    const bool inside = address >= r.data_begin && address < r.data_end;
+    if (address >= r.data_end) {
+      const uint64_t past = address - r.data_end + 1;
+      d.fault_where = fmt::format("{} byte{} past the end", past, past == 1 ? "" : "s");
+    } else if (address < r.data_begin) {
+      const uint64_t before = r.data_begin - address;
+      d.fault_where = fmt::format("{} byte{} before the start", before, before == 1 ? "" : "s");
+    } else {
+      d.fault_where = fmt::format("at byte {}", address - r.data_begin);
+    }
+    // A read outside a tensor's data reaches its fence (an input's PROT_NONE pages, an output's guard pages).
+    if (!inside && access == "read") return FailureReason::out_of_bounds_read;
+    if (!r.writable) return inside ? FailureReason::input_modified : FailureReason::out_of_bounds_write;
+    if (!inside) return FailureReason::out_of_bounds_write;
     return FailureReason::crashed;
   }
   return FailureReason::crashed;
@@ -407,7 +420,9 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
         d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
       } else if (m_fault) {
         d.fault_address = protocol::unsigned_field(*m_fault, "address").value_or(0);
-        if (d.signal == SIGSEGV || d.signal == SIGBUS) d.reason = classify_fault(*d.fault_address);
+        if (d.signal == SIGSEGV || d.signal == SIGBUS) {
+          d.reason = classify_fault(*d.fault_address, protocol::text_field(*m_fault, "access"), d);
+        }
         d.detail += fmt::format(" at address {:#x}", *d.fault_address);
       }
     } else if (WIFEXITED(wstatus)) {

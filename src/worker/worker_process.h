@@ -29,6 +29,10 @@ struct WorkerDeath {
   int signal = 0;
   int exit_code = -1;
   std::optional<uint64_t> fault_address;
+  // A fault inside one of the mapped tensors' regions: its buffer id and where the address lies against its data
+  // ("37 bytes past the end"), for the session to name the tensor.
+  std::optional<int> fault_buffer;
+  std::string fault_where;
 };
 
 // An answer from the worker, or how it died instead.
@@ -247,7 +251,8 @@ private:
   std::optional<int> try_reap();
   // Kills the worker's process group and reaps it: its wait status.
   int kill_and_reap();
-  FailureReason classify_fault(uint64_t address) const;
+  // `access`: "read", "write" or "" (the worker could not tell). Fills d's fault_buffer and fault_where.
+  FailureReason classify_fault(uint64_t address, const std::string& access, WorkerDeath& d) const;
 
   std::chrono::milliseconds m_timeout;
   bool m_profile_worker = false;  // kwb-profile-worker: its load carries its seccomp program

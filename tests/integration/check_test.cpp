@@ -150,6 +150,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"exit.cpp", "exited"}, Misbehaviour{"hang.cpp", "timeout"},
                       Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                       Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
+                      Misbehaviour{"read_past_input.cpp", "out_of_bounds_read"},
                       Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"}),
     [](const auto& p) {
       std::string n = p.param.file;

@@ -99,5 +99,29 @@ TEST(held_out_probe_test, with_the_constraint_declared_the_held_out_shapes_keep_
   EXPECT_EQ(held_out, 3u) << check.output;
 }
 
+// When it is the oracle that cannot take a held-out shape (here it refuses an odd row length, as an oracle with an
+// index bound to a fixed number refuses a vocab that moved down), the message blames the oracle first, not the
+// baseline.
+TEST(held_out_probe_test, an_oracle_that_fails_at_a_held_out_shape_is_named_as_the_one_to_fix) {
+  const TempDir root("kwb-probe-oracle");
+  const fs::path task = even_only_task(root.path(), "");
+  // The baseline takes every shape again; the oracle does not.
+  std::string baseline = read_file(task / "cpu" / "baseline.cpp");
+  baseline.replace(baseline.find("  if (p->cols % 2 != 0) return 3;"), std::string("  if (p->cols % 2 != 0) return 3;").size(), "");
+  write_file_atomic(task / "cpu" / "baseline.cpp", baseline);
+  std::string oracle = read_file(task / "oracle.cpp");
+  const std::string at = "  const int64_t cols = w.shape[0];\n";
+  ASSERT_NE(oracle.find(at), std::string::npos);
+  oracle.insert(oracle.find(at) + at.size(), "  if (cols % 2 != 0) return fail(args, \"odd cols: no such row here\");\n");
+  write_file_atomic(task / "oracle.cpp", oracle);
+  const KwbRun r = run_kwb(validate_args(task, root.path() / "bundle"));
+  EXPECT_EQ(r.exit_code, 65) << r.output << r.errors;
+  EXPECT_NE(r.errors.find("the task's oracle fails at a held-out shape"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("odd cols: no such row here"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("Fix the oracle"), std::string::npos) << r.errors;
+  EXPECT_EQ(r.errors.find("fix the baseline"), std::string::npos) << r.errors;
+  EXPECT_FALSE(fs::exists(root.path() / "bundle" / "comparisons" / "aa.json"));
+}
+
 }  // namespace
 }  // namespace kwb::test
