@@ -269,6 +269,26 @@ WorkerArmRunner::WorkerArmRunner(const Task& task, std::vector<std::vector<const
 
 WorkerArmRunner::~WorkerArmRunner() = default;
 
+size_t input_set_bytes(const Task& task, const Case& workload) {
+  size_t bytes = 0;
+  for (const TensorSpec& s : task.signature.inputs) bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
+  for (const TensorSpec& s : task.signature.outputs) bytes += resolve_shape(s, workload).elements() * sizeof(double);
+  return bytes;
+}
+
+std::string pool_misfit(const Task& task, const Case& workload, uint64_t machine_bytes) {
+  const size_t per_set = input_set_bytes(task, workload);
+  const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set;
+  if (least <= machine_bytes / 2) return "";
+  constexpr double mib = 1024.0 * 1024.0;
+  return fmt::format("{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as "
+                     "doubles), and timing keeps at least {} sets at once ({:.1f} MiB), more than half of this "
+                     "machine's {:.1f} MiB of memory; time it on a larger machine, or give the workload smaller dims",
+                     task.manifest.string(), workload.name, static_cast<double>(per_set) / mib,
+                     WorkerArmRunner::k_min_pool_sets, static_cast<double>(least) / mib,
+                     static_cast<double>(machine_bytes) / mib);
+}
+
 std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t workload_seed) {
   m_case = &workload;
   m_workload_seed = workload_seed;
@@ -277,11 +297,7 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   // its own, in a fresh order per visit, so no memo of any kind (by pointer, by content, by mapping state) can hit
   // inside a worker. The pool is bounded in memory (k_pool_bytes): where a workload's sets are large, visits get
   // fewer calls instead (docs/timing.md).
-  size_t bytes_per_set = 0;
-  for (const TensorSpec& s : m_task.signature.inputs) {
-    bytes_per_set += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
-  }
-  for (const TensorSpec& s : m_task.signature.outputs) bytes_per_set += resolve_shape(s, workload).elements() * 8;
+  const size_t bytes_per_set = input_set_bytes(m_task, workload);
   const size_t max_sets = std::max<size_t>(k_pool_bytes / std::max<size_t>(bytes_per_set, 1), k_min_pool_sets);
   m_warmups = std::max(1, m_options.warmups);
   auto grow_pool = [&](size_t sets) {

@@ -173,6 +173,14 @@ struct TimingOptions {
   bool cold = defaults::k_cold;       // flush caches before every timed call, outside the timer (docs/timing.md)
 };
 
+// What one input set of `workload` holds in the parent: its inputs, and its expected outputs as doubles (the
+// oracle's). Timing keeps a pool of such sets (WorkerArmRunner::k_pool_bytes, at least k_min_pool_sets of them).
+size_t input_set_bytes(const Task& task, const Case& workload);
+
+// Why timing `workload` cannot fit a machine of `machine_bytes` of memory ("" when it can): its smallest pool
+// (k_min_pool_sets sets) would take more than half of it. The message gives the figures and the ways out.
+std::string pool_misfit(const Task& task, const Case& workload, uint64_t machine_bytes);
+
 class WorkerArmRunner final : public ArmRunner {
 public:
   // Each arm is a layout pool: index 0 the plain build (the one checked), then the padded builds. A visit runs the

@@ -12,6 +12,8 @@
 
 #include <fmt/format.h>
 
+#include <sys/sysinfo.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -109,6 +111,16 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     }
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
+  // A workload whose smallest pool of input sets cannot fit this machine is refused before anything is timed.
+  struct sysinfo si {};
+  if (::sysinfo(&si) == 0) {
+    const uint64_t machine = static_cast<uint64_t>(si.totalram) * si.mem_unit;
+    for (const Case* c : workloads) {
+      if (const std::string why = pool_misfit(task, *c, machine); !why.empty()) {
+        throw Error(ExitCode::unavailable, why);
+      }
+    }
+  }
 
   // One timing stage at a time on this machine: the lock is held from before the first worker starts until the last
   // visit is over, and released when this function leaves, however it leaves; or the caller holds it for longer.
