@@ -201,9 +201,20 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
                     (k_opencl / "fused.cpp").string(), "--candidate", candidate.string(), "--workload", "prefill",
                     "--max-minutes", "0.2", "--json"});
   };
-  KwbRun c = compare(attack);
-  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
-  ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
+  // The signal is the hook's host loop, ~400 us a call on prefill against uploads of ~250 us. On a host that takes
+  // the vCPUs away (a CPU hog beside the test, or a VM's steal), the uploads' time turns bimodal, +2 ms on a share
+  // of the calls in both arms, and that buries the loop: the check then finds nothing and the gain reads as PASS
+  // (docs/threat-model.md, "Work moved outside the window", the limit). The defence is for a quiet machine; a
+  // disturbed spell gets up to two more tries, and one of three must see the work moved.
+  KwbRun c;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    c = compare(attack);
+    ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+    ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
+    if (c.json["workloads"][0]["verdict"] == "INVALID") break;
+    std::cerr << "attempt " << attempt + 1 << " did not see the work moved (a disturbed spell?): "
+              << c.json["workloads"][0]["outside_window"].dump() << "\n";
+  }
   const auto& w = c.json["workloads"][0];
   EXPECT_EQ(w["verdict"], "INVALID") << w.dump();
   EXPECT_TRUE(w["improvement_pct"].is_null()) << w.dump();
