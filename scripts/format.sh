@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# kwb's C++ formatting (.clang-format), held by a test: `scripts/format.sh --check` (the format_check test, run by the
+# README's test command) fails naming every file clang-format would change; `scripts/format.sh` rewrites them.
+# The version is pinned: clang-format 14, Debian 12's, installed by scripts/setup.sh (another version formats some
+# constructs differently, and a check that depends on the machine is no check).
+# What is formatted: kwb's own C++ (src/, the test programs, bench/). Not formatted: include/kwb/ (the public ABI
+# headers, whose bytes are part of every candidate's build identity), tasks/ and the test candidates (sources kwb
+# builds and hashes as implementations: their text is data), generators/ and third_party/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+clang_format=clang-format-14
+if ! command -v "$clang_format" >/dev/null; then
+  echo "scripts/format.sh: $clang_format is not installed; scripts/setup.sh installs it (apt install clang-format-14)" >&2
+  exit 2
+fi
+mapfile -t files < <(git ls-files -- 'src/*.cpp' 'src/*.h' 'tests/unit/*.cpp' 'tests/unit/*.h' \
+  'tests/integration/*.cpp' 'tests/integration/*.h' 'tests/support/*.h' 'tests/*.h' 'tests/fuzz/*.cpp' \
+  'bench/*.cpp' 'bench/*.h')
+if [ "${1:-}" = "--check" ]; then
+  bad=()
+  for f in "${files[@]}"; do
+    if ! "$clang_format" --dry-run -Werror "$f" >/dev/null 2>&1; then bad+=("$f"); fi
+  done
+  if [ ${#bad[@]} -gt 0 ]; then
+    printf 'scripts/format.sh: %d of %d files are not formatted (.clang-format, clang-format 14); run scripts/format.sh to fix:\n' \
+      "${#bad[@]}" "${#files[@]}" >&2
+    printf '  %s\n' "${bad[@]}" >&2
+    exit 1
+  fi
+  echo "scripts/format.sh: ${#files[@]} files formatted"
+  exit 0
+fi
+"$clang_format" -i "${files[@]}"
