@@ -42,9 +42,7 @@ uint64_t read_posix() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uint64_t read_steady() {
-  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-}
+uint64_t read_steady() { return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()); }
 
 #ifdef KWB_BENCH_X86
 uint64_t read_rdtsc() { return __rdtsc(); }
@@ -135,10 +133,9 @@ int main() {
 
   std::vector<Row> rows;
   rows.push_back(measure<read_posix<CLOCK_MONOTONIC>>("CLOCK_MONOTONIC", getres(CLOCK_MONOTONIC), 1.0));
+  rows.push_back(measure<read_posix<CLOCK_MONOTONIC_RAW>>("CLOCK_MONOTONIC_RAW", getres(CLOCK_MONOTONIC_RAW), 1.0));
   rows.push_back(
-      measure<read_posix<CLOCK_MONOTONIC_RAW>>("CLOCK_MONOTONIC_RAW", getres(CLOCK_MONOTONIC_RAW), 1.0));
-  rows.push_back(measure<read_posix<CLOCK_MONOTONIC_COARSE>>("CLOCK_MONOTONIC_COARSE",
-                                                             getres(CLOCK_MONOTONIC_COARSE), 1.0));
+      measure<read_posix<CLOCK_MONOTONIC_COARSE>>("CLOCK_MONOTONIC_COARSE", getres(CLOCK_MONOTONIC_COARSE), 1.0));
   rows.push_back(measure<read_steady>("steady_clock::now()", steady_res, 1.0));
 #ifdef KWB_BENCH_X86
   const double ghz = tsc_ghz();
@@ -160,8 +157,9 @@ int main() {
     std::printf("%-24s %-20s %12.1f %12.1f %18s %9.1f%%\n", r.name.c_str(), r.resolution.c_str(), r.ns_per_call,
                 r.ns_per_call_min, delta, 100.0 * r.zero_fraction);
   }
-  std::printf("\nns/call: median (and min) over 15 batches of 200000 back-to-back calls, timed with CLOCK_MONOTONIC.\n"
-              "min nonzero delta / equal %%: over 200000 pairs of back-to-back reads (rdtsc is not ordered, so two\n"
-              "reads can overlap in the pipeline and differ by a tick; rdtscp waits for earlier instructions).\n");
+  std::printf(
+      "\nns/call: median (and min) over 15 batches of 200000 back-to-back calls, timed with CLOCK_MONOTONIC.\n"
+      "min nonzero delta / equal %%: over 200000 pairs of back-to-back reads (rdtsc is not ordered, so two\n"
+      "reads can overlap in the pipeline and differ by a tick; rdtscp waits for earlier instructions).\n");
   return 0;
 }

@@ -44,16 +44,16 @@ struct BackendOptions {
 
 // One kernel (or other device command) a call started.
 struct KernelRecord {
-  std::string name;           // the kernel's function name; "copy", "fill", ... for other commands
-  bool on_call_stream = true; // false: enqueued on a queue/stream other than the one kwb handed to the call
-  int64_t device_ns = -1;     // start-to-end on the device; -1 when the runtime gave no timestamps
+  std::string name;            // the kernel's function name; "copy", "fill", ... for other commands
+  bool on_call_stream = true;  // false: enqueued on a queue/stream other than the one kwb handed to the call
+  int64_t device_ns = -1;      // start-to-end on the device; -1 when the runtime gave no timestamps
 };
 
 struct CallDeviceInfo {
-  int64_t device_ns = -1;                // between the begin and end events of the call's stream; -1: no events
-  bool traced = false;                   // `kernels` is the complete list (trace mode)
+  int64_t device_ns = -1;  // between the begin and end events of the call's stream; -1: no events
+  bool traced = false;     // `kernels` is the complete list (trace mode)
   std::vector<KernelRecord> kernels;
-  uint64_t off_stream_commands = 0;      // commands seen on other queues/streams (in every mode where detectable)
+  uint64_t off_stream_commands = 0;  // commands seen on other queues/streams (in every mode where detectable)
   std::string off_stream_detail;
   // Not empty: the implementation rewrote the device runtime's own state that the worker relies on (the OpenCL
   // driver's dispatch table), before or during this call; what was changed.
@@ -65,12 +65,12 @@ struct RuntimeSandboxNeeds {
   // false: the runtime does, inside kwb_run, things the run phase's allow-list forbids (PoCL compiles, links and
   // dlopens kernels lazily at their first launch), so the load phase's deny-list stays in force instead.
   bool strict_run_filter = true;
-  bool threads = false;                      // the runtime runs threads of its own (PoCL's workers, CUDA's)
-  bool spawn = false;                        // the runtime starts helper programs (PoCL runs the linker)
-  std::vector<std::string> read_paths;       // readable (and mappable) for the runtime
-  std::vector<std::string> exec_paths;       // executable, with spawn
-  std::vector<std::string> write_paths;      // writable (created, renamed, removed within)
-  std::vector<std::string> device_paths;     // device nodes the runtime opens and ioctl()s
+  bool threads = false;                   // the runtime runs threads of its own (PoCL's workers, CUDA's)
+  bool spawn = false;                     // the runtime starts helper programs (PoCL runs the linker)
+  std::vector<std::string> read_paths;    // readable (and mappable) for the runtime
+  std::vector<std::string> exec_paths;    // executable, with spawn
+  std::vector<std::string> write_paths;   // writable (created, renamed, removed within)
+  std::vector<std::string> device_paths;  // device nodes the runtime opens and ioctl()s
   // The runtime reserves address space far beyond the task's memory (CUDA's unified address space): no RLIMIT_AS.
   bool unlimited_address_space = false;
   // RLIMIT_NOFILE for a runtime that keeps many descriptors (the CUDA driver: device nodes per context and

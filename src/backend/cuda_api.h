@@ -52,17 +52,21 @@ inline std::string cuda_version_text(int v) { return fmt::format("{}.{}", v / 10
 
 inline const std::string k_cuda_version = cuda_version_text(CUDART_VERSION);
 
+// clang-format off
 #define KWB_CUDART_FUNCTIONS(X)                                                                                  \
   X(cudaGetErrorName) X(cudaGetErrorString) X(cudaGetDeviceCount) X(cudaRuntimeGetVersion)                       \
   X(cudaDriverGetVersion) X(cudaGetDeviceProperties) X(cudaDeviceGetAttribute) X(cudaSetDevice)                  \
   X(cudaDeviceSynchronize) X(cudaStreamCreateWithFlags) X(cudaStreamDestroy) X(cudaStreamSynchronize)            \
   X(cudaEventCreate) X(cudaEventDestroy) X(cudaEventRecord) X(cudaEventElapsedTime) X(cudaMalloc) X(cudaFree)    \
   X(cudaMemcpyAsync) X(cudaMemsetAsync)
+// clang-format on
 
+// clang-format off
 #define KWB_CUPTI_FUNCTIONS(X)                                                                                   \
   X(cuptiGetResultString) X(cuptiGetVersion) X(cuptiActivityRegisterCallbacks) X(cuptiActivityEnable)           \
   X(cuptiActivityDisable) X(cuptiActivityFlushAll) X(cuptiActivityGetNextRecord)                                 \
   X(cuptiActivityGetNumDroppedRecords) X(cuptiGetStreamIdEx) X(cuptiGetDeviceId)
+// clang-format on
 
 #define KWB_DECLARE_FUNCTION(fn) decltype(&::fn) fn = nullptr;
 
@@ -95,21 +99,21 @@ const Cupti& cupti_library();
 
 // Every runtime call of the backend: `KWB_CUDA(cuda().cudaMalloc(&p, n))`. Inside CudaBackend, whose cuda() is the
 // sealed runtime table (its cudaGetErrorString names the failure).
-#define KWB_CUDA(call)                                                                 \
-  do {                                                                                 \
-    const cudaError_t kwb_cuda_rc_ = (call);                                           \
-    if (kwb_cuda_rc_ != cudaSuccess) {                                                 \
-      throw_cuda_error(cuda(), kwb_cuda_rc_, #call, __FILE__, __LINE__);              \
-    }                                                                                  \
+#define KWB_CUDA(call)                                                   \
+  do {                                                                   \
+    const cudaError_t kwb_cuda_rc_ = (call);                             \
+    if (kwb_cuda_rc_ != cudaSuccess) {                                   \
+      throw_cuda_error(cuda(), kwb_cuda_rc_, #call, __FILE__, __LINE__); \
+    }                                                                    \
   } while (0)
 
 // The same for CUPTI, whose table is the process-wide cupti_library().
-#define KWB_CUPTI(call)                                                                \
-  do {                                                                                 \
-    const CUptiResult kwb_cupti_rc_ = (call);                                          \
-    if (kwb_cupti_rc_ != CUPTI_SUCCESS) {                                              \
-      throw_cupti_error(cupti_library(), kwb_cupti_rc_, #call, __FILE__, __LINE__);   \
-    }                                                                                  \
+#define KWB_CUPTI(call)                                                             \
+  do {                                                                              \
+    const CUptiResult kwb_cupti_rc_ = (call);                                       \
+    if (kwb_cupti_rc_ != CUPTI_SUCCESS) {                                           \
+      throw_cupti_error(cupti_library(), kwb_cupti_rc_, #call, __FILE__, __LINE__); \
+    }                                                                               \
   } while (0)
 
 // ---- resources ----------------------------------------------------------------------------------------------------
@@ -123,8 +127,7 @@ public:
   using Release = cudaError_t (*)(Handle);
   Owned() = default;
   Owned(Handle handle, Release release) : m_handle(handle), m_release(release) {}
-  Owned(Owned&& other) noexcept
-      : m_handle(std::exchange(other.m_handle, Handle{})), m_release(other.m_release) {}
+  Owned(Owned&& other) noexcept : m_handle(std::exchange(other.m_handle, Handle{})), m_release(other.m_release) {}
   Owned& operator=(Owned&& other) noexcept {
     if (this != &other) {
       reset();

@@ -45,22 +45,22 @@ namespace kwb {
 
 namespace {
 
-using cuda::CudaRuntime;
-using cuda::Cupti;
-using cuda::Owned;
-using cuda::TracedCommand;
-using cuda::TraceSink;
 using cuda::cuda_runtime;
 using cuda::cuda_version_text;
+using cuda::CudaRuntime;
+using cuda::Cupti;
 using cuda::cupti_library;
 using cuda::k_cuda_version;
 using cuda::k_traced_kinds;
 using cuda::kernel_name;
 using cuda::on_buffer_completed;
 using cuda::on_buffer_requested;
+using cuda::Owned;
 using cuda::throw_cuda_error;
 using cuda::throw_cupti_error;
 using cuda::trace_sink;
+using cuda::TracedCommand;
+using cuda::TraceSink;
 
 // "580.95.05" from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX ... Kernel Module  580.95.05  ..."):
 // the kernel driver's own version, which cudaDriverGetVersion (the CUDA version it supports) does not give.
@@ -81,9 +81,10 @@ std::string no_device_hint(cudaError_t rc) {
     case cudaErrorNoDevice:
       return "no NVIDIA GPU is visible to this process: check nvidia-smi, and CUDA_VISIBLE_DEVICES if it is set";
     case cudaErrorInsufficientDriver:
-      return fmt::format("no driver or no GPU on this machine: the NVIDIA driver (libcuda.so.1) is missing or is "
-                         "older than CUDA {} needs (install or update it; nvidia-smi shows the installed driver)",
-                         k_cuda_version);
+      return fmt::format(
+          "no driver or no GPU on this machine: the NVIDIA driver (libcuda.so.1) is missing or is "
+          "older than CUDA {} needs (install or update it; nvidia-smi shows the installed driver)",
+          k_cuda_version);
     default:
       return "check that the NVIDIA driver is loaded (nvidia-smi) and that /dev/nvidia* can be opened";
   }
@@ -101,9 +102,10 @@ int device_ordinal(int devices) {
   }
   if (n >= devices) {
     // A selection the machine cannot satisfy is the user's to fix (64), as on opencl; "no device at all" is 69.
-    throw UsageError(fmt::format("KWB_CUDA_DEVICE={}, but this process sees {} CUDA device(s), 0 to {} (nvidia-smi "
-                                 "lists them; CUDA_VISIBLE_DEVICES renumbers them)",
-                                 n, devices, devices - 1));
+    throw UsageError(
+        fmt::format("KWB_CUDA_DEVICE={}, but this process sees {} CUDA device(s), 0 to {} (nvidia-smi "
+                    "lists them; CUDA_VISIBLE_DEVICES renumbers them)",
+                    n, devices, devices - 1));
   }
   return static_cast<int>(n);
 }
@@ -117,12 +119,12 @@ public:
     int devices = 0;
     const cudaError_t counted = cuda().cudaGetDeviceCount(&devices);
     if (counted != cudaSuccess || devices == 0) {
-      throw Error(ExitCode::unavailable,
-                  counted != cudaSuccess
-                      ? fmt::format("no CUDA device: cudaGetDeviceCount returned {} ({}); {}",
-                                    cuda().cudaGetErrorName(counted), cuda().cudaGetErrorString(counted),
-                                    no_device_hint(counted))
-                      : "no CUDA device: cudaGetDeviceCount found 0 devices; " + no_device_hint(cudaErrorNoDevice));
+      throw Error(
+          ExitCode::unavailable,
+          counted != cudaSuccess
+              ? fmt::format("no CUDA device: cudaGetDeviceCount returned {} ({}); {}", cuda().cudaGetErrorName(counted),
+                            cuda().cudaGetErrorString(counted), no_device_hint(counted))
+              : "no CUDA device: cudaGetDeviceCount found 0 devices; " + no_device_hint(cudaErrorNoDevice));
     }
     m_ordinal = device_ordinal(devices);
 
@@ -186,7 +188,7 @@ public:
   void* stream() const override { return m_stream.get(); }
   void fill_context(kwb_context& ctx) const override {
     ctx.backend = KWB_BACKEND_CUDA;
-    ctx.device_context = nullptr;  // the primary context is current on the calling thread
+    ctx.device_context = nullptr;               // the primary context is current on the calling thread
     ctx.device = const_cast<int*>(&m_ordinal);  // read-only for the implementation; the ABI's field is void*
     ctx.stream = m_stream.get();
   }
@@ -214,8 +216,7 @@ public:
     }
     n.read_paths = {"/proc", "/sys", "/usr", "/lib", "/lib64", "/etc", "/dev/zero", "/dev/urandom"};
     for (const std::string& dir : {std::string(KWB_CUDA_LIBRARY_DIR), std::string(KWB_CUPTI_LIBRARY_DIR),
-                                   cuda().directory,
-                                   m_options.trace ? cupti_library().directory : std::string()}) {
+                                   cuda().directory, m_options.trace ? cupti_library().directory : std::string()}) {
       if (!dir.empty() && std::find(n.read_paths.begin(), n.read_paths.end(), dir) == n.read_paths.end()) {
         n.read_paths.push_back(dir);
       }
@@ -359,8 +360,8 @@ public:
       const std::string where = o.device == m_trace_device ? fmt::format("stream {}", o.stream)
                                                            : fmt::format("stream {} of device {}", o.stream, o.device);
       parts.push_back(fmt::format("{} {}{} on {}, not the call's stream {}: {}", o.count,
-                                  o.kernels_only ? "kernel" : "command", o.count == 1 ? "" : "s", where,
-                                  m_trace_stream, fmt::join(o.names, ", ")));
+                                  o.kernels_only ? "kernel" : "command", o.count == 1 ? "" : "s", where, m_trace_stream,
+                                  fmt::join(o.names, ", ")));
     }
     // Anything recorded since finish_call took the call's records, other than kwb's own copies on the call's stream
     // (the read-back of outputs and guards, a guard rewrite), was started after kwb_run returned: a kernel or fill
@@ -375,8 +376,8 @@ public:
     }
     if (!late.empty()) {
       info.off_stream_commands += late.size();
-      parts.push_back(fmt::format("{} command(s) started after kwb_run had returned: {}", late.size(),
-                                  fmt::join(late, ", ")));
+      parts.push_back(
+          fmt::format("{} command(s) started after kwb_run had returned: {}", late.size(), fmt::join(late, ", ")));
     }
     info.off_stream_detail = fmt::format("{}", fmt::join(parts, "; "));
     return info;
@@ -483,8 +484,8 @@ private:
     const size_t g = m_guard.size();
     auto* base = static_cast<unsigned char*>(b.whole.get());
     KWB_CUDA(cuda().cudaMemcpyAsync(base, m_guard.data(), g, cudaMemcpyHostToDevice, m_stream.get()));
-    KWB_CUDA(cuda().cudaMemcpyAsync(base + g + std::max<size_t>(b.nbytes, 1), m_guard.data(), g,
-                                    cudaMemcpyHostToDevice, m_stream.get()));
+    KWB_CUDA(cuda().cudaMemcpyAsync(base + g + std::max<size_t>(b.nbytes, 1), m_guard.data(), g, cudaMemcpyHostToDevice,
+                                    m_stream.get()));
     KWB_CUDA(cuda().cudaStreamSynchronize(m_stream.get()));
   }
 

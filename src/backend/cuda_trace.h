@@ -42,7 +42,7 @@ struct TraceSink {
   std::vector<std::unique_ptr<uint64_t[]>> storage;  // uint64_t: CUPTI wants 8-byte aligned buffers
   std::vector<uint8_t*> free_buffers;
   std::vector<TracedCommand> commands;
-  uint64_t lost = 0;  // records CUPTI dropped or this file could not read, since the last discard
+  uint64_t lost = 0;        // records CUPTI dropped or this file could not read, since the last discard
   bool registered = false;  // the callbacks, once per process
 };
 

@@ -38,34 +38,32 @@ Loaded load() {
   }
   Api& a = l.api;
   std::string& w = l.why;
-  bool ok = resolve(h, "clGetPlatformIDs", a.GetPlatformIDs, w) &
-            resolve(h, "clGetPlatformInfo", a.GetPlatformInfo, w) &
-            resolve(h, "clGetDeviceIDs", a.GetDeviceIDs, w) & resolve(h, "clGetDeviceInfo", a.GetDeviceInfo, w) &
-            resolve(h, "clCreateContext", a.CreateContext, w) & resolve(h, "clReleaseContext", a.ReleaseContext, w) &
-            resolve(h, "clCreateCommandQueue", a.CreateCommandQueue, w) &
-            resolve(h, "clCreateCommandQueueWithProperties", a.CreateCommandQueueWithProperties, w) &
-            resolve(h, "clRetainCommandQueue", a.RetainCommandQueue, w) &
-            resolve(h, "clReleaseCommandQueue", a.ReleaseCommandQueue, w) &
-            resolve(h, "clCreateBuffer", a.CreateBuffer, w) & resolve(h, "clCreateSubBuffer", a.CreateSubBuffer, w) &
-            resolve(h, "clReleaseMemObject", a.ReleaseMemObject, w) &
-            resolve(h, "clEnqueueWriteBuffer", a.EnqueueWriteBuffer, w) &
-            resolve(h, "clEnqueueReadBuffer", a.EnqueueReadBuffer, w) &
-            resolve(h, "clEnqueueCopyBuffer", a.EnqueueCopyBuffer, w) &
-            resolve(h, "clEnqueueFillBuffer", a.EnqueueFillBuffer, w) &
-            resolve(h, "clEnqueueNDRangeKernel", a.EnqueueNDRangeKernel, w) &
-            resolve(h, "clEnqueueTask", a.EnqueueTask, w) &
-            resolve(h, "clEnqueueMarkerWithWaitList", a.EnqueueMarkerWithWaitList, w) &
-            resolve(h, "clFinish", a.Finish, w) & resolve(h, "clGetEventProfilingInfo", a.GetEventProfilingInfo, w) &
-            resolve(h, "clRetainEvent", a.RetainEvent, w) & resolve(h, "clReleaseEvent", a.ReleaseEvent, w) &
-            resolve(h, "clGetKernelInfo", a.GetKernelInfo, w);
+  bool ok =
+      resolve(h, "clGetPlatformIDs", a.GetPlatformIDs, w) & resolve(h, "clGetPlatformInfo", a.GetPlatformInfo, w) &
+      resolve(h, "clGetDeviceIDs", a.GetDeviceIDs, w) & resolve(h, "clGetDeviceInfo", a.GetDeviceInfo, w) &
+      resolve(h, "clCreateContext", a.CreateContext, w) & resolve(h, "clReleaseContext", a.ReleaseContext, w) &
+      resolve(h, "clCreateCommandQueue", a.CreateCommandQueue, w) &
+      resolve(h, "clCreateCommandQueueWithProperties", a.CreateCommandQueueWithProperties, w) &
+      resolve(h, "clRetainCommandQueue", a.RetainCommandQueue, w) &
+      resolve(h, "clReleaseCommandQueue", a.ReleaseCommandQueue, w) & resolve(h, "clCreateBuffer", a.CreateBuffer, w) &
+      resolve(h, "clCreateSubBuffer", a.CreateSubBuffer, w) & resolve(h, "clReleaseMemObject", a.ReleaseMemObject, w) &
+      resolve(h, "clEnqueueWriteBuffer", a.EnqueueWriteBuffer, w) &
+      resolve(h, "clEnqueueReadBuffer", a.EnqueueReadBuffer, w) &
+      resolve(h, "clEnqueueCopyBuffer", a.EnqueueCopyBuffer, w) &
+      resolve(h, "clEnqueueFillBuffer", a.EnqueueFillBuffer, w) &
+      resolve(h, "clEnqueueNDRangeKernel", a.EnqueueNDRangeKernel, w) & resolve(h, "clEnqueueTask", a.EnqueueTask, w) &
+      resolve(h, "clEnqueueMarkerWithWaitList", a.EnqueueMarkerWithWaitList, w) & resolve(h, "clFinish", a.Finish, w) &
+      resolve(h, "clGetEventProfilingInfo", a.GetEventProfilingInfo, w) &
+      resolve(h, "clRetainEvent", a.RetainEvent, w) & resolve(h, "clReleaseEvent", a.ReleaseEvent, w) &
+      resolve(h, "clGetKernelInfo", a.GetKernelInfo, w);
   l.ok = ok;
   return l;
 }
 
 // The table the worker's synchronization and timing go through lives on a page of its own, read-only and sealed
 // once it holds the driver's functions (before any implementation is loaded): an implementation in the same process
-// cannot swap clFinish or the profiling query for functions of its own by overwriting it. Its address is a link-time constant, so no
-// writable pointer leads to it either.
+// cannot swap clFinish or the profiling query for functions of its own by overwriting it. Its address is a link-time
+// constant, so no writable pointer leads to it either.
 struct alignas(4096) SealedApi {
   Api api;
 };
@@ -138,23 +136,56 @@ void adopt_driver_table(const cl_icd_dispatch& d) {
 std::string error_name(cl_int code) {
   const char* name = "unknown OpenCL error";
   switch (code) {
-    case CL_DEVICE_NOT_FOUND: name = "CL_DEVICE_NOT_FOUND"; break;
-    case CL_DEVICE_NOT_AVAILABLE: name = "CL_DEVICE_NOT_AVAILABLE"; break;
-    case CL_MEM_OBJECT_ALLOCATION_FAILURE: name = "CL_MEM_OBJECT_ALLOCATION_FAILURE"; break;
-    case CL_OUT_OF_RESOURCES: name = "CL_OUT_OF_RESOURCES"; break;
-    case CL_OUT_OF_HOST_MEMORY: name = "CL_OUT_OF_HOST_MEMORY"; break;
-    case CL_PROFILING_INFO_NOT_AVAILABLE: name = "CL_PROFILING_INFO_NOT_AVAILABLE"; break;
-    case CL_INVALID_VALUE: name = "CL_INVALID_VALUE"; break;
-    case CL_INVALID_PLATFORM: name = "CL_INVALID_PLATFORM"; break;
-    case CL_INVALID_DEVICE: name = "CL_INVALID_DEVICE"; break;
-    case CL_INVALID_CONTEXT: name = "CL_INVALID_CONTEXT"; break;
-    case CL_INVALID_COMMAND_QUEUE: name = "CL_INVALID_COMMAND_QUEUE"; break;
-    case CL_INVALID_MEM_OBJECT: name = "CL_INVALID_MEM_OBJECT"; break;
-    case CL_INVALID_EVENT: name = "CL_INVALID_EVENT"; break;
-    case CL_INVALID_OPERATION: name = "CL_INVALID_OPERATION"; break;
-    case CL_INVALID_BUFFER_SIZE: name = "CL_INVALID_BUFFER_SIZE"; break;
-    case -1001: name = "CL_PLATFORM_NOT_FOUND_KHR"; break;
-    default: break;
+    case CL_DEVICE_NOT_FOUND:
+      name = "CL_DEVICE_NOT_FOUND";
+      break;
+    case CL_DEVICE_NOT_AVAILABLE:
+      name = "CL_DEVICE_NOT_AVAILABLE";
+      break;
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+      name = "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+      break;
+    case CL_OUT_OF_RESOURCES:
+      name = "CL_OUT_OF_RESOURCES";
+      break;
+    case CL_OUT_OF_HOST_MEMORY:
+      name = "CL_OUT_OF_HOST_MEMORY";
+      break;
+    case CL_PROFILING_INFO_NOT_AVAILABLE:
+      name = "CL_PROFILING_INFO_NOT_AVAILABLE";
+      break;
+    case CL_INVALID_VALUE:
+      name = "CL_INVALID_VALUE";
+      break;
+    case CL_INVALID_PLATFORM:
+      name = "CL_INVALID_PLATFORM";
+      break;
+    case CL_INVALID_DEVICE:
+      name = "CL_INVALID_DEVICE";
+      break;
+    case CL_INVALID_CONTEXT:
+      name = "CL_INVALID_CONTEXT";
+      break;
+    case CL_INVALID_COMMAND_QUEUE:
+      name = "CL_INVALID_COMMAND_QUEUE";
+      break;
+    case CL_INVALID_MEM_OBJECT:
+      name = "CL_INVALID_MEM_OBJECT";
+      break;
+    case CL_INVALID_EVENT:
+      name = "CL_INVALID_EVENT";
+      break;
+    case CL_INVALID_OPERATION:
+      name = "CL_INVALID_OPERATION";
+      break;
+    case CL_INVALID_BUFFER_SIZE:
+      name = "CL_INVALID_BUFFER_SIZE";
+      break;
+    case -1001:
+      name = "CL_PLATFORM_NOT_FOUND_KHR";
+      break;
+    default:
+      break;
   }
   return std::string(name) + " (" + std::to_string(code) + ")";
 }

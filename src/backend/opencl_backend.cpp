@@ -26,12 +26,12 @@ namespace {
 using opencl::Api;
 using opencl::error_name;
 
-#define KWB_CL(call)                                                                                       \
-  do {                                                                                                     \
-    const cl_int kwb_cl_rc_ = (call);                                                                      \
-    if (kwb_cl_rc_ != CL_SUCCESS) {                                                                        \
+#define KWB_CL(call)                                                                                                \
+  do {                                                                                                              \
+    const cl_int kwb_cl_rc_ = (call);                                                                               \
+    if (kwb_cl_rc_ != CL_SUCCESS) {                                                                                 \
       throw InternalError(fmt::format("{} failed: {} ({}:{})", #call, error_name(kwb_cl_rc_), __FILE__, __LINE__)); \
-    }                                                                                                      \
+    }                                                                                                               \
   } while (0)
 
 std::string platform_string(const Api& a, cl_platform_id p, cl_platform_info what) {
@@ -93,10 +93,10 @@ public:
     std::vector<cl_device_id> dev_ids(devices);
     KWB_CL(a.GetDeviceIDs(platform, CL_DEVICE_TYPE_ALL, devices, dev_ids.data(), nullptr));
     m_device = dev_ids[di];
-    m_description = fmt::format("{} / {} / {} / driver {}", platform_string(a, platform, CL_PLATFORM_NAME),
-                                device_string(a, m_device, CL_DEVICE_NAME),
-                                device_string(a, m_device, CL_DEVICE_VERSION),
-                                device_string(a, m_device, CL_DRIVER_VERSION));
+    m_description =
+        fmt::format("{} / {} / {} / driver {}", platform_string(a, platform, CL_PLATFORM_NAME),
+                    device_string(a, m_device, CL_DEVICE_NAME), device_string(a, m_device, CL_DEVICE_VERSION),
+                    device_string(a, m_device, CL_DRIVER_VERSION));
 
     m_context = a.CreateContext(nullptr, 1, &m_device, nullptr, nullptr, &rc);
     if (m_context == nullptr) throw Error(ExitCode::unavailable, "clCreateContext failed: " + error_name(rc));
@@ -209,8 +209,8 @@ public:
     const size_t g = m_guard.size();
     m_scratch.resize(2 * g);
     KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_scratch.data(), 0, nullptr, nullptr));
-    KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g,
-                                    m_scratch.data() + g, 0, nullptr, nullptr));
+    KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g, m_scratch.data() + g,
+                                  0, nullptr, nullptr));
     const bool intact = std::memcmp(m_scratch.data(), m_guard.data(), g) == 0 &&
                         std::memcmp(m_scratch.data() + g, m_guard.data(), g) == 0;
     if (!intact) write_guards(b);
@@ -293,9 +293,10 @@ public:
                                      fmt::join(off_names, ", ")));
     }
     if (between_calls > 0) {
-      problems.push_back(fmt::format("{} command(s) enqueued while no call was running (after a kwb_run had "
-                                     "returned)",
-                                     between_calls));
+      problems.push_back(
+          fmt::format("{} command(s) enqueued while no call was running (after a kwb_run had "
+                      "returned)",
+                      between_calls));
     }
     info.off_stream_detail = fmt::format("{}", fmt::join(problems, "; "));
     if (!m_options.trace) {
@@ -357,7 +358,7 @@ private:
     const size_t g = m_guard.size();
     KWB_CL(cl().EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_guard.data(), 0, nullptr, nullptr));
     KWB_CL(cl().EnqueueWriteBuffer(m_queue, b.whole, CL_TRUE, g + std::max<size_t>(b.nbytes, 1), g, m_guard.data(), 0,
-                                     nullptr, nullptr));
+                                   nullptr, nullptr));
   }
 
   // OpenCL has no device-wide synchronization: every queue the implementation created, finished.
@@ -391,8 +392,8 @@ private:
     ++m_flush_value;
     std::array<cl_uint, 32> pattern{};
     pattern.fill(m_flush_value);
-    KWB_CL(cl().EnqueueFillBuffer(m_queue, m_flush, pattern.data(), sizeof pattern, 0, m_flush_bytes, 0,
-                                    nullptr, nullptr));
+    KWB_CL(cl().EnqueueFillBuffer(m_queue, m_flush, pattern.data(), sizeof pattern, 0, m_flush_bytes, 0, nullptr,
+                                  nullptr));
   }
 
   BackendOptions m_options;

@@ -138,8 +138,8 @@ CL_API_ENTRY cl_int CL_API_CALL clEnqueueCopyBuffer(cl_command_queue queue, cl_m
 }
 
 CL_API_ENTRY cl_int CL_API_CALL clEnqueueFillBuffer(cl_command_queue queue, cl_mem buffer, const void* pattern,
-                                                    size_t pattern_size, size_t offset, size_t size,
-                                                    cl_uint num_events, const cl_event* wait_list, cl_event* event) {
+                                                    size_t pattern_size, size_t offset, size_t size, cl_uint num_events,
+                                                    const cl_event* wait_list, cl_event* event) {
   auto r = begin_record(queue, event);
   const cl_int rc =
       real().EnqueueFillBuffer(queue, buffer, pattern, pattern_size, offset, size, num_events, wait_list, r.slot);
@@ -177,15 +177,23 @@ struct NamedEntry {
   size_t offset;
   const char* name;
 };
-#define KWB_ENTRY(f) NamedEntry{offsetof(cl_icd_dispatch, f), #f}
+#define KWB_ENTRY(f) \
+  NamedEntry { offsetof(cl_icd_dispatch, f), #f }
 constexpr NamedEntry k_named_entries[] = {
-    KWB_ENTRY(clCreateCommandQueue),      KWB_ENTRY(clCreateCommandQueueWithProperties),
-    KWB_ENTRY(clEnqueueNDRangeKernel),    KWB_ENTRY(clEnqueueTask),
-    KWB_ENTRY(clEnqueueCopyBuffer),       KWB_ENTRY(clEnqueueFillBuffer),
-    KWB_ENTRY(clEnqueueWriteBuffer),      KWB_ENTRY(clEnqueueReadBuffer),
-    KWB_ENTRY(clEnqueueMarkerWithWaitList), KWB_ENTRY(clFinish),
-    KWB_ENTRY(clFlush),                   KWB_ENTRY(clGetEventProfilingInfo),
-    KWB_ENTRY(clWaitForEvents),           KWB_ENTRY(clGetPlatformIDs),
+    KWB_ENTRY(clCreateCommandQueue),
+    KWB_ENTRY(clCreateCommandQueueWithProperties),
+    KWB_ENTRY(clEnqueueNDRangeKernel),
+    KWB_ENTRY(clEnqueueTask),
+    KWB_ENTRY(clEnqueueCopyBuffer),
+    KWB_ENTRY(clEnqueueFillBuffer),
+    KWB_ENTRY(clEnqueueWriteBuffer),
+    KWB_ENTRY(clEnqueueReadBuffer),
+    KWB_ENTRY(clEnqueueMarkerWithWaitList),
+    KWB_ENTRY(clFinish),
+    KWB_ENTRY(clFlush),
+    KWB_ENTRY(clGetEventProfilingInfo),
+    KWB_ENTRY(clWaitForEvents),
+    KWB_ENTRY(clGetPlatformIDs),
 };
 #undef KWB_ENTRY
 
@@ -225,9 +233,10 @@ std::string dispatch_table_changes() {
     }
   }
   std::memcpy(s.table, &s.expected, sizeof s.expected);
-  return fmt::format("{} entr{} of the OpenCL driver's dispatch table (which every cl_* object points to) were "
-                     "rewritten by the implementation{}{}",
-                     changed, changed == 1 ? "y" : "ies", named.empty() ? "" : ", among them ", fmt::join(named, ", "));
+  return fmt::format(
+      "{} entr{} of the OpenCL driver's dispatch table (which every cl_* object points to) were "
+      "rewritten by the implementation{}{}",
+      changed, changed == 1 ? "y" : "ies", named.empty() ? "" : ", among them ", fmt::join(named, ", "));
 }
 
 }  // namespace kwb::opencl

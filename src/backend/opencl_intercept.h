@@ -34,21 +34,21 @@
 namespace kwb::opencl {
 
 struct Command {
-  std::string name;          // kernel function name, or "copy", "fill", "write", "read"
+  std::string name;  // kernel function name, or "copy", "fill", "write", "read"
   cl_command_queue queue = nullptr;
   cl_event event = nullptr;  // retained here; nullptr when not traced
 };
 
 struct InterceptState {
   std::mutex mutex;
-  cl_command_queue call_queue = nullptr;   // the queue kwb hands to the implementation
+  cl_command_queue call_queue = nullptr;  // the queue kwb hands to the implementation
   // Between prepare_call and the moment kwb_run returns (finish_call disarms first thing, so an enqueue from a
   // thread while kwb waits for the device already counts as between calls). Atomic: the implementation's threads
   // read them.
   std::atomic<bool> armed{false};
   std::atomic<bool> calls_started{false};  // the first call has begun: kwb_setup is over
   bool trace = false;
-  std::vector<cl_command_queue> created;   // queues the implementation made (retained)
+  std::vector<cl_command_queue> created;  // queues the implementation made (retained)
   // Recorded since the last collect_call, which takes them (so a late record is reported with the next call, never
   // lost): all commands when tracing, the off-queue ones otherwise.
   std::vector<Command> commands;

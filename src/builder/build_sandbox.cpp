@@ -5,8 +5,8 @@
 #include "util/interrupt.h"
 #include "util/subprocess.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -239,8 +239,8 @@ std::vector<std::string> sandbox_base_args(const std::string& bwrap) {
   const std::vector<std::string> roots = sandbox_system_root_args();
   args.insert(args.end(), roots.begin(), roots.end());
   // /tmp first: binds below it (a candidate under /tmp) are made on top of the empty tmpfs.
-  args.insert(args.end(), {"--size", std::to_string(256ull << 20), "--tmpfs", "/tmp", "--dev", "/dev", "--proc",
-                           "/proc"});
+  args.insert(args.end(),
+              {"--size", std::to_string(256ull << 20), "--tmpfs", "/tmp", "--dev", "/dev", "--proc", "/proc"});
   return args;
 }
 
@@ -344,8 +344,8 @@ std::vector<std::string> sandboxed_argv(const SandboxedCommand& c) {
   args.insert(args.end(), {"--chdir", (spec.workdir.empty() ? spec.writable : spec.workdir).string()});
   // A clean environment: no CPATH, GCC_EXEC_PREFIX, LD_PRELOAD or secrets reach the compiler; PATH and the
   // locale are kept (messages), temporaries go to the private folder.
-  args.insert(args.end(), {"--clearenv", "--setenv", "TMPDIR", tmpdir.string(), "--setenv", "HOME",
-                           spec.writable.string()});
+  args.insert(args.end(),
+              {"--clearenv", "--setenv", "TMPDIR", tmpdir.string(), "--setenv", "HOME", spec.writable.string()});
   for (const char* name : {"PATH", "LANG", "LC_ALL", "LC_MESSAGES", "LC_CTYPE"}) {
     if (const char* v = std::getenv(name); v != nullptr) args.insert(args.end(), {"--setenv", name, v});
   }
@@ -378,8 +378,8 @@ std::vector<CommandResult> run_all_in_build_sandbox(const std::vector<SandboxedC
   for (std::size_t k = 0; k < spawned.size(); ++k) {
     const Spawned& s = spawned[k];
     if (is_bwrap_failure(s)) {
-      throw Error(ExitCode::unavailable, fmt::format("the build sandbox could not be set up: {}",
-                                                     s.output.substr(0, s.output.find('\n'))));
+      throw Error(ExitCode::unavailable,
+                  fmt::format("the build sandbox could not be set up: {}", s.output.substr(0, s.output.find('\n'))));
     }
     CommandResult& r = results[run_index[k]];
     r.exit_code = s.exit_code;

@@ -25,10 +25,10 @@ namespace kwb {
 
 struct BuildSandboxLimits {
   std::uint64_t address_space_bytes = 4ull << 30;  // RLIMIT_AS per process (nvcc's cicc and ptxas fit in 4 GiB)
-  std::uint64_t cpu_seconds = 300;                   // RLIMIT_CPU per process
-  std::uint64_t file_size_bytes = 1ull << 30;        // RLIMIT_FSIZE: no object or temporary larger than 1 GiB
+  std::uint64_t cpu_seconds = 300;                 // RLIMIT_CPU per process
+  std::uint64_t file_size_bytes = 1ull << 30;      // RLIMIT_FSIZE: no object or temporary larger than 1 GiB
   std::chrono::milliseconds wall{std::chrono::minutes(5)};
-  std::size_t max_output_bytes = 1 << 20;            // compiler output kept (the rest is drained and dropped)
+  std::size_t max_output_bytes = 1 << 20;  // compiler output kept (the rest is drained and dropped)
 };
 
 struct BuildSandboxSpec {
@@ -90,7 +90,8 @@ std::vector<std::string> sandbox_base_args(const std::string& bwrap);
 // The rlimits every sandbox starts under (inherited by everything in it): address space, CPU (SIGXCPU at the limit,
 // SIGKILL 5 s later), file size, no core files.
 std::vector<std::pair<RlimitResource, rlimit>> sandbox_rlimits(std::uint64_t address_space_bytes,
-                                                               std::uint64_t cpu_seconds, std::uint64_t file_size_bytes);
+                                                               std::uint64_t cpu_seconds,
+                                                               std::uint64_t file_size_bytes);
 
 // True when `path` (absolute, lexically normal) equals `root` or lies below it.
 bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);

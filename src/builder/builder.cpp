@@ -11,8 +11,8 @@
 #include "util/sha256.h"
 #include "util/subprocess.h"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -35,11 +35,16 @@ namespace fs = std::filesystem;
 nlohmann::json to_json(const BuildIdentity& id) {
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
-  return {{"source_sha256", id.source_sha256},     {"command", id.command},
-          {"compiler", id.compiler},               {"compiler_version", id.compiler_version},
-          {"abi_header_sha256", id.abi_header_sha256}, {"layout_variant", id.layout_variant},
-          {"backend", to_string(id.backend)},                 {"dependencies", deps},
-          {"key", id.key},                         {"artifact_sha256", id.artifact_sha256}};
+  return {{"source_sha256", id.source_sha256},
+          {"command", id.command},
+          {"compiler", id.compiler},
+          {"compiler_version", id.compiler_version},
+          {"abi_header_sha256", id.abi_header_sha256},
+          {"layout_variant", id.layout_variant},
+          {"backend", to_string(id.backend)},
+          {"dependencies", deps},
+          {"key", id.key},
+          {"artifact_sha256", id.artifact_sha256}};
 }
 
 BuildIdentity build_identity_from_json(const nlohmann::json& j) {
@@ -122,7 +127,7 @@ Toolchain toolchain_for(const fs::path& source, BackendKind backend, BuildPurpos
     // An oracle is built for accuracy, not speed: every operation rounded as written (no contraction into FMA, no
     // reassociation, NaN and Inf honoured), for the generic x86-64 (or aarch64) target, so its outputs do not
     // depend on which CPU built it.
-    common = {"-O2", "-ffp-contract=off", "-fno-fast-math", "-fno-finite-math-only", "-fno-associative-math",
+    common = {"-O2",   "-ffp-contract=off",   "-fno-fast-math", "-fno-finite-math-only", "-fno-associative-math",
               "-fPIC", "-fvisibility=hidden", "-shared"};
   }
   Toolchain t;
@@ -133,8 +138,8 @@ Toolchain toolchain_for(const fs::path& source, BackendKind backend, BuildPurpos
   } else if (ext == ".cu" && purpose == BuildPurpose::implementation) {
     throw DataError(fmt::format("{}: a .cu implementation needs --backend cuda", source.string()));
   } else if (purpose == BuildPurpose::oracle) {
-    throw DataError(fmt::format("{}: unsupported oracle source type '{}' (expected .c, .cpp, .cc or .cxx)",
-                                source.string(), ext));
+    throw DataError(
+        fmt::format("{}: unsupported oracle source type '{}' (expected .c, .cpp, .cc or .cxx)", source.string(), ext));
   } else {
     throw DataError(
         fmt::format("{}: unsupported source type '{}' (expected .c, .cpp, .cc or .cxx; .cu with --backend cuda)",
@@ -143,7 +148,8 @@ Toolchain toolchain_for(const fs::path& source, BackendKind backend, BuildPurpos
   t.flags.insert(t.flags.end(), common.begin(), common.end());
   if (backend == BackendKind::opencl) {
     // Host code against the OpenCL 3.0 headers, linked to the ICD loader (libOpenCL.so.1), which the worker has
-    // already opened: the candidate's OpenCL calls bind to the worker's bookkeeping first (backend/opencl_intercept.cpp).
+    // already opened: the candidate's OpenCL calls bind to the worker's bookkeeping first
+    // (backend/opencl_intercept.cpp).
     t.flags.push_back("-DCL_TARGET_OPENCL_VERSION=300");
     t.link_flags.push_back("-lOpenCL");
   }
@@ -198,9 +204,10 @@ CandidateFiles candidate_files(const fs::path& source) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(list, ec))) return out;
   if (!fs::is_regular_file(fs::symlink_status(list, ec))) {
-    throw DataError(fmt::format("{}: not a regular file; it must list the files beside the source a compile may "
-                                "read, one per line (docs/candidate-abi.md)",
-                                list.string()));
+    throw DataError(
+        fmt::format("{}: not a regular file; it must list the files beside the source a compile may "
+                    "read, one per line (docs/candidate-abi.md)",
+                    list.string()));
   }
   std::vector<std::string> names;
   std::istringstream lines(read_file(list));
@@ -288,15 +295,17 @@ nlohmann::json read_manifest(const fs::path& manifest) {
 
 // The first recorded dependency list whose files all still hash to what was recorded.
 std::optional<std::vector<std::pair<std::string, std::string>>> current_dependencies(const nlohmann::json& entries,
-                                                                                    const fs::path& folder,
-                                                                                    const fs::path& include_dir) {
+                                                                                     const fs::path& folder,
+                                                                                     const fs::path& include_dir) {
   for (const auto& entry : entries) {
     if (!entry.is_object() || !entry.contains("dependencies") || !entry["dependencies"].is_array()) continue;
     std::vector<std::pair<std::string, std::string>> deps;
     bool current = true;
     for (const auto& d : entry["dependencies"]) {
-      const std::string name = d.is_object() && d.contains("path") && d["path"].is_string() ? d["path"].get<std::string>() : "";
-      const std::string sha = d.is_object() && d.contains("sha256") && d["sha256"].is_string() ? d["sha256"].get<std::string>() : "";
+      const std::string name =
+          d.is_object() && d.contains("path") && d["path"].is_string() ? d["path"].get<std::string>() : "";
+      const std::string sha =
+          d.is_object() && d.contains("sha256") && d["sha256"].is_string() ? d["sha256"].get<std::string>() : "";
       const std::optional<fs::path> file = dependency_file(name, folder, include_dir);
       const std::optional<std::string> now = file ? hash_dependency(*file, folder, include_dir) : std::nullopt;
       if (!now || *now != sha) {
@@ -340,14 +349,16 @@ Artifact& require_abi_exports(Artifact& art) {
     return std::any_of(elf.exported.begin(), elf.exported.end(), [&](const ElfSymbol& s) { return s.name == name; });
   };
   if (!exported("kwb_abi_version")) {
-    art.log += fmt::format("{}: does not export kwb_abi_version: put KWB_CANDIDATE_ABI once at file scope, after "
-                           "#include <kwb/kernel.h> (docs/candidate-abi.md)\n",
-                           art.source.string());
+    art.log += fmt::format(
+        "{}: does not export kwb_abi_version: put KWB_CANDIDATE_ABI once at file scope, after "
+        "#include <kwb/kernel.h> (docs/candidate-abi.md)\n",
+        art.source.string());
   }
   if (!exported("kwb_run")) {
-    art.log += fmt::format("{}: does not export kwb_run: define it as extern \"C\" KWB_EXPORT int kwb_run(const "
-                           "kwb_call* call) (docs/candidate-abi.md)\n",
-                           art.source.string());
+    art.log += fmt::format(
+        "{}: does not export kwb_run: define it as extern \"C\" KWB_EXPORT int kwb_run(const "
+        "kwb_call* call) (docs/candidate-abi.md)\n",
+        art.source.string());
   }
   art.ok = exported("kwb_abi_version") && exported("kwb_run");
   return art;
@@ -378,9 +389,10 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   // The compiler may read the source's whole folder: a source directly in / would expose everything.
   const fs::path folder = art.source.parent_path();
   if (folder == folder.root_path()) {
-    throw DataError(fmt::format("{}: an implementation directly in / cannot be built (the compiler may read its "
-                                "whole folder): move it into a folder of its own",
-                                art.source.string()));
+    throw DataError(
+        fmt::format("{}: an implementation directly in / cannot be built (the compiler may read its "
+                    "whole folder): move it into a folder of its own",
+                    art.source.string()));
   }
   const Toolchain tc = toolchain_for(art.source, request.backend, purpose);
   const fs::path cuda_lib = tc.nvcc ? cuda_library_dir(tc.compiler) : fs::path();
@@ -392,13 +404,12 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   id.compiler = tc.compiler;
   id.compiler_version = compiler_version_of(tc);
   if (id.compiler_version.empty()) {
-    throw Error(ExitCode::unavailable, fmt::format("compiler '{}' cannot be run ({})", tc.compiler,
-                                                   tc.nvcc ? "install the CUDA toolkit or set KWB_NVCC"
-                                                           : "set KWB_CXX / KWB_CC"));
+    throw Error(ExitCode::unavailable,
+                fmt::format("compiler '{}' cannot be run ({})", tc.compiler,
+                            tc.nvcc ? "install the CUDA toolkit or set KWB_NVCC" : "set KWB_CXX / KWB_CC"));
   }
   id.backend = request.backend;
-  id.abi_header_sha256 =
-      sha256_file(include_dir / "kwb" / (purpose == BuildPurpose::oracle ? "oracle.h" : "kernel.h"));
+  id.abi_header_sha256 = sha256_file(include_dir / "kwb" / (purpose == BuildPurpose::oracle ? "oracle.h" : "kernel.h"));
   id.layout_variant = request.layout_variant;
   // The dependency-output flags (-MD -MF, -Wa,--MD) change nothing in the object and are not recorded.
   std::string cmd = tc.compiler;
@@ -413,10 +424,16 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   id.command = cmd;
   // The key also covers what reaches the compile besides the command (build_environment_identity: PATH, the
   // compiler's real path, the CPU -march=native targets) and the CUDA library folder the rpath names.
-  std::vector<std::string> pre_parts = {id.source_sha256, id.command, id.compiler_version, id.abi_header_sha256,
-                                        std::string(to_string(id.backend)), std::to_string(id.layout_variant),
-                                        layout_pad_source(id.layout_variant), "cuda-lib=" + cuda_lib.string(),
-                                        "companion=" + companion_source, "declared=" + visible.declared};
+  std::vector<std::string> pre_parts = {id.source_sha256,
+                                        id.command,
+                                        id.compiler_version,
+                                        id.abi_header_sha256,
+                                        std::string(to_string(id.backend)),
+                                        std::to_string(id.layout_variant),
+                                        layout_pad_source(id.layout_variant),
+                                        "cuda-lib=" + cuda_lib.string(),
+                                        "companion=" + companion_source,
+                                        "declared=" + visible.declared};
   for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
   Sha256 pre;
   for (const std::string& part : pre_parts) {
@@ -554,7 +571,7 @@ Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
       continue;  // the toolchain and system headers: compiler_version stands for them
     }
     std::error_code ec;
-    if (!fs::exists(p, ec)) continue;  // a name the assembler records for .file, not a file it read
+    if (!fs::exists(p, ec)) continue;                 // a name the assembler records for .file, not a file it read
     if (fs::equivalent(p, art.source, ec)) continue;  // source_sha256
     const std::optional<std::string> sha = hash_dependency(p, folder, include_dir);
     if (!sha) {
@@ -603,9 +620,7 @@ Artifact build(const BuildRequest& request, BuildPurpose purpose, const std::str
 
 }  // namespace
 
-Artifact build_implementation(const BuildRequest& request) {
-  return build(request, BuildPurpose::implementation, "");
-}
+Artifact build_implementation(const BuildRequest& request) { return build(request, BuildPurpose::implementation, ""); }
 
 std::vector<Artifact> build_implementations(const std::vector<BuildRequest>& requests) {
   std::vector<std::optional<std::variant<Artifact, PendingBuild>>> prepared(requests.size());

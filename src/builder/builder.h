@@ -15,12 +15,12 @@ namespace kwb {
 
 struct BuildIdentity {
   std::string source_sha256;
-  std::string command;            // the command line with <source>, <artifact>, <kwb-include> placeholders
-  std::string compiler;           // as invoked (c++, cc, or $KWB_CXX / $KWB_CC)
-  std::string compiler_version;   // the version line of `compiler --version` (nvcc: its "release" line)
+  std::string command;                     // the command line with <source>, <artifact>, <kwb-include> placeholders
+  std::string compiler;                    // as invoked (c++, cc, or $KWB_CXX / $KWB_CC)
+  std::string compiler_version;            // the version line of `compiler --version` (nvcc: its "release" line)
   BackendKind backend = BackendKind::cpu;  // decides the toolchain flags and link libraries
-  std::string abi_header_sha256;  // kwb/kernel.h (an oracle: kwb/oracle.h) the source was compiled against
-  int layout_variant = 0;         // 0: plain build; n > 0: code shifted by layout_pad_bytes(n) (docs/timing.md)
+  std::string abi_header_sha256;           // kwb/kernel.h (an oracle: kwb/oracle.h) the source was compiled against
+  int layout_variant = 0;  // 0: plain build; n > 0: code shifted by layout_pad_bytes(n) (docs/timing.md)
   // Every file the compile read besides the source and the system/toolchain headers (those are covered by
   // compiler_version): (path, sha256), sorted by path. Paths are relative to the source's folder, or
   // "<kwb-include>/..." for kwb's ABI headers. From the compiler's depfile (and GNU as's, for .incbin).
@@ -28,7 +28,7 @@ struct BuildIdentity {
   // SHA-256 over everything above and what reaches the compile besides its command (PATH, the compiler's real path,
   // this CPU for -march=native; build_sandbox.h, build_environment_identity): the cache key.
   std::string key;
-  std::string artifact_sha256;    // SHA-256 of the built shared object
+  std::string artifact_sha256;  // SHA-256 of the built shared object
 };
 
 nlohmann::json to_json(const BuildIdentity& id);
@@ -41,15 +41,13 @@ struct Artifact {
   BuildIdentity identity;
   bool ok = false;
   bool from_cache = false;
-  std::string log;               // compiler output (errors name the candidate's file and line)
+  std::string log;  // compiler output (errors name the candidate's file and line)
 };
 
 // The code pad of layout variant v: 0 for the plain build (v = 0); for v >= 1, (1031 v) mod 4096 bytes, which
 // spreads the variants over a page and, once function alignment (16 bytes) rounds it up, over every 16-byte slot of
 // a cache line. 1031 is prime, so no two variants below 4096 share a pad; none is a multiple of 64.
-inline size_t layout_pad_bytes(int variant) {
-  return variant <= 0 ? 0 : static_cast<size_t>(variant) * 1031u % 4096u;
-}
+inline size_t layout_pad_bytes(int variant) { return variant <= 0 ? 0 : static_cast<size_t>(variant) * 1031u % 4096u; }
 
 struct BuildRequest {
   std::filesystem::path source;

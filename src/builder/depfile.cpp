@@ -37,8 +37,7 @@ std::vector<Word> split_words(std::string_view line) {
       have = true;
     } else if (c == ' ' || c == '\t' || c == '\r') {
       flush(false);
-    } else if (c == ':' && (i + 1 == line.size() || line[i + 1] == ' ' || line[i + 1] == '\t' ||
-                            line[i + 1] == '\r')) {
+    } else if (c == ':' && (i + 1 == line.size() || line[i + 1] == ' ' || line[i + 1] == '\t' || line[i + 1] == '\r')) {
       // The rule separator: "a.o: b" or "a.o : b". A ':' inside a word (C:\ paths) never reaches here on Linux
       // unless followed by a blank, which is exactly make's rule.
       if (have) {

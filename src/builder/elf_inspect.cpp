@@ -151,13 +151,26 @@ ElfInspection inspect_image(const Image& img) {
     if (!d) return fail("PT_DYNAMIC runs past the end of the file");
     if (d->d_tag == DT_NULL) break;
     switch (d->d_tag) {
-      case DT_SYMTAB: p.symtab = d->d_un.d_ptr; break;
-      case DT_STRTAB: p.strtab = d->d_un.d_ptr; break;
-      case DT_STRSZ: p.strsz = d->d_un.d_val; break;
-      case DT_HASH: p.hash = d->d_un.d_ptr; break;
-      case DT_GNU_HASH: p.gnu_hash = d->d_un.d_ptr; break;
-      case DT_NEEDED: p.needed.push_back(d->d_un.d_val); break;
-      default: break;
+      case DT_SYMTAB:
+        p.symtab = d->d_un.d_ptr;
+        break;
+      case DT_STRTAB:
+        p.strtab = d->d_un.d_ptr;
+        break;
+      case DT_STRSZ:
+        p.strsz = d->d_un.d_val;
+        break;
+      case DT_HASH:
+        p.hash = d->d_un.d_ptr;
+        break;
+      case DT_GNU_HASH:
+        p.gnu_hash = d->d_un.d_ptr;
+        break;
+      case DT_NEEDED:
+        p.needed.push_back(d->d_un.d_val);
+        break;
+      default:
+        break;
     }
   }
   if (!p.symtab || !p.strtab) return fail("no dynamic symbol table (DT_SYMTAB/DT_STRTAB)");
@@ -198,18 +211,109 @@ ElfInspection inspect_image(const Image& img) {
 // defined strong; weak definitions of their names are template and inline instantiations, which cannot interpose
 // on anything from an RTLD_LOCAL object.)
 bool sensitive_name(std::string_view n) {
-  static const std::set<std::string_view> names = {
-      "clock_gettime", "__clock_gettime", "clock_getres", "clock_nanosleep", "clock_getcpuclockid", "gettimeofday",
-      "time", "clock", "times", "timespec_get", "timespec_getres", "ftime", "getrusage", "nanosleep", "usleep",
-      "sleep", "sched_yield", "pthread_getcpuclockid", "malloc", "free", "calloc", "realloc", "reallocarray",
-      "aligned_alloc", "posix_memalign", "memalign", "valloc", "pvalloc", "malloc_usable_size", "mmap", "mmap64",
-      "munmap", "mprotect", "mremap", "madvise", "brk", "sbrk", "memcpy", "memmove", "memset", "memcmp", "bcmp",
-      "dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dladdr1", "dlinfo", "dl_iterate_phdr",
-      "fork", "vfork", "clone", "execve", "execv", "execvp", "execvpe", "execl", "execlp", "execle", "fexecve",
-      "system", "popen", "posix_spawn", "posix_spawnp", "_exit", "_Exit", "exit", "quick_exit", "abort", "atexit",
-      "at_quick_exit", "on_exit", "kill", "raise", "signal", "sigaction", "sigprocmask", "ptrace", "prctl",
-      "syscall", "seccomp", "open", "open64", "openat", "openat64", "creat", "read", "write", "close", "send",
-      "sendto", "sendmsg", "recv", "recvfrom", "recvmsg", "socket", "connect", "poll", "ppoll", "select"};
+  static const std::set<std::string_view> names = {"clock_gettime",
+                                                   "__clock_gettime",
+                                                   "clock_getres",
+                                                   "clock_nanosleep",
+                                                   "clock_getcpuclockid",
+                                                   "gettimeofday",
+                                                   "time",
+                                                   "clock",
+                                                   "times",
+                                                   "timespec_get",
+                                                   "timespec_getres",
+                                                   "ftime",
+                                                   "getrusage",
+                                                   "nanosleep",
+                                                   "usleep",
+                                                   "sleep",
+                                                   "sched_yield",
+                                                   "pthread_getcpuclockid",
+                                                   "malloc",
+                                                   "free",
+                                                   "calloc",
+                                                   "realloc",
+                                                   "reallocarray",
+                                                   "aligned_alloc",
+                                                   "posix_memalign",
+                                                   "memalign",
+                                                   "valloc",
+                                                   "pvalloc",
+                                                   "malloc_usable_size",
+                                                   "mmap",
+                                                   "mmap64",
+                                                   "munmap",
+                                                   "mprotect",
+                                                   "mremap",
+                                                   "madvise",
+                                                   "brk",
+                                                   "sbrk",
+                                                   "memcpy",
+                                                   "memmove",
+                                                   "memset",
+                                                   "memcmp",
+                                                   "bcmp",
+                                                   "dlopen",
+                                                   "dlmopen",
+                                                   "dlsym",
+                                                   "dlvsym",
+                                                   "dlclose",
+                                                   "dlerror",
+                                                   "dladdr",
+                                                   "dladdr1",
+                                                   "dlinfo",
+                                                   "dl_iterate_phdr",
+                                                   "fork",
+                                                   "vfork",
+                                                   "clone",
+                                                   "execve",
+                                                   "execv",
+                                                   "execvp",
+                                                   "execvpe",
+                                                   "execl",
+                                                   "execlp",
+                                                   "execle",
+                                                   "fexecve",
+                                                   "system",
+                                                   "popen",
+                                                   "posix_spawn",
+                                                   "posix_spawnp",
+                                                   "_exit",
+                                                   "_Exit",
+                                                   "exit",
+                                                   "quick_exit",
+                                                   "abort",
+                                                   "atexit",
+                                                   "at_quick_exit",
+                                                   "on_exit",
+                                                   "kill",
+                                                   "raise",
+                                                   "signal",
+                                                   "sigaction",
+                                                   "sigprocmask",
+                                                   "ptrace",
+                                                   "prctl",
+                                                   "syscall",
+                                                   "seccomp",
+                                                   "open",
+                                                   "open64",
+                                                   "openat",
+                                                   "openat64",
+                                                   "creat",
+                                                   "read",
+                                                   "write",
+                                                   "close",
+                                                   "send",
+                                                   "sendto",
+                                                   "sendmsg",
+                                                   "recv",
+                                                   "recvfrom",
+                                                   "recvmsg",
+                                                   "socket",
+                                                   "connect",
+                                                   "poll",
+                                                   "ppoll",
+                                                   "select"};
   if (names.contains(n)) return true;
   // Prefixes: the loader and libc internals, pthreads, the C++ ABI (atexit, exceptions, guards), operator
   // new/delete, std::chrono clocks.

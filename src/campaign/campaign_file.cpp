@@ -127,29 +127,33 @@ std::vector<fs::path> expand_candidates(const Reader& r, const std::string& entr
     }
     ::globfree(&g);
     if (out.empty()) {
-      fail(r.file(), line, field, fmt::format("the pattern '{}' ({}) matches no file: fix the pattern (it is relative "
-                                              "to the campaign file's folder)", entry, p.string()));
+      fail(r.file(), line, field,
+           fmt::format("the pattern '{}' ({}) matches no file: fix the pattern (it is relative "
+                       "to the campaign file's folder)",
+                       entry, p.string()));
     }
   } else if (fs::is_directory(p)) {
     for (const fs::directory_entry& e : fs::directory_iterator(p)) {
       if (e.is_regular_file() && is_source(e.path())) out.push_back(e.path());
     }
     if (out.empty()) {
-      fail(r.file(), line, field, fmt::format("the folder '{}' ({}) holds no source file (.c, .cc, .cpp, .cxx, .cu)",
-                                              entry, p.string()));
+      fail(r.file(), line, field,
+           fmt::format("the folder '{}' ({}) holds no source file (.c, .cc, .cpp, .cxx, .cu)", entry, p.string()));
     }
   } else if (fs::is_regular_file(p)) {
     out.push_back(p);
   } else {
-    fail(r.file(), line, field, fmt::format("'{}' ({}) does not exist: name a source file, a folder or a glob, "
-                                            "relative to the campaign file's folder", entry, p.string()));
+    fail(r.file(), line, field,
+         fmt::format("'{}' ({}) does not exist: name a source file, a folder or a glob, "
+                     "relative to the campaign file's folder",
+                     entry, p.string()));
   }
   std::sort(out.begin(), out.end());
   return out;
 }
 
-CampaignTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base,
-                       BackendKind backend, const std::vector<ValidateFlag>& flags) {
+CampaignTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base, BackendKind backend,
+                       const std::vector<ValidateFlag>& flags) {
   const std::string where = fmt::format("tasks[{}]", index);
   r.only(t, where, {"dir", "baseline", "candidates"});
   CampaignTask ct;
@@ -185,7 +189,8 @@ CampaignTask read_task(const Reader& r, const toml::table& t, size_t index, cons
       if (!fs::is_regular_file(p)) {
         fail(r.file(), line_of(*t.get("baseline")), where + ".baseline",
              fmt::format("'{}' ({}) does not exist: name a source file, or \"incumbent\" for the ledger's, or leave "
-                         "it out for the task's baseline", *b, p.string()));
+                         "it out for the task's baseline",
+                         *b, p.string()));
       }
       ct.baseline = p.string();
     }
@@ -245,8 +250,7 @@ toml::table parse_toml_file(const fs::path& file) {
   try {
     return toml::parse_file(file.string());
   } catch (const toml::parse_error& e) {
-    throw DataError(fmt::format("{}:{}: TOML syntax error: {}", file.string(), e.source().begin.line,
-                                e.description()));
+    throw DataError(fmt::format("{}:{}: TOML syntax error: {}", file.string(), e.source().begin.line, e.description()));
   }
 }
 
@@ -271,7 +275,8 @@ const std::vector<std::string>& validate_keys() {
 Campaign load_campaign(const fs::path& given, const FlagCheck& check) {
   const fs::path file = fs::absolute(given).lexically_normal();
   if (!fs::is_regular_file(file)) {
-    throw DataError(fmt::format("{}: no such campaign file (give a campaign's .toml; docs/campaigns.md)", given.string()));
+    throw DataError(
+        fmt::format("{}: no such campaign file (give a campaign's .toml; docs/campaigns.md)", given.string()));
   }
   const Reader r(file);
   const toml::table root = parse_toml_file(file);

@@ -57,7 +57,8 @@ std::string workload_text(const LedgerWorkload& w) {
 
 std::string link_of(const fs::path& storage, const std::string& bundle) {
   if (bundle.empty() || !fs::exists(bundle)) return "";
-  const fs::path target = fs::exists(fs::path(bundle) / "report.html") ? fs::path(bundle) / "report.html" : fs::path(bundle);
+  const fs::path target =
+      fs::exists(fs::path(bundle) / "report.html") ? fs::path(bundle) / "report.html" : fs::path(bundle);
   return target.lexically_relative(storage).string();
 }
 
@@ -72,8 +73,11 @@ Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage) {
     }
     return summary_improvement_pct(a->workloads) > summary_improvement_pct(b->workloads);
   });
-  Table t{{"rank", "candidate", "decision", "improvement (geomean)", "workloads: improvement [95% interval], speedup "
-                                                                    "[interval], verdict", "bundle"}, {}};
+  Table t{{"rank", "candidate", "decision", "improvement (geomean)",
+           "workloads: improvement [95% interval], speedup "
+           "[interval], verdict",
+           "bundle"},
+          {}};
   for (size_t i = 0; i < ranked.size(); ++i) {
     const Job& j = *ranked[i];
     std::vector<std::string> ws;
@@ -91,12 +95,14 @@ Table undecided(const std::vector<const Job*>& jobs, const fs::path& storage) {
   Table t{{"candidate", "state", "attempt", "job", "Slurm state (reason)", "why", "bundle"}, {}};
   for (const Job* j : jobs) {
     if (j->outcome == JobOutcome::decided) continue;
-    const std::string state = j->phase == JobPhase::ended ? std::string(to_string(j->outcome)) : std::string(to_string(j->phase));
-    t.rows.push_back({{fs::path(j->candidate).filename().string(), state, std::to_string(j->attempt),
-                       j->handle.empty() ? "-" : j->executor + " " + j->handle,
-                       j->scheduler_state.empty() ? "-" : fmt::format("{} ({})", j->scheduler_state, j->scheduler_reason),
-                       j->detail.empty() ? "-" : j->detail},
-                      link_of(storage, j->bundle)});
+    const std::string state =
+        j->phase == JobPhase::ended ? std::string(to_string(j->outcome)) : std::string(to_string(j->phase));
+    t.rows.push_back(
+        {{fs::path(j->candidate).filename().string(), state, std::to_string(j->attempt),
+          j->handle.empty() ? "-" : j->executor + " " + j->handle,
+          j->scheduler_state.empty() ? "-" : fmt::format("{} ({})", j->scheduler_state, j->scheduler_reason),
+          j->detail.empty() ? "-" : j->detail},
+         link_of(storage, j->bundle)});
   }
   return t;
 }
@@ -137,9 +143,13 @@ Report build(const CampaignReportInput& in) {
   r.counts.assign(counts.begin(), counts.end());
   for (const std::string& task : order) {
     const std::vector<const Job*>& jobs = by_task[task];
-    TaskSection t{task, std::string(to_string(jobs.front()->backend)), ranking(jobs, in.storage),
-                  undecided(jobs, in.storage), {}};
-    if (const auto it = in.lineages.find(task); it != in.lineages.end()) t.lineage = lineage_table(it->second, in.storage);
+    TaskSection t{task,
+                  std::string(to_string(jobs.front()->backend)),
+                  ranking(jobs, in.storage),
+                  undecided(jobs, in.storage),
+                  {}};
+    if (const auto it = in.lineages.find(task); it != in.lineages.end())
+      t.lineage = lineage_table(it->second, in.storage);
     r.tasks.push_back(std::move(t));
   }
   return r;
@@ -174,8 +184,9 @@ std::string html_table(const Table& t) {
     out += "<tr>";
     for (const std::string& c : r.cells) out += "<td>" + escape_html(c) + "</td>";
     if (t.links) {
-      out += r.link.empty() ? "<td>-</td>"
-                            : fmt::format("<td><a href=\"{}\">{}</a></td>", escape_html(r.link), escape_html(r.link_text));
+      out += r.link.empty()
+                 ? "<td>-</td>"
+                 : fmt::format("<td><a href=\"{}\">{}</a></td>", escape_html(r.link), escape_html(r.link_text));
     }
     out += "</tr>\n";
   }
@@ -198,8 +209,10 @@ std::string campaign_markdown(const CampaignReportInput& in) {
     out += "\n### Jobs without a decision\n\n" + md_table(t.undecided);
     out += "\n### Incumbent lineage (the ledger)\n\n" + md_table(t.lineage);
   }
-  out += "\n## Rejected evidence\n\nBundles that failed verify or authentication, or were not their job's: never in "
-         "the ledger, never kept.\n\n" + md_table(r.rejected);
+  out +=
+      "\n## Rejected evidence\n\nBundles that failed verify or authentication, or were not their job's: never in "
+      "the ledger, never kept.\n\n" +
+      md_table(r.rejected);
   return out;
 }
 
@@ -222,8 +235,10 @@ std::string campaign_html(const CampaignReportInput& in) {
     out += "<h3>Jobs without a decision</h3>\n" + html_table(t.undecided);
     out += "<h3>Incumbent lineage (the ledger)</h3>\n" + html_table(t.lineage);
   }
-  out += "<h2>Rejected evidence</h2>\n<p>Bundles that failed verify or authentication, or were not their job's: never "
-         "in the ledger, never kept.</p>\n" + html_table(r.rejected);
+  out +=
+      "<h2>Rejected evidence</h2>\n<p>Bundles that failed verify or authentication, or were not their job's: never "
+      "in the ledger, never kept.</p>\n" +
+      html_table(r.rejected);
   return out + "</body>\n</html>\n";
 }
 

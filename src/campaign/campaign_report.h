@@ -25,14 +25,14 @@ struct CampaignReportInput {
 // One line of a report table, as plain text per column; each view escapes it its own way.
 struct ReportRow {
   std::vector<std::string> cells;
-  std::string link;                 // a relative path, rendered in the last column (a table with links)
+  std::string link;  // a relative path, rendered in the last column (a table with links)
   std::string link_text = "bundle";
 };
 
 struct ReportTable {
   std::vector<std::string> header;  // with links: the last column's header too
   std::vector<ReportRow> rows;
-  bool links = true;                // whether the rows end with a link column
+  bool links = true;  // whether the rows end with a link column
 };
 
 // A table as Markdown ("(none)" when it has no rows) and as HTML, every cell escaped.

@@ -15,13 +15,19 @@ namespace kwb {
 
 namespace {
 
-constexpr std::array<std::pair<JobPhase, std::string_view>, 4> k_phases = {{
-    {JobPhase::waiting, "waiting"}, {JobPhase::queued, "queued"}, {JobPhase::running, "running"},
-    {JobPhase::ended, "ended"}}};
-constexpr std::array<std::pair<JobOutcome, std::string_view>, 8> k_outcomes = {{
-    {JobOutcome::none, "none"},           {JobOutcome::decided, "decided"},   {JobOutcome::rejected, "rejected"},
-    {JobOutcome::timeout, "timeout"},     {JobOutcome::queue_limit, "queue_limit"}, {JobOutcome::died, "died"},
-    {JobOutcome::cancelled, "cancelled"}, {JobOutcome::failed, "failed"}}};
+constexpr std::array<std::pair<JobPhase, std::string_view>, 4> k_phases = {{{JobPhase::waiting, "waiting"},
+                                                                            {JobPhase::queued, "queued"},
+                                                                            {JobPhase::running, "running"},
+                                                                            {JobPhase::ended, "ended"}}};
+constexpr std::array<std::pair<JobOutcome, std::string_view>, 8> k_outcomes = {
+    {{JobOutcome::none, "none"},
+     {JobOutcome::decided, "decided"},
+     {JobOutcome::rejected, "rejected"},
+     {JobOutcome::timeout, "timeout"},
+     {JobOutcome::queue_limit, "queue_limit"},
+     {JobOutcome::died, "died"},
+     {JobOutcome::cancelled, "cancelled"},
+     {JobOutcome::failed, "failed"}}};
 
 template <typename E, size_t N>
 std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& table, E e) {
@@ -68,8 +74,11 @@ Job* CampaignState::find(const std::string& key) {
 nlohmann::json to_json(const Job& j) {
   nlohmann::json earlier = nlohmann::json::array();
   for (const JobAttempt& a : j.earlier) {
-    earlier.push_back({{"attempt", a.attempt}, {"outcome", std::string(to_string(a.outcome))}, {"detail", a.detail},
-                       {"bundle", a.bundle}, {"handle", a.handle}});
+    earlier.push_back({{"attempt", a.attempt},
+                       {"outcome", std::string(to_string(a.outcome))},
+                       {"detail", a.detail},
+                       {"bundle", a.bundle},
+                       {"handle", a.handle}});
   }
   return {{"key", j.key},
           {"id", j.id},
@@ -150,10 +159,9 @@ Job job_from_json(const nlohmann::json& j) {
   out.manifest_sha256 = field<std::string>(j, "manifest_sha256");
   out.workloads = workloads_from_json(j.value("workloads", nlohmann::json::array()));
   for (const nlohmann::json& a : j.value("earlier", nlohmann::json::array())) {
-    out.earlier.push_back({field<int>(a, "attempt"),
-                           parse_job_outcome(field<std::string>(a, "outcome")).value_or(JobOutcome::none),
-                           field<std::string>(a, "detail"), field<std::string>(a, "bundle"),
-                           field<std::string>(a, "handle")});
+    out.earlier.push_back(
+        {field<int>(a, "attempt"), parse_job_outcome(field<std::string>(a, "outcome")).value_or(JobOutcome::none),
+         field<std::string>(a, "detail"), field<std::string>(a, "bundle"), field<std::string>(a, "handle")});
   }
   return out;
 }
@@ -166,18 +174,21 @@ CampaignState load_state(const std::filesystem::path& storage) {
   if (!std::filesystem::exists(path)) return s;
   const nlohmann::json j = nlohmann::json::parse(read_file(path), nullptr, false);
   if (!j.is_object() || j.value("schema", "") != "kwb.campaign") {
-    throw DataError(fmt::format("{}: not a kwb campaign state (schema kwb.campaign): move it away, or name another "
-                                "storage folder", path.string()));
+    throw DataError(
+        fmt::format("{}: not a kwb campaign state (schema kwb.campaign): move it away, or name another "
+                    "storage folder",
+                    path.string()));
   }
   if (j.value("schema_version", 0) != CampaignState::k_schema_version) {
-    throw DataError(fmt::format("{}: schema_version {} (this kwb reads {}): use the kwb that wrote it",
-                                path.string(), j.value("schema_version", 0), CampaignState::k_schema_version));
+    throw DataError(fmt::format("{}: schema_version {} (this kwb reads {}): use the kwb that wrote it", path.string(),
+                                j.value("schema_version", 0), CampaignState::k_schema_version));
   }
   if (const std::string why = sealed_json_problem(j, "kwb.campaign", trusted_keys()); !why.empty()) {
-    throw DataError(fmt::format("{}: not believed: {}. kwb campaign seals this record with the machine key each time "
-                                "it writes it, so status, report and a resumed run never act on an edited one; "
-                                "restore it from a copy, or move the storage folder away and run the campaign again",
-                                path.string(), why));
+    throw DataError(
+        fmt::format("{}: not believed: {}. kwb campaign seals this record with the machine key each time "
+                    "it writes it, so status, report and a resumed run never act on an edited one; "
+                    "restore it from a copy, or move the storage folder away and run the campaign again",
+                    path.string(), why));
   }
   s.name = j.value("name", "");
   s.campaign_file = j.value("campaign_file", "");
@@ -198,8 +209,8 @@ void save_state(const std::filesystem::path& storage, CampaignState& state) {
   nlohmann::json jobs = nlohmann::json::array();
   for (const Job& j : state.jobs) jobs.push_back(to_json(j));
   const nlohmann::json doc = {{"schema", "kwb.campaign"}, {"schema_version", CampaignState::k_schema_version},
-                              {"name", state.name},         {"campaign_file", state.campaign_file},
-                              {"updated", state.updated},   {"jobs", jobs}};
+                              {"name", state.name},       {"campaign_file", state.campaign_file},
+                              {"updated", state.updated}, {"jobs", jobs}};
   write_file_atomic(state_path(storage), json_text(sealed_json(doc, "kwb.campaign", machine_key()), 2) + "\n");
 }
 

@@ -77,11 +77,11 @@ struct Job {
   double queued_s = 0.0, ran_s = 0.0;
   // Wall clock (Unix seconds) of submission and start: the limits are applied to them, across campaign processes.
   double submitted_unix = 0.0, started_unix = 0.0, stop_sent_unix = 0.0;
-  std::string stopping;  // why the campaign asked the job to end: queue_limit, run_limit, cancel ("" none)
-  std::optional<int> exit_code;           // kwb validate's
+  std::string stopping;          // why the campaign asked the job to end: queue_limit, run_limit, cancel ("" none)
+  std::optional<int> exit_code;  // kwb validate's
   std::string scheduler_state, scheduler_reason;  // Slurm's JobState and Reason, as last seen
-  std::string decision;  // decided: KEEP_CANDIDATE, KEEP_BASELINE, INCONCLUSIVE, INVALID
-  std::string detail;    // one sentence: why it ended this way
+  std::string decision;                           // decided: KEEP_CANDIDATE, KEEP_BASELINE, INCONCLUSIVE, INVALID
+  std::string detail;                             // one sentence: why it ended this way
   std::string manifest_sha256;
   std::vector<LedgerWorkload> workloads;  // the A/B's figures, decided only
   std::vector<JobAttempt> earlier;

@@ -26,7 +26,8 @@ Evidence rejected(std::string detail) {
 std::string other_job(const Plan& plan, const Job& job) {
   const PlannedImpl* cand = plan.impl(ImplRole::candidate);
   const PlannedImpl* base = plan.impl(ImplRole::baseline);
-  if (plan.task.name != job.task) return fmt::format("its plan is of task {}, the job's is {}", plan.task.name, job.task);
+  if (plan.task.name != job.task)
+    return fmt::format("its plan is of task {}, the job's is {}", plan.task.name, job.task);
   // A task of the same name with a case or a control removed is another task (task_identity).
   std::string identity;
   try {
@@ -36,9 +37,10 @@ std::string other_job(const Plan& plan, const Job& job) {
                        e.what());
   }
   if (plan.task.identity != identity) {
-    return fmt::format("its plan was made against task identity {}, but the job's task folder {} holds identity {} "
-                       "(another task of the same name, or the task changed)",
-                       plan.task.identity, job.task_dir, identity);
+    return fmt::format(
+        "its plan was made against task identity {}, but the job's task folder {} holds identity {} "
+        "(another task of the same name, or the task changed)",
+        plan.task.identity, job.task_dir, identity);
   }
   if (plan.backend != job.backend) return fmt::format("its plan is on {}, the job's on {}", plan.backend, job.backend);
   if (cand == nullptr || cand->source_sha256() != job.candidate_sha256) {
@@ -80,8 +82,10 @@ Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job,
   if (!std::filesystem::is_regular_file(bundle / "decision.json")) {
     Evidence e;
     e.detail = std::filesystem::is_directory(bundle)
-                   ? fmt::format("{} has no decision.json (validate stopped before deciding; its stages.json says "
-                                 "where)", bundle.string())
+                   ? fmt::format(
+                         "{} has no decision.json (validate stopped before deciding; its stages.json says "
+                         "where)",
+                         bundle.string())
                    : fmt::format("no bundle at {}", bundle.string());
     return e;
   }
@@ -96,9 +100,10 @@ Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job,
   }
   // 2. It is authentic: only a trusted key's signature vouches for a bundle a node wrote without a ledger.
   if (v.signature.state != SignatureCheck::State::trusted) {
-    return rejected(fmt::format("not authentic (self-consistent only): {}; a node's bundles are trusted once its "
-                                "machine.pub is in this machine's key folder's trusted/ (docs/campaigns.md)",
-                                v.signature.detail));
+    return rejected(
+        fmt::format("not authentic (self-consistent only): {}; a node's bundles are trusted once its "
+                    "machine.pub is in this machine's key folder's trusted/ (docs/campaigns.md)",
+                    v.signature.detail));
   }
   // 3. It is this job's.
   const BundleData b = read_bundle(snapshot->path());

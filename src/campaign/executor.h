@@ -22,9 +22,9 @@ namespace kwb {
 
 // One attempt of one job, as an executor starts it.
 struct JobLaunch {
-  std::string name;                      // for the scheduler (kwb-<campaign>-<job id>)
-  std::vector<std::string> validate;     // the whole kwb validate command line, kwb's absolute path first
-  std::filesystem::path attempt_dir;     // logs, the job script, the exit status file; the bundle is below it
+  std::string name;                   // for the scheduler (kwb-<campaign>-<job id>)
+  std::vector<std::string> validate;  // the whole kwb validate command line, kwb's absolute path first
+  std::filesystem::path attempt_dir;  // logs, the job script, the exit status file; the bundle is below it
   double run_limit_s = 0.0;
   BackendKind backend = BackendKind::cpu;
 };

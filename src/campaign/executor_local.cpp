@@ -25,8 +25,8 @@ namespace {
 UniqueFd open_log(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
-    throw Error(ExitCode::io_error, fmt::format("{}: cannot create the job's log: {}", path.string(),
-                                                std::strerror(errno)));
+    throw Error(ExitCode::io_error,
+                fmt::format("{}: cannot create the job's log: {}", path.string(), std::strerror(errno)));
   }
   return UniqueFd(fd);
 }
@@ -66,8 +66,8 @@ public:
     int exec_errno = 0;
     const pid_t pid = spawn_child(spec, exec_errno);
     if (pid < 0) {
-      throw Error(ExitCode::unavailable, fmt::format("cannot run {}: {}", launch.validate.front(),
-                                                     std::strerror(exec_errno)));
+      throw Error(ExitCode::unavailable,
+                  fmt::format("cannot run {}: {}", launch.validate.front(), std::strerror(exec_errno)));
     }
     m_children[pid] = Child{};
     return std::to_string(pid);

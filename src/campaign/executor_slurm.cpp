@@ -61,8 +61,8 @@ public:
   JobProbe probe(const std::string& handle, const JobLaunch& launch) override {
     JobProbe p;
     const CommandResult r = m_run({"scontrol", "show", "job", "-o", handle});
-    const std::map<std::string, std::string> kv = r.exit_code == 0 ? parse_scontrol_line(r.output)
-                                                                    : std::map<std::string, std::string>{};
+    const std::map<std::string, std::string> kv =
+        r.exit_code == 0 ? parse_scontrol_line(r.output) : std::map<std::string, std::string>{};
     if (const auto it = kv.find("JobState"); it != kv.end()) {
       p.scheduler_state = it->second;
       if (const auto reason = kv.find("Reason"); reason != kv.end()) p.scheduler_reason = reason->second;
@@ -71,8 +71,8 @@ public:
       // Forgotten by slurmctld (MinJobAge), or never known: the job's own record decides.
       p.where = JobProbe::Where::ended;
       p.scheduler_state = "UNKNOWN";
-      p.detail = fmt::format("Slurm no longer lists job {} ({})", handle,
-                             first_line(r.errors.empty() ? r.output : r.errors));
+      p.detail =
+          fmt::format("Slurm no longer lists job {} ({})", handle, first_line(r.errors.empty() ? r.output : r.errors));
     }
     if (p.where == JobProbe::Where::ended) p.exit_code = recorded_exit(launch.attempt_dir);
     return p;
@@ -105,7 +105,9 @@ std::vector<std::string> sbatch_argv(const SlurmOptions& o, const JobLaunch& lau
   // Slurm counts whole minutes; one more than the run limit, so that timeout(1) acts first and validate records
   // where it stopped.
   const long minutes = static_cast<long>(std::ceil(launch.run_limit_s / 60.0)) + 1;
-  std::vector<std::string> a = {"sbatch", "--parsable", "--exclusive",
+  std::vector<std::string> a = {"sbatch",
+                                "--parsable",
+                                "--exclusive",
                                 "--job-name=" + launch.name,
                                 fmt::format("--time={}", minutes),
                                 "--output=" + (launch.attempt_dir / "slurm-%j.out").string()};

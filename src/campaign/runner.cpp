@@ -293,7 +293,8 @@ private:
     if (j.stopping.empty()) {
       j.stopping = why;
       j.stop_sent_unix = now;
-      say(fmt::format("{}: past the {} ({}): cancelling {} {}", j.id, why == "queue_limit" ? "queue limit" : "run limit",
+      say(fmt::format("{}: past the {} ({}): cancelling {} {}", j.id,
+                      why == "queue_limit" ? "queue limit" : "run limit",
                       why == "queue_limit" ? fmt::format("{} min", m_c.queue_limit_minutes)
                                            : fmt::format("{} min", m_c.run_limit_minutes),
                       j.executor, j.handle));
@@ -325,8 +326,7 @@ private:
       j.workloads = e.workloads;
       if (m_hooks.record_accepted) m_hooks.record_accepted(j.bundle, e.manifest_sha256);
     }
-    say(fmt::format("{}: {}{} — {}", j.id, to_string(j.outcome), j.decision.empty() ? "" : " " + j.decision,
-                    j.detail));
+    say(fmt::format("{}: {}{} — {}", j.id, to_string(j.outcome), j.decision.empty() ? "" : " " + j.decision, j.detail));
     save();
   }
 
@@ -419,8 +419,8 @@ std::vector<Job> plan_jobs(const Campaign& c) {
 
 std::vector<std::string> validate_command_line(const Campaign& c, const Job& job, const fs::path& kwb,
                                                const fs::path& bundle) {
-  std::vector<std::string> a = {kwb.string(), "validate", job.task_dir, "--candidate", job.candidate,
-                                "--output-dir", bundle.string(), "--backend", std::string(to_string(c.backend)),
+  std::vector<std::string> a = {kwb.string(), "validate", job.task_dir, "--candidate", job.candidate, "--output-dir",
+                                bundle.string(), "--backend", std::string(to_string(c.backend)),
                                 // Waiting for the timing lock is this machine's queue.
                                 "--lock-timeout", fmt::format("{}", c.queue_limit_minutes * 60.0)};
   if (!job.baseline.empty()) a.insert(a.end(), {"--baseline", job.baseline});
@@ -440,14 +440,15 @@ Judgement judge(const JobProbe& p, const Evidence& e, const std::string& stoppin
                                               p.scheduler_reason.empty() ? "None" : p.scheduler_reason);
   if (stopping == "queue_limit") return {JobOutcome::queue_limit, "waited past the queue limit, cancelled" + slurm};
   if (e.verdict == Evidence::Verdict::accepted) {
-    return {JobOutcome::decided, "the bundle verifies, is signed by a trusted key and is this job's; recorded in the "
-                                 "ledger"};
+    return {JobOutcome::decided,
+            "the bundle verifies, is signed by a trusted key and is this job's; recorded in the "
+            "ledger"};
   }
   if (e.verdict == Evidence::Verdict::rejected) return {JobOutcome::rejected, "rejected evidence: " + e.detail};
   const int rc = p.exit_code.value_or(-1);
   if (stopping == "run_limit" || rc == 124 || rc == 137 || p.scheduler_state == "TIMEOUT") {
-    return {JobOutcome::timeout, fmt::format("past the run limit{}{}", rc >= 0 ? fmt::format(", exit {}", rc) : "",
-                                             slurm)};
+    return {JobOutcome::timeout,
+            fmt::format("past the run limit{}{}", rc >= 0 ? fmt::format(", exit {}", rc) : "", slurm)};
   }
   if (stopping == "cancel" || p.scheduler_state == "CANCELLED") return {JobOutcome::cancelled, "cancelled" + slurm};
   if (rc == static_cast<int>(ExitCode::lock_timeout)) {

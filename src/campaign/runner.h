@@ -36,8 +36,8 @@ struct RunnerHooks {
 
 struct RunSummary {
   size_t planned = 0;
-  size_t skipped = 0;  // decided earlier under the same key
-  size_t started = 0;  // attempts submitted by this run
+  size_t skipped = 0;                      // decided earlier under the same key
+  size_t started = 0;                      // attempts submitted by this run
   std::map<std::string, size_t> outcomes;  // of the campaign's current jobs, by outcome (decided split by decision)
 };
 

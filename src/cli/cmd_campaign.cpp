@@ -44,9 +44,10 @@ namespace {
 fs::path storage_of(const std::string& given) {
   if (fs::is_regular_file(given)) return load_campaign(given, check_validate_flag).storage;
   if (!fs::is_regular_file(state_path(given))) {
-    throw UsageError(fmt::format("{}: neither a campaign file nor a campaign's storage folder (one holds "
-                                 "campaign.json once kwb campaign run has started)",
-                                 given));
+    throw UsageError(
+        fmt::format("{}: neither a campaign file nor a campaign's storage folder (one holds "
+                    "campaign.json once kwb campaign run has started)",
+                    given));
   }
   return fs::absolute(given).lexically_normal();
 }
@@ -82,7 +83,8 @@ std::string jobs_table(const CampaignState& s) {
   std::vector<std::vector<std::string>> rows;
   for (const Job& j : s.jobs) {
     if (!j.current) continue;
-    const std::string state = j.phase == JobPhase::ended ? std::string(to_string(j.outcome)) : std::string(to_string(j.phase));
+    const std::string state =
+        j.phase == JobPhase::ended ? std::string(to_string(j.outcome)) : std::string(to_string(j.phase));
     rows.push_back({j.id, state, j.decision.empty() ? "-" : j.decision, std::to_string(j.attempt),
                     j.handle.empty() ? "-" : j.executor + " " + j.handle,
                     j.scheduler_state.empty() ? "-" : j.scheduler_state + " " + j.scheduler_reason,
@@ -141,8 +143,11 @@ int status_verb(const std::string& given, bool json) {
     for (const Job& j : state.jobs) {
       if (j.current) jobs.push_back(to_json(j));
     }
-    std::cout << json_text({{"schema", "kwb.campaign_status"}, {"schema_version", 1}, {"name", state.name},
-                            {"storage", storage.string()}, {"counts", counts(state)},
+    std::cout << json_text({{"schema", "kwb.campaign_status"},
+                            {"schema_version", 1},
+                            {"name", state.name},
+                            {"storage", storage.string()},
+                            {"counts", counts(state)},
                             {"runner_pid", runner ? nlohmann::json(*runner) : nlohmann::json(nullptr)},
                             {"jobs", jobs}},
                            2)
@@ -180,8 +185,9 @@ Action add_campaign(CLI::App& root) {
     bool dry_run = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* app = root.add_subcommand("campaign", "Many candidates, each validated in a job of its own, on this machine "
-                                                  "or through Slurm (docs/campaigns.md)");
+  CLI::App* app = root.add_subcommand("campaign",
+                                      "Many candidates, each validated in a job of its own, on this machine "
+                                      "or through Slurm (docs/campaigns.md)");
   app->require_subcommand(1);
   CLI::App* run = app->add_subcommand("run", "Run (or resume) the campaign a TOML file describes");
   run->add_option("file", a->target, "Campaign file (.toml)")->required();

@@ -1,6 +1,5 @@
 // kwb check TASK_DIR --impl SOURCE [--backend cpu] [--held-out] [--exhaustive] [--json]
 #include "builder/builder.h"
-#include "util/json_text.h"
 #include "cli/commands.h"
 #include "cli/ledger.h"
 #include "cli/options.h"
@@ -9,6 +8,7 @@
 #include "record/control_margin.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -59,9 +59,9 @@ void print_output_errors(const CheckReport& r, const Task& task) {
                     worst_case});
   }
   std::cout << "\n"
-            << format_table({"output", "dtype", "tolerance", "max abs error", "max rel error", "tolerance used",
-                             "worst case"},
-                            rows);
+            << format_table(
+                   {"output", "dtype", "tolerance", "max abs error", "max rel error", "tolerance used", "worst case"},
+                   rows);
 }
 
 void print_human(const CheckReport& r, const Artifact& art, const Task& task, const std::string& shown_as = "") {
@@ -77,8 +77,7 @@ void print_human(const CheckReport& r, const Artifact& art, const Task& task, co
     std::vector<std::vector<std::string>> rows;
     for (const CaseReport& c : r.cases) {
       rows.push_back({c.name, to_string(c.role), c.dims, std::to_string(c.calls_run), std::to_string(c.passed),
-                      std::to_string(c.failed), tolerance_text(c.tolerance_used),
-                      c.failed == 0 ? "ok" : "FAIL"});
+                      std::to_string(c.failed), tolerance_text(c.tolerance_used), c.failed == 0 ? "ok" : "FAIL"});
     }
     std::cout << "\n"
               << format_table({"case", "role", "dims", "calls", "passed", "failed", "tolerance used", "result"}, rows);
@@ -138,7 +137,8 @@ Action add_check(CLI::App& root) {
       }
       if (control == nullptr) {
         throw UsageError(fmt::format("--control {}: the task has no such control on {} (it has: {})", args->control,
-                                     args->backend, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+                                     args->backend,
+                                     names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
       }
     }
     require_backend(args->backend);
@@ -176,13 +176,13 @@ Action add_check(CLI::App& root) {
       std::cout << json_text(j, 2) << "\n";
     } else {
       print_human(report, art, task,
-                  !control             ? ""
-                  : control->base.empty() ? fmt::format("control {} ({})", control->name, control->source.string())
-                                          : fmt::format("control {} ({} with one change)", control->name,
-                                                        control->base.string()));
+                  !control ? ""
+                  : control->base.empty()
+                      ? fmt::format("control {} ({})", control->name, control->source.string())
+                      : fmt::format("control {} ({} with one change)", control->name, control->base.string()));
       if (control) {
         std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
-                                 report.pass()      ? "it PASSED (the check cannot catch this mistake)"
+                                 report.pass()     ? "it PASSED (the check cannot catch this mistake)"
                                  : expected_reason ? "it was, " + describe(margin)
                                                    : fmt::format("it was rejected, but not for that reason (it "
                                                                  "was for {})",

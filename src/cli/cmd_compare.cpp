@@ -1,6 +1,5 @@
 // kwb compare TASK_DIR [--baseline SRC] --candidate SRC | --aa  [gates, budgets] [--output-dir D] [--json]
 #include "builder/builder.h"
-#include "util/json_text.h"
 #include "cli/commands.h"
 #include "cli/comparison_text.h"
 #include "cli/ledger.h"
@@ -10,6 +9,7 @@
 #include "pipeline/compare.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 #include <fmt/format.h>
 
@@ -42,13 +42,17 @@ void print_human(const CompareReport& r) {
 
 int exit_code_for(stats::Verdict verdict) {
   switch (verdict) {
-    case stats::Verdict::pass: return static_cast<int>(ExitCode::ok);
+    case stats::Verdict::pass:
+      return static_cast<int>(ExitCode::ok);
     case stats::Verdict::fail:
     case stats::Verdict::same:
-    case stats::Verdict::refused: return static_cast<int>(ExitCode::rejected);
-    case stats::Verdict::inconclusive: return static_cast<int>(ExitCode::inconclusive);
+    case stats::Verdict::refused:
+      return static_cast<int>(ExitCode::rejected);
+    case stats::Verdict::inconclusive:
+      return static_cast<int>(ExitCode::inconclusive);
     case stats::Verdict::invalid:
-    case stats::Verdict::interrupted: break;
+    case stats::Verdict::interrupted:
+      break;
   }
   return static_cast<int>(ExitCode::invalid);
 }
@@ -62,8 +66,8 @@ Action add_compare(CLI::App& root) {
   return [a]() {
     Task task = load_task(a->task_dir);
     if (!task.backends.contains(a->timing.backend)) {
-      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(),
-                                  a->timing.backend));
+      throw DataError(
+          fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), a->timing.backend));
     }
     if (!a->aa && a->candidate.empty()) throw UsageError("compare needs --candidate SOURCE (or --aa for A/A)");
     if (a->aa && !a->candidate.empty()) throw UsageError("--aa compares the baseline with itself: drop --candidate");

@@ -44,17 +44,19 @@ void print_human(const SavedComparison& c) {
   for (const std::string& name : c.only_in_old) std::cout << fmt::format("  {}: only in the old result\n", name);
   for (const std::string& name : c.only_in_new) std::cout << fmt::format("  {}: only in the new result\n", name);
   std::cout << warning_block(c.warnings, "these two results are less comparable than the runs alone make them");
-  std::cout << "\nThe runs were measured at different times: drift between them (load, frequency, thermal state) is in\n"
-               "the difference and not in the interval, which covers sampling noise only. To decide, run kwb compare\n"
-               "or kwb validate, which interleave the two arms.\n";
+  std::cout
+      << "\nThe runs were measured at different times: drift between them (load, frequency, thermal state) is in\n"
+         "the difference and not in the interval, which covers sampling noise only. To decide, run kwb compare\n"
+         "or kwb validate, which interleave the two arms.\n";
 }
 
 }  // namespace
 
 Action add_compare_saved(CLI::App& root) {
   auto a = std::make_shared<CompareSavedArgs>();
-  CLI::App* app = root.add_subcommand("compare-saved", "Compare two saved timing results offline (indicative only: "
-                                                       "not interleaved)");
+  CLI::App* app = root.add_subcommand("compare-saved",
+                                      "Compare two saved timing results offline (indicative only: "
+                                      "not interleaved)");
   app->add_option("old", a->old_dir, "A folder written by compare --output-dir, or a validate bundle")->required();
   app->add_option("new", a->new_dir, "A folder written by compare --output-dir, or a validate bundle")->required();
   app->add_option("--old-arm", a->old_arm, "The old result's arm (A, B or A'; default: its candidate arm)");

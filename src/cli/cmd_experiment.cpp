@@ -24,9 +24,10 @@ namespace fs = std::filesystem;
 fs::path storage_of(const std::string& given) {
   if (fs::is_regular_file(given)) return load_experiment(given, check_validate_flag).storage;
   if (!fs::is_regular_file(ExperimentPaths{given}.plan())) {
-    throw UsageError(fmt::format("{}: neither an experiment file nor an experiment's storage folder (one holds "
-                                 "experiment.json once kwb experiment run has started)",
-                                 given));
+    throw UsageError(
+        fmt::format("{}: neither an experiment file nor an experiment's storage folder (one holds "
+                    "experiment.json once kwb experiment run has started)",
+                    given));
   }
   return fs::absolute(given).lexically_normal();
 }
@@ -41,21 +42,22 @@ int exit_code_of(const std::string& verdict) {
 
 std::string summary_line(const nlohmann::json& an) {
   const nlohmann::json& d = an["difference"];
-  return fmt::format("verdict: {} ({}); mean d {:+.4f}, {:.0f}% interval [{:+.4f}, {:+.4f}] ({}, {} pairs), B/A "
-                     "{:.3f}x [{:.3f}x, {:.3f}x]",
-                     an.value("verdict_text", ""), an.value("verdict", ""), d.value("mean", 0.0),
-                     an.value("confidence", 0.95) * 100.0, d.value("low", 0.0), d.value("high", 0.0),
-                     d.value("method", ""), d.value("pairs", 0), d.value("ratio", 1.0), d.value("ratio_low", 1.0),
-                     d.value("ratio_high", 1.0));
+  return fmt::format(
+      "verdict: {} ({}); mean d {:+.4f}, {:.0f}% interval [{:+.4f}, {:+.4f}] ({}, {} pairs), B/A "
+      "{:.3f}x [{:.3f}x, {:.3f}x]",
+      an.value("verdict_text", ""), an.value("verdict", ""), d.value("mean", 0.0), an.value("confidence", 0.95) * 100.0,
+      d.value("low", 0.0), d.value("high", 0.0), d.value("method", ""), d.value("pairs", 0), d.value("ratio", 1.0),
+      d.value("ratio_low", 1.0), d.value("ratio_high", 1.0));
 }
 
 int run_verb(const std::string& file, bool dry_run) {
   const Experiment x = load_experiment(file, check_validate_flag);
   std::unique_ptr<Executor> executor = make_experiment_executor(x);
-  std::cerr << fmt::format("kwb experiment: {} ({} x {} task(s) x {} seed(s) x {} attempt(s), executor {}, storage "
-                           "{})\n",
-                           x.name, x.arms.size(), x.tasks.size(), x.seeds.size(), x.attempts,
-                           to_string(x.executor.kind), x.storage.string());
+  std::cerr << fmt::format(
+      "kwb experiment: {} ({} x {} task(s) x {} seed(s) x {} attempt(s), executor {}, storage "
+      "{})\n",
+      x.name, x.arms.size(), x.tasks.size(), x.seeds.size(), x.attempts, to_string(x.executor.kind),
+      x.storage.string());
   const ExperimentRunSummary s = run_experiment(
       x, *executor, fs::read_symlink("/proc/self/exe"),
       [](const std::string& line) { std::cerr << "kwb experiment: " << line << "\n"; }, dry_run);
@@ -65,10 +67,11 @@ int run_verb(const std::string& file, bool dry_run) {
     return 0;
   }
   const nlohmann::json an = write_experiment_reports(x.storage);
-  std::cout << fmt::format("experiment {}: {} trajectories, {} done earlier, {} run now ({} without an outcome) in "
-                           "{:.0f} s\n{}\nanalysis: {}\nreport: {}\n",
-                           x.name, s.trajectories, s.skipped, s.started, s.failed, s.wall_seconds, summary_line(an),
-                           ExperimentPaths{x.storage}.analysis().string(), (x.storage / "report.md").string());
+  std::cout << fmt::format(
+      "experiment {}: {} trajectories, {} done earlier, {} run now ({} without an outcome) in "
+      "{:.0f} s\n{}\nanalysis: {}\nreport: {}\n",
+      x.name, s.trajectories, s.skipped, s.started, s.failed, s.wall_seconds, summary_line(an),
+      ExperimentPaths{x.storage}.analysis().string(), (x.storage / "report.md").string());
   return exit_code_of(an.value("verdict", "INVALID"));
 }
 
@@ -98,7 +101,11 @@ int status_verb(const std::string& given, bool json) {
     list.push_back({{"id", id}, {"status", status}, {"attempts_done", attempts}});
   }
   if (json) {
-    std::cout << json_text({{"schema", "kwb.experiment_status"}, {"schema_version", 1}, {"name", plan.value("name", "")}, {"storage", storage.string()}, {"counts", counts},
+    std::cout << json_text({{"schema", "kwb.experiment_status"},
+                            {"schema_version", 1},
+                            {"name", plan.value("name", "")},
+                            {"storage", storage.string()},
+                            {"counts", counts},
                             {"trajectories", list}},
                            2)
               << "\n";
@@ -133,12 +140,14 @@ Action add_experiment(CLI::App& root) {
     bool dry_run = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* app = root.add_subcommand("experiment", "Does one candidate generator (an agent, a skill) produce better "
-                                                    "kernels than another? A paired two-arm evaluation "
-                                                    "(docs/experiments.md)");
+  CLI::App* app = root.add_subcommand("experiment",
+                                      "Does one candidate generator (an agent, a skill) produce better "
+                                      "kernels than another? A paired two-arm evaluation "
+                                      "(docs/experiments.md)");
   app->require_subcommand(1);
-  CLI::App* run = app->add_subcommand("run", "Freeze and run (or resume) the experiment a TOML file describes, then "
-                                             "analyze it");
+  CLI::App* run = app->add_subcommand("run",
+                                      "Freeze and run (or resume) the experiment a TOML file describes, then "
+                                      "analyze it");
   run->add_option("file", a->target, "Experiment file (.toml)")->required();
   run->add_flag("--dry-run", a->dry_run, "Freeze the plan and say what would run; run nothing");
   CLI::App* traj = app->add_subcommand("trajectory", "Run one trajectory of a frozen experiment (what each job runs)");

@@ -12,8 +12,8 @@
 #include "ledger/bundle_entry.h"
 #include "task/task.h"
 #include "util/error.h"
-#include "util/machine_key.h"
 #include "util/json_text.h"
+#include "util/machine_key.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -56,9 +56,15 @@ std::optional<LedgerRun> latest_revalidation(const std::vector<LedgerRun>& runs,
 
 nlohmann::json to_json(const Incumbent& i) {
   const nlohmann::json ws = kwb::to_json(i.workloads);
-  return {{"generation", i.generation}, {"identity", i.identity},           {"source", i.source},
-          {"source_sha256", i.source_sha256}, {"bundle", i.bundle},       {"kept", i.kept},
-          {"improvement_pct", i.improvement_pct}, {"cumulative_pct", i.cumulative_pct}, {"workloads", ws}};
+  return {{"generation", i.generation},
+          {"identity", i.identity},
+          {"source", i.source},
+          {"source_sha256", i.source_sha256},
+          {"bundle", i.bundle},
+          {"kept", i.kept},
+          {"improvement_pct", i.improvement_pct},
+          {"cumulative_pct", i.cumulative_pct},
+          {"workloads", ws}};
 }
 
 }  // namespace
@@ -128,9 +134,10 @@ void record_bundle_in_ledger(const std::filesystem::path& bundle, const std::str
     try {
       run.seal = seal_ledger_row(machine_key(), BundleSeal{manifest_sha256, run.plan_digest, run.outcome});
     } catch (const std::exception& e) {
-      std::cerr << fmt::format("kwb: warning: the ledger row is not sealed, so it cannot vouch for the bundle (keep "
-                               "will refuse it): {}\n",
-                               e.what());
+      std::cerr << fmt::format(
+          "kwb: warning: the ledger row is not sealed, so it cannot vouch for the bundle (keep "
+          "will refuse it): {}\n",
+          e.what());
     }
     record_in_ledger(run);
   } catch (const std::exception& e) {
@@ -191,13 +198,15 @@ std::filesystem::path verified_source(const std::vector<Incumbent>& line, size_t
   const Incumbent& i = line[generation];
   const Artifact art = build_implementation({s.path, 0, i.backend});
   if (!art.ok || art.identity.key != i.identity) {
-    throw DataError(fmt::format("{}; but that copy {} (the kept source was compiled with files beside it, which the "
-                                "bundle does not keep, or the toolchain changed): restore {} with the bytes of "
-                                "SHA-256 {}",
-                                s.note, art.ok ? fmt::format("builds to identity {}, not the kept {}",
-                                                             art.identity.key.substr(0, 12), i.identity.substr(0, 12))
-                                               : std::string("does not build"),
-                                i.source, i.source_sha256));
+    throw DataError(
+        fmt::format("{}; but that copy {} (the kept source was compiled with files beside it, which the "
+                    "bundle does not keep, or the toolchain changed): restore {} with the bytes of "
+                    "SHA-256 {}",
+                    s.note,
+                    art.ok ? fmt::format("builds to identity {}, not the kept {}", art.identity.key.substr(0, 12),
+                                         i.identity.substr(0, 12))
+                           : std::string("does not build"),
+                    i.source, i.source_sha256));
   }
   std::cerr << "kwb: " << s.note << "\n";
   return s.path;
@@ -216,12 +225,13 @@ std::string changed_task_note(const Ledger& ledger, const Task& task, BackendKin
                                 o.task.size() == 64 ? "identity" : "the name", o.task.substr(0, 12), o.last_source));
   }
   if (parts.empty()) return "";
-  return fmt::format("task {} on {} has a lineage in this ledger that is not this task's: {}. The lineage is keyed by "
-                     "the task's content (task.toml, the oracle, baselines, controls: identity {} now), "
-                     "so a changed task, or another task of the same name, starts a lineage of its own at its "
-                     "baseline. To carry a kept kernel over, validate it against this task and keep that bundle: kwb "
-                     "validate {} --candidate SOURCE --against incumbent --output-dir DIR, then kwb keep DIR",
-                     task.name, backend, fmt::join(parts, "; "), task.identity.substr(0, 12), task.dir.string());
+  return fmt::format(
+      "task {} on {} has a lineage in this ledger that is not this task's: {}. The lineage is keyed by "
+      "the task's content (task.toml, the oracle, baselines, controls: identity {} now), "
+      "so a changed task, or another task of the same name, starts a lineage of its own at its "
+      "baseline. To carry a kept kernel over, validate it against this task and keep that bundle: kwb "
+      "validate {} --candidate SOURCE --against incumbent --output-dir DIR, then kwb keep DIR",
+      task.name, backend, fmt::join(parts, "; "), task.identity.substr(0, 12), task.dir.string());
 }
 
 }  // namespace
@@ -232,9 +242,10 @@ std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendK
   const Ledger ledger = Ledger::open(*path);
   const std::vector<Incumbent> line = ledger.lineage(task.identity, backend);
   if (line.empty()) {
-    std::cerr << fmt::format("kwb: nothing of task {} on {} kept yet in the ledger {}: the incumbent is the task's "
-                             "baseline\n",
-                             task.name, backend, path->string());
+    std::cerr << fmt::format(
+        "kwb: nothing of task {} on {} kept yet in the ledger {}: the incumbent is the task's "
+        "baseline\n",
+        task.name, backend, path->string());
     if (const std::string note = changed_task_note(ledger, task, backend); !note.empty()) {
       std::cerr << "kwb: " << note << "\n";
     }
@@ -248,9 +259,10 @@ std::optional<std::filesystem::path> incumbent_source(const Task& task, BackendK
 
 Action add_revalidate(CLI::App& root) {
   auto a = std::make_shared<ValidateArgs>();
-  CLI::App* app = root.add_subcommand(
-      "revalidate", "Validate the task's incumbent against its original baseline (generation 0): the compounded "
-                    "improvement, measured instead of multiplied");
+  CLI::App* app =
+      root.add_subcommand("revalidate",
+                          "Validate the task's incumbent against its original baseline (generation 0): the compounded "
+                          "improvement, measured instead of multiplied");
   app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
   add_validate_run_options(*app, *a);
   return [a]() {
@@ -259,9 +271,10 @@ Action add_revalidate(CLI::App& root) {
     if (!path) throw UsageError("KWB_LEDGER=none: there is no lineage to revalidate");
     const std::vector<Incumbent> line = Ledger::open(*path).lineage(task.identity, a->timing.backend);
     if (line.size() < 2) {
-      throw UsageError(fmt::format("task {} on {}: nothing has been kept yet, so the incumbent is the original "
-                                   "baseline (kwb keep makes one; the ledger is {})",
-                                   task.name, a->timing.backend, path->string()));
+      throw UsageError(
+          fmt::format("task {} on {}: nothing has been kept yet, so the incumbent is the original "
+                      "baseline (kwb keep makes one; the ledger is {})",
+                      task.name, a->timing.backend, path->string()));
     }
     ValidateArgs v = *a;
     v.candidate = verified_source(line, line.size() - 1).string();
@@ -297,9 +310,14 @@ Action add_keep(CLI::App& root) {
     Ledger ledger = open_ledger_or_throw(path);
     const KeepOutcome k = keep_bundle(ledger, *snapshot);
     if (*json) {
-      nlohmann::json j = {{"schema", "kwb.keep"}, {"schema_version", 1}, {"bundle", *dir},
-                          {"kept", k.kept.has_value()}, {"already_incumbent", k.already.has_value()},
-                          {"message", k.message}, {"problems", k.problems}, {"ledger", ledger.path().string()}};
+      nlohmann::json j = {{"schema", "kwb.keep"},
+                          {"schema_version", 1},
+                          {"bundle", *dir},
+                          {"kept", k.kept.has_value()},
+                          {"already_incumbent", k.already.has_value()},
+                          {"message", k.message},
+                          {"problems", k.problems},
+                          {"ledger", ledger.path().string()}};
       if (k.kept) j["incumbent"] = to_json(*k.kept);
       if (k.already) j["incumbent"] = to_json(*k.already);
       std::cout << json_text(j, 2) << "\n";
@@ -329,12 +347,14 @@ std::vector<std::string> filter_values(const char* option, const std::vector<std
                                        const std::vector<std::string>& known, bool lower) {
   std::vector<std::string> out;
   for (std::string v : given) {
-    for (char& c : v) c = static_cast<char>(lower ? std::tolower(static_cast<unsigned char>(c))
-                                                  : std::toupper(static_cast<unsigned char>(c)));
+    for (char& c : v)
+      c = static_cast<char>(lower ? std::tolower(static_cast<unsigned char>(c))
+                                  : std::toupper(static_cast<unsigned char>(c)));
     if (std::find(known.begin(), known.end(), v) == known.end()) {
-      throw UsageError(fmt::format("{} {}: not one the ledger records; give one or more of {} (comma-separated, or "
-                                   "the option repeated)",
-                                   option, v, fmt::join(known, ", ")));
+      throw UsageError(
+          fmt::format("{} {}: not one the ledger records; give one or more of {} (comma-separated, or "
+                      "the option repeated)",
+                      option, v, fmt::join(known, ", ")));
     }
     out.push_back(v);
   }
@@ -409,8 +429,8 @@ nlohmann::json run_json(const LedgerRun& r) {
                       {"plan_digest", r.plan_digest},
                       {"manifest_sha256", r.manifest_sha256},
                       {"timing_holds", r.timing_holds}};
-  if (const LedgerArm* c = candidate_arm(r)) j["candidate"] = {{"role", c->role}, {"source", c->source},
-                                                               {"identity", c->identity}};
+  if (const LedgerArm* c = candidate_arm(r))
+    j["candidate"] = {{"role", c->role}, {"source", c->source}, {"identity", c->identity}};
   return j;
 }
 
@@ -427,8 +447,12 @@ int print_runs(const HistoryArgs& a, const Task& task, const RunFilter& f, const
     filters["limit"] = f.limit ? nlohmann::json(*f.limit) : nlohmann::json(nullptr);
     nlohmann::json rows = nlohmann::json::array();
     for (const LedgerRun& r : runs) rows.push_back(run_json(r));
-    std::cout << json_text({{"schema", "kwb.runs"}, {"schema_version", 1}, {"task", task.name},
-                            {"ledger", ledger.path().string()}, {"filters", filters}, {"recorded", recorded},
+    std::cout << json_text({{"schema", "kwb.runs"},
+                            {"schema_version", 1},
+                            {"task", task.name},
+                            {"ledger", ledger.path().string()},
+                            {"filters", filters},
+                            {"recorded", recorded},
                             {"runs", rows}},
                            2)
               << "\n";
@@ -497,7 +521,8 @@ std::string runs_table(const std::vector<LedgerRun>& runs) {
 Action add_history(CLI::App& root) {
   auto a = std::make_shared<HistoryArgs>();
   CLI::App* app = root.add_subcommand(
-      "history", "The lineage of a task's kept implementations, from the ledger; with --runs, the runs recorded for it");
+      "history",
+      "The lineage of a task's kept implementations, from the ledger; with --runs, the runs recorded for it");
   app->add_option("task_dir", a->task_dir, "Task folder (holding task.toml)")->required();
   add_backend_option(*app, a->backend);
   app->add_flag("--json", a->json, "Print the history as JSON");
@@ -537,19 +562,30 @@ Action add_history(CLI::App& root) {
       for (const Incumbent& i : line) l.push_back(to_json(i));
       nlohmann::json r = nlohmann::json::array();
       for (const LedgerRun& run : runs) {
-        r.push_back({{"id", run.id}, {"kind", run.kind}, {"started", run.started}, {"finished", run.finished},
-                     {"outcome", run.outcome}, {"reasons", run.reasons}, {"bundle", run.bundle},
-                     {"plan_digest", run.plan_digest}, {"manifest_sha256", run.manifest_sha256},
+        r.push_back({{"id", run.id},
+                     {"kind", run.kind},
+                     {"started", run.started},
+                     {"finished", run.finished},
+                     {"outcome", run.outcome},
+                     {"reasons", run.reasons},
+                     {"bundle", run.bundle},
+                     {"plan_digest", run.plan_digest},
+                     {"manifest_sha256", run.manifest_sha256},
                      {"timing_holds", run.timing_holds}});
       }
-      nlohmann::json j = {{"schema", "kwb.history"},        {"schema_version", 1},
-                          {"task", task.name},                {"backend", to_string(backend)},
-                          {"ledger", ledger.path().string()}, {"lineage", l},
+      nlohmann::json j = {{"schema", "kwb.history"},
+                          {"schema_version", 1},
+                          {"task", task.name},
+                          {"backend", to_string(backend)},
+                          {"ledger", ledger.path().string()},
+                          {"lineage", l},
                           {"runs", r}};
       if (!line.empty()) {
         if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
           j["measured_over_baseline"] = {{"improvement_pct", summary_improvement_pct(m->workloads)},
-                                         {"decision", m->outcome}, {"run", m->id}, {"bundle", m->bundle}};
+                                         {"decision", m->outcome},
+                                         {"run", m->id},
+                                         {"bundle", m->bundle}};
         }
       }
       std::cout << json_text(j, 2) << "\n";

@@ -166,9 +166,10 @@ private:
       if (method == "ping") return reply(id, nlohmann::json::object());
       if (method == "tools/list") return reply(id, {{"tools", mcp::tool_list()}});
       if (method == "tools/call") return call(id, params);
-      return error(id, k_method_not_found, fmt::format("method '{}' is not offered by kwb (it offers initialize, "
-                                                       "ping, tools/list and tools/call)",
-                                                       method));
+      return error(id, k_method_not_found,
+                   fmt::format("method '{}' is not offered by kwb (it offers initialize, "
+                               "ping, tools/list and tools/call)",
+                               method));
     } catch (const mcp::InvalidParams& e) {
       return error(id, k_invalid_params, e.what());
     } catch (const Interrupted&) {
@@ -193,9 +194,10 @@ private:
     reply(id, {{"protocolVersion", version},
                {"capabilities", {{"tools", {{"listChanged", false}}}}},
                {"serverInfo", {{"name", "kwb"}, {"version", KWB_VERSION}}},
-               {"instructions", "kwb judges whether a candidate compute kernel should replace a baseline. check a "
-                                "candidate first (rejected code gets reasons and no metric), validate the ones "
-                                "that pass against the incumbent, keep a KEEP_CANDIDATE bundle. docs/agents.md."}});
+               {"instructions",
+                "kwb judges whether a candidate compute kernel should replace a baseline. check a "
+                "candidate first (rejected code gets reasons and no metric), validate the ones "
+                "that pass against the incumbent, keep a KEEP_CANDIDATE bundle. docs/agents.md."}});
   }
 
   void call(const nlohmann::json& id, const nlohmann::json& params) {
@@ -207,8 +209,8 @@ private:
     if (m_calls.contains(id.dump())) throw mcp::InvalidParams("tools/call: a call with this id is still running");
     if (mcp::runs_in_process(tool)) {
       const nlohmann::json out = mcp::list_tasks(args);
-      return reply(id, tool_result(fmt::format("{} task(s)", out["tasks"].size()), mcp::structured_result(out, 0, ""),
-                                   false));
+      return reply(
+          id, tool_result(fmt::format("{} task(s)", out["tasks"].size()), mcp::structured_result(out, 0, ""), false));
     }
     std::vector<std::string> argv = mcp::tool_argv(tool, args);
     argv.insert(argv.begin(), m_exe);
@@ -274,12 +276,12 @@ private:
     // result like any other rejection.
     const bool result = out.is_object() && (code <= 3 || mcp::is_build_failure_verdict(c.tool, out));
     auto tail = [](const std::string& s) { return s.size() > 4000 ? s.substr(s.size() - 4000) : s; };
-    std::string text = result            ? mcp::summary(c.tool, c.arguments, out, code)
-                       : out.is_object() ? fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
-                                                       mcp::summary(c.tool, c.arguments, out, code))
-                                         : fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
-                                                       c.err_text.empty() ? std::string("no output")
-                                                                          : tail(c.err_text));
+    std::string text =
+        result ? mcp::summary(c.tool, c.arguments, out, code)
+        : out.is_object()
+            ? fmt::format("kwb {} failed (exit {}): {}", c.tool, code, mcp::summary(c.tool, c.arguments, out, code))
+            : fmt::format("kwb {} failed (exit {}): {}", c.tool, code,
+                          c.err_text.empty() ? std::string("no output") : tail(c.err_text));
     reply(c.id, tool_result(text, mcp::structured_result(out, code, c.err_text), !result));
   }
 

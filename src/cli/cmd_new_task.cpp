@@ -23,7 +23,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* k_task_toml = R"kwb(# @NAME@: y = a * x + z, element-wise, float32. Written by `kwb new-task` as a starting point that passes
+constexpr const char* k_task_toml =
+    R"kwb(# @NAME@: y = a * x + z, element-wise, float32. Written by `kwb new-task` as a starting point that passes
 # `kwb check` as generated: replace the operator, its oracle, the implementations and the control with your own,
 # one at a time, checking as you go. docs/task-format.md explains every field below.
 name = "@NAME@"
@@ -108,7 +109,8 @@ with = "c.y[i] = c.x[i] + c.z[i];"
 expect = "numeric_mismatch"
 )kwb";
 
-constexpr const char* k_oracle = R"kwb(// The @NAME@ task's oracle (include/kwb/oracle.h): y = a * x + z, written from the definition and shared with no
+constexpr const char* k_oracle =
+    R"kwb(// The @NAME@ task's oracle (include/kwb/oracle.h): y = a * x + z, written from the definition and shared with no
 // implementation. Inputs arrive as double (exactly the values the candidates see); long double keeps the product
 // and the sum exact enough that the only rounding that matters is the final one, to double.
 #include "kwb/oracle.h"
@@ -136,7 +138,8 @@ extern "C" int kwb_oracle(const kwb_oracle_args* args) {
 )kwb";
 
 // What every implementation below needs: the call's tensors, checked against the signature.
-constexpr const char* k_unpack = R"kwb(// The call's tensors, checked against the task signature: x [n] and z [n] in, y [n] out, all f32, compact, host
+constexpr const char* k_unpack =
+    R"kwb(// The call's tensors, checked against the task signature: x [n] and z [n] in, y [n] out, all f32, compact, host
 // memory. Anything else is refused (kwb_run returns 1) rather than guessed at.
 struct Call {
   const float* x;
@@ -165,7 +168,8 @@ bool unpack(const kwb_call& call, Call& out) {
 }
 )kwb";
 
-constexpr const char* k_baseline = R"kwb(// @NAME@, baseline: the way an eager framework runs `a * x + z`: two element-wise kernels, each its own sweep over
+constexpr const char* k_baseline =
+    R"kwb(// @NAME@, baseline: the way an eager framework runs `a * x + z`: two element-wise kernels, each its own sweep over
 // memory, with the product in a temporary allocated per call. The "before" the reference is measured against.
 #include <kwb/kernel.h>
 
@@ -204,7 +208,8 @@ extern "C" KWB_EXPORT int kwb_run(const kwb_call* call) {
 }
 )kwb";
 
-constexpr const char* k_reference = R"kwb(// @NAME@, reference: one fused sweep, no temporary; the compiler vectorizes the loop (and may fuse the multiply
+constexpr const char* k_reference =
+    R"kwb(// @NAME@, reference: one fused sweep, no temporary; the compiler vectorizes the loop (and may fuse the multiply
 // and the add into an FMA, which the tolerance allows).
 #include <kwb/kernel.h>
 
@@ -238,9 +243,8 @@ std::string fill(std::string text, const std::string& name) {
 
 bool valid_task_name(const std::string& name) {
   return !name.empty() && name.size() <= 64 && (std::isalpha(static_cast<unsigned char>(name[0])) != 0) &&
-         std::all_of(name.begin(), name.end(), [](char c) {
-           return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
-         });
+         std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-'; });
 }
 
 }  // namespace
@@ -264,9 +268,10 @@ Action add_new_task(CLI::App& root) {
     std::error_code ec;
     if (fs::exists(fs::symlink_status(root_dir, ec)) &&
         (!fs::is_directory(fs::symlink_status(root_dir, ec)) || !fs::is_empty(root_dir, ec))) {
-      throw UsageError(fmt::format("new-task: {} already exists and is not an empty folder; name a new folder, kwb "
-                                   "never writes over a task",
-                                   root_dir.string()));
+      throw UsageError(
+          fmt::format("new-task: {} already exists and is not an empty folder; name a new folder, kwb "
+                      "never writes over a task",
+                      root_dir.string()));
     }
     const std::vector<std::pair<std::string, const char*>> files = {
         {"task.toml", k_task_toml},
@@ -277,18 +282,20 @@ Action add_new_task(CLI::App& root) {
     for (const auto& [relative, text] : files) {
       const fs::path path = root_dir / relative;
       fs::create_directories(path.parent_path(), ec);
-      if (ec) throw Error(ExitCode::io_error, fmt::format("new-task: cannot create {}: {}", path.parent_path().string(),
-                                                     ec.message()));
+      if (ec)
+        throw Error(ExitCode::io_error,
+                    fmt::format("new-task: cannot create {}: {}", path.parent_path().string(), ec.message()));
       write_file_atomic(path, fill(text, task_name));
     }
     const std::string d = root_dir.string();
-    std::cout << fmt::format("wrote task '{1}' in {0}/: task.toml (with the control forgets_a, a change of the "
-                             "reference), oracle.cpp, cpu/baseline.cpp, cpu/reference.cpp\n\nnext:\n"
-                             "  kwb check {0} --impl {0}/cpu/baseline.cpp\n"
-                             "  kwb check {0} --control forgets_a     # must FAIL: numeric_mismatch\n"
-                             "  kwb validate {0} --candidate {0}/cpu/reference.cpp --output-dir bundles/{1}\n"
-                             "then make it yours: docs/task-format.md\n",
-                             d, task_name);
+    std::cout << fmt::format(
+        "wrote task '{1}' in {0}/: task.toml (with the control forgets_a, a change of the "
+        "reference), oracle.cpp, cpu/baseline.cpp, cpu/reference.cpp\n\nnext:\n"
+        "  kwb check {0} --impl {0}/cpu/baseline.cpp\n"
+        "  kwb check {0} --control forgets_a     # must FAIL: numeric_mismatch\n"
+        "  kwb validate {0} --candidate {0}/cpu/reference.cpp --output-dir bundles/{1}\n"
+        "then make it yours: docs/task-format.md\n",
+        d, task_name);
     return 0;
   };
 }

@@ -1,8 +1,6 @@
 // kwb profile TASK_DIR --impl SOURCE [--workload NAME]... [--json]
 // Checks the implementation first and refuses to profile one that fails (no metric for rejected code), then
 // reports per workload what it does: instructions, cache misses, passes, allocations, bytes and bandwidth.
-#include "util/units.h"
-#include "util/json_text.h"
 #include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -11,6 +9,8 @@
 #include "profile/profile.h"
 #include "task/task.h"
 #include "util/error.h"
+#include "util/json_text.h"
+#include "util/units.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -35,7 +35,6 @@ struct ProfileArgs {
   int callgrind_calls = ProfileOptions{}.callgrind_calls;
   std::string raw_dir;
 };
-
 
 // "4" when every call allocated the same, "0.33 (1, 0, 0)" when they differ.
 std::string per_call_text(double mean, const std::vector<uint64_t>& each, bool as_bytes) {
@@ -66,9 +65,10 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
   std::cout << fmt::format("kwb profile: task {}, implementation {}\n", r.task, r.implementation);
   std::cout << fmt::format("  artifact sha256 {}; check PASS ({} assertions)\n",
                            r.identity.artifact_sha256.substr(0, 16), check.passed);
-  if (!is_device(r.backend)) std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
-                           r.valgrind.found ? "callgrind (" + r.valgrind.version + "), collected inside kwb_run only"
-                                            : "unavailable: " + r.valgrind.reason);
+  if (!is_device(r.backend))
+    std::cout << fmt::format("  instructions, cache misses, functions: {}\n",
+                             r.valgrind.found ? "callgrind (" + r.valgrind.version + "), collected inside kwb_run only"
+                                              : "unavailable: " + r.valgrind.reason);
   for (const WorkloadProfile& w : r.workloads) {
     if (!w.instructions.cache_model.empty()) {
       std::cout << fmt::format("  simulated caches: {}\n", fmt::join(w.instructions.cache_model, "; "));
@@ -178,19 +178,22 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
 
 Action add_profile(CLI::App& root) {
   auto args = std::make_shared<ProfileArgs>();
-  CLI::App* app = root.add_subcommand(
-      "profile", "What an implementation does per workload: instructions, cache misses, passes, allocations, "
-                 "bytes moved and achieved bandwidth (descriptive; checks it first)");
+  CLI::App* app =
+      root.add_subcommand("profile",
+                          "What an implementation does per workload: instructions, cache misses, passes, allocations, "
+                          "bytes moved and achieved bandwidth (descriptive; checks it first)");
   app->add_option("task_dir", args->task_dir, "Task folder (holding task.toml)")->required();
   app->add_option("--impl", args->impl, "Implementation source (.c/.cpp)")->required();
   add_backend_option(*app, args->backend);
   app->add_option("--workload", args->workloads, "Only this case (repeatable; default: every timing case)");
   app->add_flag("--json", args->json, "Print one JSON object (schema kwb.profile) instead of the tables");
   app->add_option("--timeout-seconds", args->timeout_seconds, "Per call (x50 under valgrind)")
-      ->capture_default_str()->check(in_range(k_timeout_range));
+      ->capture_default_str()
+      ->check(in_range(k_timeout_range));
   app->add_option("--callgrind-calls", args->callgrind_calls,
                   "Collected calls per workload under callgrind (1 for workloads moving over 64 MiB)")
-      ->capture_default_str()->check(in_range(k_callgrind_calls_range));
+      ->capture_default_str()
+      ->check(in_range(k_callgrind_calls_range));
   app->add_option("--raw-dir", args->raw_dir, "Keep callgrind's output files and valgrind's log here");
   app->add_flag("--require-valgrind", args->require_valgrind,
                 "Exit 69 when valgrind is missing (otherwise the rest is still measured and kwb exits 0)");

@@ -3,14 +3,14 @@
 #include "cli/comparison_text.h"
 #include "cli/ledger.h"
 #include "cli/options.h"
-#include "util/json_text.h"
 #include "cli/progress.h"
 #include "cli/terminal.h"
-#include "record/bundle_reader.h"
 #include "pipeline/validate.h"
+#include "record/bundle_reader.h"
 #include "task/task.h"
 #include "util/error.h"
 #include "util/interrupt.h"
+#include "util/json_text.h"
 
 #include <fmt/format.h>
 
@@ -46,8 +46,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   // Bad input is reported before a bundle folder is created.
   Task task = load_task(a.task_dir);
   if (!task.backends.contains(a.timing.backend)) {
-    throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(),
-                                a.timing.backend));
+    throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), a.timing.backend));
   }
   for (const std::string& src : {a.candidate, a.baseline}) {
     if (!src.empty() && !std::filesystem::is_regular_file(src)) {
@@ -69,9 +68,10 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   ValidateObserver obs;
   obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
     if (budget_left > 0) {
-      std::cerr << fmt::format("[{}/{}] {} ... (timing budget ahead: at most {:.0f} s, plus any wait for the timing "
-                               "lock)\n",
-                               i, n, stage, budget_left);
+      std::cerr << fmt::format(
+          "[{}/{}] {} ... (timing budget ahead: at most {:.0f} s, plus any wait for the timing "
+          "lock)\n",
+          i, n, stage, budget_left);
     } else {
       std::cerr << fmt::format("[{}/{}] {} ...\n", i, n, stage);
     }
@@ -80,9 +80,7 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     end_progress_line();
     std::cerr << fmt::format("      {} ({:.1f} s): {}\n", status, s, summary);
   };
-  obs.plan_frozen = [](const std::string& digest) {
-    std::cerr << fmt::format("      plan digest {}\n", digest);
-  };
+  obs.plan_frozen = [](const std::string& digest) { std::cerr << fmt::format("      plan digest {}\n", digest); };
   obs.comparison_progress = make_progress_sink("      ");
   obs.timing_lock_wait = make_lock_notice("      ");
   obs.timing_lock_waited = make_lock_waited("      ");
@@ -102,9 +100,10 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     r = run_validate(o, obs);
   } catch (const Interrupted& i) {
     end_progress_line();
-    std::cerr << fmt::format("\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
-                             "measured before is kept)\n",
-                             o.output_dir.string());
+    std::cerr << fmt::format(
+        "\nINTERRUPTED: no decision. bundle: {} (stages.json says where it stopped; what was "
+        "measured before is kept)\n",
+        o.output_dir.string());
     // A stopped run is a row too (outcome INTERRUPTED): a loop that retries until PASS shows in the ledger.
     record_interrupted_bundle_in_ledger(o.output_dir, ledger_kind, i.what());
     throw;
@@ -112,9 +111,10 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   end_progress_line();
   record_bundle_in_ledger(r.bundle, ledger_kind, r.manifest_sha256);
   if (!r.unsigned_reason.empty()) {
-    std::cerr << fmt::format("kwb: warning: the bundle is not signed ({}); this machine's ledger still records it, "
-                             "but another machine cannot tell who made it\n",
-                             r.unsigned_reason);
+    std::cerr << fmt::format(
+        "kwb: warning: the bundle is not signed ({}); this machine's ledger still records it, "
+        "but another machine cannot tell who made it\n",
+        r.unsigned_reason);
   }
   if (a.json) {
     std::cout << json_text(r.decision_json, 2) << "\n";
@@ -122,13 +122,15 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
     print_summary(r);
   }
   if (!r.lock_timeout.empty()) {
-    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records what was measured before it, with an INVALID "
-                             "decision)\n",
-                             r.lock_timeout, r.bundle.string());
+    std::cerr << fmt::format(
+        "kwb: error: {}\n(the bundle {} records what was measured before it, with an INVALID "
+        "decision)\n",
+        r.lock_timeout, r.bundle.string());
     return static_cast<int>(ExitCode::lock_timeout);
   }
   if (r.input_error_code) {
-    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the stage that found it, in stages.json)\n", r.input_error, r.bundle.string());
+    std::cerr << fmt::format("kwb: error: {}\n(the bundle {} records the stage that found it, in stages.json)\n",
+                             r.input_error, r.bundle.string());
     return *r.input_error_code;
   }
   return r.decision.exit_code;

@@ -4,9 +4,9 @@
 // all: anyone can recompute them after an edit). Self-consistent only still exits 0; `kwb keep` refuses it.
 #include "cli/commands.h"
 #include "ledger/bundle_entry.h"
-#include "util/json_text.h"
 #include "record/verify.h"
 #include "util/error.h"
+#include "util/json_text.h"
 
 #include <nlohmann/json.hpp>
 
@@ -37,7 +37,9 @@ nlohmann::json to_json(const VerifyReport& r, const Authenticity& a) {
   nlohmann::json ledger = {{"recorded", a.recorded.has_value()}, {"detail", a.ledger_detail}};
   if (a.recorded) ledger["run"] = a.recorded->id;
   // A bundle with problems is not even self-consistent.
-  return {{"established", !r.ok() ? "not verified" : a.authentic ? "authentic" : "self-consistent only"},
+  return {{"established", !r.ok()       ? "not verified"
+                          : a.authentic ? "authentic"
+                                        : "self-consistent only"},
           {"summary", a.summary},
           {"manifest_sha256", r.seal.manifest_sha256},
           {"plan_digest", r.seal.plan_digest},
@@ -51,8 +53,9 @@ nlohmann::json to_json(const VerifyReport& r, const Authenticity& a) {
 Action add_verify(CLI::App& root) {
   auto dir = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  CLI::App* app = root.add_subcommand("verify", "Re-derive every statistic and the decision of an evidence bundle, "
-                                                "and say whether it is authentic or only self-consistent");
+  CLI::App* app = root.add_subcommand("verify",
+                                      "Re-derive every statistic and the decision of an evidence bundle, "
+                                      "and say whether it is authentic or only self-consistent");
   app->add_option("bundle", *dir, "Evidence bundle folder")->required();
   app->add_flag("--json", *json, "Print the result as JSON");
   return [dir, json]() {
@@ -61,8 +64,10 @@ Action add_verify(CLI::App& root) {
     if (std::filesystem::is_directory(*dir)) {
       r = verify_bundle(*dir);
     } else {
-      r.problems.push_back(fmt::format("{}: no such bundle folder (give the folder validate wrote, e.g. "
-                                       "kwb-runs/<task>-<time>)", *dir));
+      r.problems.push_back(
+          fmt::format("{}: no such bundle folder (give the folder validate wrote, e.g. "
+                      "kwb-runs/<task>-<time>)",
+                      *dir));
     }
     std::string ledger_error;
     const std::optional<Ledger> ledger =
@@ -70,9 +75,14 @@ Action add_verify(CLI::App& root) {
     Authenticity a = authenticity(r, ledger ? &*ledger : nullptr);
     if (!ledger_error.empty()) a.ledger_detail = "the ledger could not be read: " + ledger_error;
     if (*json) {
-      std::cout << json_text({{"schema", "kwb.verify"}, {"schema_version", 2}, {"bundle", *dir},
-                              {"ok", r.ok()}, {"problems", r.problems}, {"verified", r.verified},
-                              {"warnings", r.warnings}, {"authenticity", to_json(r, a)}},
+      std::cout << json_text({{"schema", "kwb.verify"},
+                              {"schema_version", 2},
+                              {"bundle", *dir},
+                              {"ok", r.ok()},
+                              {"problems", r.problems},
+                              {"verified", r.verified},
+                              {"warnings", r.warnings},
+                              {"authenticity", to_json(r, a)}},
                              2)
                 << "\n";
     } else {
@@ -85,10 +95,11 @@ Action add_verify(CLI::App& root) {
         std::cout << fmt::format("\nbundle {} is intact and its decision follows from its evidence\n{}\n", *dir,
                                  a.summary);
       } else {
-        std::cout << fmt::format("\nbundle {} is intact and its decision follows from its evidence, but it is "
-                                 "SELF-CONSISTENT ONLY, NOT AUTHENTIC:\n  {}\n  {}\n  anyone could have edited it "
-                                 "and recomputed every hash; kwb keep refuses it\n",
-                                 *dir, r.signature.detail, a.ledger_detail);
+        std::cout << fmt::format(
+            "\nbundle {} is intact and its decision follows from its evidence, but it is "
+            "SELF-CONSISTENT ONLY, NOT AUTHENTIC:\n  {}\n  {}\n  anyone could have edited it "
+            "and recomputed every hash; kwb keep refuses it\n",
+            *dir, r.signature.detail, a.ledger_detail);
       }
     }
     return r.ok() ? 0 : static_cast<int>(ExitCode::invalid);

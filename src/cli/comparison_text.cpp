@@ -25,7 +25,8 @@ double factor(double improvement_pct) { return 1.0 / (1.0 - improvement_pct / 10
 
 // An arm's time per call: the median of its block medians (nullopt without blocks).
 std::optional<double> arm_ns(const nlohmann::json& w, const char* arm) {
-  const nlohmann::json medians = w.value("block_median_ns", nlohmann::json::object()).value(arm, nlohmann::json::array());
+  const nlohmann::json medians =
+      w.value("block_median_ns", nlohmann::json::object()).value(arm, nlohmann::json::array());
   std::vector<double> v;
   for (const nlohmann::json& x : medians) {
     if (x.is_number()) v.push_back(x.get<double>());
@@ -82,8 +83,7 @@ std::string comparison_table(const nlohmann::json& comparison, std::string_view 
     const bool est = number(w, "improvement_pct") && number(w, "ci_low_pct") && number(w, "ci_high_pct");
     const double imp = est ? w["improvement_pct"].get<double>() : 0.0;
     const double lo = est ? w["ci_low_pct"].get<double>() : 0.0, hi = est ? w["ci_high_pct"].get<double>() : 0.0;
-    rows.push_back({w.value("name", "?"), arm_time(w, "reference"), arm_time(w, "other"),
-                    est ? speedup_text(imp) : "-",
+    rows.push_back({w.value("name", "?"), arm_time(w, "reference"), arm_time(w, "other"), est ? speedup_text(imp) : "-",
                     est && hi < 100.0 ? fmt::format("[{:.2f}x, {:.2f}x]", factor(lo), factor(hi)) : "-",
                     est ? fmt::format("{:+.2f}% [{:+.2f}, {:+.2f}]", imp, lo, hi) : "-",
                     number(w, "mde_pct") ? fmt::format("{:.2f}%", w["mde_pct"].get<double>()) : "-",
@@ -94,9 +94,10 @@ std::string comparison_table(const nlohmann::json& comparison, std::string_view 
   return format_table({"workload", "A per call", o + " per call", o + " vs A", "speedup interval",
                        "improvement [interval]", "MDE", "blocks", "verdict"},
                       rows) +
-         fmt::format("per call: each arm's median of its block medians; {} vs A and both intervals: the paired "
-                     "estimate over each block's {}/A ratio, which decides (docs/timing.md, \"Reading a result\")\n",
-                     o, o);
+         fmt::format(
+             "per call: each arm's median of its block medians; {} vs A and both intervals: the paired "
+             "estimate over each block's {}/A ratio, which decides (docs/timing.md, \"Reading a result\")\n",
+             o, o);
 }
 
 std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::string_view other) {
@@ -105,29 +106,31 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
     const std::string name = w.value("name", "?");
     if (w.value("verdict", "") == "INVALID") continue;  // no metric to doubt
     if (w.value("heavy_tailed", false)) {
-      out.push_back(fmt::format("{}: the block ratios are heavy-tailed (outlying blocks): the interval is the "
-                                "signed-rank one, and the machine was likely disturbed while it ran",
-                                name));
+      out.push_back(
+          fmt::format("{}: the block ratios are heavy-tailed (outlying blocks): the interval is the "
+                      "signed-rank one, and the machine was likely disturbed while it ran",
+                      name));
     }
     // A large detectable effect matters when it left the result open, or is larger than the effect seen.
     const bool open = w.value("verdict", "") == "INCONCLUSIVE";
     const double seen = number(w, "improvement_pct") ? std::fabs(w["improvement_pct"].get<double>()) : 0.0;
     if (number(w, "mde_pct") && w["mde_pct"].get<double>() > k_noisy_mde_pct &&
         (open || w["mde_pct"].get<double>() > seen)) {
-      out.push_back(fmt::format("{}: with {} blocks, an effect smaller than {:.1f}% could go undetected (MDE): run "
-                                "longer (--max-minutes) or on a quieter machine",
-                                name, w.value("blocks", 0), w["mde_pct"].get<double>()));
+      out.push_back(
+          fmt::format("{}: with {} blocks, an effect smaller than {:.1f}% could go undetected (MDE): run "
+                      "longer (--max-minutes) or on a quieter machine",
+                      name, w.value("blocks", 0), w["mde_pct"].get<double>()));
     }
     if (const std::optional<double> ratio = medians_disagree(w)) {
-      out.push_back(fmt::format("{}: the per-call medians' ratio ({:.2f}x) lies outside the paired interval [{:.2f}x, "
-                                "{:.2f}x]: the arms' times moved apart over the run, and the paired estimate, which "
-                                "compares A and {} within each block, is the one to read",
-                                name, *ratio, factor(w["ci_low_pct"].get<double>()),
-                                factor(w["ci_high_pct"].get<double>()), other));
+      out.push_back(fmt::format(
+          "{}: the per-call medians' ratio ({:.2f}x) lies outside the paired interval [{:.2f}x, "
+          "{:.2f}x]: the arms' times moved apart over the run, and the paired estimate, which "
+          "compares A and {} within each block, is the one to read",
+          name, *ratio, factor(w["ci_low_pct"].get<double>()), factor(w["ci_high_pct"].get<double>()), other));
     }
     if (w.value("stopped_by_budget", false) && w.value("verdict", "") == "INCONCLUSIVE") {
-      out.push_back(fmt::format("{}: the time budget ran out before the interval settled on either side of the gate",
-                                name));
+      out.push_back(
+          fmt::format("{}: the time budget ran out before the interval settled on either side of the gate", name));
     }
     const nlohmann::json sens = w.value("layout_sensitivity", nlohmann::json::array());
     for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
@@ -138,11 +141,12 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
       if (l.value("available", false) && number(l, "spread_pct") && number(l, "ci_low_pct") &&
           number(l, "ci_high_pct") && number(l, "p_value") && l["p_value"].get<double>() < stats::k_layout_alpha &&
           l["ci_low_pct"].get<double>() > k_layout_spread_pct) {
-        out.push_back(fmt::format("{}: arm {}'s speed depends on where its code, stack and data land: its layouts' "
-                                  "medians spread by {:.1f}% [{:.1f}%, {:.1f}%]; the comparison draws layouts at random "
-                                  "to average it out",
-                                  name, arm == 0 ? std::string("A") : std::string(other), l["spread_pct"].get<double>(),
-                                  l["ci_low_pct"].get<double>(), l["ci_high_pct"].get<double>()));
+        out.push_back(
+            fmt::format("{}: arm {}'s speed depends on where its code, stack and data land: its layouts' "
+                        "medians spread by {:.1f}% [{:.1f}%, {:.1f}%]; the comparison draws layouts at random "
+                        "to average it out",
+                        name, arm == 0 ? std::string("A") : std::string(other), l["spread_pct"].get<double>(),
+                        l["ci_low_pct"].get<double>(), l["ci_high_pct"].get<double>()));
       }
     }
   }

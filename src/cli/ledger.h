@@ -1,8 +1,8 @@
 // The verbs' use of the ledger (ledger/ledger.h): recording a finished run, and the incumbent as a baseline.
 #pragma once
 
-#include "ledger/ledger.h"
 #include "cli/options.h"
+#include "ledger/ledger.h"
 #include "pipeline/compare.h"
 #include "task/task.h"
 

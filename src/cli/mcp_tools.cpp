@@ -88,7 +88,9 @@ const Param k_output_dir{"output_dir", Kind::string, true, "--output-dir",
 
 const std::vector<Tool>& tools() {
   static const std::vector<Tool> t = {
-      {"check", "check", "kwb.check",
+      {"check",
+       "check",
+       "kwb.check",
        "Check an implementation (impl: a source file) or one of the task's error controls (control: its name) "
        "against the task's oracle: correctness only, no timing. A rejected implementation gets its failure reasons "
        "and no metric; a source that does not compile is rejected with build_failed and the compiler's output.",
@@ -112,14 +114,15 @@ const std::vector<Tool>& tools() {
        "Time a candidate against a baseline with interleaved A/B blocks (or A/A with aa=true). Both are checked "
        "first; a rejected one is never timed. For exploring: a decision to keep comes from validate.",
        with_options({k_task,
-        {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
-        {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
-        {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
-        k_backend,
-        {"seed", Kind::integer, false, "--seed",
-         "Seed for block orders and layouts (timed data comes from a secret drawn at run time)"},
-        {"output_dir", Kind::string, false, "--output-dir", "Write samples.csv (every sample) and compare.json here"}},
-       {"seed", "no_profile"})},
+                     {"candidate", Kind::string, false, "--candidate", "Candidate source (required unless aa is true)"},
+                     {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
+                     {"aa", Kind::boolean, false, "--aa", "A/A: the baseline against itself"},
+                     k_backend,
+                     {"seed", Kind::integer, false, "--seed",
+                      "Seed for block orders and layouts (timed data comes from a secret drawn at run time)"},
+                     {"output_dir", Kind::string, false, "--output-dir",
+                      "Write samples.csv (every sample) and compare.json here"}},
+                    {"seed", "no_profile"})},
       {"validate", "validate", "kwb.decision",
        "The whole workflow into an evidence bundle: freeze the plan, check baseline and candidate, controls, "
        "profile, A/A calibration, A/B timing, final validation, decision (KEEP_CANDIDATE, KEEP_BASELINE, "
@@ -127,24 +130,30 @@ const std::vector<Tool>& tools() {
        "(KEEP_BASELINE, candidate_not_built) with the compiler's output. The result names the bundle; keep it with "
        "the keep tool.",
        with_options({k_task,
-        {"candidate", Kind::string, true, "--candidate", "Candidate source"},
-        k_output_dir,
-        {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
-        {"against_incumbent", Kind::boolean, false, "--against=incumbent",
-         "Validate against the task's incumbent in the ledger (see keep, history)"},
-        k_backend})},
-      {"profile", "profile", "kwb.profile",
+                     {"candidate", Kind::string, true, "--candidate", "Candidate source"},
+                     k_output_dir,
+                     {"baseline", Kind::string, false, "--baseline", "Baseline source (default: the task's baseline)"},
+                     {"against_incumbent", Kind::boolean, false, "--against=incumbent",
+                      "Validate against the task's incumbent in the ledger (see keep, history)"},
+                     k_backend})},
+      {"profile",
+       "profile",
+       "kwb.profile",
        "Describe what an implementation does per workload: instructions, passes, allocations, bytes moved, "
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
        {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, from_row("workloads")},
        {.read_only = true, .idempotent = true}},
-      {"verify", "verify", "kwb.verify",
+      {"verify",
+       "verify",
+       "kwb.verify",
        "Re-derive every statistic and the decision of an evidence bundle from its raw samples and plan; lists every "
        "disagreement, and says whether the bundle is authentic (signed by a trusted key, or recorded by this "
        "machine's ledger) or self-consistent only.",
        {{"bundle", Kind::string, true, "", "Evidence bundle folder"}},
        {.read_only = true, .idempotent = true}},
-      {"keep", "keep", "kwb.keep",
+      {"keep",
+       "keep",
+       "kwb.keep",
        "Make a bundle's candidate the task's incumbent: only from a bundle that verifies, that this machine's ledger "
        "recorded at the end of its run, and that decided KEEP_CANDIDATE against the current incumbent (a stale or "
        "edited bundle is refused with the reason).",
@@ -154,11 +163,15 @@ const std::vector<Tool>& tools() {
        "Validate the task's incumbent against its original baseline (generation 0), so the compounded improvement "
        "is measured, not multiplied; history then shows the figure.",
        with_options({k_task, k_output_dir, k_backend})},
-      {"history", "history", "kwb.history",
+      {"history",
+       "history",
+       "kwb.history",
        "The lineage of a task's kept implementations and the runs recorded in the ledger.",
        {k_task, k_backend},
        {.read_only = true, .idempotent = true}},
-      {"runs", "history", "kwb.runs",
+      {"runs",
+       "history",
+       "kwb.runs",
        "Every run the task's ledger recorded (check, compare, validate, revalidate, keep), most recent first: kind, "
        "start and end (UTC), outcome, candidate source and identity, the estimate per workload with its interval, "
        "and the bundle. The filters narrow it; a retry-until-PASS loop shows here.",
@@ -173,7 +186,9 @@ const std::vector<Tool>& tools() {
         {"limit", Kind::integer, false, "--limit", "Only the N most recent of the runs that match"}},
        {.read_only = true, .idempotent = true},
        {"--runs"}},
-      {"list_tasks", "", "kwb.tasks",
+      {"list_tasks",
+       "",
+       "kwb.tasks",
        "The tasks under a folder (every folder holding a task.toml): name, description, backends, timing workloads.",
        {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}},
        {.read_only = true, .idempotent = true}},
@@ -192,32 +207,46 @@ const Tool& find_tool(const std::string& name) {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::string: return "a string";
-    case Kind::number: return "a number";
-    case Kind::integer: return "a non-negative integer";
-    case Kind::boolean: return "true or false";
-    case Kind::strings: return "an array of strings";
+    case Kind::string:
+      return "a string";
+    case Kind::number:
+      return "a number";
+    case Kind::integer:
+      return "a non-negative integer";
+    case Kind::boolean:
+      return "true or false";
+    case Kind::strings:
+      return "an array of strings";
   }
   return "?";
 }
 
 nlohmann::json schema_of(Kind k) {
   switch (k) {
-    case Kind::string: return {{"type", "string"}, {"minLength", 1}};
-    case Kind::number: return {{"type", "number"}};
-    case Kind::integer: return {{"type", "integer"}, {"minimum", 0}};
-    case Kind::boolean: return {{"type", "boolean"}};
-    case Kind::strings: return {{"type", "array"}, {"items", {{"type", "string"}, {"minLength", 1}}}};
+    case Kind::string:
+      return {{"type", "string"}, {"minLength", 1}};
+    case Kind::number:
+      return {{"type", "number"}};
+    case Kind::integer:
+      return {{"type", "integer"}, {"minimum", 0}};
+    case Kind::boolean:
+      return {{"type", "boolean"}};
+    case Kind::strings:
+      return {{"type", "array"}, {"items", {{"type", "string"}, {"minLength", 1}}}};
   }
   return {};
 }
 
 bool fits(Kind k, const nlohmann::json& v) {
   switch (k) {
-    case Kind::string: return v.is_string() && !v.get<std::string>().empty();
-    case Kind::number: return v.is_number() && std::isfinite(v.get<double>());
-    case Kind::integer: return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
-    case Kind::boolean: return v.is_boolean();
+    case Kind::string:
+      return v.is_string() && !v.get<std::string>().empty();
+    case Kind::number:
+      return v.is_number() && std::isfinite(v.get<double>());
+    case Kind::integer:
+      return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    case Kind::boolean:
+      return v.is_boolean();
     case Kind::strings:
       if (!v.is_array()) return false;
       for (const auto& x : v) {
@@ -245,8 +274,8 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
       if (!known) {
         std::vector<std::string> names;
         for (const Param& p : tool.params) names.emplace_back(p.name);
-        throw InvalidParams(fmt::format("tool {}: unknown argument '{}' (its arguments: {})", tool.name, key,
-                                        fmt::join(names, ", ")));
+        throw InvalidParams(
+            fmt::format("tool {}: unknown argument '{}' (its arguments: {})", tool.name, key, fmt::join(names, ", ")));
       }
     }
   }
@@ -264,12 +293,13 @@ std::vector<std::pair<const Param*, const nlohmann::json*>> checked(const Tool& 
       continue;
     }
     if (!fits(p.kind, *v)) {
-      throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name,
-                                      kind_name(p.kind), v->dump().substr(0, 80)));
+      throw InvalidParams(fmt::format("tool {}: argument '{}' must be {}, not {}", tool.name, p.name, kind_name(p.kind),
+                                      v->dump().substr(0, 80)));
     }
     const nlohmann::json items = p.kind == Kind::strings ? *v : nlohmann::json::array({*v});
     for (const nlohmann::json& item : items) {
-      if (!p.choices.empty() && std::find(p.choices.begin(), p.choices.end(), item.get<std::string>()) == p.choices.end()) {
+      if (!p.choices.empty() &&
+          std::find(p.choices.begin(), p.choices.end(), item.get<std::string>()) == p.choices.end()) {
         throw InvalidParams(fmt::format("tool {}: argument '{}' must be {} of {}, not {}", tool.name, p.name,
                                         p.kind == Kind::strings ? "a list of values each one" : "one",
                                         fmt::join(p.choices, ", "), item.dump().substr(0, 80)));
@@ -299,9 +329,8 @@ nlohmann::json bound(const OptionRange& range, double v) {
 // so the schema cannot state another default than the verb takes.
 const CLI::App& command_line() {
   static CLI::App app;
-  static const std::vector<Action> actions = {add_check(app),  add_compare(app), add_validate(app),
-                                              add_profile(app), add_verify(app),  add_keep(app),
-                                              add_revalidate(app), add_history(app)};
+  static const std::vector<Action> actions = {add_check(app),  add_compare(app), add_validate(app),   add_profile(app),
+                                              add_verify(app), add_keep(app),    add_revalidate(app), add_history(app)};
   (void)actions;  // they own what the options would parse into; nothing here parses
   return app;
 }
@@ -319,9 +348,12 @@ nlohmann::json cli_default(const Tool& tool, const Param& p) {
   const std::string text = option->get_default_str();
   if (text.empty()) return nullptr;
   switch (p.kind) {
-    case Kind::number: return std::stod(text);
-    case Kind::integer: return std::stoull(text);
-    default: return text;
+    case Kind::number:
+      return std::stod(text);
+    case Kind::integer:
+      return std::stoull(text);
+    default:
+      return text;
   }
 }
 
@@ -386,9 +418,10 @@ nlohmann::json output_schema(const Tool& t) {
              {{"type", "integer"},
               {"minimum", 0},
               {"maximum", 255},
-              {"description", "kwb's exit status (docs/cli.md): 0 to 3 a verdict or decision (a result, whatever it "
-                              "says), and so is check's 65 for a source that does not compile (FAIL, build_failed); "
-                              "any other code above 3: the call failed (isError), e.g. a task that does not parse"}}},
+              {"description",
+               "kwb's exit status (docs/cli.md): 0 to 3 a verdict or decision (a result, whatever it "
+               "says), and so is check's 65 for a source that does not compile (FAIL, build_failed); "
+               "any other code above 3: the call failed (isError), e.g. a task that does not parse"}}},
             {"result",
              {{"anyOf", {{{"$ref", defs[t.result]["$id"]}}, {{"type", "null"}}}},
               {"description", fmt::format("The JSON `kwb {} --json` printed, unchanged (schemas/{}.schema.json); null "
@@ -430,19 +463,17 @@ nlohmann::json tool_list() {
       props[p.name] = s;
       if (p.required) required.push_back(p.name);
     }
-    list.push_back({{"name", t.name},
-                    {"description", t.description},
-                    {"annotations",
-                     {{"readOnlyHint", t.hints.read_only},
-                      {"destructiveHint", t.hints.destructive},
-                      {"idempotentHint", t.hints.idempotent},
-                      {"openWorldHint", false}}},
-                    {"inputSchema",
-                     {{"type", "object"},
-                      {"properties", props},
-                      {"required", required},
-                      {"additionalProperties", false}}},
-                    {"outputSchema", output_schema(t)}});
+    list.push_back(
+        {{"name", t.name},
+         {"description", t.description},
+         {"annotations",
+          {{"readOnlyHint", t.hints.read_only},
+           {"destructiveHint", t.hints.destructive},
+           {"idempotentHint", t.hints.idempotent},
+           {"openWorldHint", false}}},
+         {"inputSchema",
+          {{"type", "object"}, {"properties", props}, {"required", required}, {"additionalProperties", false}}},
+         {"outputSchema", output_schema(t)}});
   }
   return list;
 }
@@ -526,8 +557,11 @@ nlohmann::json list_tasks(const nlohmann::json& args) {
       for (const Case& c : t.cases) {
         if (c.role == CaseRole::timing) workloads.push_back(c.name);
       }
-      tasks.push_back({{"name", t.name}, {"dir", dir.string()}, {"description", t.description},
-                       {"backends", backends}, {"workloads", workloads}});
+      tasks.push_back({{"name", t.name},
+                       {"dir", dir.string()},
+                       {"description", t.description},
+                       {"backends", backends},
+                       {"workloads", workloads}});
     } catch (const std::exception& e) {
       tasks.push_back({{"dir", dir.string()}, {"error", e.what()}});
     }
@@ -591,8 +625,8 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
       try {
         compiler = first_failure(nlohmann::json::parse(read_file(bundle / "checks" / "candidate.json")));
       } catch (const std::exception& e) {
-        compiler = fmt::format("\n(the compiler's output is in checks/candidate.json, which could not be read: {})",
-                               e.what());
+        compiler =
+            fmt::format("\n(the compiler's output is in checks/candidate.json, which could not be read: {})", e.what());
       }
     }
     // The figure first (issue 41): "validate KEEP_CANDIDATE decode +57.20% [+55.10, +59.30] (2.34x faster, PASS)".
@@ -611,9 +645,10 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
   }
   if (tool == "verify") {
     const nlohmann::json auth = out.value("authenticity", nlohmann::json::object());
-    return out.value("ok", false) ? fmt::format("verify: the bundle is intact and its decision follows from its "
-                                                "evidence; {}",
-                                                auth.value("summary", std::string("authenticity unknown")))
+    return out.value("ok", false) ? fmt::format(
+                                        "verify: the bundle is intact and its decision follows from its "
+                                        "evidence; {}",
+                                        auth.value("summary", std::string("authenticity unknown")))
                                   : fmt::format("verify: {} problem(s): {}", out["problems"].size(),
                                                 fmt::join(reasons(out, "problems"), "; "));
   }

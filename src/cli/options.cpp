@@ -6,15 +6,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <type_traits>
 #include <charconv>
 #include <cmath>
+#include <type_traits>
 
 namespace kwb::cli {
 
 std::chrono::milliseconds timeout_from_seconds(double seconds) {
-  const double s = std::isnan(seconds) ? k_timeout_range.min
-                                       : std::clamp(seconds, k_timeout_range.min, k_timeout_range.max);
+  const double s =
+      std::isnan(seconds) ? k_timeout_range.min : std::clamp(seconds, k_timeout_range.min, k_timeout_range.max);
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(s * 1000)));
 }
 
@@ -30,8 +30,9 @@ std::string bound_text(const OptionRange& r, double v) {
 std::string out_of_range(const OptionRange& r, const std::string& given) {
   // from_chars reads what strtod reads but a leading '+', which a person may well type.
   const std::string text = given.starts_with('+') ? given.substr(1) : given;
-  const std::string wanted = fmt::format("{} must be {} from {} to {}", r.flag, r.integer ? "an integer" : "a finite number",
-                                         bound_text(r, r.min), bound_text(r, r.max));
+  const std::string wanted =
+      fmt::format("{} must be {} from {} to {}", r.flag, r.integer ? "an integer" : "a finite number",
+                  bound_text(r, r.min), bound_text(r, r.max));
   const std::string shown = given.size() > 40 ? given.substr(0, 40) + "..." : given;
   if (r.integer) {
     // Integers are read exactly (a double would round 2^64 - 1): digits only, no sign, no exponent.
@@ -60,9 +61,9 @@ CLI::Validator in_range(const OptionRange& range) {
         const std::string why = out_of_range(range, text);
         return why.empty() ? why : why.substr(std::string_view(range.flag).size() + 1);
       },
-                        fmt::format("{} in [{} - {}]", range.integer ? "INT" : "NUMBER", bound_text(range, range.min),
-                                    bound_text(range, range.max)),
-                        "");
+      fmt::format("{} in [{} - {}]", range.integer ? "INT" : "NUMBER", bound_text(range, range.min),
+                  bound_text(range, range.max)),
+      "");
 }
 
 std::string gate_name(stats::GateKind kind) { return kind == stats::GateKind::ci ? "ci" : "point"; }
@@ -80,7 +81,9 @@ void add_backend_option(CLI::App& app, BackendKind& backend) {
 
 namespace {
 
-stats::GateKind gate_kind(const std::string& name) { return name == "point" ? stats::GateKind::point : stats::GateKind::ci; }
+stats::GateKind gate_kind(const std::string& name) {
+  return name == "point" ? stats::GateKind::point : stats::GateKind::ci;
+}
 
 }  // namespace
 
@@ -95,11 +98,14 @@ void add_check_options(CLI::App& app, CheckArgs& a) {
   control->excludes(impl);
   add_backend_option(app, a.backend);
   app.add_flag("--json", a.json, "Print one JSON object instead of the table");
-  app.add_option("--timeout-seconds", a.timeout_seconds, "Per call")->capture_default_str()
+  app.add_option("--timeout-seconds", a.timeout_seconds, "Per call")
+      ->capture_default_str()
       ->check(in_range(k_timeout_range));
-  app.add_option("--seed", a.seed, "Data nonce: 0 uses the task's published seeds")->capture_default_str()
+  app.add_option("--seed", a.seed, "Data nonce: 0 uses the task's published seeds")
+      ->capture_default_str()
       ->check(in_range(k_seed_range));
-  app.add_option("--calls", a.calls, "Calls per case, each with fresh data")->capture_default_str()
+  app.add_option("--calls", a.calls, "Calls per case, each with fresh data")
+      ->capture_default_str()
       ->check(in_range(k_calls_range));
   app.add_option("--case", a.cases, "Only this case (repeatable)");
   app.add_flag("--held-out", a.held_out,
@@ -172,7 +178,7 @@ GateConfig gate_config(const TimingArgs& a, CompareMode mode) {
   g.min_improvement_pct = a.min_improvement_pct;
   g.max_aa_difference_pct = a.max_aa_difference_pct;
   g.same_margin_pct = a.same_margin_pct.value_or(defaults::k_same_margin_pct);  // the task's: same_margin_pct()
-  return g;  // alpha: defaults::k_alpha, not a flag
+  return g;                                                                     // alpha: defaults::k_alpha, not a flag
 }
 
 double same_margin_pct(const TimingArgs& a, const Task& task) {
@@ -197,7 +203,8 @@ void add_compare_options(CLI::App& app, CompareArgs& a) {
   app.add_option("--candidate", a.candidate, "Candidate source");
   app.add_flag("--aa", a.aa, "A/A: the baseline's layout pool against itself, drawn independently (A')");
   add_timing_options(app, a.timing);
-  app.add_option("--seed", a.seed, "Seed for block orders and layouts (timed data comes from a secret drawn at run time)")
+  app.add_option("--seed", a.seed,
+                 "Seed for block orders and layouts (timed data comes from a secret drawn at run time)")
       ->capture_default_str()
       ->check(in_range(k_seed_range));
   app.add_option("--output-dir", a.output_dir, "Write samples.csv (every sample) and compare.json here");

@@ -61,7 +61,8 @@ struct CheckArgs {
 void add_check_options(CLI::App& app, CheckArgs& a);
 CheckOptions check_options(const CheckArgs& a);
 
-// ---- what compare and validate share: gates, budgets, timing, and the checks they run ----------------------------------
+// ---- what compare and validate share: gates, budgets, timing, and the checks they run
+// ----------------------------------
 
 struct TimingArgs {
   BackendKind backend = BackendKind::cpu;
@@ -89,7 +90,8 @@ double same_margin_pct(const TimingArgs& a, const Task& task);
 Budget budget(const TimingArgs& a);
 TimingOptions timing_options(const TimingArgs& a);
 
-// ---- compare ----------------------------------------------------------------------------------------------------------
+// ---- compare
+// ----------------------------------------------------------------------------------------------------------
 
 struct CompareArgs {
   std::string task_dir;
@@ -106,7 +108,8 @@ void add_compare_options(CLI::App& app, CompareArgs& a);
 // Everything but the arms and their labels, which need the builds.
 CompareRequest compare_request(const CompareArgs& a);
 
-// ---- validate ---------------------------------------------------------------------------------------------------------
+// ---- validate
+// ---------------------------------------------------------------------------------------------------------
 
 struct ValidateArgs {
   std::string task_dir;

@@ -40,11 +40,12 @@ TimingLock::WaitNotice make_lock_notice(const std::string& prefix) {
   return [prefix](const TimingLockWait& w) {
     end_progress_line();
     const std::string queue =
-        w.waiters_ahead > 0 ? fmt::format("; {} more in the queue before this one (first come, first served)",
-                                          w.waiters_ahead)
-                            : "";
-    std::fprintf(stderr, "%swaiting for the timing lock %s (one timing stage at a time on this machine): held by %s%s; "
-                         "%.0f s so far\n",
+        w.waiters_ahead > 0
+            ? fmt::format("; {} more in the queue before this one (first come, first served)", w.waiters_ahead)
+            : "";
+    std::fprintf(stderr,
+                 "%swaiting for the timing lock %s (one timing stage at a time on this machine): held by %s%s; "
+                 "%.0f s so far\n",
                  prefix.c_str(), timing_lock_path().c_str(), w.holder.c_str(), queue.c_str(), w.waited_s);
   };
 }
@@ -52,8 +53,9 @@ TimingLock::WaitNotice make_lock_notice(const std::string& prefix) {
 LockWaited make_lock_waited(const std::string& prefix) {
   return [prefix](const TimingLockRecord& hold, double budget_ahead_s) {
     end_progress_line();
-    std::fprintf(stderr, "%swaited %.0f s for the timing lock (held by %s); timing budget ahead: at most %.0f s, from "
-                         "now\n",
+    std::fprintf(stderr,
+                 "%swaited %.0f s for the timing lock (held by %s); timing budget ahead: at most %.0f s, from "
+                 "now\n",
                  prefix.c_str(), hold.waited_s, hold.waited_for.c_str(), budget_ahead_s);
   };
 }

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include <iostream>
 #include <signal.h>
+#include <iostream>
 
 namespace kwb::cli {
 

@@ -47,8 +47,8 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
       const nlohmann::json& g = a["generator"];
       o.generator_wall_s += g.value("wall_seconds", 0.0);
       o.generator_cpu_s += g.value("cpu_seconds", 0.0);
-      o.violations += static_cast<int>(g.value("violations", nlohmann::json::array()).size()) +
-                      g.value("violations_dropped", 0);
+      o.violations +=
+          static_cast<int>(g.value("violations", nlohmann::json::array()).size()) + g.value("violations_dropped", 0);
     }
     o.validate_s += a.value("validate_seconds", 0.0);
   }
@@ -125,7 +125,8 @@ PairedInterval paired_interval(const std::map<std::string, std::vector<double>>&
 namespace {
 
 // Every planned trajectory, with its outcome or as missing; `missing` lists those without a final figure.
-std::vector<TrajectoryOutcome> planned_outcomes(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& outcomes,
+std::vector<TrajectoryOutcome> planned_outcomes(const nlohmann::json& plan,
+                                                const std::vector<TrajectoryOutcome>& outcomes,
                                                 nlohmann::json& missing) {
   std::map<std::string, TrajectoryOutcome> by_id;
   for (const TrajectoryOutcome& o : outcomes) by_id[o.id] = o;
@@ -168,8 +169,12 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
       for (const TrajectoryOutcome& o : all) {
         if (o.task == name && o.seed == seed && o.arm >= 0 && o.arm < 2) side[o.arm] = &o;
       }
-      nlohmann::json p = {{"task", name}, {"seed", seed}, {"a", side[0] ? side[0]->id : ""},
-                          {"b", side[1] ? side[1]->id : ""}, {"log_speedup_a", nullptr}, {"log_speedup_b", nullptr},
+      nlohmann::json p = {{"task", name},
+                          {"seed", seed},
+                          {"a", side[0] ? side[0]->id : ""},
+                          {"b", side[1] ? side[1]->id : ""},
+                          {"log_speedup_a", nullptr},
+                          {"log_speedup_b", nullptr},
                           {"d", nullptr}};
       if (side[0] && side[0]->log_speedup) p["log_speedup_a"] = *side[0]->log_speedup;
       if (side[1] && side[1]->log_speedup) p["log_speedup_b"] = *side[1]->log_speedup;
@@ -190,9 +195,10 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
 std::string verdict_of(const PairedInterval& iv, size_t missing, size_t trajectories, double confidence,
                        const std::vector<std::string>& arm_names, std::vector<std::string>& reasons) {
   if (missing > 0) {
-    reasons.push_back(fmt::format("{} of {} trajectories have no outcome (failed, invalid or not run): nothing is "
-                                  "decided with evidence missing; see `missing`",
-                                  missing, trajectories));
+    reasons.push_back(
+        fmt::format("{} of {} trajectories have no outcome (failed, invalid or not run): nothing is "
+                    "decided with evidence missing; see `missing`",
+                    missing, trajectories));
     return "INVALID";
   }
   if (iv.method == "none") {
@@ -201,14 +207,16 @@ std::string verdict_of(const PairedInterval& iv, size_t missing, size_t trajecto
   }
   if (iv.low > 0.0 || iv.high < 0.0) {
     const bool b = iv.low > 0.0;
-    reasons.push_back(fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
-                                  "{:+.4f}], lies {} 0",
-                                  arm_names[b ? 1 : 0], confidence * 100.0, iv.low, iv.high, b ? "above" : "below"));
+    reasons.push_back(
+        fmt::format("{} better: the {:.0f}% interval of the mean log-speedup difference, [{:+.4f}, "
+                    "{:+.4f}], lies {} 0",
+                    arm_names[b ? 1 : 0], confidence * 100.0, iv.low, iv.high, b ? "above" : "below"));
     return b ? "B_BETTER" : "A_BETTER";
   }
-  reasons.push_back(fmt::format("no difference shown: the {:.0f}% interval of the mean log-speedup difference, "
-                                "[{:+.4f}, {:+.4f}], contains 0 (ratio {:.3f}x to {:.3f}x)",
-                                confidence * 100.0, iv.low, iv.high, std::exp(iv.low), std::exp(iv.high)));
+  reasons.push_back(
+      fmt::format("no difference shown: the {:.0f}% interval of the mean log-speedup difference, "
+                  "[{:+.4f}, {:+.4f}], contains 0 (ratio {:.3f}x to {:.3f}x)",
+                  confidence * 100.0, iv.low, iv.high, std::exp(iv.low), std::exp(iv.high)));
   return "INCONCLUSIVE";
 }
 
@@ -254,7 +262,9 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
           {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
           {"sandbox_violations", violations},
           {"cost",
-           {{"generator_wall_seconds", gw}, {"generator_cpu_seconds", gc}, {"validate_seconds", vs},
+           {{"generator_wall_seconds", gw},
+            {"generator_cpu_seconds", gc},
+            {"validate_seconds", vs},
             {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts}}}};
 }
 

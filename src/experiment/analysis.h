@@ -31,10 +31,10 @@ struct TrajectoryOutcome {
   std::string status;                 // "done", "invalid", "running", or "missing" (no record)
   std::optional<double> log_speedup;  // ln(baseline time / final incumbent time); 0 when nothing was kept
   std::optional<double> log_low, log_high;
-  bool measured = false;              // false: nothing kept, the speedup is 1 by construction
+  bool measured = false;  // false: nothing kept, the speedup is 1 by construction
   int keeps = 0;
   std::map<std::string, int> categories;  // attempts by category (trajectory.h's AttemptCategory names)
-  int violations = 0;                 // generator sandbox violations recorded, over all attempts
+  int violations = 0;                     // generator sandbox violations recorded, over all attempts
   double generator_wall_s = 0.0, generator_cpu_s = 0.0, validate_s = 0.0;
   std::string detail;
 };
@@ -43,10 +43,10 @@ TrajectoryOutcome outcome_of(const nlohmann::json& trajectory_record);
 
 struct PairedInterval {
   size_t pairs = 0;
-  double mean = 0.0;      // of d, tasks weighted equally
+  double mean = 0.0;  // of d, tasks weighted equally
   double low = 0.0, high = 0.0;
-  double df = 0.0;        // 0 when no interval could be formed
-  std::string method;     // "stratified paired t", "paired t" or "none"
+  double df = 0.0;     // 0 when no interval could be formed
+  std::string method;  // "stratified paired t", "paired t" or "none"
 };
 
 // The interval over pairs at `confidence`. `by_task`: d per task (one entry per seed). With two or more seeds in

@@ -16,9 +16,8 @@ using toml_file::Reader;
 
 bool is_name(const std::string& s) {
   if (s.empty() || s.size() > 32) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_';
-  });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_'; });
 }
 
 ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, const fs::path& base) {
@@ -56,8 +55,8 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
     const fs::path p = fs::absolute(base / f).lexically_normal();
     if (!fs::exists(p)) {
       fail(r.file(), line_of(*t.get("files")), where + ".files",
-           fmt::format("'{}' ({}) does not exist: name files or folders relative to the experiment file's folder",
-                       f, p.string()));
+           fmt::format("'{}' ({}) does not exist: name files or folders relative to the experiment file's folder", f,
+                       p.string()));
     }
     if (!names.insert(p.filename().string()).second) {
       fail(r.file(), line_of(*t.get("files")), where + ".files",
@@ -72,8 +71,8 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
   return a;
 }
 
-ExperimentTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base,
-                         BackendKind backend, const std::vector<ValidateFlag>& flags) {
+ExperimentTask read_task(const Reader& r, const toml::table& t, size_t index, const fs::path& base, BackendKind backend,
+                         const std::vector<ValidateFlag>& flags) {
   const std::string where = fmt::format("tasks[{}]", index);
   r.only(t, where, {"dir"});
   ExperimentTask et;
@@ -121,8 +120,8 @@ std::vector<std::int64_t> read_seeds(const fs::path& file, const toml::table& ro
       fail(file, line_of(e), "seeds", "every seed must be a whole number from 0");
     }
     if (!seen.insert(*e.value<std::int64_t>()).second) {
-      fail(file, line_of(e), "seeds", fmt::format("seed {} is given twice: each seed is one replicate",
-                                                  *e.value<std::int64_t>()));
+      fail(file, line_of(e), "seeds",
+           fmt::format("seed {} is given twice: each seed is one replicate", *e.value<std::int64_t>()));
     }
     seeds.push_back(*e.value<std::int64_t>());
   }
@@ -130,7 +129,8 @@ std::vector<std::int64_t> read_seeds(const fs::path& file, const toml::table& ro
 }
 
 // attempts, confidence, the final's budget and the executor's limits.
-void read_limits(const Reader& r, const fs::path& file, const toml::table& root, const FlagCheck& check, Experiment& x) {
+void read_limits(const Reader& r, const fs::path& file, const toml::table& root, const FlagCheck& check,
+                 Experiment& x) {
   x.attempts = static_cast<int>(r.number(root, "attempts", "attempts", 1, 1000).value_or(5));
   if (const toml::node* n = root.get("attempts"); n != nullptr && !n->is_integer()) {
     fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
@@ -164,7 +164,8 @@ std::vector<ExperimentArm> read_arms(const Reader& r, const fs::path& file, cons
   if (out[0].name == out[1].name) {
     fail(file, out[1].line, "arms[1].name",
          fmt::format("both arms are named '{}': give each its own name (two identical generators are an A/A "
-                     "experiment, named e.g. \"a1\" and \"a2\")", out[1].name));
+                     "experiment, named e.g. \"a1\" and \"a2\")",
+                     out[1].name));
   }
   return out;
 }
@@ -196,13 +197,14 @@ std::vector<ExperimentTask> read_tasks(const Reader& r, const fs::path& file, co
 Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   const fs::path file = fs::absolute(given).lexically_normal();
   if (!fs::is_regular_file(file)) {
-    throw DataError(fmt::format("{}: no such experiment file (give an experiment's .toml; docs/experiments.md)",
-                                given.string()));
+    throw DataError(
+        fmt::format("{}: no such experiment file (give an experiment's .toml; docs/experiments.md)", given.string()));
   }
   const Reader r(file);
   const toml::table root = parse_toml_file(file);
-  r.only(root, "", {"name", "storage", "seeds", "attempts", "confidence", "final_max_minutes", "run_limit_minutes",
-                    "queue_limit_minutes", "executor", "validate", "tasks", "arms"});
+  r.only(root, "",
+         {"name", "storage", "seeds", "attempts", "confidence", "final_max_minutes", "run_limit_minutes",
+          "queue_limit_minutes", "executor", "validate", "tasks", "arms"});
   const fs::path base = file.parent_path();
   Experiment x;
   x.file = file;

@@ -17,13 +17,13 @@
 namespace kwb {
 
 struct ExperimentArm {
-  std::string name;                                        // [[arms]] name: letters, digits, '-', '_'
-  std::vector<std::string> command;                        // argv; run with the arm's folder as working directory
-  std::vector<std::pair<std::string, std::string>> env;    // sorted by name
+  std::string name;                                      // [[arms]] name: letters, digits, '-', '_'
+  std::vector<std::string> command;                      // argv; run with the arm's folder as working directory
+  std::vector<std::pair<std::string, std::string>> env;  // sorted by name
   // Files and folders copied into the arm's frozen folder (storage/arms/<name>/), each under its own file name.
-  std::vector<std::filesystem::path> files;                // absolute
-  double timeout_seconds = 300.0;                          // one generator run's wall-clock limit
-  double cpu_seconds = 600.0;                              // one generator run's CPU limit (RLIMIT_CPU)
+  std::vector<std::filesystem::path> files;  // absolute
+  double timeout_seconds = 300.0;            // one generator run's wall-clock limit
+  double cpu_seconds = 600.0;                // one generator run's CPU limit (RLIMIT_CPU)
   // Its work folder's quota (every regular file's bytes together), checked after each run: past it the attempt is
   // a violation and the folder is reset (GeneratorSpec::work_quota_bytes).
   double work_quota_mib = 256.0;
@@ -37,21 +37,21 @@ struct ExperimentTask {
 };
 
 struct Experiment {
-  std::filesystem::path file;     // absolute
-  std::string name;               // `name`, else the file's stem
-  std::filesystem::path storage;  // absolute: the frozen plan, the arms, every trajectory, the analysis, the reports
+  std::filesystem::path file;       // absolute
+  std::string name;                 // `name`, else the file's stem
+  std::filesystem::path storage;    // absolute: the frozen plan, the arms, every trajectory, the analysis, the reports
   std::vector<std::int64_t> seeds;  // replicates: one trajectory per (arm, task, seed)
   int attempts = 5;                 // generator runs per trajectory
   double confidence = 0.95;         // of the interval over pairs
   // The budget per workload of each trajectory's final comparison (kwb validate's --max-minutes there), which is the
   // experiment's measurement; 0: the [validate] table's.
   double final_max_minutes = 0.0;
-  double run_limit_minutes = 120.0;    // per trajectory (a job)
-  double queue_limit_minutes = 60.0;   // per trajectory: waiting for a node or for the timing lock
+  double run_limit_minutes = 120.0;   // per trajectory (a job)
+  double queue_limit_minutes = 60.0;  // per trajectory: waiting for a node or for the timing lock
   BackendKind backend = BackendKind::cpu;
   std::vector<ValidateFlag> validate;  // passed to every kwb validate of the experiment
   ExecutorTable executor;
-  std::vector<ExperimentArm> arms;     // exactly two: A (the first) and B
+  std::vector<ExperimentArm> arms;  // exactly two: A (the first) and B
   std::vector<ExperimentTask> tasks;
 };
 

@@ -17,9 +17,9 @@ namespace {
 
 // One letter per attempt category, for the attempt sequences.
 const std::vector<std::pair<std::string, std::string>> k_letters = {
-    {"kept", "K"},      {"slower", "S"},  {"inconclusive", "?"}, {"incorrect", "X"}, {"cheat", "C"},
-    {"not_built", "B"}, {"controls", "T"}, {"invalid", "I"},     {"sandbox", "V"},   {"no_candidate", "N"},
-    {"error", "E"}};
+    {"kept", "K"},    {"slower", "S"},       {"inconclusive", "?"}, {"incorrect", "X"},
+    {"cheat", "C"},   {"not_built", "B"},    {"controls", "T"},     {"invalid", "I"},
+    {"sandbox", "V"}, {"no_candidate", "N"}, {"error", "E"}};
 
 std::string letter(const std::string& category) {
   for (const auto& [c, l] : k_letters) {
@@ -83,7 +83,8 @@ std::string sequence(const nlohmann::json* r) {
 int count(const nlohmann::json* r, const std::string& category) {
   if (r == nullptr) return 0;
   int n = 0;
-  for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) n += a.value("category", "") == category;
+  for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array()))
+    n += a.value("category", "") == category;
   return n;
 }
 
@@ -101,14 +102,16 @@ std::vector<std::string> header_lines(const nlohmann::json& plan, const nlohmann
   }
   std::vector<std::string> flags;
   for (const nlohmann::json& f : plan["settings"]["validate"]) {
-    flags.push_back(f["value"].get<std::string>().empty() ? f["flag"].get<std::string>()
-                                                          : f["flag"].get<std::string>() + " " + f["value"].get<std::string>());
+    flags.push_back(f["value"].get<std::string>().empty()
+                        ? f["flag"].get<std::string>()
+                        : f["flag"].get<std::string>() + " " + f["value"].get<std::string>());
   }
   out.push_back(fmt::format("tasks: {}; seeds: {}; attempts per trajectory: {}; backend {}; executor {}",
                             fmt::join(tasks, ", "), plan["settings"]["seeds"].dump(),
                             plan["settings"]["attempts"].get<int>(), plan["settings"]["backend"].get<std::string>(),
                             plan["settings"]["executor"]["kind"].get<std::string>()));
-  out.push_back(fmt::format("every validate: {}", flags.empty() ? "defaults" : fmt::format("{}", fmt::join(flags, " "))));
+  out.push_back(
+      fmt::format("every validate: {}", flags.empty() ? "defaults" : fmt::format("{}", fmt::join(flags, " "))));
   return out;
 }
 
@@ -167,7 +170,8 @@ Section arms_section(const nlohmann::json& an) {
 }
 
 Section categories_section(const nlohmann::json& an) {
-  Section s{"Attempts by outcome", "Every attempt of every trajectory, by what became of it (docs/experiments.md).",
+  Section s{"Attempts by outcome",
+            "Every attempt of every trajectory, by what became of it (docs/experiments.md).",
             {{"arm"}, {}, false}};
   for (const auto& [c, l] : k_letters) s.table.header.push_back(c);
   for (const nlohmann::json& arm : an["arms"]) {
@@ -191,18 +195,19 @@ Section task_section(const std::string& task, const nlohmann::json& an, const st
     if (p.value("task", "") != task) continue;
     const nlohmann::json* ra = record_of(records, p.value("a", ""));
     const nlohmann::json* rb = record_of(records, p.value("b", ""));
-    s.table.rows.push_back({{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra),
-                             std::to_string(count(ra, "kept")), sequence(ra), final_text(rb),
-                             std::to_string(count(rb, "kept")), sequence(rb),
-                             p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
-                            ""});
+    s.table.rows.push_back(
+        {{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra), std::to_string(count(ra, "kept")),
+          sequence(ra), final_text(rb), std::to_string(count(rb, "kept")), sequence(rb),
+          p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
+         ""});
   }
   return s;
 }
 
 Section trajectories_section(const ExperimentReportInput& in) {
-  Section s{"Trajectories", "Each trajectory's record is trajectories/<id>/trajectory.json; its attempts' bundles are "
-                            "below it. The link is the final comparison's bundle.",
+  Section s{"Trajectories",
+            "Each trajectory's record is trajectories/<id>/trajectory.json; its attempts' bundles are "
+            "below it. The link is the final comparison's bundle.",
             {{"trajectory", "status", "final", "attempts", "sandbox violations", "detail", "final bundle"}, {}, true}};
   for (const nlohmann::json& t : (*in.plan)["trajectories"]) {
     const std::string id = t["id"].get<std::string>();
@@ -210,7 +215,8 @@ Section trajectories_section(const ExperimentReportInput& in) {
     int violations = 0;
     if (r != nullptr) {
       for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
-        if (a.contains("generator")) violations += static_cast<int>(a["generator"].value("violations", nlohmann::json::array()).size());
+        if (a.contains("generator"))
+          violations += static_cast<int>(a["generator"].value("violations", nlohmann::json::array()).size());
       }
     }
     std::string link;
@@ -246,7 +252,8 @@ Doc build(const ExperimentReportInput& in) {
   for (const std::string& task : tasks) d.sections.push_back(task_section(task, an, *in.records, a_name, b_name));
   d.sections.push_back(trajectories_section(in));
   if (!an["missing"].empty()) {
-    Section sm{"Trajectories without an outcome", "Why the verdict is INVALID.", {{"trajectory", "status", "why"}, {}, false}};
+    Section sm{
+        "Trajectories without an outcome", "Why the verdict is INVALID.", {{"trajectory", "status", "why"}, {}, false}};
     for (const nlohmann::json& m : an["missing"]) {
       sm.table.rows.push_back({{m.value("id", ""), m.value("status", ""), m.value("detail", "")}, ""});
     }
@@ -279,8 +286,8 @@ std::string experiment_html(const ExperimentReportInput& in) {
       "</style>\n</head>\n<body>\n<h1>{title}</h1>\n<p>",
       fmt::arg("title", escape_html(d.title)));
   for (size_t i = 0; i < d.header_lines.size(); ++i) out += (i ? "<br>" : "") + escape_html(d.header_lines[i]);
-  out += fmt::format("</p>\n<p id=\"verdict\" data-verdict=\"{}\">Verdict: {}</p>\n<ul id=\"reasons\">", escape_html(d.verdict),
-                     escape_html(d.verdict_text));
+  out += fmt::format("</p>\n<p id=\"verdict\" data-verdict=\"{}\">Verdict: {}</p>\n<ul id=\"reasons\">",
+                     escape_html(d.verdict), escape_html(d.verdict_text));
   for (const std::string& r : d.reasons) out += "<li>" + escape_html(r) + "</li>";
   out += "</ul>\n";
   for (const Section& s : d.sections) {

@@ -13,10 +13,10 @@
 namespace kwb {
 
 struct ExperimentReportInput {
-  const nlohmann::json* plan = nullptr;      // kwb.experiment
-  const nlohmann::json* analysis = nullptr;  // kwb.experiment_analysis
+  const nlohmann::json* plan = nullptr;                  // kwb.experiment
+  const nlohmann::json* analysis = nullptr;              // kwb.experiment_analysis
   const std::vector<nlohmann::json>* records = nullptr;  // kwb.trajectory
-  std::filesystem::path storage;             // links are relative to it
+  std::filesystem::path storage;                         // links are relative to it
 };
 
 std::string experiment_markdown(const ExperimentReportInput& in);

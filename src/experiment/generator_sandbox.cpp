@@ -12,10 +12,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/seccomp.h>
 #include <poll.h>
 #include <seccomp.h>
 #include <signal.h>
-#include <linux/seccomp.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -49,7 +49,7 @@ constexpr auto k_teardown_grace = std::chrono::seconds(5);
 // libselinux's configuration (coreutils' ls). Counting them would charge every arm for using a C library; reading
 // them reads nothing.
 constexpr const char* k_libc_probes[] = {"/etc/ld.so.preload", "/etc/localtime", "/etc/nsswitch.conf",
-                                         "/etc/passwd", "/etc/group", "/etc/selinux/config"};
+                                         "/etc/passwd",        "/etc/group",     "/etc/selinux/config"};
 
 // Absolute and lexically normal, without a trailing separator ("/a/b/" is "/a/b").
 fs::path normal_path(const fs::path& p) {
@@ -135,10 +135,10 @@ FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>
                      std::uint64_t quota_bytes) {
   constexpr mode_t k_stripped = S_IWGRP | S_IWOTH | S_ISUID | S_ISGID;
   const auto fail = [&](const std::string& what, int e) {
-    throw Error(ExitCode::io_error, fmt::format("cannot walk {} (the generator's writable folder){}: {}: {}",
-                                                root.string(),
-                                                owner ? fmt::format(" to make uid {} its owner", owner->first) : "",
-                                                what, std::strerror(e)));
+    throw Error(
+        ExitCode::io_error,
+        fmt::format("cannot walk {} (the generator's writable folder){}: {}: {}", root.string(),
+                    owner ? fmt::format(" to make uid {} its owner", owner->first) : "", what, std::strerror(e)));
   };
   FolderWalk out;
   const int top = ::open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -151,7 +151,7 @@ FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>
   }
   if (owner) {
     if (::fchown(top, owner->first, owner->second) != 0) fail(root.string(), errno);
-    struct stat top_st{};
+    struct stat top_st {};
     if (!handing_over && (::fstat(top, &top_st) != 0 || ::fchmod(top, top_st.st_mode & 07777 & ~k_stripped) != 0)) {
       fail(root.string(), errno);
     }
@@ -176,13 +176,13 @@ FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>
     if (name == "." || name == "..") continue;
     const fs::path path = stack.back().path / name;
     const int dfd = ::dirfd(d);
-    struct stat st{};
+    struct stat st {};
     if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) fail(path.string(), errno);
     if (S_ISDIR(st.st_mode)) {
       if (static_cast<int>(stack.size()) >= k_max_work_depth) {
         if (!too_deep) {
-          out.problems.push_back(fmt::format("folders nested deeper than {} levels ({})", k_max_work_depth,
-                                             path.string()));
+          out.problems.push_back(
+              fmt::format("folders nested deeper than {} levels ({})", k_max_work_depth, path.string()));
         }
         too_deep = true;
         continue;  // not descended: the walk's descriptors stay bounded
@@ -220,8 +220,8 @@ FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>
     }
   }
   if (out.bytes > quota_bytes) {
-    out.problems.push_back(fmt::format("{} bytes in its files, over the folder's quota of {} bytes", out.bytes,
-                                       quota_bytes));
+    out.problems.push_back(
+        fmt::format("{} bytes in its files, over the folder's quota of {} bytes", out.bytes, quota_bytes));
   }
   return out;
 }
@@ -229,10 +229,10 @@ FolderWalk walk_tree(const fs::path& root, std::optional<std::pair<uid_t, gid_t>
 // Empties `root` (kwb's user owns it again, with the mode it had): rm -rf (coreutils, which removes a tree of any
 // depth with a bounded number of descriptors and never follows a symbolic link), then the folder made again.
 void reset_folder(const fs::path& root) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(root.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    throw Error(ExitCode::io_error, fmt::format("cannot reset {} (the generator's writable folder): {}",
-                                                root.string(), std::strerror(errno)));
+    throw Error(ExitCode::io_error, fmt::format("cannot reset {} (the generator's writable folder): {}", root.string(),
+                                                std::strerror(errno)));
   }
   const CommandResult r =
       run_command({"/bin/rm", "-rf", "--one-file-system", "--", root.string()}, std::chrono::minutes(10));
@@ -254,21 +254,23 @@ void require_reachable_by_others(const fs::path& p, bool read, const std::string
     chain.push_back(so_far);
   }
   for (std::size_t i = 0; i + 1 < chain.size(); ++i) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(chain[i].c_str(), &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & S_IXOTH) == 0) {
-      throw DataError(fmt::format("{} ({}): the folder {} above it is not searchable by others (mode {:o}); kwb runs "
-                                  "generators as a user of their own and cannot bind it: chmod o+x {}",
-                                  p.string(), role, chain[i].string(), st.st_mode & 07777, chain[i].string()));
+      throw DataError(
+          fmt::format("{} ({}): the folder {} above it is not searchable by others (mode {:o}); kwb runs "
+                      "generators as a user of their own and cannot bind it: chmod o+x {}",
+                      p.string(), role, chain[i].string(), st.st_mode & 07777, chain[i].string()));
     }
   }
   if (!read) return;
-  struct stat st{};
+  struct stat st {};
   if (::stat(p.c_str(), &st) != 0) return;  // reported where the spec is checked
   const mode_t need = S_ISDIR(st.st_mode) ? (S_IROTH | S_IXOTH) : S_IROTH;
   if ((st.st_mode & need) != need) {
-    throw DataError(fmt::format("{} ({}) is not readable by others (mode {:o}); kwb runs generators as a user of "
-                                "their own: make it and what is in it readable by all (chmod -R o+rX {})",
-                                p.string(), role, st.st_mode & 07777, p.string()));
+    throw DataError(
+        fmt::format("{} ({}) is not readable by others (mode {:o}); kwb runs generators as a user of "
+                    "their own: make it and what is in it readable by all (chmod -R o+rX {})",
+                    p.string(), role, st.st_mode & 07777, p.string()));
   }
 }
 
@@ -276,20 +278,34 @@ void require_reachable_by_others(const fs::path& p, bool read, const std::string
 
 std::string family_name(int family) {
   switch (family) {
-    case AF_INET: return "AF_INET";
-    case AF_INET6: return "AF_INET6";
-    case AF_PACKET: return "AF_PACKET";
-    case AF_NETLINK: return "AF_NETLINK";
-    case AF_BLUETOOTH: return "AF_BLUETOOTH";
-    case AF_VSOCK: return "AF_VSOCK";
-    case AF_ALG: return "AF_ALG";
-    case AF_KEY: return "AF_KEY";
-    case AF_APPLETALK: return "AF_APPLETALK";
-    case AF_X25: return "AF_X25";
-    case AF_CAN: return "AF_CAN";
-    case AF_TIPC: return "AF_TIPC";
-    case AF_XDP: return "AF_XDP";
-    default: return fmt::format("address family {}", family);
+    case AF_INET:
+      return "AF_INET";
+    case AF_INET6:
+      return "AF_INET6";
+    case AF_PACKET:
+      return "AF_PACKET";
+    case AF_NETLINK:
+      return "AF_NETLINK";
+    case AF_BLUETOOTH:
+      return "AF_BLUETOOTH";
+    case AF_VSOCK:
+      return "AF_VSOCK";
+    case AF_ALG:
+      return "AF_ALG";
+    case AF_KEY:
+      return "AF_KEY";
+    case AF_APPLETALK:
+      return "AF_APPLETALK";
+    case AF_X25:
+      return "AF_X25";
+    case AF_CAN:
+      return "AF_CAN";
+    case AF_TIPC:
+      return "AF_TIPC";
+    case AF_XDP:
+      return "AF_XDP";
+    default:
+      return fmt::format("address family {}", family);
   }
 }
 
@@ -394,7 +410,8 @@ private:
     if (!text || text->empty()) return std::optional<fs::path>();
     if ((*text)[0] == '/') return std::optional<fs::path>(normal_path(*text));
     const int dirfd = arg.dirfd_arg < 0 ? AT_FDCWD : static_cast<int>(m_req->data.args[arg.dirfd_arg]);
-    const std::string link = dirfd == AT_FDCWD ? fmt::format("/proc/{}/cwd", pid) : fmt::format("/proc/{}/fd/{}", pid, dirfd);
+    const std::string link =
+        dirfd == AT_FDCWD ? fmt::format("/proc/{}/cwd", pid) : fmt::format("/proc/{}/fd/{}", pid, dirfd);
     std::error_code ec;
     const fs::path base = fs::read_symlink(link, ec);
     if (!still_valid()) return std::nullopt;
@@ -516,13 +533,14 @@ Prepared prepare_sandbox(const GeneratorSpec& spec, bool own_user) {
   const auto folder = [](const fs::path& path, const std::string& field) {
     std::error_code ec;
     if (!path.is_absolute()) {
-      throw DataError(fmt::format("the generator's {} '{}' is not an absolute path; the sandbox binds folders at "
-                                  "their absolute paths",
-                                  field, path.string()));
+      throw DataError(
+          fmt::format("the generator's {} '{}' is not an absolute path; the sandbox binds folders at "
+                      "their absolute paths",
+                      field, path.string()));
     }
     if (!fs::exists(fs::symlink_status(path, ec))) {
-      throw DataError(fmt::format("the generator's {} {} does not exist: create it before the run", field,
-                                  path.string()));
+      throw DataError(
+          fmt::format("the generator's {} {} does not exist: create it before the run", field, path.string()));
     }
     return normal_path(path);
   };
@@ -531,30 +549,33 @@ Prepared prepare_sandbox(const GeneratorSpec& spec, bool own_user) {
     std::error_code ec;
     const fs::file_status st = fs::symlink_status(writable, ec);
     if (!fs::is_directory(st)) {
-      throw DataError(fmt::format("the generator's writable folder {} is not a folder (a symbolic link or a file): "
-                                  "give it a real folder",
-                                  writable.string()));
+      throw DataError(
+          fmt::format("the generator's writable folder {} is not a folder (a symbolic link or a file): "
+                      "give it a real folder",
+                      writable.string()));
     }
   }
   std::vector<fs::path> read_only;
   for (const fs::path& r : spec.read_only) read_only.push_back(folder(r, "read-only folder"));
   p.cwd = spec.cwd.empty() ? writable : normal_path(spec.cwd);
-  const bool cwd_bound = path_is_within(p.cwd, writable) ||
-                         std::any_of(read_only.begin(), read_only.end(),
-                                     [&](const fs::path& r) { return path_is_within(p.cwd, r); });
+  const bool cwd_bound =
+      path_is_within(p.cwd, writable) ||
+      std::any_of(read_only.begin(), read_only.end(), [&](const fs::path& r) { return path_is_within(p.cwd, r); });
   if (!p.cwd.is_absolute() || !cwd_bound) {
-    throw DataError(fmt::format("the generator's working folder {} lies outside its writable folder and its "
-                                "read-only folders, so it does not exist inside the sandbox: pick one within them",
-                                p.cwd.string()));
+    throw DataError(
+        fmt::format("the generator's working folder {} lies outside its writable folder and its "
+                    "read-only folders, so it does not exist inside the sandbox: pick one within them",
+                    p.cwd.string()));
   }
   for (const auto& [name, value] : spec.env) {
     if (name.empty() || name.find('=') != std::string::npos || name.find('\0') != std::string::npos) {
       throw DataError(fmt::format("the generator's environment variable name '{}' is not a name", name));
     }
     if (name == "PATH" || name == "HOME" || name == "TMPDIR" || name == "LANG") {
-      throw DataError(fmt::format("the generator's environment may not set {}: kwb sets PATH, HOME (the writable "
-                                  "folder), TMPDIR (/tmp) and LANG itself",
-                                  name));
+      throw DataError(
+          fmt::format("the generator's environment may not set {}: kwb sets PATH, HOME (the writable "
+                      "folder), TMPDIR (/tmp) and LANG itself",
+                      name));
     }
   }
   if (own_user) {
@@ -573,9 +594,10 @@ Prepared prepare_sandbox(const GeneratorSpec& spec, bool own_user) {
 
   p.program = resolve_program(spec.argv.front(), p.cwd);
   if (!p.program.empty() && !p.view.contains(p.program)) {
-    throw DataError(fmt::format("the generator's program {} lies outside what the generator sees (the system roots, "
-                                "its read-only and writable folders): bind its folder read-only",
-                                p.program));
+    throw DataError(
+        fmt::format("the generator's program {} lies outside what the generator sees (the system roots, "
+                    "its read-only and writable folders): bind its folder read-only",
+                    p.program));
   }
 
   std::vector<std::string>& a = p.bwrap_args;
@@ -594,8 +616,8 @@ Prepared prepare_sandbox(const GeneratorSpec& spec, bool own_user) {
     return std::distance(x.first.begin(), x.first.end()) < std::distance(y.first.begin(), y.first.end());
   });
   for (const auto& [path, rw] : binds) a.insert(a.end(), {rw ? "--bind" : "--ro-bind", path.string(), path.string()});
-  a.insert(a.end(), {"--chdir", p.cwd.string(), "--clearenv", "--setenv", "PATH", k_generator_path, "--setenv",
-                     "HOME", writable.string(), "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"});
+  a.insert(a.end(), {"--chdir", p.cwd.string(), "--clearenv", "--setenv", "PATH", k_generator_path, "--setenv", "HOME",
+                     writable.string(), "--setenv", "TMPDIR", "/tmp", "--setenv", "LANG", "C.UTF-8"});
   for (const auto& [name, value] : spec.env) a.insert(a.end(), {"--setenv", name, value});
   a.insert(a.end(), {"--", p.shim.string(), p.program});
   a.insert(a.end(), spec.argv.begin(), spec.argv.end());
@@ -723,9 +745,10 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
   std::string supervision_failure;
   const auto serve = [&] {
     if (const int e = supervisor.serve(notify.get()); e != 0) {
-      supervision_failure = fmt::format("\n(kwb: the sandbox's supervision failed ({}): the generator's calls that "
-                                        "name a path failed from then on)\n",
-                                        std::strerror(e));
+      supervision_failure = fmt::format(
+          "\n(kwb: the sandbox's supervision failed ({}): the generator's calls that "
+          "name a path failed from then on)\n",
+          std::strerror(e));
       notify.reset();
     }
   };
@@ -846,18 +869,21 @@ std::optional<std::string> read_generated_file(const fs::path& dir, const std::s
   const UniqueFd fd(::openat(dfd.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) {
     const int e = errno;
-    why = e == ELOOP ? fmt::format("{} is a symbolic link; kwb reads only regular files a generator wrote",
-                                   path.string())
-                     : fmt::format("cannot open {}: {}", path.string(), std::strerror(e));
+    why = e == ELOOP
+              ? fmt::format("{} is a symbolic link; kwb reads only regular files a generator wrote", path.string())
+              : fmt::format("cannot open {}: {}", path.string(), std::strerror(e));
     return std::nullopt;
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd.get(), &st) != 0) {
     why = fmt::format("cannot stat {}: {}", path.string(), std::strerror(errno));
     return std::nullopt;
   }
   if (!S_ISREG(st.st_mode)) {
-    const char* what = S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a folder" : S_ISSOCK(st.st_mode) ? "a socket" : "a device";
+    const char* what = S_ISFIFO(st.st_mode)   ? "a FIFO"
+                       : S_ISDIR(st.st_mode)  ? "a folder"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "a device";
     why = fmt::format("{} is {}, not a regular file; kwb reads only regular files a generator wrote", path.string(),
                       what);
     return std::nullopt;

@@ -13,7 +13,6 @@
 
 #include <sys/stat.h>
 
-
 namespace kwb {
 
 namespace fs = std::filesystem;
@@ -176,8 +175,8 @@ nlohmann::json freeze_experiment(const Experiment& x) {
   fs::create_directories(staging);
   nlohmann::json trajectories = nlohmann::json::array();
   for (const TrajectoryPlan& p : plan_trajectories(x)) {
-    trajectories.push_back({{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task},
-                            {"seed", p.seed}});
+    trajectories.push_back(
+        {{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task}, {"seed", p.seed}});
   }
   const Provenance built = build_provenance();
   nlohmann::json plan = {
@@ -223,18 +222,21 @@ nlohmann::json freeze_experiment(const Experiment& x) {
 nlohmann::json load_frozen_plan(const fs::path& storage) {
   const ExperimentPaths paths{storage};
   if (!fs::is_regular_file(paths.plan())) {
-    throw DataError(fmt::format("{}: no experiment.json: not an experiment's storage folder (kwb experiment run "
-                                "freezes one)", storage.string()));
+    throw DataError(
+        fmt::format("{}: no experiment.json: not an experiment's storage folder (kwb experiment run "
+                    "freezes one)",
+                    storage.string()));
   }
   const std::string text = read_file(paths.plan());
   std::string recorded;
   if (fs::is_regular_file(storage / "experiment.sha256")) recorded = read_file(storage / "experiment.sha256");
   while (!recorded.empty() && (recorded.back() == '\n' || recorded.back() == ' ')) recorded.pop_back();
   if (recorded != sha256_hex(text)) {
-    throw DataError(fmt::format("{}: its SHA-256 is not the one recorded at the freeze ({}): the plan was changed "
-                                "after it was frozen; the experiment's evidence cannot be trusted. Run it again into "
-                                "a new storage folder", paths.plan().string(),
-                                (storage / "experiment.sha256").string()));
+    throw DataError(
+        fmt::format("{}: its SHA-256 is not the one recorded at the freeze ({}): the plan was changed "
+                    "after it was frozen; the experiment's evidence cannot be trusted. Run it again into "
+                    "a new storage folder",
+                    paths.plan().string(), (storage / "experiment.sha256").string()));
   }
   nlohmann::json j;
   try {

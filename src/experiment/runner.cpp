@@ -33,9 +33,10 @@ std::optional<nlohmann::json> read_record(const fs::path& p) {
     return std::nullopt;
   }
   if (const std::string why = sealed_json_problem(j, "kwb.trajectory", trusted_keys()); !why.empty()) {
-    throw DataError(fmt::format("{}: not believed: {}. A trajectory seals its record with the machine key each time "
-                                "it writes it; restore it from a copy, or run the trajectory again",
-                                p.string(), why));
+    throw DataError(
+        fmt::format("{}: not believed: {}. A trajectory seals its record with the machine key each time "
+                    "it writes it; restore it from a copy, or run the trajectory again",
+                    p.string(), why));
   }
   return j;
 }
@@ -124,7 +125,8 @@ bool look_at(Running& r, Executor& ex, const Experiment& x, ExperimentRunSummary
     }
     return false;
   }
-  const std::optional<nlohmann::json> rec = read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
+  const std::optional<nlohmann::json> rec =
+      read_record(ExperimentPaths{x.storage}.trajectory(r.id) / "trajectory.json");
   const std::string status = rec ? rec->value("status", "missing") : "missing";
   std::string why;
   if (status != "done") {
@@ -132,8 +134,8 @@ bool look_at(Running& r, Executor& ex, const Experiment& x, ExperimentRunSummary
     why = last_error_line(r.launch.attempt_dir / "stderr.log");
   }
   say(fmt::format("{}: ended (exit {}{}{}): trajectory {}{}", r.id, p.exit_code ? std::to_string(*p.exit_code) : "none",
-                  p.signal != 0 ? fmt::format(", signal {}", p.signal) : "", r.stopping.empty() ? "" : ", " + r.stopping,
-                  status, why.empty() ? "" : ": " + why));
+                  p.signal != 0 ? fmt::format(", signal {}", p.signal) : "",
+                  r.stopping.empty() ? "" : ", " + r.stopping, status, why.empty() ? "" : ": " + why));
   return true;
 }
 

@@ -19,9 +19,9 @@ namespace kwb {
 
 struct ExperimentRunSummary {
   size_t trajectories = 0;
-  size_t skipped = 0;   // done in an earlier run
+  size_t skipped = 0;  // done in an earlier run
   size_t started = 0;
-  size_t failed = 0;    // jobs that ended without a finished trajectory record
+  size_t failed = 0;  // jobs that ended without a finished trajectory record
   double wall_seconds = 0.0;
 };
 

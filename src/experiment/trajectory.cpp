@@ -31,9 +31,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view k_category_names[] = {"kept",    "slower",  "inconclusive", "incorrect",
-                                                  "cheat",   "not_built", "controls",  "invalid",
-                                                  "sandbox", "no_candidate", "error"};
+constexpr std::string_view k_category_names[] = {"kept",    "slower",       "inconclusive", "incorrect",
+                                                 "cheat",   "not_built",    "controls",     "invalid",
+                                                 "sandbox", "no_candidate", "error"};
 
 // A candidate larger than this is not a kernel source.
 constexpr size_t k_max_candidate_bytes = 1 << 20;
@@ -69,10 +69,10 @@ struct Trajectory {
   nlohmann::json task;
   nlohmann::json arm;
   fs::path dir;
-  fs::path task_dir;     // the real task folder (kwb validate's)
-  fs::path public_dir;   // its public copy (the generator's)
+  fs::path task_dir;    // the real task folder (kwb validate's)
+  fs::path public_dir;  // its public copy (the generator's)
   fs::path baseline_public;
-  std::string ext;       // the baseline's extension, which every candidate gets
+  std::string ext;  // the baseline's extension, which every candidate gets
   fs::path ledger;
   std::int64_t seed = 0;
   int attempts = 0;
@@ -92,8 +92,8 @@ std::vector<std::string> validate_argv(const Trajectory& t, const std::string& c
                                        const fs::path& bundle, bool against_incumbent, double max_minutes = 0.0) {
   std::vector<std::string> a = {"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "validate",
                                 t.task_dir.string(), "--candidate", candidate, "--output-dir", bundle.string(),
-                                "--backend", t.plan["settings"]["backend"].get<std::string>(),
-                                "--seed", std::to_string(seed), "--json",
+                                "--backend", t.plan["settings"]["backend"].get<std::string>(), "--seed",
+                                std::to_string(seed), "--json",
                                 // This run's own nonce, in the plan's signed command line: run_validate takes no
                                 // bundle that another run made, even one under exactly these rules.
                                 "--job-nonce", DataSecret::draw().hex()};
@@ -149,9 +149,12 @@ ValidateOutcome run_validate(const Trajectory& t, const std::vector<std::string>
 
 nlohmann::json speedup_json(const std::optional<LogSpeedup>& s) {
   if (!s) return nullptr;
-  return {{"log_speedup", s->estimate}, {"log_low", s->low}, {"log_high", s->high},
+  return {{"log_speedup", s->estimate},
+          {"log_low", s->low},
+          {"log_high", s->high},
           {"improvement_pct", (1.0 - std::exp(-s->estimate)) * 100.0},
-          {"ci_low_pct", (1.0 - std::exp(-s->low)) * 100.0}, {"ci_high_pct", (1.0 - std::exp(-s->high)) * 100.0}};
+          {"ci_low_pct", (1.0 - std::exp(-s->low)) * 100.0},
+          {"ci_high_pct", (1.0 - std::exp(-s->high)) * 100.0}};
 }
 
 // The incumbent's source: the last kept attempt's candidate (its private copy, which kwb validate reads through
@@ -166,7 +169,8 @@ std::optional<int> last_kept(const nlohmann::json& record) {
 
 // The generator of attempt n: the arm's command in its sandbox, seeing the task's public part, the history, its
 // work folder and its arm's files, with the protocol's environment (docs/arms.md).
-GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbent_public, const std::string& out_name) {
+GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbent_public,
+                             const std::string& out_name) {
   GeneratorSpec g;
   for (const nlohmann::json& w : t.arm["command"]) g.argv.push_back(w.get<std::string>());
   const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
@@ -199,9 +203,14 @@ nlohmann::json generator_json(const GeneratorResult& gr) {
   for (const SandboxViolation& v : gr.violations) {
     violations.push_back({{"kind", v.kind}, {"syscall", v.syscall}, {"target", v.target}});
   }
-  return {{"exit_code", gr.exit_code}, {"signal", gr.signal}, {"timed_out", gr.timed_out},
-          {"wall_seconds", gr.wall_seconds}, {"cpu_seconds", gr.cpu_seconds}, {"violations", violations},
-          {"violations_dropped", gr.violations_dropped}, {"folder_problems", gr.folder_problems}};
+  return {{"exit_code", gr.exit_code},
+          {"signal", gr.signal},
+          {"timed_out", gr.timed_out},
+          {"wall_seconds", gr.wall_seconds},
+          {"cpu_seconds", gr.cpu_seconds},
+          {"violations", violations},
+          {"violations_dropped", gr.violations_dropped},
+          {"folder_problems", gr.folder_problems}};
 }
 
 // Why the generator's run gives nothing to validate ("" when it wrote a candidate and did nothing wrong), and the
@@ -211,19 +220,22 @@ std::string generator_failure(const GeneratorResult& gr, const GeneratorSpec& g,
                               AttemptCategory& category) {
   if (!gr.folder_problems.empty()) {
     category = AttemptCategory::sandbox;
-    return fmt::format("the generator left its work folder past its bounds ({}): the folder is reset and its "
-                       "candidate discarded",
-                       fmt::join(gr.folder_problems, "; "));
+    return fmt::format(
+        "the generator left its work folder past its bounds ({}): the folder is reset and its "
+        "candidate discarded",
+        fmt::join(gr.folder_problems, "; "));
   }
   if (!gr.violations.empty()) {
     category = AttemptCategory::sandbox;
-    return fmt::format("the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate is "
-                       "discarded",
-                       gr.violations.size() + gr.violations_dropped, gr.violations.front().kind,
-                       gr.violations.front().syscall, gr.violations.front().target);
+    return fmt::format(
+        "the generator reached outside its sandbox ({} time(s), first: {} {} {}): its candidate is "
+        "discarded",
+        gr.violations.size() + gr.violations_dropped, gr.violations.front().kind, gr.violations.front().syscall,
+        gr.violations.front().target);
   }
   category = AttemptCategory::no_candidate;
-  if (gr.timed_out) return fmt::format("the generator ran past its {} s limit", static_cast<double>(g.wall.count()) / 1000.0);
+  if (gr.timed_out)
+    return fmt::format("the generator ran past its {} s limit", static_cast<double>(g.wall.count()) / 1000.0);
   if (gr.signal != 0) return fmt::format("the generator was killed by signal {}", gr.signal);
   if (gr.exit_code != 0) return fmt::format("the generator exited with {}", gr.exit_code);
   if (!wrote) return "the generator wrote no candidate: " + why;
@@ -252,13 +264,13 @@ AttemptCategory validate_and_keep(const Trajectory& t, int n, const fs::path& ad
   a["speedup"] = speedup_json(v.ab);
   const AttemptCategory category = categorize_decision(*v.decision, v.final_reasons);
   if (category != AttemptCategory::kept) return category;
-  const CommandResult k = run_command({"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "keep",
-                                       (adir / "bundle").string()},
-                                      std::chrono::minutes(10), StderrMode::separate);
+  const CommandResult k = run_command(
+      {"/usr/bin/env", "KWB_LEDGER=" + t.ledger.string(), t.kwb.string(), "keep", (adir / "bundle").string()},
+      std::chrono::minutes(10), StderrMode::separate);
   write_file_atomic(adir / "keep.log", k.output + k.errors);
   if (k.exit_code != 0) {
-    a["detail"] = fmt::format("kwb keep refused the KEEP_CANDIDATE bundle (exit {}): {}", k.exit_code,
-                              tail(k.errors, 400));
+    a["detail"] =
+        fmt::format("kwb keep refused the KEEP_CANDIDATE bundle (exit {}): {}", k.exit_code, tail(k.errors, 400));
     return AttemptCategory::error;
   }
   a["kept"] = true;
@@ -271,9 +283,16 @@ void publish_result(const Trajectory& t, int n, const std::string& out_name, con
   const fs::path h = t.history() / std::to_string(n);
   fs::create_directories(h);
   if (source) write_file_atomic(h / out_name, *source);
-  nlohmann::json pub = {{"attempt", n}, {"decision", a["decision"]}, {"kept", a["kept"]}, {"category", a["category"]},
-                        {"reason_codes", a["reason_codes"]}, {"improvement_pct", nullptr}, {"ci_low_pct", nullptr},
-                        {"ci_high_pct", nullptr}, {"candidate_sha256", a["candidate_sha256"]}, {"meta", a["meta"]}};
+  nlohmann::json pub = {{"attempt", n},
+                        {"decision", a["decision"]},
+                        {"kept", a["kept"]},
+                        {"category", a["category"]},
+                        {"reason_codes", a["reason_codes"]},
+                        {"improvement_pct", nullptr},
+                        {"ci_low_pct", nullptr},
+                        {"ci_high_pct", nullptr},
+                        {"candidate_sha256", a["candidate_sha256"]},
+                        {"meta", a["meta"]}};
   if (a["speedup"].is_object()) {
     for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct"}) pub[k] = a["speedup"][k];
   }
@@ -295,10 +314,17 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   fs::remove(t.work() / out_name, ec);
   fs::remove(t.work() / (out_name + ".json"), ec);
 
-  nlohmann::json a = {{"attempt", n}, {"kept", false}, {"decision", nullptr}, {"reason_codes", nlohmann::json::array()},
-                      {"check_reasons", nlohmann::json::array()}, {"candidate_sha256", nullptr},
-                      {"incumbent", kept ? nlohmann::json(*kept) : nlohmann::json(nullptr)}, {"meta", nullptr},
-                      {"speedup", nullptr}, {"validate_seconds", 0.0}, {"detail", ""}};
+  nlohmann::json a = {{"attempt", n},
+                      {"kept", false},
+                      {"decision", nullptr},
+                      {"reason_codes", nlohmann::json::array()},
+                      {"check_reasons", nlohmann::json::array()},
+                      {"candidate_sha256", nullptr},
+                      {"incumbent", kept ? nlohmann::json(*kept) : nlohmann::json(nullptr)},
+                      {"meta", nullptr},
+                      {"speedup", nullptr},
+                      {"validate_seconds", 0.0},
+                      {"detail", ""}};
   const GeneratorSpec g = generator_spec(t, n, incumbent_public, out_name);
   const GeneratorResult gr = run_generator(g);
   write_file_atomic(adir / "generator.log", gr.output);
@@ -310,7 +336,8 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
     write_file_atomic(adir / out_name, *source);
     a["candidate_sha256"] = sha256_hex(*source);
   }
-  if (std::string mwhy; std::optional<std::string> meta = read_generated_file(t.work(), out_name + ".json", 64 << 10, mwhy)) {
+  if (std::string mwhy;
+      std::optional<std::string> meta = read_generated_file(t.work(), out_name + ".json", 64 << 10, mwhy)) {
     try {
       a["meta"] = nlohmann::json::parse(*meta);
     } catch (const std::exception&) {
@@ -333,7 +360,10 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
 nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
   const std::optional<int> kept = last_kept(record);
   if (!kept) {
-    return {{"status", "baseline"}, {"log_speedup", 0.0}, {"log_low", 0.0}, {"log_high", 0.0},
+    return {{"status", "baseline"},
+            {"log_speedup", 0.0},
+            {"log_low", 0.0},
+            {"log_high", 0.0},
             {"detail", "nothing was kept: the final incumbent is the baseline itself, speedup 1 by construction"}};
   }
   const fs::path fdir = t.dir / "final";
@@ -341,11 +371,12 @@ nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
   fs::create_directories(fdir);
   const fs::path incumbent = t.attempt_dir(*kept) / ("candidate" + t.ext);
   // The same seed for both arms' finals on one (task, replicate): attempt 0.
-  const ValidateOutcome v =
-      run_validate(t, validate_argv(t, incumbent.string(), attempt_seed(t.seed, 0), fdir / "bundle", false,
-                                    t.plan["settings"].value("final_max_minutes", 0.0)),
-                   fdir);
-  nlohmann::json f = {{"incumbent_attempt", *kept}, {"validate_seconds", v.seconds},
+  const ValidateOutcome v = run_validate(t,
+                                         validate_argv(t, incumbent.string(), attempt_seed(t.seed, 0), fdir / "bundle",
+                                                       false, t.plan["settings"].value("final_max_minutes", 0.0)),
+                                         fdir);
+  nlohmann::json f = {{"incumbent_attempt", *kept},
+                      {"validate_seconds", v.seconds},
                       {"bundle", (fdir / "bundle").lexically_relative(t.storage).string()}};
   if (!v.decision) {
     f["status"] = "invalid";
@@ -397,7 +428,7 @@ std::optional<AttemptCategory> parse_attempt_category(std::string_view s) {
 
 bool is_cheat_reason(const std::string& reason) {
   static const std::set<std::string> cheats = {
-      "stale_output",      "input_modified",    "out_of_bounds_write", "sandbox_violation", "forbidden_symbol",
+      "stale_output",       "input_modified",    "out_of_bounds_write", "sandbox_violation", "forbidden_symbol",
       "timing_implausible", "work_after_return", "work_outside_timer",  "work_off_queue",    "protocol"};
   return cheats.contains(reason);
 }
@@ -482,8 +513,8 @@ AttemptBundle read_attempt_bundle(const fs::path& bundle, const std::vector<std:
   }
   const VerifyReport v = verify_bundle(snapshot->path());
   if (!v.ok()) {
-    o.error = fmt::format("the attempt's bundle does not verify ({} problem(s)): {}", v.problems.size(),
-                          v.problems.front());
+    o.error =
+        fmt::format("the attempt's bundle does not verify ({} problem(s)): {}", v.problems.size(), v.problems.front());
     return o;
   }
   const BundleData b = read_bundle(snapshot->path());
@@ -492,9 +523,10 @@ AttemptBundle read_attempt_bundle(const fs::path& bundle, const std::vector<std:
     return std::vector<std::string>(std::find(a.begin(), a.end(), std::string("validate")), a.end());
   };
   if (!b.plan || after_program(b.plan->argv) != after_program(argv)) {
-    o.error = b.plan ? fmt::format("the attempt's bundle was not made by its own validate: it was made by `kwb {}`, "
-                                   "the attempt ran `kwb {}`",
-                                   fmt::join(after_program(b.plan->argv), " "), fmt::join(after_program(argv), " "))
+    o.error = b.plan ? fmt::format(
+                           "the attempt's bundle was not made by its own validate: it was made by `kwb {}`, "
+                           "the attempt ran `kwb {}`",
+                           fmt::join(after_program(b.plan->argv), " "), fmt::join(after_program(argv), " "))
                      : "the attempt's bundle has no plan that parses: " + b.plan_problem;
     return o;
   }
@@ -531,16 +563,19 @@ nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, co
   ::chmod(t.history().c_str(), 0755);
 
   nlohmann::json record;
-  if (std::optional<nlohmann::json> old = read_json(t.record_file()); old && old->value("plan_digest", "") == t.digest) {
+  if (std::optional<nlohmann::json> old = read_json(t.record_file());
+      old && old->value("plan_digest", "") == t.digest) {
     if (const std::string why = sealed_json_problem(*old, "kwb.trajectory", trusted_keys()); !why.empty()) {
       throw DataError(fmt::format("{}: not resumed from: {}", t.record_file().string(), why));
     }
     record = *old;
   } else {
-    record = {{"schema", "kwb.trajectory"}, {"schema_version", k_trajectory_schema_version}, {"plan_digest", t.digest},
-              {"id", id}, {"arm", t.spec["arm"]}, {"arm_index", t.spec["arm_index"]}, {"task", t.spec["task"]},
-              {"seed", t.seed}, {"status", "running"}, {"attempts", nlohmann::json::array()}, {"final", nullptr},
-              {"detail", ""}};
+    record = {{"schema", "kwb.trajectory"}, {"schema_version", k_trajectory_schema_version},
+              {"plan_digest", t.digest},    {"id", id},
+              {"arm", t.spec["arm"]},       {"arm_index", t.spec["arm_index"]},
+              {"task", t.spec["task"]},     {"seed", t.seed},
+              {"status", "running"},        {"attempts", nlohmann::json::array()},
+              {"final", nullptr},           {"detail", ""}};
   }
   if (record["status"] == "done") return record;
   if (const std::string changed = changed_since_freeze(t); !changed.empty()) {

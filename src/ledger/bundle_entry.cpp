@@ -30,9 +30,11 @@ bool is_task_baseline(const Plan& plan, const std::string& source) {
   } catch (const toml::parse_error&) {
     return false;
   }
-  const std::optional<std::string> declared = parsed["backends"][to_string(plan.backend)]["baseline"].value<std::string>();
+  const std::optional<std::string> declared =
+      parsed["backends"][to_string(plan.backend)]["baseline"].value<std::string>();
   if (!declared || dir.empty()) return false;
-  return (std::filesystem::path(dir) / *declared).lexically_normal() == std::filesystem::path(source).lexically_normal();
+  return (std::filesystem::path(dir) / *declared).lexically_normal() ==
+         std::filesystem::path(source).lexically_normal();
 }
 
 LedgerArm arm_of(const PlannedImpl& impl) {
@@ -109,24 +111,26 @@ IncumbentSource incumbent_source_file(const std::vector<Incumbent>& line, size_t
       if (!std::filesystem::is_regular_file(copy)) {
         tried.push_back(fmt::format("{} is missing", copy.string()));
       } else if (const std::string h = sha256_file(copy); h != i.source_sha256) {
-        tried.push_back(fmt::format("{} holds SHA-256 {}, not the kept source's {}", copy.string(), h,
-                                    i.source_sha256));
+        tried.push_back(
+            fmt::format("{} holds SHA-256 {}, not the kept source's {}", copy.string(), h, i.source_sha256));
       } else {
-        return {copy, fmt::format("{}; using the copy its bundle keeps, {} (SHA-256 {} as kept)", gone,
-                                  copy.string(), i.source_sha256.substr(0, 12))};
+        return {copy, fmt::format("{}; using the copy its bundle keeps, {} (SHA-256 {} as kept)", gone, copy.string(),
+                                  i.source_sha256.substr(0, 12))};
       }
       break;
     }
   }
   if (bundles.empty()) {
-    throw DataError(fmt::format("{}, and no bundle keeps a copy of it (it is the task's baseline): restore {} "
-                                "(e.g. git checkout -- {})",
-                                gone, src.string(), src.string()));
+    throw DataError(
+        fmt::format("{}, and no bundle keeps a copy of it (it is the task's baseline): restore {} "
+                    "(e.g. git checkout -- {})",
+                    gone, src.string(), src.string()));
   }
   if (tried.empty()) tried.push_back(fmt::format("no plan of {} names its build identity", fmt::join(bundles, " or ")));
-  throw DataError(fmt::format("{}, and its bundle's copy cannot stand in for it: {}: restore {} with the bytes of "
-                              "SHA-256 {}, or keep a new incumbent",
-                              gone, fmt::join(tried, "; "), src.string(), i.source_sha256));
+  throw DataError(
+      fmt::format("{}, and its bundle's copy cannot stand in for it: {}: restore {} with the bytes of "
+                  "SHA-256 {}, or keep a new incumbent",
+                  gone, fmt::join(tried, "; "), src.string(), i.source_sha256));
 }
 
 LedgerRun interrupted_run_from_bundle(const std::filesystem::path& bundle, const std::string& why) {
@@ -173,11 +177,11 @@ Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
     a.ledger_detail = fmt::format("recorded by this machine's ledger {} at the end of its run (run {}, {} {})",
                                   ledger->path().string(), a.recorded->id, a.recorded->kind, a.recorded->finished);
   } else {
-    a.ledger_detail = fmt::format("this bundle's manifest digest ({}) does not match any run this machine's ledger "
-                                  "{} recorded at the end of its run and sealed with a trusted key, with this plan "
-                                  "digest and decision: it was changed after the run, or it was not recorded here",
-                                  report.seal.manifest_sha256.empty() ? "no manifest" : report.seal.manifest_sha256,
-                                  ledger->path().string());
+    a.ledger_detail = fmt::format(
+        "this bundle's manifest digest ({}) does not match any run this machine's ledger "
+        "{} recorded at the end of its run and sealed with a trusted key, with this plan "
+        "digest and decision: it was changed after the run, or it was not recorded here",
+        report.seal.manifest_sha256.empty() ? "no manifest" : report.seal.manifest_sha256, ledger->path().string());
   }
   const bool signed_ok = report.signature.state == SignatureCheck::State::trusted;
   a.authentic = report.ok() && (signed_ok || a.recorded.has_value());
@@ -212,11 +216,12 @@ KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
   // run this machine recorded is kept, byte for byte as it was written.
   if (!recorded_run(ledger, v.seal)) {
     out.exit_code = static_cast<int>(ExitCode::not_authentic);
-    out.message = fmt::format("{} is not kept: this bundle's manifest digest ({}) does not match the one this "
-                              "machine's ledger ({}) recorded at the end of its run, with its plan digest and "
-                              "decision: it was changed after the run, or it was not recorded here (validate it "
-                              "again with this ledger)",
-                              bundle.string(), v.seal.manifest_sha256, ledger.path().string());
+    out.message = fmt::format(
+        "{} is not kept: this bundle's manifest digest ({}) does not match the one this "
+        "machine's ledger ({}) recorded at the end of its run, with its plan digest and "
+        "decision: it was changed after the run, or it was not recorded here (validate it "
+        "again with this ledger)",
+        bundle.string(), v.seal.manifest_sha256, ledger.path().string());
     LedgerRun refused = run_from_bundle(copy);
     refused.bundle = bundle.string();
     refused.kind = "keep";
@@ -250,21 +255,22 @@ KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
   }
   if (parse_decision(run.outcome) != DecisionKind::keep_candidate) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
-    out.message = fmt::format("{} decided {}, not KEEP_CANDIDATE: its candidate is not kept", bundle.string(),
-                              run.outcome);
+    out.message =
+        fmt::format("{} decided {}, not KEEP_CANDIDATE: its candidate is not kept", bundle.string(), run.outcome);
   } else if (!folder_problem.empty() || folder_identity != planned_identity) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
-    out.message =
-        folder_problem.empty()
-            ? fmt::format("not kept: the task changed since this bundle was made: its plan was made against task {} "
-                          "with identity {}, but the folder {} now holds identity {} (task.toml, the oracle, a "
-                          "baseline or a control differs). A changed task starts a lineage of its own: "
-                          "validate the candidate against the task as it is (kwb validate --against incumbent), and "
-                          "keep that bundle",
-                          run.task, planned_identity, b.plan->task.dir, folder_identity)
-            : fmt::format("not kept: the task folder {} this bundle was made against cannot be read ({}), so nothing "
-                          "says it is still task {} with identity {}",
-                          b.plan->task.dir, folder_problem, run.task, planned_identity);
+    out.message = folder_problem.empty()
+                      ? fmt::format(
+                            "not kept: the task changed since this bundle was made: its plan was made against task {} "
+                            "with identity {}, but the folder {} now holds identity {} (task.toml, the oracle, a "
+                            "baseline or a control differs). A changed task starts a lineage of its own: "
+                            "validate the candidate against the task as it is (kwb validate --against incumbent), and "
+                            "keep that bundle",
+                            run.task, planned_identity, b.plan->task.dir, folder_identity)
+                      : fmt::format(
+                            "not kept: the task folder {} this bundle was made against cannot be read ({}), so nothing "
+                            "says it is still task {} with identity {}",
+                            b.plan->task.dir, folder_problem, run.task, planned_identity);
   } else {
     // Generation 0 is the task's own baseline for the backend, as the plan's task manifest names it.
     Incumbent g0;
@@ -286,16 +292,18 @@ KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
     if (p.already) {
       // Keeping what is kept already asks for a state that holds: a retried keep is not an error.
       out.already = p.already;
-      out.message = fmt::format("already the incumbent: {} is generation {} of task {} on {} (kept {} from {}); "
-                                "nothing changed",
-                                p.already->source, p.already->generation, run.task, run.backend, p.already->kept,
-                                p.already->bundle.empty() ? "the task's baseline" : p.already->bundle);
+      out.message = fmt::format(
+          "already the incumbent: {} is generation {} of task {} on {} (kept {} from {}); "
+          "nothing changed",
+          p.already->source, p.already->generation, run.task, run.backend, p.already->kept,
+          p.already->bundle.empty() ? "the task's baseline" : p.already->bundle);
     } else if (p.kept) {
       out.kept = p.kept;
-      out.message = fmt::format("kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "
-                                "over the original baseline",
-                                p.kept->source, p.kept->generation, run.task, run.backend, p.kept->improvement_pct,
-                                p.kept->generation - 1, p.kept->cumulative_pct);
+      out.message = fmt::format(
+          "kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "
+          "over the original baseline",
+          p.kept->source, p.kept->generation, run.task, run.backend, p.kept->improvement_pct, p.kept->generation - 1,
+          p.kept->cumulative_pct);
     } else {
       out.exit_code = static_cast<int>(ExitCode::rejected);
       out.message = "not kept: " + p.refused;

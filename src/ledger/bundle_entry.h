@@ -62,10 +62,11 @@ std::optional<LedgerRun> recorded_run(const Ledger& ledger, const BundleSeal& se
 Authenticity authenticity(const VerifyReport& report, const Ledger* ledger);
 
 struct KeepOutcome {
-  // 0 kept, or already the incumbent (nothing changes); 1 refused (the reason says why); 3 the bundle does not verify; 77 the ledger has no record of the run
-  // that wrote this bundle as it is (changed after the run, or not recorded here)
+  // 0 kept, or already the incumbent (nothing changes); 1 refused (the reason says why); 3 the bundle does not verify;
+  // 77 the ledger has no record of the run that wrote this bundle as it is (changed after the run, or not recorded
+  // here)
   int exit_code = 0;
-  std::string message;         // for people
+  std::string message;  // for people
   std::optional<Incumbent> kept;
   std::optional<Incumbent> already;   // the bundle's candidate is the current incumbent already
   std::vector<std::string> problems;  // verify's, when it did not verify

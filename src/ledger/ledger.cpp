@@ -113,13 +113,14 @@ static_assert(k_known_versions == Ledger::k_schema_version);
 // What an incumbent row's seal signs: every column the row holds, exactly as stored (the workloads as their JSON
 // text, the improvement as the double it is), and the seal of the generation before it ("" for generation 0), so
 // that no row can be inserted, edited, reordered or spliced in from another lineage.
-std::string lineage_seal_message(const std::string& task, BackendKind backend, int64_t generation,
-                                 const Incumbent& i, const std::string& workloads_json, double improvement_pct,
+std::string lineage_seal_message(const std::string& task, BackendKind backend, int64_t generation, const Incumbent& i,
+                                 const std::string& workloads_json, double improvement_pct,
                                  const std::string& previous_seal) {
-  return fmt::format("kwb lineage seal v2\ntask {}\ntask_name {}\nbackend {}\ngeneration {}\nidentity {}\nsource {}\n"
-                     "source_sha256 {}\nbundle {}\nkept {}\nworkloads {}\nimprovement_pct {:.17g}\nprevious {}\n",
-                     task, i.task_name, to_string(backend), generation, i.identity, i.source, i.source_sha256,
-                     i.bundle, i.kept, workloads_json, improvement_pct, previous_seal);
+  return fmt::format(
+      "kwb lineage seal v2\ntask {}\ntask_name {}\nbackend {}\ngeneration {}\nidentity {}\nsource {}\n"
+      "source_sha256 {}\nbundle {}\nkept {}\nworkloads {}\nimprovement_pct {:.17g}\nprevious {}\n",
+      task, i.task_name, to_string(backend), generation, i.identity, i.source, i.source_sha256, i.bundle, i.kept,
+      workloads_json, improvement_pct, previous_seal);
 }
 
 // "rmsnorm (identity 1a2b3c4d5e6f)": a lineage as people know it, and its key.
@@ -316,10 +317,11 @@ const std::string& process_started_text() { return g_process_started; }
 
 std::string since_bound(const std::string& text, std::time_t now) {
   const auto refuse = [&text]() -> std::string {
-    throw UsageError(fmt::format("--since {}: not a UTC date, date and time, or duration: give e.g. 2026-12-01, "
-                                 "2026-12-01T22:15, 2026-12-01T22:15:19Z, or a duration back from now such as 90s, "
-                                 "45m, 2h, 3d, 1w",
-                                 text));
+    throw UsageError(
+        fmt::format("--since {}: not a UTC date, date and time, or duration: give e.g. 2026-12-01, "
+                    "2026-12-01T22:15, 2026-12-01T22:15:19Z, or a duration back from now such as 90s, "
+                    "45m, 2h, 3d, 1w",
+                    text));
   };
   // A duration: digits and one unit.
   if (text.size() >= 2 && std::isdigit(static_cast<unsigned char>(text[0])) &&
@@ -358,10 +360,10 @@ const std::vector<std::string>& run_outcomes() {
   // check: PASS FAIL BUILD_FAILED; compare: its verdict; validate: its decision; keep: KEPT, ALREADY_INCUMBENT,
   // REFUSED; a stopped compare or validate: INTERRUPTED; a run not finished yet: RUNNING, one whose process ended
   // without finishing it: KILLED (derived when read; the row says RUNNING); one that ended on an error: ERROR.
-  static const std::vector<std::string> outcomes = {
-      "PASS",          "FAIL",         "SAME",         "BUILD_FAILED", "INCONCLUSIVE", "INVALID", "REFUSED",
-      "INTERRUPTED",   "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",       "ALREADY_INCUMBENT", "RUNNING",
-      "KILLED",        "ERROR"};
+  static const std::vector<std::string> outcomes = {"PASS",           "FAIL",          "SAME",    "BUILD_FAILED",
+                                                    "INCONCLUSIVE",   "INVALID",       "REFUSED", "INTERRUPTED",
+                                                    "KEEP_CANDIDATE", "KEEP_BASELINE", "KEPT",    "ALREADY_INCUMBENT",
+                                                    "RUNNING",        "KILLED",        "ERROR"};
   return outcomes;
 }
 
@@ -541,7 +543,8 @@ int64_t Ledger::insert(const LedgerRun& run, bool running) {
   ins.bind(8, nlohmann::json(run.reasons).dump()).bind(9, run.timing_holds.dump());
   const Provenance built = build_provenance();
   ins.bind(10, run.plan_digest).bind(11, run.bundle);
-  ins.bind(12, fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
+  ins.bind(12,
+           fmt::format("{} {}{}", KWB_VERSION, built.git_sha, built.git_dirty.value_or(false) ? " (modified)" : ""));
   ins.bind(13, static_cast<int64_t>(::getpid())).bind(14, run.manifest_sha256).bind(15, run.seal);
   const ProcessMark& me = this_process();
   ins.bind(16, me.host).bind(17, me.boot_id).bind(18, me.start);
@@ -610,9 +613,9 @@ std::vector<LedgerRun> Ledger::find_runs(const RunFilter& f) const {
   }
   const bool derived = std::find(f.outcomes.begin(), f.outcomes.end(), "RUNNING") != f.outcomes.end() ||
                        std::find(f.outcomes.begin(), f.outcomes.end(), "KILLED") != f.outcomes.end();
-  std::vector<LedgerRun> runs = select_runs(fmt::format("{}", fmt::join(where, " AND ")), values,
-                                            f.limit && !derived ? fmt::format("ORDER BY id DESC LIMIT {}", *f.limit)
-                                                                : "ORDER BY id DESC");
+  std::vector<LedgerRun> runs =
+      select_runs(fmt::format("{}", fmt::join(where, " AND ")), values,
+                  f.limit && !derived ? fmt::format("ORDER BY id DESC LIMIT {}", *f.limit) : "ORDER BY id DESC");
   if (derived) {
     std::erase_if(runs, [&](const LedgerRun& r) {
       return std::find(f.outcomes.begin(), f.outcomes.end(), r.outcome) == f.outcomes.end();
@@ -627,8 +630,8 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
   std::vector<LedgerRun> out;
   Statement s(m_db,
               "SELECT id, kind, task, task_dir, backend, started, finished, outcome, reasons, timing_holds, "
-              "plan_digest, bundle, manifest_sha256, seal, pid, host, boot_id, proc_start FROM runs WHERE " + where +
-                  " " + tail,
+              "plan_digest, bundle, manifest_sha256, seal, pid, host, boot_id, proc_start FROM runs WHERE " +
+                  where + " " + tail,
               m_path);
   for (size_t i = 0; i < values.size(); ++i) s.bind(static_cast<int>(i + 1), values[i]);
   while (s.step()) {
@@ -655,9 +658,10 @@ std::vector<LedgerRun> Ledger::select_runs(const std::string& where, const std::
     r.seal = s.text(13);
     if (r.outcome == "RUNNING" && process_gone(s.integer(14), s.text(15), s.text(16), s.integer(17))) {
       r.outcome = "KILLED";
-      r.reasons.push_back(fmt::format("its process (pid {} on {}) ended without finishing the run: killed, or the "
-                                      "machine went down",
-                                      s.integer(14), s.text(15)));
+      r.reasons.push_back(
+          fmt::format("its process (pid {} on {}) ended without finishing the run: killed, or the "
+                      "machine went down",
+                      s.integer(14), s.text(15)));
     }
     Statement a(m_db, "SELECT role, source, identity FROM arms WHERE run_id = ? ORDER BY rowid", m_path);
     a.bind(1, r.id);
@@ -701,8 +705,9 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind back
     i.task_name = s.text(9);
     // The chain: generations 0, 1, 2, ... each sealed by a trusted key over itself and the seal before it.
     std::string why = generation == static_cast<int64_t>(out.size())
-                          ? seal_problem(i.seal, lineage_seal_message(task, backend, generation, i, workloads_json,
-                                                                      i.improvement_pct, previous_seal),
+                          ? seal_problem(i.seal,
+                                         lineage_seal_message(task, backend, generation, i, workloads_json,
+                                                              i.improvement_pct, previous_seal),
                                          keys)
                           : fmt::format("it is generation {} where generation {} should be", generation, out.size());
     if (!why.empty()) {
@@ -714,8 +719,7 @@ std::vector<Incumbent> Ledger::lineage(const std::string& task, BackendKind back
                               "\"DELETE FROM incumbents WHERE task = '{}' AND backend = '{}'\") and keep its "
                               "generations again from their bundles",
                               m_path.string(), lineage_label(i.task_name, task), backend, generation, i.source, why,
-                              m_path.string(), task,
-                              to_string(backend)));
+                              m_path.string(), task, to_string(backend)));
     }
     previous_seal = i.seal;
     cumulative *= 1.0 + i.improvement_pct / 100.0;
@@ -743,18 +747,18 @@ const SigningKey& Ledger::key() {
   return *m_key;
 }
 
-Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
-                                  const std::string& decided_against, const Incumbent& generation0,
-                                  Incumbent candidate) {
+Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend, const std::string& decided_against,
+                                  const Incumbent& generation0, Incumbent candidate) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });
   std::vector<Incumbent> line = lineage(task, backend);
   Promotion p;
   if (line.empty()) {
     if (decided_against != generation0.identity) {
-      p.refused = fmt::format("nothing of task {} on {} has been kept yet, so its incumbent is the task's baseline "
-                              "({}), but this bundle decided against another baseline ({}): validate against the "
-                              "task's baseline (kwb validate --against incumbent)",
-                              task, backend, generation0.source, decided_against.substr(0, 12));
+      p.refused = fmt::format(
+          "nothing of task {} on {} has been kept yet, so its incumbent is the task's baseline "
+          "({}), but this bundle decided against another baseline ({}): validate against the "
+          "task's baseline (kwb validate --against incumbent)",
+          task, backend, generation0.source, decided_against.substr(0, 12));
       return p;
     }
     Incumbent g0 = generation0;
@@ -782,9 +786,10 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
     if (i.generation == current.generation) {
       p.already = i;  // the state keep asks for holds already: not a refusal
     } else {
-      p.refused = fmt::format("this candidate is already generation {} of task {} on {}, and the incumbent is now "
-                              "generation {} ({}): an older generation is not kept again",
-                              i.generation, task, backend, current.generation, current.source);
+      p.refused = fmt::format(
+          "this candidate is already generation {} of task {} on {}, and the incumbent is now "
+          "generation {} ({}): an older generation is not kept again",
+          i.generation, task, backend, current.generation, current.source);
     }
     return p;
   }
@@ -793,16 +798,17 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
     for (const Incumbent& i : line) {
       if (i.identity == decided_against) against = i.generation;
     }
-    p.refused = against >= 0
-                    ? fmt::format("stale bundle: it decided against generation {} ({}), but the incumbent of task {} "
-                                  "on {} is now generation {} ({}): validate the candidate against it (kwb validate "
-                                  "--against incumbent)",
-                                  against, line[static_cast<size_t>(against)].source, task, backend,
-                                  current.generation, current.source)
-                    : fmt::format("the bundle decided against {}, which is not in the lineage of task {} on {} "
-                                  "(the incumbent is generation {}, {}): validate against it (kwb validate "
-                                  "--against incumbent)",
-                                  decided_against.substr(0, 12), task, backend, current.generation, current.source);
+    p.refused = against >= 0 ? fmt::format(
+                                   "stale bundle: it decided against generation {} ({}), but the incumbent of task {} "
+                                   "on {} is now generation {} ({}): validate the candidate against it (kwb validate "
+                                   "--against incumbent)",
+                                   against, line[static_cast<size_t>(against)].source, task, backend,
+                                   current.generation, current.source)
+                             : fmt::format(
+                                   "the bundle decided against {}, which is not in the lineage of task {} on {} "
+                                   "(the incumbent is generation {}, {}): validate against it (kwb validate "
+                                   "--against incumbent)",
+                                   decided_against.substr(0, 12), task, backend, current.generation, current.source);
     return p;
   }
   candidate.task = task;
@@ -814,8 +820,8 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend,
   candidate.cumulative_pct =
       ((1.0 + current.cumulative_pct / 100.0) * (1.0 + candidate.improvement_pct / 100.0) - 1.0) * 100.0;
   const std::string workloads_json = to_json(candidate.workloads).dump();
-  candidate.seal = seal_with(key(), lineage_seal_message(task, backend, candidate.generation, candidate,
-                                                         workloads_json, candidate.improvement_pct, current.seal));
+  candidate.seal = seal_with(key(), lineage_seal_message(task, backend, candidate.generation, candidate, workloads_json,
+                                                         candidate.improvement_pct, current.seal));
   Statement s(m_db,
               "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
               "workloads, improvement_pct, seal, task_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",

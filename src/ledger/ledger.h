@@ -48,7 +48,7 @@ const std::string& process_started_text();
 std::string since_bound(const std::string& text, std::time_t now);
 
 struct LedgerArm {
-  std::string role;      // baseline, candidate, A, B, implementation
+  std::string role;  // baseline, candidate, A, B, implementation
   std::string source;
   std::string identity;  // the build key (BuildIdentity::key)
 };
@@ -61,7 +61,7 @@ struct LedgerWorkload {
 
 struct LedgerRun {
   int64_t id = 0;
-  std::string kind;      // check, compare, validate, keep
+  std::string kind;  // check, compare, validate, keep
   std::string task;
   std::string task_dir;
   BackendKind backend = BackendKind::cpu;

@@ -29,7 +29,8 @@ namespace {
 // Compiled into the oracle's object before its source (builder.h, build_oracle): the worker calls kwb_run, which
 // hands the call to the author's kwb_oracle as include/kwb/oracle.h describes. Valid C and C++ (a C++ driver compiles
 // it as C++). A failure's message goes to stderr, which the parent reads back from the worker's output.
-constexpr const char* k_adapter_source = R"ADAPTER(/* kwb oracle adapter: kwb_run -> kwb_oracle (include/kwb/oracle.h) */
+constexpr const char* k_adapter_source =
+    R"ADAPTER(/* kwb oracle adapter: kwb_run -> kwb_oracle (include/kwb/oracle.h) */
 #include "kwb/kernel.h"
 #include "kwb/oracle.h"
 
@@ -176,9 +177,10 @@ private:
   static Artifact build(const Task& task) {
     Artifact art = build_oracle(task.oracle, k_adapter_source);
     if (!art.ok) {
-      throw OracleError(fmt::format("{}: the task's oracle (field 'oracle' of {}) does not build; fix it so that it "
-                                  "compiles against include/kwb/oracle.h:\n{}",
-                                  task.oracle.string(), task.manifest.string(), art.log));
+      throw OracleError(
+          fmt::format("{}: the task's oracle (field 'oracle' of {}) does not build; fix it so that it "
+                      "compiles against include/kwb/oracle.h:\n{}",
+                      task.oracle.string(), task.manifest.string(), art.log));
     }
     return art;
   }
@@ -197,7 +199,7 @@ private:
     if (!load.ok) {
       m_worker.reset();
       throw OracleError(fmt::format("{}: the task's oracle could not be loaded ({}: {})", m_task.oracle.string(),
-                                  load.reason, load.detail));
+                                    load.reason, load.detail));
     }
   }
 
@@ -232,7 +234,7 @@ private:
   [[noreturn]] void fail(const Case& c, const std::string& what) {
     m_worker.reset();
     throw OracleError(fmt::format("{}: the task's oracle failed on case '{}' ({}): {}", m_task.oracle.string(), c.name,
-                                m_task.manifest.string(), what));
+                                  m_task.manifest.string(), what));
   }
 
   const Task m_task;  // a copy: the runner outlives the verb's Task
@@ -328,7 +330,8 @@ const Artifact& oracle_artifact(const Task& task) { return runner_for(task).arti
 
 nlohmann::json oracle_record(const Task& task) {
   const Artifact& art = oracle_artifact(task);
-  return {{"source", relative_name(task)}, {"source_sha256", art.identity.source_sha256},
+  return {{"source", relative_name(task)},
+          {"source_sha256", art.identity.source_sha256},
           {"identity", to_json(art.identity)}};
 }
 
@@ -363,13 +366,12 @@ void require_dtype_values(const Task& task, const OracleCall& call, const std::v
     for (size_t i = 0; i < outputs[o].size(); ++i) {
       const double v = outputs[o][i];
       if (std::nearbyint(v) == v && v >= t.lowest && v <= t.highest) continue;
-      throw OracleError(fmt::format("{}: the oracle wrote {} at element {} of output '{}' (case '{}'), which is {} "
-                                  "({} from {} to {}); an integer or boolean output takes values of its dtype",
-                                  task.oracle.string(), v, i, spec.name, call.case_ != nullptr ? call.case_->name : "?",
-                                  std::isnan(v) ? "NaN, not a value of " + std::string(t.name)
-                                                : "not a value of " + std::string(t.name),
-                                  t.kind == DTypeKind::boolean ? "0 or 1: integers" : "integers", t.lowest,
-                                  t.highest));
+      throw OracleError(fmt::format(
+          "{}: the oracle wrote {} at element {} of output '{}' (case '{}'), which is {} "
+          "({} from {} to {}); an integer or boolean output takes values of its dtype",
+          task.oracle.string(), v, i, spec.name, call.case_ != nullptr ? call.case_->name : "?",
+          std::isnan(v) ? "NaN, not a value of " + std::string(t.name) : "not a value of " + std::string(t.name),
+          t.kind == DTypeKind::boolean ? "0 or 1: integers" : "integers", t.lowest, t.highest));
     }
   }
 }

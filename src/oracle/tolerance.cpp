@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <type_traits>
 #include <cmath>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <stdexcept>
+#include <type_traits>
 
 namespace kwb {
 
@@ -33,9 +33,12 @@ double ulp_at(double e) {
 template <typename C>
 double allowed_at(double e, const Tolerance& tol) {
   switch (tol.mode) {
-    case ToleranceMode::abs_rel: return tol.atol + tol.rtol * std::fabs(e);
-    case ToleranceMode::ulp: return tol.ulp * ulp_at<C>(e);
-    case ToleranceMode::exact: return 0.0;
+    case ToleranceMode::abs_rel:
+      return tol.atol + tol.rtol * std::fabs(e);
+    case ToleranceMode::ulp:
+      return tol.ulp * ulp_at<C>(e);
+    case ToleranceMode::exact:
+      return 0.0;
   }
   return 0.0;
 }
@@ -245,8 +248,9 @@ OutputComparison compare_output(std::span<const unsigned char> got, DType dtype,
           }
         }
 #endif
-        compare_elements<C>(r, got.data(), expected, p, error_stats,
-                            [=](double e) { return atol + rtol * std::fabs(e); }, fast, atol, rtol);
+        compare_elements<C>(
+            r, got.data(), expected, p, error_stats, [=](double e) { return atol + rtol * std::fabs(e); }, fast, atol,
+            rtol);
         break;
       }
       case ToleranceMode::ulp: {

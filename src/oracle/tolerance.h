@@ -48,5 +48,4 @@ void allow_vector_compare(bool allowed);
 double allowed_error(double expected, const Tolerance& tol, DType dtype);
 bool within_tolerance(double got, double expected, const Tolerance& tol, DType dtype);
 
-
 }  // namespace kwb

@@ -206,23 +206,17 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
 }  // namespace
 
 std::string check_cache_key(const Task& task, const Artifact& artifact, const CheckOptions& options) {
-  std::vector<std::string> parts = {"kwb.check-cache.3",
-                                    executable_sha256("/proc/self/exe"),
-                                    executable_sha256(worker_executable()),
-                                    task.manifest_sha256,
-                                    // The oracle decides every expected output (its flags are kwb's, covered by
-                                    // kwb's digest above).
-                                    task.oracle_sha256,
-                                    artifact.identity.artifact_sha256,
-                                    artifact.identity.source_sha256,
-                                    std::string(to_string(options.backend)),
-                                    std::to_string(options.timeout.count()),
-                                    std::to_string(options.nonce),
-                                    std::to_string(options.calls_per_case),
-                                    to_string(options.stop_after_reason),
-                                    options.held_out ? (options.held_out_only ? "held_out only" : "held_out") : "published",
-                                    options.exhaustive ? "exhaustive" : "stops at a worker failure",
-                                    fmt::format("{} only-cases", options.only_cases.size())};
+  std::vector<std::string> parts = {
+      "kwb.check-cache.3", executable_sha256("/proc/self/exe"), executable_sha256(worker_executable()),
+      task.manifest_sha256,
+      // The oracle decides every expected output (its flags are kwb's, covered by
+      // kwb's digest above).
+      task.oracle_sha256, artifact.identity.artifact_sha256, artifact.identity.source_sha256,
+      std::string(to_string(options.backend)), std::to_string(options.timeout.count()), std::to_string(options.nonce),
+      std::to_string(options.calls_per_case), to_string(options.stop_after_reason),
+      options.held_out ? (options.held_out_only ? "held_out only" : "held_out") : "published",
+      options.exhaustive ? "exhaustive" : "stops at a worker failure",
+      fmt::format("{} only-cases", options.only_cases.size())};
   for (const std::string& c : options.only_cases) parts.push_back(c);
   const std::vector<std::string> env = worker_environment_identity();
   parts.push_back(fmt::format("{} environment", env.size()));
@@ -347,17 +341,17 @@ struct CaseRunner {
   // The case's checked calls; false when the worker died during them or after its last answer.
   bool run_calls(const Case& c, CaseReport& cr) {
     const bool is_held_out = c.name.ends_with("~held_out");
-    const int calls = input_bytes(task, c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2)
-                                                                : options.calls_per_case;
+    const int calls =
+        input_bytes(task, c) > k_large_case_bytes ? std::max(1, options.calls_per_case / 2) : options.calls_per_case;
     std::unique_ptr<InputSet> previous;
     bool last_completed = false;
     for (int k = 0; !load_failed && k < calls; ++k) {
       // Odd calls run on a twin of the previous call's inputs; every set goes into the same input slots, behind
       // the addresses of the one before (session/worker_session.h).
       auto set = std::make_unique<InputSet>(
-          k % 2 == 1 && previous ? make_twin(task, *previous, secret.next())
-                                 : make_input_set(task, c, static_cast<uint64_t>(k),
-                                                  is_held_out ? plan.held_out_nonce : options.nonce));
+          k % 2 == 1 && previous
+              ? make_twin(task, *previous, secret.next())
+              : make_input_set(task, c, static_cast<uint64_t>(k), is_held_out ? plan.held_out_nonce : options.nonce));
       CallResult res = session.call(*set, k, CallMode::check);
       add_call(cr, report, res);
       previous = std::move(set);
@@ -435,9 +429,16 @@ nlohmann::json to_json(const CheckReport& r) {
                          {"max_rel_error", e.max_rel_error},
                          {"tolerance_used", e.tolerance_used}});
     }
-    cases.push_back({{"name", c.name}, {"role", to_string(c.role)}, {"dims", c.dims}, {"calls", c.calls_run},
-                     {"passed", c.passed}, {"failed", c.failed}, {"max_rel_error", c.max_rel_error},
-                     {"tolerance_used", c.tolerance_used}, {"outputs", outputs}, {"seconds", c.seconds}});
+    cases.push_back({{"name", c.name},
+                     {"role", to_string(c.role)},
+                     {"dims", c.dims},
+                     {"calls", c.calls_run},
+                     {"passed", c.passed},
+                     {"failed", c.failed},
+                     {"max_rel_error", c.max_rel_error},
+                     {"tolerance_used", c.tolerance_used},
+                     {"outputs", outputs},
+                     {"seconds", c.seconds}});
     if (!c.kernels.empty()) cases.back()["kernels"] = c.kernels;
   }
   nlohmann::json failures = nlohmann::json::array();
@@ -479,7 +480,7 @@ CheckReport check_report_from_json(const nlohmann::json& j) {
     cr.failed = c.at("failed");
     cr.max_rel_error = c.at("max_rel_error");
     cr.tolerance_used = c.at("tolerance_used").is_null() ? std::numeric_limits<double>::infinity()
-                                                           : c.at("tolerance_used").get<double>();
+                                                         : c.at("tolerance_used").get<double>();
     auto finite_or_inf = [](const nlohmann::json& v) {
       return v.is_null() ? std::numeric_limits<double>::infinity() : v.get<double>();
     };

@@ -27,7 +27,7 @@ namespace kwb {
 struct CheckOptions {
   BackendKind backend = BackendKind::cpu;
   std::chrono::milliseconds timeout{defaults::k_timeout};  // per call
-  uint64_t nonce = 0;        // 0: the published seeds; otherwise fresh data (final validation)
+  uint64_t nonce = 0;                            // 0: the published seeds; otherwise fresh data (final validation)
   int calls_per_case = defaults::k_check_calls;  // each with its own input set; halved over k_large_case_bytes
   std::vector<std::string> only_cases;
   // Controls only: stop after the first case in which this reason appears (the rejection is then established).
@@ -48,7 +48,8 @@ struct CheckOptions {
 };
 
 inline constexpr int k_rehearsal_min_calls = 64;
-inline constexpr int k_rehearsal_max_calls = 128;  // above what a timing visit makes: 7 by default, <= 104 sized by a pilot
+inline constexpr int k_rehearsal_max_calls =
+    128;  // above what a timing visit makes: 7 by default, <= 104 sized by a pilot
 // Held-out cases are kept below this many bytes of inputs and outputs (the largest dimension is halved until
 // they are): what they test is shapes, not memory bandwidth.
 inline constexpr size_t k_held_out_max_bytes = size_t{16} << 20;
@@ -70,7 +71,7 @@ struct CaseReport {
   size_t passed = 0;
   size_t failed = 0;
   double max_rel_error = 0.0;
-  double tolerance_used = 0.0;  // the largest share of the tolerance an element used (1: at the limit)
+  double tolerance_used = 0.0;        // the largest share of the tolerance an element used (1: at the limit)
   std::vector<OutputErrors> outputs;  // each output's worst element over the case's calls, by signature index
   double seconds = 0.0;
   // Device backends: what the case's first call launched, in order, as the worker's trace saw it.

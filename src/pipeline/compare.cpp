@@ -1,9 +1,9 @@
 #include "pipeline/compare.h"
 
 #include "stats/alpha_spending_rule.h"
-#include "stats/sequential.h"
 #include "stats/descriptive.h"
 #include "stats/random.h"
+#include "stats/sequential.h"
 #include "util/cpu_watch.h"
 #include "util/data_secret.h"
 #include "util/error.h"
@@ -75,33 +75,37 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
                                      e.improvement_pct, e.ci_low_pct, e.ci_high_pct, 100 * e.confidence, e.blocks);
   if (g.mode == CompareMode::aa) {
     switch (v) {
-      case stats::Verdict::pass: return fmt::format("A' vs A {}: within +-{}%", ci, g.max_aa_difference_pct);
-      case stats::Verdict::fail: return fmt::format("A' vs A {}: outside +-{}%", ci, g.max_aa_difference_pct);
+      case stats::Verdict::pass:
+        return fmt::format("A' vs A {}: within +-{}%", ci, g.max_aa_difference_pct);
+      case stats::Verdict::fail:
+        return fmt::format("A' vs A {}: outside +-{}%", ci, g.max_aa_difference_pct);
       case stats::Verdict::inconclusive:
-        return fmt::format("A' vs A {}: interval not resolved within +-{}% (MDE {:.2f}%)", ci,
-                           g.max_aa_difference_pct, e.mde_pct);
+        return fmt::format("A' vs A {}: interval not resolved within +-{}% (MDE {:.2f}%)", ci, g.max_aa_difference_pct,
+                           e.mde_pct);
       case stats::Verdict::same:
       case stats::Verdict::invalid:
       case stats::Verdict::refused:
-      case stats::Verdict::interrupted: break;
+      case stats::Verdict::interrupted:
+        break;
     }
   }
   if (g.kind == stats::GateKind::point) {
-    return fmt::format("improvement {} ({} the point gate >= {}%)", ci,
-                       v == stats::Verdict::pass ? "passes" : "fails", g.min_improvement_pct);
+    return fmt::format("improvement {} ({} the point gate >= {}%)", ci, v == stats::Verdict::pass ? "passes" : "fails",
+                       g.min_improvement_pct);
   }
   switch (v) {
-    case stats::Verdict::pass: return fmt::format("improvement {}: whole interval >= {}%", ci, g.min_improvement_pct);
-    case stats::Verdict::fail: return fmt::format("improvement {}: whole interval < {}%", ci, g.min_improvement_pct);
+    case stats::Verdict::pass:
+      return fmt::format("improvement {}: whole interval >= {}%", ci, g.min_improvement_pct);
+    case stats::Verdict::fail:
+      return fmt::format("improvement {}: whole interval < {}%", ci, g.min_improvement_pct);
     case stats::Verdict::same:
-      return fmt::format("improvement {}: whole interval within +-{}%: no practical difference", ci,
-                         g.same_margin_pct);
+      return fmt::format("improvement {}: whole interval within +-{}%: no practical difference", ci, g.same_margin_pct);
     case stats::Verdict::inconclusive:
-      return fmt::format("improvement {}: interval straddles {}% (MDE {:.2f}%)", ci, g.min_improvement_pct,
-                         e.mde_pct);
+      return fmt::format("improvement {}: interval straddles {}% (MDE {:.2f}%)", ci, g.min_improvement_pct, e.mde_pct);
     case stats::Verdict::invalid:
     case stats::Verdict::refused:
-    case stats::Verdict::interrupted: break;
+    case stats::Verdict::interrupted:
+      break;
   }
   throw InternalError(fmt::format("verdict_reason: a gate never answers {}", stats::to_string(v)));
 }
@@ -109,8 +113,8 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
 }  // namespace
 
 WorkloadResult run_sequential_comparison(const std::string& workload, const std::vector<std::string>& arm_labels,
-                                         ArmRunner& runner, Clock& clock, const GateConfig& gate,
-                                         const Budget& budget, uint64_t seed, std::vector<Sample>& samples_out,
+                                         ArmRunner& runner, Clock& clock, const GateConfig& gate, const Budget& budget,
+                                         uint64_t seed, std::vector<Sample>& samples_out,
                                          const ProgressSink& progress) {
   if (arm_labels.size() != 2) throw InternalError("run_sequential_comparison: exactly two arms");
   WorkloadResult res;
@@ -168,8 +172,8 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
       if (!res.failures.empty()) {
         const Failure& f = res.failures.front();
         std::string detail = f.detail.size() > 200 ? f.detail.substr(0, 200) + "..." : f.detail;
-        why = fmt::format("{} at {} call {}{}{}", to_string(f.reason), f.case_name, f.call,
-                          detail.empty() ? "" : ": ", detail);
+        why = fmt::format("{} at {} call {}{}{}", to_string(f.reason), f.case_name, f.call, detail.empty() ? "" : ": ",
+                          detail);
       }
       res.reason = fmt::format("block {}: arm {} failed validation during timing ({}); no metric is reported", block,
                                failed_arm, why);
@@ -271,7 +275,8 @@ WorkerArmRunner::~WorkerArmRunner() = default;
 
 size_t input_set_bytes(const Task& task, const Case& workload) {
   size_t bytes = 0;
-  for (const TensorSpec& s : task.signature.inputs) bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
+  for (const TensorSpec& s : task.signature.inputs)
+    bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
   for (const TensorSpec& s : task.signature.outputs) bytes += resolve_shape(s, workload).elements() * sizeof(double);
   return bytes;
 }
@@ -281,12 +286,12 @@ std::string pool_misfit(const Task& task, const Case& workload, uint64_t machine
   const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set;
   if (least <= machine_bytes / 2) return "";
   constexpr double mib = 1024.0 * 1024.0;
-  return fmt::format("{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as "
-                     "doubles), and timing keeps at least {} sets at once ({:.1f} MiB), more than half of this "
-                     "machine's {:.1f} MiB of memory; time it on a larger machine, or give the workload smaller dims",
-                     task.manifest.string(), workload.name, static_cast<double>(per_set) / mib,
-                     WorkerArmRunner::k_min_pool_sets, static_cast<double>(least) / mib,
-                     static_cast<double>(machine_bytes) / mib);
+  return fmt::format(
+      "{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as "
+      "doubles), and timing keeps at least {} sets at once ({:.1f} MiB), more than half of this "
+      "machine's {:.1f} MiB of memory; time it on a larger machine, or give the workload smaller dims",
+      task.manifest.string(), workload.name, static_cast<double>(per_set) / mib, WorkerArmRunner::k_min_pool_sets,
+      static_cast<double>(least) / mib, static_cast<double>(machine_bytes) / mib);
 }
 
 std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t workload_seed) {
@@ -319,13 +324,14 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
     const int ordinary = m_warmups + k_extra_warmups + m_samples * (1 + k_rewarm_calls);
     grow_pool(static_cast<size_t>(std::min(ordinary, static_cast<int>(max_sets))));
     const double made = static_cast<double>(m_pool.size() - before);
-    const double per_set = made > 0 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / made
-                                    : 0.0;
+    const double per_set =
+        made > 0 ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / made : 0.0;
     int affordable = room;
     if (per_set > 0.0) {
       const double allowance = std::max(1.0, per_set * static_cast<double>(m_pool.size()));  // seconds
-      affordable = static_cast<int>((static_cast<double>(m_pool.size()) + allowance / per_set - m_warmups -
-                                     k_extra_warmups) / (1 + k_rewarm_calls));
+      affordable =
+          static_cast<int>((static_cast<double>(m_pool.size()) + allowance / per_set - m_warmups - k_extra_warmups) /
+                           (1 + k_rewarm_calls));
     }
     m_long_samples = std::max(m_samples, std::min({stats::k_long_visit_factor * m_samples, room, affordable}));
     const int plain = m_warmups + m_long_samples * (1 + k_rewarm_calls);
@@ -364,8 +370,8 @@ struct WorkerArmRunner::LiveVisit {
   int order_position = 0;
   int warmups = 0;
   std::set<int> untimed;  // calls after the warm-ups that are not timed either: the re-warm calls of block()
-  int calls = 0;  // every call of the visit
-  int next = 0;   // the next call's index
+  int calls = 0;          // every call of the visit
+  int next = 0;           // the next call's index
   stats::VisitLayout layout;
   std::vector<size_t> order;
   std::unique_ptr<WorkerSession> session;
@@ -527,8 +533,8 @@ ArmBlock WorkerArmRunner::block(const std::string&, const size_t order[2], int b
     int calls = warmups;
     for (int t = 0; t < turns; ++t) {
       const int left = turns - t - 1;  // turns after this one, each needing its plain calls
-      const bool extra = m_pattern_secret.next() % k_extra_rewarm_odds == 0 &&
-                         calls + 2 + (1 + k_rewarm_calls) * (left + 1) <= pool;
+      const bool extra =
+          m_pattern_secret.next() % k_extra_rewarm_odds == 0 && calls + 2 + (1 + k_rewarm_calls) * (left + 1) <= pool;
       rewarms[pos].push_back(k_rewarm_calls + (extra ? 1 : 0));
       calls += rewarms[pos].back() + 1;
     }
@@ -593,20 +599,29 @@ stats::Verdict overall_verdict(const std::vector<WorkloadResult>& workloads) {
 }
 
 nlohmann::json to_json(const stats::AgingCheck& a) {
-  return {{"long_blocks", a.long_blocks},         {"aging_blocks", a.aging_blocks},
-          {"drift_a_log", a.drift_a_log},         {"drift_other_log", a.drift_other_log},
-          {"difference_log", a.difference_log},   {"ages", a.ages},
+  return {{"long_blocks", a.long_blocks},
+          {"aging_blocks", a.aging_blocks},
+          {"drift_a_log", a.drift_a_log},
+          {"drift_other_log", a.drift_other_log},
+          {"difference_log", a.difference_log},
+          {"ages", a.ages},
           {"suspected", a.suspected}};
 }
 
 nlohmann::json to_json(const stats::OutsideCheck& o) {
-  return {{"blocks", o.blocks},       {"excess_blocks", o.excess_blocks}, {"excess_ns", o.excess_ns},
-          {"gain_ns", o.gain_ns},     {"moved", o.moved}};
+  return {{"blocks", o.blocks},
+          {"excess_blocks", o.excess_blocks},
+          {"excess_ns", o.excess_ns},
+          {"gain_ns", o.gain_ns},
+          {"moved", o.moved}};
 }
 
 nlohmann::json to_json(const stats::UntimedCheck& u) {
-  return {{"blocks", u.blocks},   {"excess_blocks", u.excess_blocks}, {"ratio_a", u.ratio_a},
-          {"ratio_other", u.ratio_other}, {"untimed_work", u.untimed_work}};
+  return {{"blocks", u.blocks},
+          {"excess_blocks", u.excess_blocks},
+          {"ratio_a", u.ratio_a},
+          {"ratio_other", u.ratio_other},
+          {"untimed_work", u.untimed_work}};
 }
 
 nlohmann::json to_json(const WorkloadResult& w) {
@@ -643,8 +658,11 @@ nlohmann::json to_json(const WorkloadResult& w) {
   if (w.faster_verdict) j["faster_verdict"] = *w.faster_verdict;
   nlohmann::json looks = nlohmann::json::array();
   for (const Look& l : w.looks) {
-    looks.push_back({{"blocks", l.blocks}, {"confidence", l.confidence}, {"improvement_pct", l.improvement_pct},
-                     {"ci_low_pct", l.ci_low_pct}, {"ci_high_pct", l.ci_high_pct},
+    looks.push_back({{"blocks", l.blocks},
+                     {"confidence", l.confidence},
+                     {"improvement_pct", l.improvement_pct},
+                     {"ci_low_pct", l.ci_low_pct},
+                     {"ci_high_pct", l.ci_high_pct},
                      {"verdict", l.verdict}});
   }
   j["looks"] = looks;
@@ -668,46 +686,52 @@ nlohmann::json to_json(const CompareReport& r) {
     nlohmann::json layouts = nlohmann::json::array();
     if (i < r.arm_layouts.size()) {
       for (size_t v = 0; v < r.arm_layouts[i].size(); ++v) {
-        layouts.push_back({{"layout", v}, {"pad_bytes", layout_pad_bytes(r.arm_layouts[i][v].layout_variant)},
+        layouts.push_back({{"layout", v},
+                           {"pad_bytes", layout_pad_bytes(r.arm_layouts[i][v].layout_variant)},
                            {"artifact_sha256", r.arm_layouts[i][v].artifact_sha256}});
       }
     }
-    arms.push_back({{"label", r.arm_labels[i]}, {"path", r.arm_paths[i]}, {"identity", to_json(r.arm_identities[i])},
+    arms.push_back({{"label", r.arm_labels[i]},
+                    {"path", r.arm_paths[i]},
+                    {"identity", to_json(r.arm_identities[i])},
                     {"layouts", layouts}});
   }
   nlohmann::json workloads = nlohmann::json::array();
   for (const WorkloadResult& w : r.workloads) workloads.push_back(to_json(w));
   size_t samples = 0;
   for (const Sample& s : r.samples) samples += !s.warmup && s.block >= 0;
-  nlohmann::json j = {{"schema", k_compare_schema},
-                       {"schema_version", k_compare_schema_version},
-                       {"mode", r.mode == CompareMode::aa ? "aa" : "ab"},
-                       {"gate",
-                        {{"kind", r.gate.kind == stats::GateKind::ci ? "ci" : "point"},
-                         {"min_improvement_pct", r.gate.min_improvement_pct},
-                         {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
-                         {"same_margin_pct", r.gate.same_margin_pct},
-                         {"alpha", r.gate.alpha},
-                         {"stopping", "alpha spending, interim alpha_k = alpha / 2 * 6 / (pi^2 k^2), geometric looks x1.5; the final "
-                                      "analysis spends the rest"},
-                         {"interleaving", "per block: a worker per arm, warm-ups, then pairs of turns (a coin flip "
-                                          "orders each pair), a turn being an untimed re-warm call and a timed call"}}},
-                       {"budgets",
-                        {{"min_blocks", r.budget.min_blocks},
-                         {"max_blocks", r.budget.max_blocks},
-                         {"max_seconds_per_workload", r.budget.max_seconds},
-                         {"warmups", r.timing.warmups},
-                         {"samples", r.timing.samples == 0 ? nlohmann::json("auto") : nlohmann::json(r.timing.samples)},
-                         {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
-                         {"timed_samples_used", samples}}},
-                       {"seed", r.seed},
-                       {"backend", to_string(r.timing.backend)},
-                       {"cold", r.timing.cold},
-                       {"arms", arms},
-                       {"refused", r.refused},
-                       {"checks", r.checks},
-                       {"workloads", workloads},
-                       {"verdict", r.verdict}};
+  nlohmann::json j = {
+      {"schema", k_compare_schema},
+      {"schema_version", k_compare_schema_version},
+      {"mode", r.mode == CompareMode::aa ? "aa" : "ab"},
+      {"gate",
+       {{"kind", r.gate.kind == stats::GateKind::ci ? "ci" : "point"},
+        {"min_improvement_pct", r.gate.min_improvement_pct},
+        {"max_aa_difference_pct", r.gate.max_aa_difference_pct},
+        {"same_margin_pct", r.gate.same_margin_pct},
+        {"alpha", r.gate.alpha},
+        {"stopping",
+         "alpha spending, interim alpha_k = alpha / 2 * 6 / (pi^2 k^2), geometric looks x1.5; the final "
+         "analysis spends the rest"},
+        {"interleaving",
+         "per block: a worker per arm, warm-ups, then pairs of turns (a coin flip "
+         "orders each pair), a turn being an untimed re-warm call and a timed call"}}},
+      {"budgets",
+       {{"min_blocks", r.budget.min_blocks},
+        {"max_blocks", r.budget.max_blocks},
+        {"max_seconds_per_workload", r.budget.max_seconds},
+        {"warmups", r.timing.warmups},
+        {"samples", r.timing.samples == 0 ? nlohmann::json("auto") : nlohmann::json(r.timing.samples)},
+        {"timeout_seconds", static_cast<double>(r.timing.timeout.count()) / 1000.0},
+        {"timed_samples_used", samples}}},
+      {"seed", r.seed},
+      {"backend", to_string(r.timing.backend)},
+      {"cold", r.timing.cold},
+      {"arms", arms},
+      {"refused", r.refused},
+      {"checks", r.checks},
+      {"workloads", workloads},
+      {"verdict", r.verdict}};
   if (!r.interrupted.empty()) j["interrupted"] = r.interrupted;
   if (r.timing_lock) {
     const TimingLockRecord& l = *r.timing_lock;
@@ -745,8 +769,8 @@ int default_layouts(BackendKind backend) {
 }
 
 nlohmann::json to_json(const stats::LayoutSensitivity& l) {
-  nlohmann::json j = {{"available", l.available}, {"variant_median_ns", l.variant_median_ns},
-                      {"variant_visits", l.variant_visits}};
+  nlohmann::json j = {
+      {"available", l.available}, {"variant_median_ns", l.variant_median_ns}, {"variant_visits", l.variant_visits}};
   if (l.available) {
     j["observed_spread_pct"] = l.observed_spread_pct;
     j["spread_pct"] = l.spread_pct;

@@ -14,8 +14,8 @@
 #include "stats/aging.h"
 #include "stats/effect.h"
 #include "stats/gate.h"
-#include "stats/outside_window.h"
 #include "stats/layout.h"
+#include "stats/outside_window.h"
 #include "stats/sequential.h"
 #include "task/task.h"
 #include "util/timing_lock.h"
@@ -40,7 +40,7 @@ enum class CompareMode { ab, aa };
 struct ArmVisit {
   int64_t pid = 0;
   std::vector<Sample> samples;
-  bool valid = true;                  // every call answered and every output passed validation
+  bool valid = true;  // every call answered and every output passed validation
   std::vector<Failure> failures;
 };
 
@@ -105,8 +105,8 @@ struct Look {
 struct WorkloadResult {
   std::string name;
   stats::Verdict verdict = stats::Verdict::inconclusive;  // pass, fail, same (A/B), inconclusive or invalid
-  std::string reason;              // why, for people
-  std::optional<stats::EffectEstimate> estimate;  // absent when no metric may be reported (INVALID) or no data
+  std::string reason;                                     // why, for people
+  std::optional<stats::EffectEstimate> estimate;          // absent when no metric may be reported (INVALID) or no data
   std::optional<stats::Verdict> faster_verdict;  // A/A only: what the improvement gate at min_improvement_pct would say
   size_t blocks = 0;
   size_t timed_samples = 0;
@@ -115,7 +115,7 @@ struct WorkloadResult {
   uint64_t seed = 0;               // block orders; the bootstrap cross-check uses seed ^ blocks
   int warmups_per_visit = 0;
   std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
-  int layouts = 1;                 // builds in each arm's layout pool
+  int layouts = 1;                                     // builds in each arm's layout pool
   // Per arm (A, then B or A'): how much the arm's speed depends on its layout, from the visit medians of each build.
   std::vector<stats::LayoutSensitivity> layout_sensitivity;
   std::vector<double> log_ratios;
@@ -145,8 +145,8 @@ using ProgressSink = std::function<void(const Progress&)>;
 // The sequential protocol for one workload, over any ArmRunner. arm_labels[0] is the reference (A); arm_labels[1]
 // is compared against it. Samples of every visit go to `samples_out` as they are measured.
 WorkloadResult run_sequential_comparison(const std::string& workload, const std::vector<std::string>& arm_labels,
-                                         ArmRunner& runner, Clock& clock, const GateConfig& gate,
-                                         const Budget& budget, uint64_t seed, std::vector<Sample>& samples_out,
+                                         ArmRunner& runner, Clock& clock, const GateConfig& gate, const Budget& budget,
+                                         uint64_t seed, std::vector<Sample>& samples_out,
                                          const ProgressSink& progress = {});
 
 // The gate and first look of a comparison, as the decision procedure (stats/sequential.h) takes them.
@@ -170,7 +170,7 @@ struct TimingOptions {
   // The timed data's nonce. 0 (the default): WorkerArmRunner draws one from a fresh DataSecret, so that no option
   // and no seed a candidate could know chooses the data (util/data_secret.h); validate passes its own.
   uint64_t nonce = 0;
-  bool cold = defaults::k_cold;       // flush caches before every timed call, outside the timer (docs/timing.md)
+  bool cold = defaults::k_cold;  // flush caches before every timed call, outside the timer (docs/timing.md)
 };
 
 // What one input set of `workload` holds in the parent: its inputs, and its expected outputs as doubles (the
@@ -230,7 +230,7 @@ private:
   int m_long_samples = 0;  // timed calls of a long block's visits (stats/aging.h)
   int m_warmups = 0;
   uint64_t m_visits = 0;
-  Rng m_twin_secret{unpredictable_seed()};  // the twins' changes (WorkerSession's trap secret, made here)
+  Rng m_twin_secret{unpredictable_seed()};     // the twins' changes (WorkerSession's trap secret, made here)
   Rng m_pattern_secret{unpredictable_seed()};  // each visit's warm-ups and re-warm calls
 };
 
@@ -242,14 +242,14 @@ struct CompareReport {
   uint64_t seed = 0;
   std::vector<std::string> arm_labels;
   std::vector<std::string> arm_paths;
-  std::vector<BuildIdentity> arm_identities;              // the plain build of each arm
-  std::vector<std::vector<BuildIdentity>> arm_layouts;    // each arm's layout pool, the plain build first
+  std::vector<BuildIdentity> arm_identities;            // the plain build of each arm
+  std::vector<std::vector<BuildIdentity>> arm_layouts;  // each arm's layout pool, the plain build first
   std::vector<WorkloadResult> workloads;
   std::vector<Sample> samples;
   // pass when every workload passes; else invalid > fail > inconclusive by precedence (overall_verdict); refused
   // when an arm failed its check, interrupted when kwb was.
   stats::Verdict verdict = stats::Verdict::inconclusive;
-  std::vector<std::string> refused;  // reasons timing was refused (an arm failed its check)
+  std::vector<std::string> refused;                 // reasons timing was refused (an arm failed its check)
   nlohmann::json checks = nlohmann::json::array();  // the pre-timing check of each arm (cached by identity or not)
   // The signal's name when kwb was interrupted during the comparison (verdict INTERRUPTED): what is here was
   // measured before it, and no verdict comes from it.
@@ -294,14 +294,14 @@ struct CompareRequest {
   // Each arm's layout pool (the plain build first, then padded builds, builder.h layout_pad_bytes); empty: one
   // layout per arm. A/A passes the baseline's pool for both arms.
   std::vector<std::vector<const Artifact*>> layouts;
-  std::vector<std::string> labels;    // ["A", "B"] or ["A", "A'"]
-  std::vector<std::string> workloads; // empty: every timing case
+  std::vector<std::string> labels;     // ["A", "B"] or ["A", "A'"]
+  std::vector<std::string> workloads;  // empty: every timing case
   GateConfig gate;
   Budget budget;
   TimingOptions timing;
   uint64_t seed = defaults::k_compare_seed;
-  std::string output_dir;             // empty: nothing written
-  bool skip_checks = false;           // only when the caller has already checked these exact artifacts
+  std::string output_dir;                           // empty: nothing written
+  bool skip_checks = false;                         // only when the caller has already checked these exact artifacts
   bool exhaustive_checks = defaults::k_exhaustive;  // the arms' checks run every case (CheckOptions::exhaustive)
   // When kwb is interrupted during the comparison (util/interrupt.h): called with what was measured so far, verdict
   // INTERRUPTED (written to output_dir too), before the Interrupted exception goes on.
@@ -310,7 +310,7 @@ struct CompareRequest {
   // what is timed, for whoever waits next; `lock_notice` is told when this run must wait, and by whom;
   // `lock_waited`, once it holds the lock after a wait, with its hold and the timing budget ahead from then on (every
   // workload's max_seconds). Past `lock_timeout_s` of waiting it gives up (Error lock_timeout); none: it waits.
-  std::filesystem::path lock_path;    // empty: timing_lock_path()
+  std::filesystem::path lock_path;  // empty: timing_lock_path()
   std::string lock_what;
   TimingLock::WaitNotice lock_notice;
   LockWaited lock_waited;

@@ -1,6 +1,6 @@
 #include "pipeline/check.h"
-#include "util/json_text.h"
 #include "pipeline/compare.h"
+#include "util/json_text.h"
 
 #include "stats/random.h"
 #include "util/error.h"
@@ -49,10 +49,9 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   CheckReport r = run_check(task, art, co);
   // A CPU watch that fired can be the machine's doing (another heavy process, stolen VM time): such a report is
   // used for this run and never kept, so the next run checks again.
-  const bool machine_sensitive = std::any_of(r.failures.begin(), r.failures.end(),
-                                             [](const Failure& f) {
-                                               return f.reason == FailureReason::work_outside_timer;
-                                             });
+  const bool machine_sensitive = std::any_of(r.failures.begin(), r.failures.end(), [](const Failure& f) {
+    return f.reason == FailureReason::work_outside_timer;
+  });
   if (art.ok && !machine_sensitive) {
     std::filesystem::create_directories(file.parent_path());
     write_file_atomic(file, json_text(to_json(r)) + "\n");
@@ -88,9 +87,12 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
       co.exhaustive = req.exhaustive_checks;
       bool cached = false;
       CheckReport cr = cached_check(task, *req.arms[i], co, cached);
-      report.checks.push_back({{"arm", req.labels[i]}, {"verdict", cr.pass() ? "PASS" : "FAIL"},
-                               {"assertions_passed", cr.passed}, {"assertions_failed", cr.failed},
-                               {"not_run", cr.not_run}, {"cached", cached}});
+      report.checks.push_back({{"arm", req.labels[i]},
+                               {"verdict", cr.pass() ? "PASS" : "FAIL"},
+                               {"assertions_passed", cr.passed},
+                               {"assertions_failed", cr.failed},
+                               {"not_run", cr.not_run},
+                               {"cached", cached}});
       if (auto why = timing_refusal(cr)) report.refused.push_back(fmt::format("arm {}: {}", req.labels[i], *why));
     }
   }

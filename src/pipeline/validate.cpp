@@ -3,6 +3,8 @@
 
 #include "builder/builder.h"
 #include "oracle/oracle.h"
+#include "pipeline/check.h"
+#include "profile/profile.h"
 #include "record/bundle_signature.h"
 #include "record/bundle_writer.h"
 #include "record/control_margin.h"
@@ -10,8 +12,6 @@
 #include "record/environment.h"
 #include "record/plan.h"
 #include "record/stages.h"
-#include "pipeline/check.h"
-#include "profile/profile.h"
 #include "report/report.h"
 #include "stats/random.h"
 #include "task/data.h"
@@ -29,8 +29,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <map>
 #include <ctime>
+#include <map>
 #include <random>
 
 namespace kwb {
@@ -131,8 +131,8 @@ private:
   // Signs the manifest (record/bundle_signature.h). A signature that cannot be written costs the bundle its
   // signature, never the run's result or an interrupted run's exit code: the ledger's record still stands.
   void sign() {
-    const bool decided = m_decision_json.is_object() && m_decision_json.contains("decision") &&
-                         m_decision_json["decision"].is_string();
+    const bool decided =
+        m_decision_json.is_object() && m_decision_json.contains("decision") && m_decision_json["decision"].is_string();
     try {
       sign_bundle(m_bundle.dir(), *m_key, m_plan_digest, decided ? m_decision_json["decision"].get<std::string>() : "");
     } catch (const Error& e) {
@@ -207,16 +207,26 @@ private:
 
   std::string run_body(Stage s) {
     switch (s) {
-      case Stage::freeze: return freeze_recording_input_errors();
-      case Stage::check_baseline: return check_baseline();
-      case Stage::profile: return profile();
-      case Stage::check_candidate: return check_candidate();
-      case Stage::controls: return controls();
-      case Stage::aa: return aa();
-      case Stage::ab: return ab();
-      case Stage::final_validation: return final_validation();
-      case Stage::decision: return decision();
-      case Stage::marker: return "no work of its own; every stage it needs ended ok";
+      case Stage::freeze:
+        return freeze_recording_input_errors();
+      case Stage::check_baseline:
+        return check_baseline();
+      case Stage::profile:
+        return profile();
+      case Stage::check_candidate:
+        return check_candidate();
+      case Stage::controls:
+        return controls();
+      case Stage::aa:
+        return aa();
+      case Stage::ab:
+        return ab();
+      case Stage::final_validation:
+        return final_validation();
+      case Stage::decision:
+        return decision();
+      case Stage::marker:
+        return "no work of its own; every stage it needs ended ok";
     }
     throw InternalError("a stage without a body");
   }
@@ -236,9 +246,9 @@ private:
   }
 
   void write_stages() {
-    m_bundle.write_json("stages.json", {{"schema", k_stages_schema},
-                                        {"schema_version", k_bundle_schema_version},
-                                        {"stages", m_stages}});
+    m_bundle.write_json(
+        "stages.json",
+        {{"schema", k_stages_schema}, {"schema_version", k_bundle_schema_version}, {"stages", m_stages}});
   }
 
   // ---- 1. freeze --------------------------------------------------------------------------------------------
@@ -246,7 +256,8 @@ private:
   std::string freeze() {
     m_task = load_task(m_opt.task_dir);
     if (!m_task.backends.contains(m_opt.backend)) {
-      throw DataError(fmt::format("{}: the task has no [backends.{}] section", m_task.manifest.string(), m_opt.backend));
+      throw DataError(
+          fmt::format("{}: the task has no [backends.{}] section", m_task.manifest.string(), m_opt.backend));
     }
     const BackendImpls& bi = m_task.backends.at(m_opt.backend);
     const fs::path baseline = m_opt.baseline.empty() ? bi.baseline : m_opt.baseline;
@@ -345,12 +356,9 @@ private:
     p.worker_environment = worker_environment();
     p.gates = {m_opt.gate.kind, m_opt.gate.min_improvement_pct, m_opt.gate.max_aa_difference_pct, m_opt.gate.alpha,
                m_opt.gate.same_margin_pct};
-    p.budgets = {m_opt.budget.min_blocks,
-                 m_opt.budget.max_blocks,
-                 m_opt.budget.max_seconds,
-                 m_opt.timing.warmups,
-                 m_opt.timing.samples,
-                 static_cast<double>(m_opt.timing.timeout.count()) / 1000.0};
+    p.budgets = {m_opt.budget.min_blocks,  m_opt.budget.max_blocks,
+                 m_opt.budget.max_seconds, m_opt.timing.warmups,
+                 m_opt.timing.samples,     static_cast<double>(m_opt.timing.timeout.count()) / 1000.0};
     p.workloads = m_opt.workloads;
     p.layout = {m_layouts, layout_offsets(m_opt.backend, m_layouts),
                 m_task.signature.inputs.size() + m_task.signature.outputs.size()};
@@ -448,8 +456,7 @@ private:
         if (cr.name == f.case_name) dims = cr.dims;
       }
       why = fmt::format("the baseline fails the held-out case {} ({}): {} ({}): {}", f.case_name, dims, f.assertion,
-                        to_string(f.reason),
-                        f.detail.size() > 300 ? f.detail.substr(0, 300) + " ..." : f.detail);
+                        to_string(f.reason), f.detail.size() > 300 ? f.detail.substr(0, 300) + " ..." : f.detail);
     } catch (const OracleError& e) {
       // The oracle, not the operator's shapes nor the baseline: its author is told so, and [dims] only second.
       const std::string message = fmt::format(
@@ -467,13 +474,13 @@ private:
     const std::string message = fmt::format(
         "{}: the task cannot take the held-out shapes the final check uses (every dim moves to a fresh odd value): "
         "{}. Declare what the operator needs in task.toml's [dims] table (e.g. head_dim = {{ multiple_of = 2 }}, "
-        "n_kv = {{ equal_to = \"n_ctx\" }}; docs/task-format.md, \"Dims: what the operator requires of a shape\"), or fix the baseline",
+        "n_kv = {{ equal_to = \"n_ctx\" }}; docs/task-format.md, \"Dims: what the operator requires of a shape\"), or "
+        "fix the baseline",
         m_task.manifest.string(), why);
     m_input_error_code = static_cast<int>(ExitCode::data_error);
     m_input_error = message;
     throw DataError(message);
   }
-
 
   // Structural facts only (instructions, allocations, passes, bandwidth), never part of the decision. The
   // baseline is profiled here, after its check; the candidate right after its own check passes (a rejected
@@ -531,7 +538,11 @@ private:
       if (im.role != ImplRole::control) continue;
       const FailureReason expect = im.expect.value();  // every control has one (task/manifest.cpp)
       CheckReport r = check(i, check_file(control_check_stem(im.name)), 0, expect);
-      ControlOutcome o{im.name, expect, !r.pass(), r.has_reason(expect), timing_refusal(r).has_value(),
+      ControlOutcome o{im.name,
+                       expect,
+                       !r.pass(),
+                       r.has_reason(expect),
+                       timing_refusal(r).has_value(),
                        distinct_reasons(r.failures)};
       m_inputs.controls.push_back(o);
       const std::vector<std::string> reasons = distinct_reasons(r.failures);
@@ -646,17 +657,15 @@ private:
     row.comparison = comparison;
   }
 
-  void write_samples() {
-    m_bundle.write_text("samples.csv", samples_csv(m_samples));
-  }
+  void write_samples() { m_bundle.write_text("samples.csv", samples_csv(m_samples)); }
 
   static WorkloadVerdict workload_verdict(const WorkloadResult& w) {
     WorkloadVerdict v{w.name, w.verdict, std::nullopt, std::nullopt};
     if (w.verdict == stats::Verdict::invalid) v.detail = w.reason;
     // An output that failed validation comes first: compare returns at that block, before any other verdict.
     if (w.verdict == stats::Verdict::invalid && w.failures.empty()) {
-      v.invalid_code = w.aging.ages      ? "speed_changes_with_age"
-                       : w.outside.moved ? "work_outside_window"
+      v.invalid_code = w.aging.ages             ? "speed_changes_with_age"
+                       : w.outside.moved        ? "work_outside_window"
                        : w.untimed.untimed_work ? "untimed_work"
                                                 : "";
     }
@@ -720,7 +729,8 @@ private:
       // Fresh data, plus held-out shapes the candidate never saw and a rehearsed timing visit of secret length:
       // code special-cased to the published workloads, or honest only while it believes it is being checked,
       // fails here.
-      CheckReport r = check(index_of(ImplRole::candidate), check_file("candidate_final"), m_final_nonce, std::nullopt, true);
+      CheckReport r =
+          check(index_of(ImplRole::candidate), check_file("candidate_final"), m_final_nonce, std::nullopt, true);
       pass = r.pass();
       m_inputs.final_check_pass = pass;
       check_text = check_summary(r);
@@ -733,8 +743,9 @@ private:
                                        {"environment_differences", env_diffs},
                                        {"environment_now", now_env}});
     m_stage_failed = !mismatches.empty() || !diffs.empty() || (pass && !*pass);
-    return fmt::format("re-check with fresh data and held-out shapes: {}; {} identity mismatches; {} environment differences",
-                       check_text, mismatches.size(), diffs.size());
+    return fmt::format(
+        "re-check with fresh data and held-out shapes: {}; {} identity mismatches; {} environment differences",
+        check_text, mismatches.size(), diffs.size());
   }
 
   // ---- 9. decision ----------------------------------------------------------------------------------------------

@@ -26,12 +26,12 @@ struct ValidateOptions {
   std::filesystem::path output_dir;
   BackendKind backend = BackendKind::cpu;
   std::string device;  // the backend's description of its device (empty for cpu), for the plan and the report
-  GateConfig gate;                 // mode is set per stage
+  GateConfig gate;     // mode is set per stage
   Budget budget;
   TimingOptions timing;
-  std::optional<uint64_t> seed;    // empty: drawn at random, recorded in the plan
+  std::optional<uint64_t> seed;  // empty: drawn at random, recorded in the plan
   std::vector<std::string> workloads;
-  int layouts = 0;                 // builds per arm in the layout pool; 0: default_layouts(backend)
+  int layouts = 0;                                  // builds per arm in the layout pool; 0: default_layouts(backend)
   bool exhaustive_checks = defaults::k_exhaustive;  // every check runs every case (CheckOptions::exhaustive)
   // Profile baseline and candidate (the profile stage, and the candidate's after its check). Descriptive only: the
   // decision never depends on it, and under valgrind it is the slowest part of a short validate.
@@ -75,6 +75,5 @@ struct ValidateResult {
 };
 
 ValidateResult run_validate(const ValidateOptions& options, const ValidateObserver& observer);
-
 
 }  // namespace kwb

@@ -115,8 +115,9 @@ nlohmann::json to_json(const BandwidthProbe& p) {
             {"machine", p.environment.machine},
             {"memory_bytes", p.environment.memory_bytes},
             {"digest", p.environment.digest()}}},
-          {"method", "STREAM-style copy and triad over three arrays of doubles, one thread, best of trials; bytes "
-                     "counted as STREAM counts them (no write-allocate traffic)"},
+          {"method",
+           "STREAM-style copy and triad over three arrays of doubles, one thread, best of trials; bytes "
+           "counted as STREAM counts them (no write-allocate traffic)"},
           {"array_bytes", p.array_bytes},
           {"trials", p.trials},
           {"threads", p.threads},

@@ -30,11 +30,11 @@ struct BandwidthProbe {
   EnvironmentKey environment;
   uint64_t array_bytes = 0;  // per array; three arrays of doubles
   int trials = 0;
-  int threads = 1;           // one core: tasks run candidates single-threaded unless they say otherwise
-  double copy_gb_per_s = 0;  // c[i] = a[i]: 16 bytes per element (STREAM's count: no write-allocate traffic)
-  double triad_gb_per_s = 0; // a[i] = b[i] + s * c[i]: 24 bytes per element
-  double peak_gb_per_s = 0;  // the larger of the two: the roof workloads are placed against
-  std::string measured_at;   // UTC, ISO 8601
+  int threads = 1;            // one core: tasks run candidates single-threaded unless they say otherwise
+  double copy_gb_per_s = 0;   // c[i] = a[i]: 16 bytes per element (STREAM's count: no write-allocate traffic)
+  double triad_gb_per_s = 0;  // a[i] = b[i] + s * c[i]: 24 bytes per element
+  double peak_gb_per_s = 0;   // the larger of the two: the roof workloads are placed against
+  std::string measured_at;    // UTC, ISO 8601
   bool from_cache = false;
 };
 

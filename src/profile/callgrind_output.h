@@ -12,8 +12,8 @@ namespace kwb {
 
 // One function (object + name) of one dump: its own cost, and its cost including everything it called.
 struct CallgrindFunction {
-  std::string object;  // ob=: the ELF file the code came from
-  std::string name;    // fn=: demangled name as callgrind prints it
+  std::string object;               // ob=: the ELF file the code came from
+  std::string name;                 // fn=: demangled name as callgrind prints it
   std::vector<uint64_t> self;       // one value per event
   std::vector<uint64_t> inclusive;  // self + the inclusive cost of every call it made
   uint64_t times_called = 0;        // sum of calls= on arcs into it (0 for an entry point of the window)

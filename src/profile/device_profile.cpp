@@ -36,8 +36,10 @@ nlohmann::json to_json(const DeviceProfile& d) {
   if (!d.available) return {{"available", false}, {"reason", d.unavailable_reason}, {"mechanism", d.mechanism}};
   nlohmann::json kernels = nlohmann::json::array();
   for (const DeviceKernelStat& k : d.kernels) {
-    kernels.push_back({{"name", k.name}, {"launches_per_call", k.launches_per_call},
-                       {"median_device_ns", k.median_device_ns}, {"on_call_stream", k.on_call_stream}});
+    kernels.push_back({{"name", k.name},
+                       {"launches_per_call", k.launches_per_call},
+                       {"median_device_ns", k.median_device_ns},
+                       {"on_call_stream", k.on_call_stream}});
   }
   return {{"available", true},
           {"mechanism", d.mechanism},

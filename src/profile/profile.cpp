@@ -1,16 +1,16 @@
-#include "util/units.h"
 #include "profile/profile.h"
+#include "util/units.h"
 
-#include "session/case_data.h"
 #include "profile/callgrind_output.h"
+#include "session/case_data.h"
 #include "stats/descriptive.h"
 #include "task/data.h"
 #include "util/error.h"
-#include "util/worker_dirs.h"
-#include "util/worker_user.h"
 #include "util/fs.h"
 #include "util/paths.h"
 #include "util/sha256.h"
+#include "util/worker_dirs.h"
+#include "util/worker_user.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -114,8 +114,12 @@ SessionOptions session_options(const ProfileOptions& o, uint64_t salt) {
 std::vector<std::string> confine_wrapper(const Artifact& art, const fs::path& out_dir) {
   // Made now: kwb-confine grants only what exists when it starts, and the worker loads this copy later.
   const fs::path artifact = workers_change_user() ? readable_copy(art.path) : art.path;
-  std::vector<std::string> w = {(executable_dir() / "kwb-confine").string(), "--read",
-                                profile_worker_for_workers().string(), "--read", artifact.string(), "--cpu-seconds",
+  std::vector<std::string> w = {(executable_dir() / "kwb-confine").string(),
+                                "--read",
+                                profile_worker_for_workers().string(),
+                                "--read",
+                                artifact.string(),
+                                "--cpu-seconds",
                                 "3600"};
   if (!out_dir.empty()) w.insert(w.end(), {"--own", out_dir.string(), "--write", out_dir.string()});
   w.push_back("--");
@@ -213,9 +217,9 @@ void native_pass(const Task& task, const Artifact& art, const InputSet& set, con
 
 struct CallgrindRun {
   bool ran = false;
-  std::string unhandled_instruction;   // valgrind's log line when it met an instruction it cannot decode
-  std::string reason;                  // why !ran
-  std::vector<Failure> failures;       // calls that failed validation: failures of the implementation
+  std::string unhandled_instruction;        // valgrind's log line when it met an instruction it cannot decode
+  std::string reason;                       // why !ran
+  std::vector<Failure> failures;            // calls that failed validation: failures of the implementation
   std::map<uint64_t, CallgrindDump> dumps;  // by the worker's call number (1-based)
   bool client_requests = true;
 };
@@ -473,9 +477,10 @@ struct Profiler {
   // Device backends: the kernel trace replaces callgrind and the host-side probes, which would describe the
   // runtime's host code, not the kernels (docs/profile.md).
   void device_passes(const Case& c, const InputSet& set, WorkloadProfile& wp) {
-    const std::string host_only = fmt::format("not measured for the {} backend: the host-side tools would count "
-                                              "the device runtime, not the kernels (see the device trace)",
-                                              o.backend);
+    const std::string host_only = fmt::format(
+        "not measured for the {} backend: the host-side tools would count "
+        "the device runtime, not the kernels (see the device trace)",
+        o.backend);
     wp.instructions.unavailable_reason = host_only;
     wp.allocations.unavailable_reason = host_only;
     wp.hardware.unavailable_reason = host_only;
@@ -501,15 +506,16 @@ struct Profiler {
     const bool large = wp.roofline.min_bytes > k_large_workload_bytes;
     ip.warmups = large ? 0 : o.callgrind_warmups;
     ip.calls = large ? 1 : std::max(o.callgrind_calls, 1);
-    ip.note = large ? fmt::format("large workload (> {} MiB moved): one collected call, no warm-up, to bound "
-                                  "callgrind's run time",
-                                  k_large_workload_bytes >> 20)
+    ip.note = large ? fmt::format(
+                          "large workload (> {} MiB moved): one collected call, no warm-up, to bound "
+                          "callgrind's run time",
+                          k_large_workload_bytes >> 20)
                     : fmt::format("{} uncollected warm-up call(s), then {} collected call(s)", ip.warmups, ip.calls);
     if (!report.valgrind.found) {
       ip.unavailable_reason = report.valgrind.reason;
     } else if (!fs::exists(profile_worker_executable())) {
-      ip.unavailable_reason = fmt::format("{} not found (build the kwb-profile-worker target)",
-                                          profile_worker_executable().string());
+      ip.unavailable_reason =
+          fmt::format("{} not found (build the kwb-profile-worker target)", profile_worker_executable().string());
     } else if (!wp.failures.empty()) {
       ip.unavailable_reason = "not run: the implementation failed validation in the profile worker";
     } else {
@@ -528,8 +534,9 @@ struct Profiler {
     derived.unhandled_line = run.unhandled_instruction;
     // valgrind 3.19 cannot decode AVX-512, which -march=native emits on machines that have it (docs/profile.md).
     derived.tried = true;
-    say(o, "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
-           "for callgrind");
+    say(o,
+        "valgrind cannot execute this artifact (AVX-512?); building the same source with -mno-avx512f "
+        "for callgrind");
     Artifact d = derived_build(artifact, {"-mno-avx512f"}, cache_root);
     if (!d.ok) {
       derived.failure = "the -mno-avx512f build failed: " + d.log.substr(0, 400);
@@ -554,9 +561,9 @@ struct Profiler {
     if (run.ran) {
       summarize_callgrind(run, *used, ip.warmups, ip.calls, ip);
     } else if (!run.unhandled_instruction.empty()) {
-      ip.unavailable_reason = fmt::format("{} cannot execute an instruction of the artifact ({}){}",
-                                          report.valgrind.version, run.unhandled_instruction,
-                                          derived.failure.empty() ? "" : "; " + derived.failure);
+      ip.unavailable_reason =
+          fmt::format("{} cannot execute an instruction of the artifact ({}){}", report.valgrind.version,
+                      run.unhandled_instruction, derived.failure.empty() ? "" : "; " + derived.failure);
     } else {
       ip.unavailable_reason = run.reason;
     }
@@ -594,16 +601,24 @@ nlohmann::json to_json(const WorkloadProfile& w) {
   if (ip.available) {
     nlohmann::json per_call = nlohmann::json::array();
     for (const EventCounts& e : ip.per_call) {
-      per_call.push_back({{"instructions", e.instructions}, {"data_reads", e.data_reads},
-                          {"data_writes", e.data_writes}, {"d1_misses", e.d1_misses}, {"ll_misses", e.ll_misses},
-                          {"i1_misses", e.i1_misses}, {"window_overhead_instructions", e.window_overhead}});
+      per_call.push_back({{"instructions", e.instructions},
+                          {"data_reads", e.data_reads},
+                          {"data_writes", e.data_writes},
+                          {"d1_misses", e.d1_misses},
+                          {"ll_misses", e.ll_misses},
+                          {"i1_misses", e.i1_misses},
+                          {"window_overhead_instructions", e.window_overhead}});
     }
     nlohmann::json functions = nlohmann::json::array();
     for (const FunctionShare& f : ip.functions) {
-      functions.push_back({{"name", f.name}, {"short_name", f.short_name}, {"object", f.object},
-                           {"implementation", f.implementation}, {"self_instructions_per_call", f.self_instructions},
+      functions.push_back({{"name", f.name},
+                           {"short_name", f.short_name},
+                           {"object", f.object},
+                           {"implementation", f.implementation},
+                           {"self_instructions_per_call", f.self_instructions},
                            {"inclusive_instructions_per_call", f.inclusive_instructions},
-                           {"self_share", f.self_share}, {"inclusive_share", f.inclusive_share},
+                           {"self_share", f.self_share},
+                           {"inclusive_share", f.inclusive_share},
                            {"calls_per_call", f.calls}});
     }
     instr = {{"available", true},
@@ -669,9 +684,8 @@ nlohmann::json to_json(const WorkloadProfile& w) {
   for (const Failure& f : w.failures) {
     failures.push_back(to_json(f));
   }
-  nlohmann::json j = {{"name", w.name},         {"dims", w.dims},           {"instructions", instr},
-                      {"allocations", alloc},   {"hardware_counters", hw},  {"roofline", roof},
-                      {"failures", failures},   {"seconds", w.seconds}};
+  nlohmann::json j = {{"name", w.name},          {"dims", w.dims},   {"instructions", instr}, {"allocations", alloc},
+                      {"hardware_counters", hw}, {"roofline", roof}, {"failures", failures},  {"seconds", w.seconds}};
   if (!w.device.mechanism.empty()) j["device"] = to_json(w.device);
   return j;
 }

@@ -15,9 +15,9 @@
 #pragma once
 
 #include "builder/builder.h"
-#include "session/worker_session.h"
 #include "profile/bandwidth.h"
 #include "profile/valgrind.h"
+#include "session/worker_session.h"
 #include "task/task.h"
 
 #include <nlohmann/json.hpp>
@@ -42,12 +42,12 @@ struct ProfileOptions {
   std::vector<std::string> workloads;  // case names; empty: every timing case
   // Per call; x50 under valgrind. No default here: callers pass the user's value or pipeline/defaults.h's.
   std::chrono::milliseconds timeout{0};
-  int callgrind_calls = 2;     // collected calls per workload (1 for a large workload)
-  int callgrind_warmups = 1;   // uncollected calls first (0 for a large workload): lazy binding, first touch
-  int native_calls = 4;        // calls in kwb-profile-worker without valgrind: allocations, hardware counters
-  int timing_warmups = 3;      // the short timing run in kwb-worker behind the achieved bandwidth
+  int callgrind_calls = 2;    // collected calls per workload (1 for a large workload)
+  int callgrind_warmups = 1;  // uncollected calls first (0 for a large workload): lazy binding, first touch
+  int native_calls = 4;       // calls in kwb-profile-worker without valgrind: allocations, hardware counters
+  int timing_warmups = 3;     // the short timing run in kwb-worker behind the achieved bandwidth
   int timing_calls = 15;
-  uint64_t nonce = 0;          // input data: 0 = the task's published seeds (set 0 of each case)
+  uint64_t nonce = 0;                // input data: 0 = the task's published seeds (set 0 of each case)
   std::filesystem::path raw_dir;     // keep callgrind's files here, one folder per workload (empty: discarded)
   std::filesystem::path cache_root;  // bandwidth probe and derived builds are cached here (empty: cache_dir())
   std::function<void(const std::string&)> progress;  // one line per step, for people
@@ -55,26 +55,26 @@ struct ProfileOptions {
 
 // Callgrind's counts for one collected call.
 struct EventCounts {
-  uint64_t instructions = 0;  // Ir
-  uint64_t data_reads = 0;    // Dr
-  uint64_t data_writes = 0;   // Dw
-  uint64_t d1_misses = 0;     // D1mr + D1mw
-  uint64_t ll_misses = 0;     // DLmr + DLmw (data misses of the last-level cache)
-  uint64_t i1_misses = 0;     // I1mr
+  uint64_t instructions = 0;     // Ir
+  uint64_t data_reads = 0;       // Dr
+  uint64_t data_writes = 0;      // Dw
+  uint64_t d1_misses = 0;        // D1mr + D1mw
+  uint64_t ll_misses = 0;        // DLmr + DLmw (data misses of the last-level cache)
+  uint64_t i1_misses = 0;        // I1mr
   uint64_t window_overhead = 0;  // instructions collected outside kwb_run (the toggle and the call itself)
 };
 
 // One function that ran inside the window, averaged over the collected calls.
 struct FunctionShare {
-  std::string name;        // as callgrind prints it (demangled)
-  std::string short_name;  // without namespace noise and parameters
-  std::string object;      // the ELF file it came from
-  bool implementation = false;  // code of the implementation's own shared object
+  std::string name;                   // as callgrind prints it (demangled)
+  std::string short_name;             // without namespace noise and parameters
+  std::string object;                 // the ELF file it came from
+  bool implementation = false;        // code of the implementation's own shared object
   double self_instructions = 0;       // per call
   double inclusive_instructions = 0;  // per call
   double self_share = 0;              // of all instructions in the window
   double inclusive_share = 0;
-  double calls = 0;                   // times called per call of kwb_run
+  double calls = 0;  // times called per call of kwb_run
 };
 
 struct InstructionProfile {
@@ -82,9 +82,9 @@ struct InstructionProfile {
   std::string unavailable_reason;
   int warmups = 0;
   int calls = 0;
-  std::string note;                    // why this many calls, which build ran
-  std::vector<EventCounts> per_call;   // every collected call, in order
-  double instructions_per_call = 0;    // means over the collected calls
+  std::string note;                   // why this many calls, which build ran
+  std::vector<EventCounts> per_call;  // every collected call, in order
+  double instructions_per_call = 0;   // means over the collected calls
   double d1_misses_per_call = 0;
   double ll_misses_per_call = 0;
   double data_reads_per_call = 0;
@@ -104,7 +104,7 @@ struct AllocationProfile {
   std::string unavailable_reason;
   std::string mechanism = "malloc/calloc/realloc/aligned interposition in kwb-profile-worker, inside kwb_run only";
   std::vector<uint64_t> counts, bytes, frees;  // one per call
-  double count_per_call = 0;  // means over the calls
+  double count_per_call = 0;                   // means over the calls
   double bytes_per_call = 0;
 };
 
@@ -112,7 +112,7 @@ struct HardwareCounterProfile {
   bool available = false;
   std::string unavailable_reason;
   std::vector<uint64_t> instructions, cycles;  // user space, inside kwb_run, one per call
-  double instructions_per_call = 0;  // medians over the calls
+  double instructions_per_call = 0;            // medians over the calls
   double cycles_per_call = 0;
 };
 
@@ -142,7 +142,7 @@ struct DeviceProfile {
   std::string mechanism;  // how the trace was taken
   int warmups = 0;
   int calls = 0;
-  std::vector<size_t> commands;         // per traced call
+  std::vector<size_t> commands;  // per traced call
   double commands_per_call = 0;
   std::vector<DeviceKernelStat> kernels;  // in launch order of the first call, then any others
   double median_call_device_ns = 0;       // the call's start-to-end events

@@ -70,17 +70,11 @@ ValgrindInstall find_valgrind() {
 }
 
 std::vector<std::string> callgrind_wrapper(const ValgrindInstall& valgrind, const fs::path& out_dir) {
-  return {valgrind.path.string(),
-          "--tool=callgrind",
+  return {valgrind.path.string(), "--tool=callgrind",
           // Nothing is collected until the worker's CALLGRIND_TOGGLE_COLLECT just before kwb_run; the code still
           // runs instrumented throughout, so call stacks and the simulated caches stay exact across the window.
-          "--collect-atstart=no",
-          "--cache-sim=yes",
-          "--dump-instr=no",
-          "--compress-strings=no",
-          "--compress-pos=no",
-          "--vgdb=no",
-          "--callgrind-out-file=" + (out_dir / "callgrind.out").string(),
+          "--collect-atstart=no", "--cache-sim=yes", "--dump-instr=no", "--compress-strings=no", "--compress-pos=no",
+          "--vgdb=no", "--callgrind-out-file=" + (out_dir / "callgrind.out").string(),
           // valgrind's own messages go to a file, not into the worker's output (which the parent reports).
           "--log-file=" + valgrind_log(out_dir).string()};
 }
@@ -108,7 +102,8 @@ std::string valgrind_unhandled_instruction(const fs::path& out_dir) {
   return line;
 }
 
-Artifact derived_build(const Artifact& artifact, const std::vector<std::string>& extra_flags, const fs::path& cache_root) {
+Artifact derived_build(const Artifact& artifact, const std::vector<std::string>& extra_flags,
+                       const fs::path& cache_root) {
   Artifact out = artifact;
   out.from_cache = false;
   out.ok = false;

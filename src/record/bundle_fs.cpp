@@ -33,7 +33,9 @@ std::vector<std::string> components(std::string_view rel) {
   return out;
 }
 
-std::string errno_text(int e) { return e == ELOOP ? "a symlink (a bundle holds regular files only)" : std::strerror(e); }
+std::string errno_text(int e) {
+  return e == ELOOP ? "a symlink (a bundle holds regular files only)" : std::strerror(e);
+}
 
 BundleFs::Kind kind_of(mode_t m) {
   if (S_ISREG(m)) return BundleFs::Kind::file;
@@ -46,7 +48,8 @@ BundleFs::Kind kind_of(mode_t m) {
 
 BundleFs::BundleFs(const std::filesystem::path& dir) : m_path(dir) {
   m_dir = UniqueFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!m_dir.valid()) m_error = fmt::format("{}: cannot open the bundle folder ({})", dir.string(), std::strerror(errno));
+  if (!m_dir.valid())
+    m_error = fmt::format("{}: cannot open the bundle folder ({})", dir.string(), std::strerror(errno));
 }
 
 std::optional<std::string> BundleFs::bad_path(std::string_view rel) {

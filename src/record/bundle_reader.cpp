@@ -50,7 +50,9 @@ BundleData read_bundle(const fs::path& dir) {
   }
   b.entries = bfs->walk(b.entries_truncated);
   // Absent files read as empty objects, so views of a damaged bundle render (and say what is missing).
-  auto req = [&](const char* name) { return read_json(*bfs, name, b.problems, true).value_or(nlohmann::json::object()); };
+  auto req = [&](const char* name) {
+    return read_json(*bfs, name, b.problems, true).value_or(nlohmann::json::object());
+  };
   if (std::optional<nlohmann::json> plan = read_json(*bfs, "plan.json", b.problems, true)) {
     try {
       b.plan = plan_from_json(*plan);

@@ -21,8 +21,8 @@ namespace kwb {
 
 struct BundleData {
   std::filesystem::path dir;
-  std::shared_ptr<const BundleFs> fs;        // every further read of the bundle goes through this
-  std::vector<BundleFs::Entry> entries;     // what the folder holds, symlinks and all (never followed)
+  std::shared_ptr<const BundleFs> fs;    // every further read of the bundle goes through this
+  std::vector<BundleFs::Entry> entries;  // what the folder holds, symlinks and all (never followed)
   bool entries_truncated = false;
   // plan.json, read strictly (record/plan.h); empty when it is missing or does not parse, and then plan_problem
   // says why.
@@ -33,8 +33,8 @@ struct BundleData {
   std::optional<DecisionRecord> decision;
   std::string decision_problem;
   nlohmann::json environment, stages, controls, final_;  // {} when absent
-  std::map<std::string, nlohmann::json> checks;    // by file stem: baseline, candidate, control_x, ...
-  std::map<std::string, nlohmann::json> profiles;  // by file stem
+  std::map<std::string, nlohmann::json> checks;          // by file stem: baseline, candidate, control_x, ...
+  std::map<std::string, nlohmann::json> profiles;        // by file stem
   std::optional<nlohmann::json> aa, ab;
   std::vector<SampleRow> samples;
   std::vector<std::string> problems;  // files missing or unreadable
@@ -43,6 +43,5 @@ struct BundleData {
 // Never throws for a damaged or hostile bundle: what cannot be read is listed in `problems` (see bundle_fs.h for
 // what is refused).
 BundleData read_bundle(const std::filesystem::path& dir);
-
 
 }  // namespace kwb

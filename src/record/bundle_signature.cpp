@@ -12,20 +12,19 @@ namespace kwb {
 
 std::string signed_message(const BundleSeal& seal) {
   // One field a line, each named: no two different seals give the same bytes (a decision holds no newline).
-  return fmt::format("kwb bundle signature v1\nmanifest_sha256 {}\nplan_digest {}\ndecision {}\n",
-                     seal.manifest_sha256, seal.plan_digest, seal.decision);
+  return fmt::format("kwb bundle signature v1\nmanifest_sha256 {}\nplan_digest {}\ndecision {}\n", seal.manifest_sha256,
+                     seal.plan_digest, seal.decision);
 }
 
 std::string signature_json(const BundleSeal& seal, const SigningKey& key) {
-  const nlohmann::json j = {{"schema", k_signature_schema},
-                            {"schema_version", 1},
-                            {"algorithm", "ed25519"},
-                            {"public_key", key.public_key()},
-                            {"signed",
-                             {{"manifest_sha256", seal.manifest_sha256},
-                              {"plan_digest", seal.plan_digest},
-                              {"decision", seal.decision}}},
-                            {"signature", key.sign(signed_message(seal))}};
+  const nlohmann::json j = {
+      {"schema", k_signature_schema},
+      {"schema_version", 1},
+      {"algorithm", "ed25519"},
+      {"public_key", key.public_key()},
+      {"signed",
+       {{"manifest_sha256", seal.manifest_sha256}, {"plan_digest", seal.plan_digest}, {"decision", seal.decision}}},
+      {"signature", key.sign(signed_message(seal))}};
   return json_text(j, 2) + "\n";
 }
 
@@ -37,10 +36,14 @@ void sign_bundle(const std::filesystem::path& dir, const SigningKey& key, const 
 
 const char* to_string(SignatureCheck::State s) {
   switch (s) {
-    case SignatureCheck::State::absent: return "absent";
-    case SignatureCheck::State::invalid: return "invalid";
-    case SignatureCheck::State::untrusted: return "untrusted";
-    case SignatureCheck::State::trusted: return "trusted";
+    case SignatureCheck::State::absent:
+      return "absent";
+    case SignatureCheck::State::invalid:
+      return "invalid";
+    case SignatureCheck::State::untrusted:
+      return "untrusted";
+    case SignatureCheck::State::trusted:
+      return "trusted";
   }
   return "invalid";
 }
@@ -64,9 +67,10 @@ SignatureCheck check_signature(const std::optional<std::string>& text, const Bun
   }
   c.public_key = j["public_key"].get<std::string>();
   if (!verify_signature(c.public_key, signed_message(seal), j["signature"].get<std::string>())) {
-    c.detail = fmt::format("{}: the signature does not sign this bundle's manifest (sha256 {}), plan digest and "
-                           "decision: the bundle was changed after it was signed",
-                           k_signature_file, seal.manifest_sha256);
+    c.detail = fmt::format(
+        "{}: the signature does not sign this bundle's manifest (sha256 {}), plan digest and "
+        "decision: the bundle was changed after it was signed",
+        k_signature_file, seal.manifest_sha256);
     return c;
   }
   if (trusted.trusts(c.public_key)) {
@@ -75,9 +79,10 @@ SignatureCheck check_signature(const std::optional<std::string>& text, const Bun
                            c.public_key);
   } else {
     c.state = State::untrusted;
-    c.detail = fmt::format("validly signed, but by key {}, which this machine does not trust (its own machine.key, "
-                           "or a .pub in the key folder's trusted/)",
-                           c.public_key);
+    c.detail = fmt::format(
+        "validly signed, but by key {}, which this machine does not trust (its own machine.key, "
+        "or a .pub in the key folder's trusted/)",
+        c.public_key);
   }
   return c;
 }

@@ -54,9 +54,10 @@ std::optional<BundleSnapshot> BundleSnapshot::take(const std::filesystem::path& 
   bool truncated = false;
   const std::vector<BundleFs::Entry> entries = fs.walk(truncated);
   if (truncated) {
-    why = fmt::format("{}: more than {} entries or deeper than {} folders; a bundle is a few dozen files in two "
-                      "levels",
-                      bundle.string(), k_bundle_max_entries, k_bundle_max_depth);
+    why = fmt::format(
+        "{}: more than {} entries or deeper than {} folders; a bundle is a few dozen files in two "
+        "levels",
+        bundle.string(), k_bundle_max_entries, k_bundle_max_depth);
     return std::nullopt;
   }
   const char* tmp = std::getenv("TMPDIR");
@@ -97,8 +98,8 @@ std::optional<BundleSnapshot> BundleSnapshot::take(const std::filesystem::path& 
     }
     total += bytes->size();
     if (total > k_bundle_snapshot_max_bytes) {
-      why = fmt::format("{}: over {} GiB in all; a bundle is a few MiB of records and two artifacts",
-                        bundle.string(), k_bundle_snapshot_max_bytes >> 30);
+      why = fmt::format("{}: over {} GiB in all; a bundle is a few MiB of records and two artifacts", bundle.string(),
+                        k_bundle_snapshot_max_bytes >> 30);
       return std::nullopt;
     }
     if (!write_new(to, *bytes, why)) return std::nullopt;

@@ -18,8 +18,8 @@ namespace fs = std::filesystem;
 
 BundleWriter::BundleWriter(fs::path dir) : m_dir(std::move(dir)) {
   if (fs::exists(m_dir) && !(fs::is_directory(m_dir) && fs::is_empty(m_dir))) {
-    throw UsageError(fmt::format("{}: already exists; a bundle is never overwritten (choose a new --output-dir)",
-                                 m_dir.string()));
+    throw UsageError(
+        fmt::format("{}: already exists; a bundle is never overwritten (choose a new --output-dir)", m_dir.string()));
   }
   std::error_code ec;
   fs::create_directories(m_dir, ec);

@@ -34,16 +34,17 @@ ControlMargin control_margin(const nlohmann::json& check_report, FailureReason e
   if (m.calls_rejected == 0) m.calls_rejected = m.calls;
   std::vector<std::string> why;
   if (m.calls_rejected * 2 < m.calls) {
-    why.push_back(fmt::format("rejected on only {} of the {} calls of the case(s) that caught it", m.calls_rejected,
-                              m.calls));
+    why.push_back(
+        fmt::format("rejected on only {} of the {} calls of the case(s) that caught it", m.calls_rejected, m.calls));
   }
   if (m.counts_elements && m.elements < k_thin_control_elements) {
     why.push_back(fmt::format("caught by only {} output element{}", m.elements, m.elements == 1 ? "" : "s"));
   }
   if (!why.empty()) {
-    m.thin = fmt::format("{}: a thin margin, which a change elsewhere may close; add a case that catches it on every "
-                         "call, by many elements",
-                         fmt::join(why, " and "));
+    m.thin = fmt::format(
+        "{}: a thin margin, which a change elsewhere may close; add a case that catches it on every "
+        "call, by many elements",
+        fmt::join(why, " and "));
   }
   return m;
 }

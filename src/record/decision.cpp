@@ -13,17 +13,21 @@ namespace kwb {
 // data could not settle it) before KEEP_CANDIDATE (everything passed). Missing evidence is never a pass.
 std::string_view to_string(DecisionKind d) {
   switch (d) {
-    case DecisionKind::keep_candidate: return "KEEP_CANDIDATE";
-    case DecisionKind::keep_baseline: return "KEEP_BASELINE";
-    case DecisionKind::inconclusive: return "INCONCLUSIVE";
-    case DecisionKind::invalid: return "INVALID";
+    case DecisionKind::keep_candidate:
+      return "KEEP_CANDIDATE";
+    case DecisionKind::keep_baseline:
+      return "KEEP_BASELINE";
+    case DecisionKind::inconclusive:
+      return "INCONCLUSIVE";
+    case DecisionKind::invalid:
+      return "INVALID";
   }
   return "?";
 }
 
 std::optional<DecisionKind> parse_decision(std::string_view name) {
-  for (DecisionKind d : {DecisionKind::keep_candidate, DecisionKind::keep_baseline, DecisionKind::inconclusive,
-                         DecisionKind::invalid}) {
+  for (DecisionKind d :
+       {DecisionKind::keep_candidate, DecisionKind::keep_baseline, DecisionKind::inconclusive, DecisionKind::invalid}) {
     if (to_string(d) == name) return d;
   }
   return std::nullopt;
@@ -58,8 +62,8 @@ struct Reasons {
 // A workload's estimate and detectable effect, for its reason: " (estimate +1.20% [-3.10%, +5.40%], MDE 6.80%)".
 std::string estimate_text(const WorkloadVerdict& w) {
   if (!w.improvement_pct || !w.ci_low_pct || !w.ci_high_pct) return "";
-  std::string s = fmt::format(" (estimate {:+.2f}% [{:+.2f}%, {:+.2f}%]", *w.improvement_pct, *w.ci_low_pct,
-                              *w.ci_high_pct);
+  std::string s =
+      fmt::format(" (estimate {:+.2f}% [{:+.2f}%, {:+.2f}%]", *w.improvement_pct, *w.ci_low_pct, *w.ci_high_pct);
   if (w.mde_pct) s += fmt::format(", MDE {:.2f}%", *w.mde_pct);
   return s + ")";
 }
@@ -78,7 +82,8 @@ Decision decide(const DecisionInputs& in) {
   Reasons notes;  // why a KEEP_CANDIDATE stands although an A/A did not settle
   for (const std::string& e : in.stage_errors) invalid.add("stage_error", "stage error: " + e);
   for (const std::string& m : in.identity_mismatches) invalid.add("identity_mismatch", "identity mismatch: " + m);
-  for (const std::string& m : in.environment_mismatches) invalid.add("environment_changed", "environment changed: " + m);
+  for (const std::string& m : in.environment_mismatches)
+    invalid.add("environment_changed", "environment changed: " + m);
   if (in.candidate_built.has_value() && !*in.candidate_built) {
     if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
     reject.add("candidate_not_built",
@@ -101,22 +106,26 @@ Decision decide(const DecisionInputs& in) {
   }
   for (const ControlOutcome& c : in.controls) {
     if (!c.rejected) {
-      invalid.add("control_passed", fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
+      invalid.add("control_passed",
+                  fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
     } else if (!c.expected_reason_seen) {
-      invalid.add("control_wrong_reason", fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
-                                    "reported {})",
-                                    c.name, c.expect, c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
+      invalid.add("control_wrong_reason",
+                  fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
+                              "reported {})",
+                              c.name, c.expect,
+                              c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
     }
-    if (!c.timing_refused) invalid.add("control_timed", fmt::format("control '{}' was timed: rejected code got a metric", c.name));
+    if (!c.timing_refused)
+      invalid.add("control_timed", fmt::format("control '{}' was timed: rejected code got a metric", c.name));
   }
 
   if (!in.candidate_check_pass) {
     unsure.add("candidate_not_checked", "the candidate was not checked");
   } else if (!*in.candidate_check_pass) {
     reject.add("candidate_fails_check", in.candidate_check_reasons.empty()
-                         ? std::string("the candidate fails the oracle check")
-                         : fmt::format("the candidate fails the oracle check ({})",
-                                       fmt::join(in.candidate_check_reasons, ", ")));
+                                            ? std::string("the candidate fails the oracle check")
+                                            : fmt::format("the candidate fails the oracle check ({})",
+                                                          fmt::join(in.candidate_check_reasons, ", ")));
   }
   if (in.candidate_check_pass.value_or(false)) {
     if (in.baseline_copy_check_pass.has_value() && !*in.baseline_copy_check_pass) {
@@ -131,9 +140,10 @@ Decision decide(const DecisionInputs& in) {
     };
     for (const WorkloadVerdict& w : in.aa) {
       if (w.verdict == stats::Verdict::fail) {
-        invalid.add("aa_broken_noise_floor", fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
-                                      "broken on this machine",
-                                      w.workload));
+        invalid.add("aa_broken_noise_floor",
+                    fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
+                                "broken on this machine",
+                                w.workload));
       } else if (w.verdict == stats::Verdict::invalid) {
         invalid.add("aa_invalid", fmt::format("A/A on '{}' {}{}{}", w.workload,
                                               w.invalid_code.empty() ? "failed validation during timing" : "is INVALID",
@@ -146,21 +156,23 @@ Decision decide(const DecisionInputs& in) {
         const std::optional<double> net =
             ab && ab->verdict == stats::Verdict::pass ? improvement_net_of_aa_bias(*ab, w) : std::nullopt;
         if (w.verdict == stats::Verdict::inconclusive && net && *net >= in.min_improvement_pct) {
-          notes.add("aa_unsettled_bias_charged", fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
-                                      "but charged the worst bias in it the candidate still improves by at least "
-                                      "{:+.2f}%, at or above the bar of {}%",
-                                      w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in.min_improvement_pct));
+          notes.add("aa_unsettled_bias_charged",
+                    fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
+                                "but charged the worst bias in it the candidate still improves by at least "
+                                "{:+.2f}%, at or above the bar of {}%",
+                                w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in.min_improvement_pct));
         } else {
           unsure.add("aa_unsettled", fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
-                                       "interval is not small next to the A/B margin over the bar",
-                                       w.workload));
+                                                 "interval is not small next to the A/B margin over the bar",
+                                                 w.workload));
         }
       }
     }
     if (in.ab.empty()) unsure.add("no_ab", "no A/B comparison");
     for (const WorkloadVerdict& w : in.ab) {
       if (w.verdict == stats::Verdict::fail) {
-        reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload, estimate_text(w)));
+        reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload,
+                                               estimate_text(w)));
       } else if (w.verdict == stats::Verdict::same) {
         reject.add("no_practical_difference",
                    fmt::format("'{}': no practical difference: the whole interval lies within +-{}%{}, so the "
@@ -170,7 +182,7 @@ Decision decide(const DecisionInputs& in) {
         reject.add("ab_" + w.invalid_code, fmt::format("'{}': {}", w.workload, w.detail));
       } else if (w.verdict == stats::Verdict::invalid) {
         reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
-                                     w.detail.empty() ? "" : ": ", w.detail));
+                                             w.detail.empty() ? "" : ": ", w.detail));
       } else if (w.verdict != stats::Verdict::pass && below_resolution(w, in.same_margin_pct)) {
         // Advice that can work (docs/timing.md, "No practical difference"): with the budget spent, this machine
         // cannot resolve a difference the size of the margin, so more of the same timing would not settle it.
@@ -181,8 +193,8 @@ Decision decide(const DecisionInputs& in) {
                                w.workload, estimate_text(w), in.same_margin_pct));
       } else if (w.verdict != stats::Verdict::pass) {
         unsure.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; this machine "
-                                             "resolves the margin, so timing longer (--max-minutes) settles it",
-                                             w.workload, estimate_text(w)));
+                                               "resolves the margin, so timing longer (--max-minutes) settles it",
+                                               w.workload, estimate_text(w)));
       }
     }
     if (!in.final_check_pass) {
@@ -222,8 +234,11 @@ nlohmann::json verdicts(const std::vector<WorkloadVerdict>& v) {
 nlohmann::json to_json(const DecisionInputs& in) {
   nlohmann::json controls = nlohmann::json::array();
   for (const ControlOutcome& c : in.controls) {
-    controls.push_back({{"name", c.name}, {"expect", to_string(c.expect)}, {"rejected", c.rejected},
-                        {"expected_reason_seen", c.expected_reason_seen}, {"timing_refused", c.timing_refused},
+    controls.push_back({{"name", c.name},
+                        {"expect", to_string(c.expect)},
+                        {"rejected", c.rejected},
+                        {"expected_reason_seen", c.expected_reason_seen},
+                        {"timing_refused", c.timing_refused},
                         {"reasons", c.reasons}});
   }
   return {{"baseline_check_pass", opt(in.baseline_check_pass)},

@@ -19,9 +19,9 @@ namespace kwb {
 struct ControlOutcome {
   std::string name;
   FailureReason expect = FailureReason::numeric_mismatch;  // the reason the control must provoke
-  bool rejected = false;          // its check failed
+  bool rejected = false;                                   // its check failed
   bool expected_reason_seen = false;
-  bool timing_refused = false;    // a timing request for it yielded no metric
+  bool timing_refused = false;       // a timing request for it yielded no metric
   std::vector<std::string> reasons;  // the reasons its check reported, each once in the order first seen
 };
 

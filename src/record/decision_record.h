@@ -19,7 +19,7 @@ struct DecisionScope {
   std::string machine;  // the CPU model, or "unknown"
   std::string host;     // the host name, or "unknown"
   std::string backend;
-  std::string device;   // the backend's device; empty on cpu
+  std::string device;  // the backend's device; empty on cpu
   std::vector<std::string> dtypes;
   std::vector<std::string> workloads;  // those compared in A/B
 };
@@ -29,10 +29,10 @@ struct DecisionRecord {
   int exit_code = 3;
   std::vector<std::string> reasons;
   std::vector<std::string> reason_codes;  // one stable code per reason (Decision::reason_codes)
-  std::string plan_digest;  // SHA-256 of plan.json; empty when the freeze failed
+  std::string plan_digest;                // SHA-256 of plan.json; empty when the freeze failed
   DecisionScope scope;
-  nlohmann::json inputs;    // what the decision rule read (to_json(DecisionInputs)); verify re-derives them
-  std::string created;      // UTC, ISO 8601
+  nlohmann::json inputs;  // what the decision rule read (to_json(DecisionInputs)); verify re-derives them
+  std::string created;    // UTC, ISO 8601
   // The secret the run's timed and held-out data came from (util/data_secret.h), revealed once the run is over:
   // verify checks it against the plan's data_commitment and re-derives the nonces from it.
   std::string data_secret;

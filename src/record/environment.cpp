@@ -49,8 +49,8 @@ std::string mem_total() {
 }
 
 // Items compared at final validation: changing any of them changes what the numbers mean.
-const char* const k_stable_items[] = {"cpu_model", "cpu_flags_sha256", "logical_cores", "governor", "kernel",
-                                      "hostname",  "compiler",         "memory_total"};
+const char* const k_stable_items[] = {"cpu_model", "cpu_flags_sha256", "logical_cores", "governor",
+                                      "kernel",    "hostname",         "compiler",      "memory_total"};
 
 }  // namespace
 
@@ -69,7 +69,8 @@ nlohmann::json capture_environment(const std::string& compiler_version) {
   const std::string turbo = read_first_line("/sys/devices/system/cpu/intel_pstate/no_turbo");
   if (turbo == "0") warnings.push_back("turbo boost is on: sustained clocks depend on temperature");
   const unsigned cores = std::thread::hardware_concurrency();
-  if (cores <= 2) warnings.push_back(fmt::format("only {} logical cores: the harness and the kernel share them", cores));
+  if (cores <= 2)
+    warnings.push_back(fmt::format("only {} logical cores: the harness and the kernel share them", cores));
   std::ifstream loadavg("/proc/loadavg");
   std::string load;
   std::getline(loadavg, load);
@@ -98,7 +99,9 @@ std::vector<EnvironmentDifference> compare_environments(const nlohmann::json& pl
   for (const char* item : k_stable_items) {
     const nlohmann::json a = planned.value(item, nlohmann::json());
     const nlohmann::json b = now.value(item, nlohmann::json());
-    if (a != b) out.push_back({item, a.is_string() ? a.get<std::string>() : a.dump(), b.is_string() ? b.get<std::string>() : b.dump()});
+    if (a != b)
+      out.push_back(
+          {item, a.is_string() ? a.get<std::string>() : a.dump(), b.is_string() ? b.get<std::string>() : b.dump()});
   }
   return out;
 }

@@ -87,8 +87,8 @@ public:
   void finish() const {
     for (const auto& [k, unused] : m_j.items()) {
       if (!m_seen.contains(k)) {
-        throw FormatError(fmt::format("field '{}' is not one this kwb writes (a file of another kwb version, or edited)",
-                                      child(m_path, k)));
+        throw FormatError(fmt::format(
+            "field '{}' is not one this kwb writes (a file of another kwb version, or edited)", child(m_path, k)));
       }
     }
   }
@@ -191,10 +191,11 @@ T decode_file(const nlohmann::json& j, const char* schema, int version) {
   const nlohmann::json named = j.value("schema", nlohmann::json()), v = j.value("schema_version", nlohmann::json());
   if (named != schema) throw FormatError(fmt::format("schema is {}, expected '{}'", named.dump(), schema));
   if (v != version) {
-    throw FormatError(fmt::format("schema_version is {}, this kwb reads {}: the bundle was written by another kwb "
-                                  "version; verify it with the kwb that wrote it (plan.json's kwb.git_sha), or "
-                                  "validate again with this one",
-                                  v.dump(), version));
+    throw FormatError(
+        fmt::format("schema_version is {}, this kwb reads {}: the bundle was written by another kwb "
+                    "version; verify it with the kwb that wrote it (plan.json's kwb.git_sha), or "
+                    "validate again with this one",
+                    v.dump(), version));
   }
   T out{};
   Reader r(j, "");

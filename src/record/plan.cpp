@@ -35,8 +35,8 @@ void check_invariants(const Plan& p) {
     const PlannedImpl& im = p.implementations[i];
     const std::string where = fmt::format("implementations[{}]", i);
     if ((im.role == ImplRole::control) != im.expect.has_value()) {
-      throw FormatError(fmt::format("field '{}.expect' must name a failure reason for a control and be null otherwise",
-                                    where));
+      throw FormatError(
+          fmt::format("field '{}.expect' must name a failure reason for a control and be null otherwise", where));
     }
     if (im.role == ImplRole::control && !controls.insert(im.name).second) {
       throw FormatError(fmt::format("control '{}' is planned twice", im.name));
@@ -47,7 +47,8 @@ void check_invariants(const Plan& p) {
     identity_text(im.identity, "key", where + ".identity");
     const std::string artifact = identity_text(im.identity, "artifact_sha256", where + ".identity");
     if (im.built && (!is_hex_digest(artifact) || im.bundle_artifact.empty())) {
-      throw FormatError(fmt::format("{} ({}) is built but has no artifact digest or no bundle_artifact", where, im.name));
+      throw FormatError(
+          fmt::format("{} ({}) is built but has no artifact digest or no bundle_artifact", where, im.name));
     }
   }
   const PlanOracle& o = p.task.oracle;
@@ -114,11 +115,16 @@ struct EnumCodec<FailureReason> {
 
 std::string_view to_string(ImplRole r) {
   switch (r) {
-    case ImplRole::baseline: return "baseline";
-    case ImplRole::candidate: return "candidate";
-    case ImplRole::baseline_layout: return "baseline_layout";
-    case ImplRole::candidate_layout: return "candidate_layout";
-    case ImplRole::control: return "control";
+    case ImplRole::baseline:
+      return "baseline";
+    case ImplRole::candidate:
+      return "candidate";
+    case ImplRole::baseline_layout:
+      return "baseline_layout";
+    case ImplRole::candidate_layout:
+      return "candidate_layout";
+    case ImplRole::control:
+      return "control";
   }
   return "?";
 }
@@ -200,9 +206,10 @@ Plan plan_from_json(const nlohmann::json& j) {
 
 std::optional<std::string> provenance_warning(const Plan& plan) {
   if (!plan.kwb.git_dirty.value_or(false)) return std::nullopt;
-  return fmt::format("kwb was built from a modified git tree (commit {} plus uncommitted changes): that commit alone "
-                     "does not reproduce this run",
-                     plan.kwb.git_sha.empty() ? std::string("unknown") : plan.kwb.git_sha);
+  return fmt::format(
+      "kwb was built from a modified git tree (commit {} plus uncommitted changes): that commit alone "
+      "does not reproduce this run",
+      plan.kwb.git_sha.empty() ? std::string("unknown") : plan.kwb.git_sha);
 }
 
 }  // namespace kwb

@@ -35,10 +35,10 @@ struct PlannedImpl {
   std::string bundle_source;            // inside the bundle
   std::string bundle_artifact;          // inside the bundle; "" when the build failed
   bool built = false;
-  int layout = 0;                       // index in its arm's layout pool (0: the plain build)
+  int layout = 0;  // index in its arm's layout pool (0: the plain build)
   uint64_t pad_bytes = 0;
-  std::string build_log;                // the compiler's output when the build failed
-  nlohmann::json identity;              // the build identity (builder/builder.h, to_json(BuildIdentity))
+  std::string build_log;    // the compiler's output when the build failed
+  nlohmann::json identity;  // the build identity (builder/builder.h, to_json(BuildIdentity))
 
   // The identity's fields the bundle is bound by (read strictly by plan_from_json).
   std::string source_sha256() const;
@@ -111,7 +111,7 @@ struct PlanLayout {
 // and decision.json reveals it after the run (DecisionRecord::data_secret), for verify to re-derive every nonce.
 struct PlanSeeds {
   uint64_t seed = 0;
-  uint64_t check_nonce = 0;      // the pre-timing checks' data: 0, the task's published seeds
+  uint64_t check_nonce = 0;     // the pre-timing checks' data: 0, the task's published seeds
   std::string data_commitment;  // DataSecret::commitment(), 64 hex digits
 };
 

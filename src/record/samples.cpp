@@ -74,7 +74,8 @@ struct RowReader {
 // What the columns cannot say alone: the ranges of the figures.
 std::string out_of_range(const Sample& s) {
   if (s.ns < 0 || s.window_ns < 0) return "a negative time";
-  if (s.pre_cpu_ns < -1 || s.post_cpu_ns < -1 || s.gap_cpu_ns < -1 || s.device_ns < -1) return "a CPU or device time below -1";
+  if (s.pre_cpu_ns < -1 || s.post_cpu_ns < -1 || s.gap_cpu_ns < -1 || s.device_ns < -1)
+    return "a CPU or device time below -1";
   if (s.outside_cpu_ns < -1 || s.outside_wall_ns < -1 || (s.outside_cpu_ns < 0) != (s.outside_wall_ns < 0)) {
     return "outside_cpu_ns and outside_wall_ns disagree on whether the call was watched";
   }
@@ -133,9 +134,10 @@ std::vector<SampleRow> parse_rows(std::string_view text, bool with_comparison, s
     if (n == 1) {
       const std::string header = samples_csv_header(with_comparison);
       if (line + "\n" != header) {
-        problems.push_back(fmt::format("samples.csv:1: the header is not this kwb's ({}): written by another kwb "
-                                       "version, or edited",
-                                       header.substr(0, header.size() - 1)));
+        problems.push_back(
+            fmt::format("samples.csv:1: the header is not this kwb's ({}): written by another kwb "
+                        "version, or edited",
+                        header.substr(0, header.size() - 1)));
         return rows;
       }
       continue;

@@ -12,16 +12,16 @@ namespace kwb {
 
 struct Sample {
   std::string workload;
-  int block = 0;             // -1 for the pilot
-  std::string arm;           // "A", "A'", "B"
-  int order_position = 0;    // position of this arm's visit within its block
+  int block = 0;           // -1 for the pilot
+  std::string arm;         // "A", "A'", "B"
+  int order_position = 0;  // position of this arm's visit within its block
   int64_t pid = 0;
-  int sample_index = 0;      // call index within the visit
+  int sample_index = 0;  // call index within the visit
   bool warmup = false;
   int input_set = 0;
-  int64_t ns = 0;            // the sample: window_ns plus the CPU charged outside it (util/cpu_watch.h, charged_ns)
+  int64_t ns = 0;  // the sample: window_ns plus the CPU charged outside it (util/cpu_watch.h, charged_ns)
   bool output_valid = false;
-  int64_t device_ns = -1;    // device backends: the device's events around the call; -1 for cpu (no device clock)
+  int64_t device_ns = -1;  // device backends: the device's events around the call; -1 for cpu (no device clock)
   // The visit's layout (stats/layout.h): which build of the arm's layout pool ran, the stack offset at the call and
   // each tensor's offset within its page (inputs then outputs).
   int layout = 0;

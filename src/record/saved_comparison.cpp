@@ -34,11 +34,12 @@ json parse_comparison(const std::string& text, const fs::path& file) {
   // Versions 1 and 2 of kwb.compare hold the same arms, budgets and samples; they differ in layout sensitivity only,
   // which an offline comparison does not read.
   if (j.is_discarded() || !j.is_object() || j.value("schema", json()) != k_compare_schema ||
-      !j.contains("schema_version") || !j["schema_version"].is_number_integer() ||
-      j["schema_version"].get<int>() < 1 || j["schema_version"].get<int>() > k_compare_schema_version) {
-    throw DataError(fmt::format("{}: not a kwb.compare result of version 1 to {} (written by another kwb, or "
-                                "edited); give a folder written by compare --output-dir or validate",
-                                file.string(), k_compare_schema_version));
+      !j.contains("schema_version") || !j["schema_version"].is_number_integer() || j["schema_version"].get<int>() < 1 ||
+      j["schema_version"].get<int>() > k_compare_schema_version) {
+    throw DataError(
+        fmt::format("{}: not a kwb.compare result of version 1 to {} (written by another kwb, or "
+                    "edited); give a folder written by compare --output-dir or validate",
+                    file.string(), k_compare_schema_version));
   }
   if (!j.contains("arms") || !j["arms"].is_array() || j["arms"].size() != 2) {
     throw DataError(fmt::format("{}: field 'arms' must list the comparison's two arms", file.string()));
@@ -58,7 +59,8 @@ void take_arm(SavedResult& r, const json& comparison, const fs::path& file, cons
   }
   const json& a = comparison["arms"][static_cast<size_t>(at - labels.begin())];
   r.arm_path = a.value("path", "");
-  if (a.contains("identity") && a["identity"].is_object()) r.arm_artifact_sha256 = a["identity"].value("artifact_sha256", "");
+  if (a.contains("identity") && a["identity"].is_object())
+    r.arm_artifact_sha256 = a["identity"].value("artifact_sha256", "");
   r.backend = comparison.value("backend", "");
   const json budgets = comparison.value("budgets", json::object());
   r.timing = {{"warmups", budgets.value("warmups", json())},
@@ -130,9 +132,14 @@ SavedWorkload compare_workload(const std::string& name, const std::vector<double
 }
 
 json result_json(const SavedResult& r) {
-  return {{"dir", r.dir.string()},   {"kind", r.kind},        {"arm", r.arm},
-          {"path", r.arm_path},      {"artifact_sha256", r.arm_artifact_sha256},
-          {"backend", r.backend},    {"timing", r.timing},    {"machine", r.machine}};
+  return {{"dir", r.dir.string()},
+          {"kind", r.kind},
+          {"arm", r.arm},
+          {"path", r.arm_path},
+          {"artifact_sha256", r.arm_artifact_sha256},
+          {"backend", r.backend},
+          {"timing", r.timing},
+          {"machine", r.machine}};
 }
 
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
@@ -144,8 +151,8 @@ SavedResult read_saved_result(const fs::path& dir, const std::string& arm) {
   r.dir = dir;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    throw DataError(fmt::format("{}: no such folder; give a folder written by compare --output-dir or validate",
-                                dir.string()));
+    throw DataError(
+        fmt::format("{}: no such folder; give a folder written by compare --output-dir or validate", dir.string()));
   }
   const std::string fix = "give a folder written by compare --output-dir (compare.json, samples.csv) or validate";
   std::vector<std::string> problems;
@@ -194,24 +201,27 @@ SavedComparison compare_saved(SavedResult old_result, SavedResult new_result, ui
     if (!old_visits.contains(name)) c.only_in_new.push_back(name);
   }
   if (old_result.backend != new_result.backend) {
-    c.warnings.push_back(fmt::format("the backends differ ({} and {}): the two times are of different machines' "
-                                     "work", old_result.backend, new_result.backend));
+    c.warnings.push_back(
+        fmt::format("the backends differ ({} and {}): the two times are of different machines' "
+                    "work",
+                    old_result.backend, new_result.backend));
   }
   if (old_result.timing != new_result.timing) {
-    c.warnings.push_back(fmt::format("the timing settings differ (old {}, new {}): warm-ups, samples per visit or "
-                                     "cold caches change what a call's time measures",
-                                     old_result.timing.dump(), new_result.timing.dump()));
+    c.warnings.push_back(
+        fmt::format("the timing settings differ (old {}, new {}): warm-ups, samples per visit or "
+                    "cold caches change what a call's time measures",
+                    old_result.timing.dump(), new_result.timing.dump()));
   }
   if (!old_result.machine.empty() && !new_result.machine.empty() && old_result.machine != new_result.machine) {
-    c.warnings.push_back(fmt::format("the results come from different machines ({} and {})", old_result.machine,
-                                     new_result.machine));
+    c.warnings.push_back(
+        fmt::format("the results come from different machines ({} and {})", old_result.machine, new_result.machine));
   } else if (old_result.machine.empty() || new_result.machine.empty()) {
     c.warnings.push_back("a compare folder records no machine: kwb cannot tell whether both ran on the same one");
   }
   for (const SavedWorkload& w : c.workloads) {
     if (!w.improvement_pct) {
-      c.warnings.push_back(fmt::format("{}: fewer than {} visits in one result ({} old, {} new): no interval",
-                                       w.name, k_min_saved_visits, w.old_visits, w.new_visits));
+      c.warnings.push_back(fmt::format("{}: fewer than {} visits in one result ({} old, {} new): no interval", w.name,
+                                       k_min_saved_visits, w.old_visits, w.new_visits));
     }
   }
   if (c.workloads.empty()) {
@@ -239,8 +249,9 @@ json to_json(const SavedComparison& c) {
   return {{"schema", k_compare_saved_schema},
           {"schema_version", k_compare_saved_schema_version},
           {"indicative", true},
-          {"why_indicative", "the two results were not interleaved: what changed between the runs is in the "
-                             "difference, and the interval covers sampling noise only"},
+          {"why_indicative",
+           "the two results were not interleaved: what changed between the runs is in the "
+           "difference, and the interval covers sampling noise only"},
           {"confidence", c.confidence},
           {"seed", c.seed},
           {"old", result_json(c.old_result)},

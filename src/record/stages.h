@@ -34,8 +34,8 @@ struct StageSpec {
   // Nothing is judged against the baseline for a candidate that does not build, or that builds to the baseline's own
   // artifact (the same code): such stages are skipped with candidate_skip_reason's words.
   bool needs_candidate_built = false;
-  bool optional = false;               // runs only when the plan asks for it (the profile: --no-profile)
-  int comparisons = 0;                 // timed comparisons it runs per workload (the budget figure)
+  bool optional = false;  // runs only when the plan asks for it (the profile: --no-profile)
+  int comparisons = 0;    // timed comparisons it runs per workload (the budget figure)
   // The files it writes whenever it runs (ok or failed); "{control}" stands for each planned control's name.
   std::vector<std::string> evidence;
 };

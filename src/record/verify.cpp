@@ -3,8 +3,8 @@
 #include "record/bundle_reader.h"
 #include "record/bundle_writer.h"
 #include "record/control_margin.h"
-#include "record/schema.h"
 #include "record/decision.h"
+#include "record/schema.h"
 #include "record/verify_comparison.h"
 #include "stats/aging.h"
 #include "stats/alpha_spending_rule.h"
@@ -13,8 +13,8 @@
 #include "stats/gate.h"
 #include "stats/layout.h"
 #include "stats/outside_window.h"
-#include "stats/sequential.h"
 #include "stats/random.h"
+#include "stats/sequential.h"
 #include "task/data.h"
 #include "util/backend_kind.h"
 #include "util/cpu_watch.h"
@@ -29,10 +29,10 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <tuple>
 #include <set>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 namespace kwb {
 
@@ -70,7 +70,8 @@ uint64_t uint_field(const json& j, const char* key, const std::string& where = "
 }
 bool bool_field(const json& j, const char* key, const std::string& where = "") {
   const json& v = field(j, key, where);
-  if (!v.is_boolean()) throw FieldError(fmt::format("field '{}'{} must be true or false, is {}", key, where, v.type_name()));
+  if (!v.is_boolean())
+    throw FieldError(fmt::format("field '{}'{} must be true or false, is {}", key, where, v.type_name()));
   return v.get<bool>();
 }
 const json& array_field(const json& j, const char* key, const std::string& where = "") {
@@ -158,7 +159,8 @@ private:
       problem(fmt::format("bundle folder: more than {} entries or deeper than {} levels; not a bundle kwb wrote",
                           k_bundle_max_entries, k_bundle_max_depth));
     }
-    if (odd == 0 && !m_b.entries_truncated) verified(fmt::format("bundle folder: {} entries, regular files and folders only", m_b.entries.size()));
+    if (odd == 0 && !m_b.entries_truncated)
+      verified(fmt::format("bundle folder: {} entries, regular files and folders only", m_b.entries.size()));
   }
 
   void manifest() {
@@ -174,8 +176,7 @@ private:
     size_t n = 0, bad = 0;
     while (std::getline(in, line)) {
       ++n;
-      if (line.size() < 67 || line.substr(64, 2) != "  " ||
-          line.find_first_not_of("0123456789abcdef") < 64) {
+      if (line.size() < 67 || line.substr(64, 2) != "  " || line.find_first_not_of("0123456789abcdef") < 64) {
         problem(fmt::format("{}:{}: not a 'sha256  path' line", k_manifest_file, n));
         ++bad;
         continue;
@@ -253,7 +254,8 @@ private:
     if (!m_b.final_.empty()) expect_schema("final.json", m_b.final_, "kwb.final");
     // Version 2 of a check report records what it was asked (nonce, held-out, stop reason): without it a report
     // cannot be bound to its role.
-    for (const auto& [k, j] : m_b.checks) expect_schema("checks/" + k + ".json", j, k_check_schema, k_check_schema_version);
+    for (const auto& [k, j] : m_b.checks)
+      expect_schema("checks/" + k + ".json", j, k_check_schema, k_check_schema_version);
     if (m_b.aa) {
       expect_schema("comparisons/aa.json", *m_b.aa, "kwb.compare", k_compare_schema_version,
                     k_compare_schema_oldest_verified);
@@ -284,19 +286,23 @@ private:
     const std::string& revealed = m_b.decision->data_secret;
     const std::optional<DataSecret> secret = DataSecret::from_hex(revealed);
     if (!secret) {
-      problem(fmt::format("decision.json: data_secret '{}' is not 64 lowercase hex digits; the run's data cannot be "
-                          "re-derived", revealed.substr(0, 80)));
+      problem(
+          fmt::format("decision.json: data_secret '{}' is not 64 lowercase hex digits; the run's data cannot be "
+                      "re-derived",
+                      revealed.substr(0, 80)));
       return;
     }
     if (secret->commitment() != m_plan.seeds.data_commitment) {
-      problem(fmt::format("decision.json: the revealed data_secret commits to {}, but plan.json committed to {}: "
-                          "the data secret is not the one frozen before the run",
-                          secret->commitment(), m_plan.seeds.data_commitment));
+      problem(
+          fmt::format("decision.json: the revealed data_secret commits to {}, but plan.json committed to {}: "
+                      "the data secret is not the one frozen before the run",
+                      secret->commitment(), m_plan.seeds.data_commitment));
       return;
     }
     m_final_nonce = secret->nonce("final");
-    verified("decision.json: data_secret matches plan.json's data_commitment (the timed and held-out data were "
-             "fixed before the run)");
+    verified(
+        "decision.json: data_secret matches plan.json's data_commitment (the timed and held-out data were "
+        "fixed before the run)");
   }
 
   // plan.json was read strictly by the bundle reader (record/plan.h); what it could not read is this step's problem.
@@ -315,11 +321,11 @@ private:
                          k_bundle_schema_version, m_plan.task.name, m_plan.task.identity));
     verified(fmt::format("plan.json: the task's oracle {} is recorded with its source digest and build identity",
                          m_plan.task.oracle.source));
-    verified(fmt::format("plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
-                         "least {} blocks; everything below is bound to these",
-                         m_plan.implementations.size(), fmt::join(m_workloads, ", "), gate_kind(),
-                         m_plan.gates.min_improvement_pct, m_plan.gates.max_aa_difference_pct, m_plan.gates.alpha,
-                         m_plan.budgets.min_blocks));
+    verified(fmt::format(
+        "plan.json: {} implementations, workloads {}, gate {} {:g}% (A/A +-{:g}%), alpha {:g}, at "
+        "least {} blocks; everything below is bound to these",
+        m_plan.implementations.size(), fmt::join(m_workloads, ", "), gate_kind(), m_plan.gates.min_improvement_pct,
+        m_plan.gates.max_aa_difference_pct, m_plan.gates.alpha, m_plan.budgets.min_blocks));
   }
 
   std::string gate_kind() const { return m_plan.gates.kind == stats::GateKind::point ? "point" : "ci"; }
@@ -348,7 +354,8 @@ private:
           ++n;
         }
       }
-      if (im.built && im.bundle_artifact.empty()) problem(fmt::format("plan.json: {} built but has no artifact", im.name));
+      if (im.built && im.bundle_artifact.empty())
+        problem(fmt::format("plan.json: {} built but has no artifact", im.name));
     }
     verified(fmt::format("artifacts/: {} sources and objects hash to their plan identities", n));
   }
@@ -386,12 +393,15 @@ private:
     const std::string file = "checks/" + stem + ".json";
     std::optional<ExpectedCheck> ex = expected_check(stem);
     if (!ex) {
-      problem(fmt::format("{}: not a check this plan calls for (expected baseline, candidate, candidate_final or "
-                          "control_<planned control>)", file));
+      problem(
+          fmt::format("{}: not a check this plan calls for (expected baseline, candidate, candidate_final or "
+                      "control_<planned control>)",
+                      file));
       return;
     }
     const json& a = object_field(c, "assertions");
-    const uint64_t passed = uint_field(a, "passed", " of assertions"), failed = uint_field(a, "failed", " of assertions");
+    const uint64_t passed = uint_field(a, "passed", " of assertions"),
+                   failed = uint_field(a, "failed", " of assertions");
     const json& failures = array_field(c, "failures");
     if (failed != failures.size()) {
       problem(fmt::format("{}: {} assertions failed but {} failures are listed", file, failed, failures.size()));
@@ -410,13 +420,16 @@ private:
     const bool pass = check_pass(c);
     const std::string derived = pass ? "PASS" : "FAIL";
     if (str_field(c, "verdict") != derived) {
-      problem(fmt::format("{}: verdict {} does not follow from its assertions ({})", file, str_field(c, "verdict"), derived));
+      problem(fmt::format("{}: verdict {} does not follow from its assertions ({})", file, str_field(c, "verdict"),
+                          derived));
     }
     // Bound to its role: the implementation the plan froze for it, the task and backend of the plan, and the
     // request the role makes (published or fresh data, held-out shapes, the control's stop reason).
     const json& impl = object_field(c, "implementation");
     const json& id = object_field(impl, "identity", " of implementation");
-    const std::string art = id.contains("artifact_sha256") && id["artifact_sha256"].is_string() ? id["artifact_sha256"].get<std::string>() : "";
+    const std::string art = id.contains("artifact_sha256") && id["artifact_sha256"].is_string()
+                                ? id["artifact_sha256"].get<std::string>()
+                                : "";
     if (str_field(id, "source_sha256", " of implementation.identity") != ex->impl->source_sha256() ||
         (ex->impl->built && art != ex->impl->artifact_sha256())) {
       problem(fmt::format("{}: checks source {} / artifact {}, but the plan's {} is {} / {}", file,
@@ -434,10 +447,11 @@ private:
     if ((ex->nonce && uint_field(rq, "nonce", " of request") != *ex->nonce) ||
         bool_field(rq, "held_out", " of request") != ex->held_out ||
         str_field(rq, "stop_after_reason", " of request") != ex->stop_after) {
-      problem(fmt::format("{}: was run with nonce {}, held_out {}, stop reason '{}'; its role requires nonce {}, "
-                          "held_out {}, stop reason '{}' (a report of another role cannot stand in for this one)",
-                          file, uint_field(rq, "nonce"), bool_field(rq, "held_out"), str_field(rq, "stop_after_reason"),
-                          ex->nonce ? std::to_string(*ex->nonce) : "(unknown)", ex->held_out, ex->stop_after));
+      problem(
+          fmt::format("{}: was run with nonce {}, held_out {}, stop reason '{}'; its role requires nonce {}, "
+                      "held_out {}, stop reason '{}' (a report of another role cannot stand in for this one)",
+                      file, uint_field(rq, "nonce"), bool_field(rq, "held_out"), str_field(rq, "stop_after_reason"),
+                      ex->nonce ? std::to_string(*ex->nonce) : "(unknown)", ex->held_out, ex->stop_after));
     }
     // The case list: a passing check covered every case its role requires (and, for the final re-check, rehearsed
     // a timing visit); a failing one ran only cases its role names.
@@ -469,9 +483,10 @@ private:
     for (const auto& entry : m_b.checks) {  // not a structured binding: clang 14 cannot capture one in a lambda
       step("checks/" + entry.first + ".json", [&] { check_one(entry.first, entry.second); });
     }
-    verified(fmt::format("checks/: {} reports, each bound to its role's implementation, nonce and cases; verdicts "
-                         "follow from their assertions",
-                         m_b.checks.size()));
+    verified(
+        fmt::format("checks/: {} reports, each bound to its role's implementation, nonce and cases; verdicts "
+                    "follow from their assertions",
+                    m_b.checks.size()));
   }
 
   // Whether the plan's candidate (its plain build) compiled; empty without a plan.
@@ -545,17 +560,20 @@ private:
         if (str_field(c, "expect") != to_string(expect) || bool_field(c, "rejected") != rejected ||
             bool_field(c, "expected_reason_seen") != seen || bool_field(c, "timing_refused") != rejected ||
             !field(c, "metric", "").is_null() || !margin_agrees) {
-          problem(fmt::format("controls.json: control '{}' does not match its plan and check (rejected {}, expected "
-                              "reason '{}' seen {})",
-                              pc.name, rejected, expect, seen));
+          problem(
+              fmt::format("controls.json: control '{}' does not match its plan and check (rejected {}, expected "
+                          "reason '{}' seen {})",
+                          pc.name, rejected, expect, seen));
         }
       }
     }
     for (const std::string& n : listed) {
-      if (m_plan.impl(ImplRole::control, n) == nullptr) problem(fmt::format("controls.json: control '{}' is not in the plan", n));
+      if (m_plan.impl(ImplRole::control, n) == nullptr)
+        problem(fmt::format("controls.json: control '{}' is not in the plan", n));
     }
     if (!m_b.controls.empty() && uint_field(m_b.controls, "killed") != killed) {
-      problem(fmt::format("controls.json: killed = {} but the checks show {}", uint_field(m_b.controls, "killed"), killed));
+      problem(
+          fmt::format("controls.json: killed = {} but the checks show {}", uint_field(m_b.controls, "killed"), killed));
     }
     if (!m_inputs.controls.empty()) {
       verified(fmt::format("controls: {} planned controls re-derived from their checks", m_inputs.controls.size()));
@@ -566,19 +584,21 @@ private:
     if (!cmp) return;
     const std::string file = "comparisons/" + tag + ".json";
     const bool aa = tag == "aa";
-    if (str_field(*cmp, "mode") != tag) problem(fmt::format("{}: mode '{}' in the file of {}", file, str_field(*cmp, "mode"), tag));
+    if (str_field(*cmp, "mode") != tag)
+      problem(fmt::format("{}: mode '{}' in the file of {}", file, str_field(*cmp, "mode"), tag));
     const std::string other = aa ? "A'" : "B";
     // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
     const json& g = object_field(*cmp, "gate");
     const PlanGates& pg = m_plan.gates;
-    if (str_field(g, "kind") != gate_kind() || !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
+    if (str_field(g, "kind") != gate_kind() ||
+        !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
         !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) ||
         !close_enough(num_field(g, "alpha"), pg.alpha) ||
         (version_of(*cmp) >= 6 && !close_enough(num_field(g, "same_margin_pct"), pg.same_margin_pct))) {
-      problem(fmt::format("{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
-                          "+-{}%)",
-                          file, g.dump(), gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha,
-                          pg.same_margin_pct));
+      problem(fmt::format(
+          "{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
+          "+-{}%)",
+          file, g.dump(), gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha, pg.same_margin_pct));
     }
     const json& bu = object_field(*cmp, "budgets");
     const PlanBudgets& pb = m_plan.budgets;
@@ -603,8 +623,11 @@ private:
         const json& layouts = array_field(arms[i], "layouts");
         bool same = str_field(arms[i], "label") == (i == 0 ? "A" : other) && id.contains("artifact_sha256") &&
                     id["artifact_sha256"] == planned_sha(0) && layouts.size() == want.size();
-        for (size_t v = 0; same && v < want.size(); ++v) same = str_field(layouts[v], "artifact_sha256") == planned_sha(v);
-        if (!same) problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, to_string(roles[i]), want.size()));
+        for (size_t v = 0; same && v < want.size(); ++v)
+          same = str_field(layouts[v], "artifact_sha256") == planned_sha(v);
+        if (!same)
+          problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, to_string(roles[i]),
+                              want.size()));
       }
     }
     // The plan's gate, as the decision procedure takes it (stats/sequential.h): the same procedure compare ran.
@@ -639,8 +662,9 @@ private:
       const std::string where = fmt::format("{} workload '{}'", file, name);
       const auto planned_at = std::find(m_workloads.begin(), m_workloads.end(), name);
       if (planned_at == m_workloads.end()) continue;  // reported above; never enters the decision
-      step(where, [&] { workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_workloads.begin()),
-                                 seed, gate); });
+      step(where, [&] {
+        workload(tag, aa, other, w, where, static_cast<size_t>(planned_at - m_workloads.begin()), seed, gate);
+      });
     }
   }
 
@@ -661,17 +685,19 @@ private:
       if (s.outside_cpu_ns >= 0) {
         const int64_t charged = cpu_watch::device_charged_ns(s.window_ns, s.post_cpu_ns);
         if (s.ns != charged) {
-          problem(fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU "
-                              "during the capture ({} ns) is {} ns",
-                              where, s.line, s.ns, s.window_ns, s.post_cpu_ns, charged));
+          problem(
+              fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU "
+                          "during the capture ({} ns) is {} ns",
+                          where, s.line, s.ns, s.window_ns, s.post_cpu_ns, charged));
         }
         continue;
       }
       const int64_t charged = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns);
       if (s.ns != charged) {
-        problem(fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU charged "
-                            "before go ({} ns) and after done ({} ns) is {} ns",
-                            where, s.line, s.ns, s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, charged));
+        problem(
+            fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU charged "
+                        "before go ({} ns) and after done ({} ns) is {} ns",
+                        where, s.line, s.ns, s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, charged));
       }
     }
   }
@@ -705,25 +731,35 @@ private:
     const bool untimed = file_version >= 5 && untimed_of(tag, name, other, w, where).untimed_work;
     if (verdict == "INVALID") {
       if (!r.invalid_sample && !ages && !moved && !untimed) {
-        problem(fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
-                            "was moved outside the window",
-                            where));
+        problem(
+            fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
+                        "was moved outside the window",
+                        where));
       }
-      if (w.contains("improvement_pct") && !w["improvement_pct"].is_null()) problem(fmt::format("{}: INVALID yet reports a metric", where));
+      if (w.contains("improvement_pct") && !w["improvement_pct"].is_null())
+        problem(fmt::format("{}: INVALID yet reports a metric", where));
       out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
       if (!r.invalid_sample) {
-        out.back().invalid_code = ages    ? "speed_changes_with_age"
-                                  : moved ? "work_outside_window"
+        out.back().invalid_code = ages      ? "speed_changes_with_age"
+                                  : moved   ? "work_outside_window"
                                   : untimed ? "untimed_work"
                                             : "";
       }
       return;
     }
-    if (r.invalid_sample) problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
-    if (ages) problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where, verdict));
-    if (moved) problem(fmt::format("{}: {} although work was moved outside the timed window (INVALID re-derived)", where, verdict));
-    if (untimed) problem(fmt::format("{}: {} although an arm spends its time in untimed calls (INVALID re-derived)", where, verdict));
-    if (blocks > m_plan.budgets.max_blocks) problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
+    if (r.invalid_sample)
+      problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
+    if (ages)
+      problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where,
+                          verdict));
+    if (moved)
+      problem(
+          fmt::format("{}: {} although work was moved outside the timed window (INVALID re-derived)", where, verdict));
+    if (untimed)
+      problem(
+          fmt::format("{}: {} although an arm spends its time in untimed calls (INVALID re-derived)", where, verdict));
+    if (blocks > m_plan.budgets.max_blocks)
+      problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
     // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
     stats::SequentialGate charged = gate;
     if (!aa) charged.aa_bias_log = expected_aa_bias_log(name);
@@ -746,7 +782,8 @@ private:
     }
     for (size_t i = 0; complete && i < d.size(); ++i) {
       if (!recorded[i].is_number() || !close_enough(recorded[i].get<double>(), d[i])) {
-        problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i, recorded[i].dump(), d[i]));
+        problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i,
+                            recorded[i].dump(), d[i]));
         complete = false;
       }
     }
@@ -760,10 +797,12 @@ private:
     const std::optional<stats::EffectEstimate>& est = replay.estimate;
     const stats::Verdict derived_verdict = stats::aging_unresolved(replay.verdict, aging, aa);
     const std::string derived(stats::to_string(derived_verdict));
-    if (derived != verdict) problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
+    if (derived != verdict)
+      problem(fmt::format("{}: verdict {} recorded, {} re-derived from samples.csv", where, verdict, derived));
     if (est) {
-      for (auto [key, value] : {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
-                                std::pair{"ci_high_pct", est->ci_high_pct}, std::pair{"mde_pct", est->mde_pct}}) {
+      for (auto [key, value] :
+           {std::pair{"improvement_pct", est->improvement_pct}, std::pair{"ci_low_pct", est->ci_low_pct},
+            std::pair{"ci_high_pct", est->ci_high_pct}, std::pair{"mde_pct", est->mde_pct}}) {
         if (!w.contains(key) || !w[key].is_number() || !close_enough(w[key].get<double>(), value)) {
           problem(fmt::format("{}: {} recorded {}, re-derived {}", where, key, w.value(key, json()).dump(), value));
         }
@@ -822,9 +861,10 @@ private:
         uint_field(rec, "long_blocks", " of aging") != a.long_blocks ||
         uint_field(rec, "aging_blocks", " of aging") != a.aging_blocks ||
         !close_enough(num_field(rec, "difference_log"), a.difference_log)) {
-      problem(fmt::format("{}: aging {} recorded, but samples.csv gives {} long blocks, {} aging, difference {:.6f}, "
-                          "ages {}, suspected {}",
-                          where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages, a.suspected));
+      problem(
+          fmt::format("{}: aging {} recorded, but samples.csv gives {} long blocks, {} aging, difference {:.6f}, "
+                      "ages {}, suspected {}",
+                      where, rec.dump(), a.long_blocks, a.aging_blocks, a.difference_log, a.ages, a.suspected));
     }
     return a;
   }
@@ -840,12 +880,14 @@ private:
         });
     const stats::OutsideCheck o = stats::outside_window_check(visits);
     const json& rec = object_field(w, "outside_window");
-    if (bool_field(rec, "moved", " of outside_window") != o.moved || uint_field(rec, "blocks", " of outside_window") != o.blocks ||
+    if (bool_field(rec, "moved", " of outside_window") != o.moved ||
+        uint_field(rec, "blocks", " of outside_window") != o.blocks ||
         uint_field(rec, "excess_blocks", " of outside_window") != o.excess_blocks ||
         !close_enough(num_field(rec, "excess_ns"), o.excess_ns)) {
-      problem(fmt::format("{}: outside_window {} recorded, but samples.csv gives {} blocks, {} with excess, excess "
-                          "{:.1f} ns, moved {}",
-                          where, rec.dump(), o.blocks, o.excess_blocks, o.excess_ns, o.moved));
+      problem(
+          fmt::format("{}: outside_window {} recorded, but samples.csv gives {} blocks, {} with excess, excess "
+                      "{:.1f} ns, moved {}",
+                      where, rec.dump(), o.blocks, o.excess_blocks, o.excess_ns, o.moved));
     }
     return o;
   }
@@ -859,7 +901,8 @@ private:
         });
     const stats::UntimedCheck u = stats::untimed_check(visits);
     const json& rec = object_field(w, "untimed");
-    if (bool_field(rec, "untimed_work", " of untimed") != u.untimed_work || uint_field(rec, "blocks", " of untimed") != u.blocks ||
+    if (bool_field(rec, "untimed_work", " of untimed") != u.untimed_work ||
+        uint_field(rec, "blocks", " of untimed") != u.blocks ||
         uint_field(rec, "excess_blocks", " of untimed") != u.excess_blocks) {
       problem(fmt::format("{}: untimed {} recorded, but samples.csv gives {} blocks, {} with excess, untimed_work {}",
                           where, rec.dump(), u.blocks, u.excess_blocks, u.untimed_work));
@@ -881,8 +924,7 @@ private:
       const size_t arm = s.arm == "A" ? 0 : 1;
       const stats::VisitLayout want =
           stats::visit_layout(seed, arm, s.block, m_plan.layout.layouts, m_plan.layout.tensors, m_plan.layout.offsets);
-      if (s.layout != want.variant || s.stack_offset != want.stack_offset ||
-          s.tensor_offsets != want.tensor_offsets) {
+      if (s.layout != want.variant || s.stack_offset != want.stack_offset || s.tensor_offsets != want.tensor_offsets) {
         if (wrong++ == 0) {
           problem(fmt::format("{}: samples.csv:{} ran layout {} (stack {}), the plan's seed draws layout {} (stack {})",
                               where, s.line, s.layout, s.stack_offset, want.variant, want.stack_offset));
@@ -910,9 +952,10 @@ private:
                            !close_enough(num_field(recorded[arm], "ci_high_pct"), l.ci_high_pct) ||
                            !close_enough(num_field(recorded[arm], "null_spread_pct"), l.null_spread_pct) ||
                            !close_enough(num_field(recorded[arm], "p_value"), l.p_value)))) {
-        problem(fmt::format("{}: layout sensitivity of arm {} does not follow from samples.csv (re-derived {:.3f}% "
-                            "[{:.3f}%, {:.3f}%])",
-                            where, labels[arm], l.spread_pct, l.ci_low_pct, l.ci_high_pct));
+        problem(
+            fmt::format("{}: layout sensitivity of arm {} does not follow from samples.csv (re-derived {:.3f}% "
+                        "[{:.3f}%, {:.3f}%])",
+                        where, labels[arm], l.spread_pct, l.ci_low_pct, l.ci_high_pct));
       }
     }
   }
@@ -927,17 +970,20 @@ private:
       const bool known_arm = s.arm == "A" || s.arm == (aa ? "A'" : "B");
       auto blocks = m_workload_blocks.find({s.comparison, s.workload});
       // An INVALID workload ends in the block that failed, which it does not count.
-      const bool known_block = s.block >= -1 && (blocks == m_workload_blocks.end() || static_cast<uint64_t>(s.block + 1) <= blocks->second + 1);
+      const bool known_block = s.block >= -1 && (blocks == m_workload_blocks.end() ||
+                                                 static_cast<uint64_t>(s.block + 1) <= blocks->second + 1);
       if (!known_cmp || !known_workload || !known_arm || !known_block) {
         if (bad++ < 5) {
-          problem(fmt::format("samples.csv:{}: a row of comparison '{}', workload '{}', arm '{}', block {} that no "
-                              "planned comparison has",
-                              s.line, s.comparison, s.workload, s.arm, s.block));
+          problem(
+              fmt::format("samples.csv:{}: a row of comparison '{}', workload '{}', arm '{}', block {} that no "
+                          "planned comparison has",
+                          s.line, s.comparison, s.workload, s.arm, s.block));
         }
       }
     }
     if (bad > 5) problem(fmt::format("samples.csv: {} more rows outside the plan", bad - 5));
-    if (bad == 0) verified(fmt::format("samples.csv: {} rows, each of a planned comparison, workload and arm", m_b.samples.size()));
+    if (bad == 0)
+      verified(fmt::format("samples.csv: {} rows, each of a planned comparison, workload and arm", m_b.samples.size()));
   }
 
   // What the stages say they did must have left its evidence; a stage may be skipped only when what it depends on
@@ -957,22 +1003,23 @@ private:
     }
     bool interrupted = false;
     for (const auto& [name, st] : status) {
-      if (st == "pending" || st == "running") problem(fmt::format("stages.json: stage {} is still '{}' in a decided bundle", name, st));
+      if (st == "pending" || st == "running")
+        problem(fmt::format("stages.json: stage {} is still '{}' in a decided bundle", name, st));
       interrupted = interrupted || st == "interrupted";
     }
     std::vector<std::pair<Stage, std::string>> ended;
     for (const StageSpec& spec : m_graph.specs()) {
       const std::string st = status.contains(spec.name) ? status.at(spec.name) : "missing";
-      const std::optional<std::string> skip =
-          stage_skip_reason(m_graph, spec, ended,
-                            candidate_skip_reason(candidate_built().value_or(true),
-                                                  candidate_identical().value_or(false)),
-                            m_plan.profile);
+      const std::optional<std::string> skip = stage_skip_reason(
+          m_graph, spec, ended,
+          candidate_skip_reason(candidate_built().value_or(true), candidate_identical().value_or(false)),
+          m_plan.profile);
       const bool ran = st == "ok" || st == "failed";
       if (!skip && st == "skipped" && !interrupted) {
-        problem(fmt::format("stages.json: stage {} was skipped although every stage it needs ended ok and the plan "
-                            "asks for it",
-                            spec.name));
+        problem(
+            fmt::format("stages.json: stage {} was skipped although every stage it needs ended ok and the plan "
+                        "asks for it",
+                        spec.name));
       } else if (skip && st != "skipped" && st != "missing") {
         problem(fmt::format("stages.json: stage {} is '{}', but it should have been {}", spec.name, st, *skip));
       }
@@ -986,12 +1033,13 @@ private:
     auto ran = [&](const char* stage) { return status[stage] == "ok" || status[stage] == "failed"; };
     const bool both_pass = pass_of("baseline").value_or(false) && pass_of("candidate").value_or(false);
     if (both_pass && !ran("aa") && status["aa"] != "error") {
-      problem(fmt::format("stages.json: the A/A stage is '{}' although baseline and candidate pass their checks", status["aa"]));
+      problem(fmt::format("stages.json: the A/A stage is '{}' although baseline and candidate pass their checks",
+                          status["aa"]));
     }
-    const bool aa_allows_ab = both_pass && m_b.aa &&
-                              std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
-                                return w.verdict == stats::Verdict::fail || w.verdict == stats::Verdict::invalid;
-                              });
+    const bool aa_allows_ab =
+        both_pass && m_b.aa && std::none_of(m_inputs.aa.begin(), m_inputs.aa.end(), [](const WorkloadVerdict& w) {
+          return w.verdict == stats::Verdict::fail || w.verdict == stats::Verdict::invalid;
+        });
     if (aa_allows_ab && !ran("ab") && status["ab"] != "error") {
       problem(fmt::format("stages.json: the A/B stage is '{}' although the A/A calibration allowed it", status["ab"]));
     }
@@ -1039,8 +1087,8 @@ private:
         m_inputs.identity_mismatches.push_back(m.get<std::string>());
       }
       for (const json& d : array_field(m_b.final_, "environment_differences")) {
-        m_inputs.environment_mismatches.push_back(fmt::format("{}: plan '{}', now '{}'", str_field(d, "item"),
-                                                              str_field(d, "planned"), str_field(d, "now")));
+        m_inputs.environment_mismatches.push_back(
+            fmt::format("{}: plan '{}', now '{}'", str_field(d, "item"), str_field(d, "planned"), str_field(d, "now")));
       }
     }
     for (const json& s : array_field(m_b.stages, "stages")) {
@@ -1055,7 +1103,8 @@ private:
       for (const json& m : array_field(recorded, "identity_mismatches")) {
         if (!m.is_string()) throw FieldError("inputs.identity_mismatches must list strings");
         const std::string s = m.get<std::string>();
-        if (std::find(m_inputs.identity_mismatches.begin(), m_inputs.identity_mismatches.end(), s) == m_inputs.identity_mismatches.end()) {
+        if (std::find(m_inputs.identity_mismatches.begin(), m_inputs.identity_mismatches.end(), s) ==
+            m_inputs.identity_mismatches.end()) {
           m_inputs.identity_mismatches.push_back(s);
         }
       }
@@ -1065,8 +1114,8 @@ private:
       problem(fmt::format("decision.json: decision {} does not follow from the evidence, which gives {} ({})",
                           m_b.decision->decision, d.decision, fmt::join(d.reasons, "; ")));
     } else if (m_b.decision->exit_code != d.exit_code) {
-      problem(fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision->exit_code, d.decision,
-                          d.exit_code));
+      problem(
+          fmt::format("decision.json: exit_code {} but {} means {}", m_b.decision->exit_code, d.decision, d.exit_code));
     } else if (m_b.decision->reason_codes != d.reason_codes) {
       problem(fmt::format("decision.json: reason codes [{}], but the evidence gives [{}]",
                           fmt::join(m_b.decision->reason_codes, ", "), fmt::join(d.reason_codes, ", ")));
@@ -1081,9 +1130,9 @@ private:
   VerifyReport m_report;
   Plan m_plan;
   bool m_plan_ok = false;
-  std::optional<uint64_t> m_final_nonce;  // from the revealed data secret (data_secret())
+  std::optional<uint64_t> m_final_nonce;                               // from the revealed data secret (data_secret())
   std::vector<std::string> m_workloads, m_case_names, m_timing_cases;  // from the plan
-  std::map<std::string, bool> m_check_pass;  // by check stem, re-derived
+  std::map<std::string, bool> m_check_pass;                            // by check stem, re-derived
   std::map<std::pair<std::string, std::string>, uint64_t> m_workload_blocks;
   DecisionInputs m_inputs;
 };

@@ -54,8 +54,8 @@ Replay replay_procedure(const std::vector<double>& log_ratios, const stats::Sequ
   stats::SequentialProcedure procedure(gate, seed);
   for (size_t i = 0; i < log_ratios.size(); ++i) {
     if (procedure.add(log_ratios[i]) && i + 1 < log_ratios.size()) {
-      problems.push_back(fmt::format("{}: the procedure decides after block {}, yet {} blocks were timed", where,
-                                     i + 1, log_ratios.size()));
+      problems.push_back(fmt::format("{}: the procedure decides after block {}, yet {} blocks were timed", where, i + 1,
+                                     log_ratios.size()));
       break;
     }
   }

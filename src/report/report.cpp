@@ -123,8 +123,8 @@ void add_summary(ReportModel& m, const BundleData& b, const Plan* plan) {
 
 // One row per workload: A/B beside A/A.
 void add_workloads(ReportModel& m, const BundleData& b) {
-  m.workloads.header = {"workload", "improvement (B vs A)", "interval", "MDE", "blocks", "verdict",
-                        "A/A (A' vs A)", "A/A interval", "A/A verdict"};
+  m.workloads.header = {"workload", "improvement (B vs A)", "interval",     "MDE",        "blocks",
+                        "verdict",  "A/A (A' vs A)",        "A/A interval", "A/A verdict"};
   std::vector<std::string> names;
   for (const auto* cmp : {&b.ab, &b.aa}) {
     if (!*cmp) continue;
@@ -139,20 +139,25 @@ void add_workloads(ReportModel& m, const BundleData& b) {
     const json none = json::object();
     const json& x = ab ? *ab : none;
     const json& y = aa ? *aa : none;
-    m.workloads.rows.push_back({n, pct(x, "improvement_pct"), interval(x),
-                                x.contains("mde_pct") && x["mde_pct"].is_number()
-                                    ? fmt::format("{:.2f}%", x["mde_pct"].get<double>())
-                                    : "-",
-                                str(x, "blocks"), str(x, "verdict", "not run"), pct(y, "improvement_pct"), interval(y),
-                                str(y, "verdict", "not run")});
+    m.workloads.rows.push_back(
+        {n, pct(x, "improvement_pct"), interval(x),
+         x.contains("mde_pct") && x["mde_pct"].is_number() ? fmt::format("{:.2f}%", x["mde_pct"].get<double>()) : "-",
+         str(x, "blocks"), str(x, "verdict", "not run"), pct(y, "improvement_pct"), interval(y),
+         str(y, "verdict", "not run")});
   }
-
 }
 
 // How much each arm's speed depends on where its code, stack and data landed (docs/timing.md, "Layout").
 void add_layouts(ReportModel& m, const BundleData& b) {
-  m.layouts.header = {"comparison", "workload", "arm", "layouts", "observed spread of per-layout medians (max/min - 1)",
-                      "bias-corrected spread", "95% interval", "noise alone (permutation median)", "p (no layout effect)"};
+  m.layouts.header = {"comparison",
+                      "workload",
+                      "arm",
+                      "layouts",
+                      "observed spread of per-layout medians (max/min - 1)",
+                      "bias-corrected spread",
+                      "95% interval",
+                      "noise alone (permutation median)",
+                      "p (no layout effect)"};
   for (const auto& [tag, cmp] : {std::pair{"A/B", &b.ab}, std::pair{"A/A", &b.aa}}) {
     if (!*cmp) continue;
     for (const json& w : (**cmp).value("workloads", json::array())) {
@@ -160,17 +165,16 @@ void add_layouts(ReportModel& m, const BundleData& b) {
       for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
         const json& l = sens[arm];
         const bool ok = l.value("available", false);
-        m.layouts.rows.push_back({tag, w.value("name", "?"), arm == 0 ? "A" : (std::string(tag) == "A/A" ? "A'" : "B"),
-                                  str(w, "layouts"),
-                                  ok ? fmt::format("{:.2f}%", l.value("observed_spread_pct", 0.0)) : "too few visits",
-                                  ok ? fmt::format("{:.2f}%", l.value("spread_pct", 0.0)) : "-",
-                                  ok ? fmt::format("[{:.2f}%, {:.2f}%]", l.value("ci_low_pct", 0.0), l.value("ci_high_pct", 0.0)) : "-",
-                                  ok ? fmt::format("{:.2f}%", l.value("null_spread_pct", 0.0)) : "-",
-                                  ok ? fmt::format("{:.4f}", l.value("p_value", 1.0)) : "-"});
+        m.layouts.rows.push_back(
+            {tag, w.value("name", "?"), arm == 0 ? "A" : (std::string(tag) == "A/A" ? "A'" : "B"), str(w, "layouts"),
+             ok ? fmt::format("{:.2f}%", l.value("observed_spread_pct", 0.0)) : "too few visits",
+             ok ? fmt::format("{:.2f}%", l.value("spread_pct", 0.0)) : "-",
+             ok ? fmt::format("[{:.2f}%, {:.2f}%]", l.value("ci_low_pct", 0.0), l.value("ci_high_pct", 0.0)) : "-",
+             ok ? fmt::format("{:.2f}%", l.value("null_spread_pct", 0.0)) : "-",
+             ok ? fmt::format("{:.4f}", l.value("p_value", 1.0)) : "-"});
       }
     }
   }
-
 }
 
 void add_stages_checks_and_controls(ReportModel& m, const BundleData& b) {
@@ -202,12 +206,12 @@ void add_stages_checks_and_controls(ReportModel& m, const BundleData& b) {
   m.controls.header = {"control", "must provoke", "rejected", "reasons found", "metric"};
   for (const json& c : b.controls.value("controls", json::array())) {
     std::string reasons;
-    for (const json& r : c.value("reasons", json::array())) reasons += (reasons.empty() ? "" : ", ") + r.get<std::string>();
+    for (const json& r : c.value("reasons", json::array()))
+      reasons += (reasons.empty() ? "" : ", ") + r.get<std::string>();
     m.controls.rows.push_back({str(c, "name"), str(c, "expect"), c.value("rejected", false) ? "yes" : "NO",
                                reasons.empty() ? "-" : reasons,
                                c.value("timing_refused", false) ? "none (refused)" : "TIMED"});
   }
-
 }
 
 // One profile row: structural counts per call, and the top functions (or, on a device backend, its kernels).
@@ -237,19 +241,24 @@ std::vector<std::string> profile_row(const std::string& stem, const json& w) {
     top = fmt::format("{:g} device command(s)/call: {}", dev.value("commands_per_call", 0.0), fmt::join(kernels, ", "));
   }
   return std::vector<std::string>(
-      {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"), num(ins, "d1_misses_per_call", "{:.0f}"),
-       num(alloc, "count_per_call", "{:.1f}"),
+      {stem, w.value("name", "?"), num(ins, "instructions_per_call", "{:.0f}"),
+       num(ins, "d1_misses_per_call", "{:.0f}"), num(alloc, "count_per_call", "{:.1f}"),
        roof.value("measured", false)
-           ? (roof.contains("fraction_of_probe")
-                  ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0), roof.value("fraction_of_probe", 0.0))
-                  : fmt::format("{:.2f}", roof.value("achieved_gb_per_s", 0.0)))
+           ? (roof.contains("fraction_of_probe") ? fmt::format("{:.2f} ({:.2f})", roof.value("achieved_gb_per_s", 0.0),
+                                                               roof.value("fraction_of_probe", 0.0))
+                                                 : fmt::format("{:.2f}", roof.value("achieved_gb_per_s", 0.0)))
            : "unavailable",
        top.empty() ? "-" : top});
 }
 
 void add_profile(ReportModel& m, const BundleData& b) {
-  m.profile.header = {"implementation", "workload", "instructions/call", "D1 misses/call", "allocations/call",
-                      "GB/s (of probe)", "functions (share of instructions) or device kernels (time per launch)"};
+  m.profile.header = {"implementation",
+                      "workload",
+                      "instructions/call",
+                      "D1 misses/call",
+                      "allocations/call",
+                      "GB/s (of probe)",
+                      "functions (share of instructions) or device kernels (time per launch)"};
   for (const auto& [stem, p] : b.profiles) {
     for (const json& w : p.value("workloads", json::array())) m.profile.rows.push_back(profile_row(stem, w));
   }
@@ -267,14 +276,14 @@ void add_implementations_and_environment(ReportModel& m, const BundleData& b, co
     m.environment.rows.push_back({k, str(b.environment, k)});
   }
   if (plan) {
-    m.environment.rows.push_back({"kwb", fmt::format("{} (git {}, binary {})", plan->kwb.version,
-                                                     short_hash(plan->kwb.git_sha), short_hash(plan->kwb.binary_sha256))});
+    m.environment.rows.push_back(
+        {"kwb", fmt::format("{} (git {}, binary {})", plan->kwb.version, short_hash(plan->kwb.git_sha),
+                            short_hash(plan->kwb.binary_sha256))});
     if (std::optional<std::string> w = provenance_warning(*plan)) m.warnings.push_back(*w);
   } else {
     m.warnings.push_back("plan.json: " + b.plan_problem);
   }
   for (const json& w : b.environment.value("warnings", json::array())) m.warnings.push_back(w.get<std::string>());
-
 }
 
 // Each output's tolerance, in words: "within rtol 0.0001 and atol 1e-06" for one output, "y within ..., idx
@@ -331,16 +340,18 @@ std::string render_markdown(const BundleData& b) {
   auto md = [](const std::string& t) { return escape_markdown(t); };
   std::string out = fmt::format("# {}\n\n", md(m.title));
   out += fmt::format("**Decision: {}**  \n", md(m.decision));
-  out += fmt::format("Candidate {} vs baseline {}.  \n", md(impl_label(b, ImplRole::candidate)), md(impl_label(b, ImplRole::baseline)));
+  out += fmt::format("Candidate {} vs baseline {}.  \n", md(impl_label(b, ImplRole::candidate)),
+                     md(impl_label(b, ImplRole::baseline)));
   out += fmt::format("Scope: {}.  \nPlan digest: {}\n\n", md(m.scope_line), md(m.digest));
   for (const std::string& r : m.reasons) out += fmt::format("- {}\n", escape_markdown(r, true));
   out += "\n## Workloads\n\n" + m.workloads.markdown();
   if (!m.layouts.rows.empty()) out += "\n## Layout sensitivity\n\n" + m.layouts.markdown();
   out += "\n## Stages\n\n" + m.stages.markdown();
   out += "\n## Correctness checks\n\n" + m.checks.markdown();
-  out += "\n## Error controls\n\nEach control is a deliberately broken implementation; each must be rejected for "
-         "the reason named, and none may be timed.\n\n" +
-         m.controls.markdown();
+  out +=
+      "\n## Error controls\n\nEach control is a deliberately broken implementation; each must be rejected for "
+      "the reason named, and none may be timed.\n\n" +
+      m.controls.markdown();
   if (!m.profile.rows.empty()) out += "\n## Profile (descriptive, never a verdict)\n\n" + m.profile.markdown();
   out += "\n## Identity\n\n" + m.implementations.markdown();
   out += "\n## Environment\n\n" + m.environment.markdown();
@@ -369,11 +380,14 @@ std::vector<double> timed_ns(const BundleData& b, const std::string& cmp, const 
 
 std::string ratio_panel(const json& w, const std::string& title, const std::vector<svg::Line>& lines) {
   std::vector<double> per_block;
-  for (const json& d : w.value("log_ratios", json::array())) per_block.push_back((1.0 - std::exp(d.get<double>())) * 100.0);
+  for (const json& d : w.value("log_ratios", json::array()))
+    per_block.push_back((1.0 - std::exp(d.get<double>())) * 100.0);
   svg::Band band;
-  if (w.contains("ci_low_pct") && w["ci_low_pct"].is_number() && w.contains("ci_high_pct") && w["ci_high_pct"].is_number()) {
-    band = {w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>(),
-            fmt::format("interval [{:+.2f}%, {:+.2f}%]", w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>())};
+  if (w.contains("ci_low_pct") && w["ci_low_pct"].is_number() && w.contains("ci_high_pct") &&
+      w["ci_high_pct"].is_number()) {
+    band = {
+        w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>(),
+        fmt::format("interval [{:+.2f}%, {:+.2f}%]", w["ci_low_pct"].get<double>(), w["ci_high_pct"].get<double>())};
   }
   return svg::index_plot(title, "improvement per block (%)", per_block, band, lines);
 }
@@ -386,7 +400,7 @@ std::string render_html(const BundleData& b) {
   const double aa_bound = b.plan ? b.plan->gates.max_aa_difference_pct : 1.0;
   // Red for INVALID and for anything the bundle says that is not a decision.
   const std::optional<DecisionKind> decision = parse_decision(m.decision);
-  const std::string color = decision == DecisionKind::keep_candidate ? "#1a7f37"
+  const std::string color = decision == DecisionKind::keep_candidate  ? "#1a7f37"
                             : decision == DecisionKind::keep_baseline ? "#9a6700"
                             : decision == DecisionKind::inconclusive  ? "#57606a"
                                                                       : "#cf222e";
@@ -401,10 +415,11 @@ std::string render_html(const BundleData& b) {
       "</head><body>\n";
   out += fmt::format("<h1>{}</h1>\n<p><span class=\"badge\" style=\"background:{}\">{}</span></p>\n",
                      escape_html(m.title), color, escape_html(m.decision));
-  out += fmt::format("<p>Candidate <code>{}</code> vs baseline <code>{}</code><br>Scope: {}<br>Plan digest: "
-                     "<code>{}</code></p>\n<ul>",
-                     escape_html(impl_label(b, ImplRole::candidate)), escape_html(impl_label(b, ImplRole::baseline)),
-                     escape_html(m.scope_line), escape_html(m.digest));
+  out += fmt::format(
+      "<p>Candidate <code>{}</code> vs baseline <code>{}</code><br>Scope: {}<br>Plan digest: "
+      "<code>{}</code></p>\n<ul>",
+      escape_html(impl_label(b, ImplRole::candidate)), escape_html(impl_label(b, ImplRole::baseline)),
+      escape_html(m.scope_line), escape_html(m.digest));
   for (const std::string& r : m.reasons) out += "<li>" + escape_html(r) + "</li>";
   out += "</ul>\n<h2>Workloads</h2>\n" + m.workloads.html();
   for (const auto& row : m.workloads.rows) {
@@ -439,8 +454,9 @@ std::string render_html(const BundleData& b) {
   }
   out += "<h2>Limits of this claim</h2>\n<ul>";
   for (const std::string& l : m.limits) out += "<li>" + escape_html(l) + "</li>";
-  out += "</ul>\n<p>Re-check everything above from the raw data with <code>kwb verify &lt;bundle&gt;</code>.</p>\n"
-         "</body></html>\n";
+  out +=
+      "</ul>\n<p>Re-check everything above from the raw data with <code>kwb verify &lt;bundle&gt;</code>.</p>\n"
+      "</body></html>\n";
   return out;
 }
 
@@ -450,11 +466,11 @@ void write_reports(const std::filesystem::path& dir) {
   // A bundle with a symlink (or a FIFO, a device) is not one kwb wrote, and writing into it could land elsewhere.
   for (const BundleFs::Entry& e : b.entries) {
     if (e.kind == BundleFs::Kind::symlink || e.kind == BundleFs::Kind::other) {
-      throw Error(ExitCode::invalid, fmt::format("{}: {} is {}; kwb writes only into bundles of regular files and "
-                                                 "folders (run kwb verify {})",
-                                                 dir.string(), e.rel,
-                                                 e.kind == BundleFs::Kind::symlink ? "a symlink" : "not a regular file",
-                                                 dir.string()));
+      throw Error(ExitCode::invalid,
+                  fmt::format("{}: {} is {}; kwb writes only into bundles of regular files and "
+                              "folders (run kwb verify {})",
+                              dir.string(), e.rel,
+                              e.kind == BundleFs::Kind::symlink ? "a symlink" : "not a regular file", dir.string()));
     }
   }
   std::string md, html;

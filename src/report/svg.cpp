@@ -12,7 +12,6 @@
 
 namespace kwb::svg {
 
-
 namespace {
 
 constexpr double k_width = 760, k_left = 110, k_right = 20, k_top = 30;
@@ -57,7 +56,8 @@ std::vector<LineLabel> place_line_labels(const std::vector<Line>& lines, const s
       continue;
     }
     const double wanted = at - 4;
-    out.push_back({out.empty() ? wanted : std::max(wanted, out.back().baseline + k_label_line_height), l.label, l.color});
+    out.push_back(
+        {out.empty() ? wanted : std::max(wanted, out.back().baseline + k_label_line_height), l.label, l.color});
     previous_py = at;
   }
   return out;
@@ -94,30 +94,32 @@ std::string strip_plot(const std::string& title, const std::string& unit, const 
                      k_width - k_right, axis_y);
   for (double t : ticks(llo, lhi, 6)) {
     const double v = std::pow(10.0, t);
-    out += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"grid\"/>"
-                       "<text x=\"{0:.1f}\" y=\"{3}\" class=\"tick\" text-anchor=\"middle\">{4}</text>\n",
-                       x(v), k_top, axis_y, axis_y + 16, unit == "ns" ? format_ns(v) : fmt::format("{:.3g}", v));
+    out += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1}\" x2=\"{0:.1f}\" y2=\"{2}\" class=\"grid\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" class=\"tick\" text-anchor=\"middle\">{4}</text>\n",
+        x(v), k_top, axis_y, axis_y + 16, unit == "ns" ? format_ns(v) : fmt::format("{:.3g}", v));
   }
   for (size_t r = 0; r < rows.size(); ++r) {
     const Series& s = rows[r];
     const double cy = k_top + row_h * (static_cast<double>(r) + 0.5);
-    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"lab\" text-anchor=\"end\">{}</text>\n", k_left - 8,
-                       cy + 4, escape_html(s.label));
+    out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"lab\" text-anchor=\"end\">{}</text>\n", k_left - 8, cy + 4,
+                       escape_html(s.label));
     // Deterministic jitter from the index: the same bundle always draws the same picture.
     std::vector<double> pos;
     for (size_t i = 0; i < s.values.size(); ++i) {
       if (s.values[i] <= 0) continue;
       const double jitter = (static_cast<double>((i * 2654435761u) % 1000) / 1000.0 - 0.5) * row_h * 0.6;
-      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"1.6\" fill=\"{}\" fill-opacity=\"0.35\"/>", x(s.values[i]),
-                         cy + jitter, s.color);
+      out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"1.6\" fill=\"{}\" fill-opacity=\"0.35\"/>",
+                         x(s.values[i]), cy + jitter, s.color);
       pos.push_back(s.values[i]);
     }
     if (!pos.empty()) {
       const double m = stats::median(pos);
-      out += fmt::format("\n<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#111\" "
-                         "stroke-width=\"2\"/><text x=\"{0:.1f}\" y=\"{3:.1f}\" class=\"tick\" "
-                         "text-anchor=\"middle\">median {4}</text>\n",
-                         x(m), cy - row_h * 0.4, cy + row_h * 0.4, cy - row_h * 0.42, format_ns(m));
+      out += fmt::format(
+          "\n<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#111\" "
+          "stroke-width=\"2\"/><text x=\"{0:.1f}\" y=\"{3:.1f}\" class=\"tick\" "
+          "text-anchor=\"middle\">median {4}</text>\n",
+          x(m), cy - row_h * 0.4, cy + row_h * 0.4, cy - row_h * 0.42, format_ns(m));
     }
   }
   return out + "</svg>\n";
@@ -149,29 +151,34 @@ std::string index_plot(const std::string& title, const std::string& y_label, con
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "role=\"img\"><title>{2}</title>\n<text x=\"{3}\" y=\"18\" class=\"t\">{2}</text>\n",
       k_width, height, escape_html(title), k_left);
-  out += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#4a90d9\" "
-                     "fill-opacity=\"0.18\"/><text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\">{}</text>\n",
-                     k_left, py(band.high), k_width - k_left - k_right, std::max(1.0, py(band.low) - py(band.high)),
-                     k_left + 4, py(band.high) - 3, escape_html(band.label));
+  out += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{:.1f}\" fill=\"#4a90d9\" "
+      "fill-opacity=\"0.18\"/><text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\">{}</text>\n",
+      k_left, py(band.high), k_width - k_left - k_right, std::max(1.0, py(band.low) - py(band.high)), k_left + 4,
+      py(band.high) - 3, escape_html(band.label));
   for (double t : ticks(lo, hi, 6)) {
-    out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
-                       "<text x=\"{3}\" y=\"{4:.1f}\" class=\"tick\" text-anchor=\"end\">{5:g}</text>\n",
-                       k_left, py(t), k_width - k_right, k_left - 6, py(t) + 4, t);
+    out += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" class=\"grid\"/>"
+        "<text x=\"{3}\" y=\"{4:.1f}\" class=\"tick\" text-anchor=\"end\">{5:g}</text>\n",
+        k_left, py(t), k_width - k_right, k_left - 6, py(t) + 4, t);
   }
-  out += fmt::format("<text x=\"14\" y=\"{:.1f}\" class=\"tick\" transform=\"rotate(-90 14 {:.1f})\" "
-                     "text-anchor=\"middle\">{}</text>\n",
-                     k_top + plot_h / 2, k_top + plot_h / 2, escape_html(y_label));
+  out += fmt::format(
+      "<text x=\"14\" y=\"{:.1f}\" class=\"tick\" transform=\"rotate(-90 14 {:.1f})\" "
+      "text-anchor=\"middle\">{}</text>\n",
+      k_top + plot_h / 2, k_top + plot_h / 2, escape_html(y_label));
   for (const Line& l : lines) {
-    out += fmt::format("<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
-                       "stroke-dasharray=\"6 4\"/>\n",
-                       k_left, py(l.y), k_width - k_right, l.color);
+    out += fmt::format(
+        "<line x1=\"{0}\" y1=\"{1:.1f}\" x2=\"{2}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"1.5\" "
+        "stroke-dasharray=\"6 4\"/>\n",
+        k_left, py(l.y), k_width - k_right, l.color);
   }
   for (const LineLabel& l : place_line_labels(lines, py)) {
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\" fill=\"{}\">{}</text>\n",
                        k_width - k_right, l.baseline, l.color, escape_html(l.text));
   }
   for (size_t i = 0; i < y.size(); ++i) {
-    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"#333\"/>", px(static_cast<double>(i)), py(y[i]));
+    out += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"2.2\" fill=\"#333\"/>", px(static_cast<double>(i)),
+                       py(y[i]));
   }
   out += fmt::format("\n<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"middle\">block</text>\n",
                      (k_left + k_width) / 2, height - 6);

@@ -42,5 +42,4 @@ std::vector<LineLabel> place_line_labels(const std::vector<Line>& lines, const s
 std::string index_plot(const std::string& title, const std::string& y_label, const std::vector<double>& y,
                        const Band& band, const std::vector<Line>& lines);
 
-
 }  // namespace kwb::svg

@@ -92,8 +92,10 @@ std::optional<double> floating_value_within_law(const Distribution& dist, double
       if (!(half > 0.0)) return std::nullopt;
       return v < dist.low + half ? v + half : v - half;
     }
-    case DistributionKind::log_uniform: return -v;
-    default: return std::nullopt;  // zeros, constant: one value; the integer laws are change_within_law's
+    case DistributionKind::log_uniform:
+      return -v;
+    default:
+      return std::nullopt;  // zeros, constant: one value; the integer laws are change_within_law's
   }
 }
 
@@ -141,9 +143,7 @@ bool change_within_law(DType dtype, const Distribution& dist, std::span<unsigned
   return describe(fmt::format("[{}]", at));
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
   InputSet set;
@@ -158,9 +158,10 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     if (const std::string why = distribution_misfit(dist, spec.dtype, shape.elements()); !why.empty()) {
       std::vector<std::string> dims;
       for (const auto& [name, value] : c.dims) dims.push_back(fmt::format("{} = {}", name, value));
-      throw DataError(fmt::format("{}: case '{}', input '{}' at {}: {}; change the case's distribution or "
-                                  "constrain the dims ([dims])",
-                                  task.manifest.string(), c.name, spec.name, fmt::join(dims, ", "), why));
+      throw DataError(
+          fmt::format("{}: case '{}', input '{}' at {}: {}; change the case's distribution or "
+                      "constrain the dims ([dims])",
+                      task.manifest.string(), c.name, spec.name, fmt::join(dims, ", "), why));
     }
     fill_tensor(dist, spec.dtype, buf.data(), input_seed(c, i, set_index, nonce));
     buf.seal();
@@ -206,12 +207,12 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
     twin.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
     twin.inputs.push_back(std::move(buf));
   }
-  twin.twin_detail = changed.empty()
-                         ? fmt::format("a twin of input set {} identical to it (no input's law has another value "
-                                       "to offer at the positions drawn)",
-                                       base.set_index)
-                         : fmt::format("a twin of input set {} with {} changed", base.set_index,
-                                       fmt::join(changed, ", "));
+  twin.twin_detail =
+      changed.empty() ? fmt::format(
+                            "a twin of input set {} identical to it (no input's law has another value "
+                            "to offer at the positions drawn)",
+                            base.set_index)
+                      : fmt::format("a twin of input set {} with {} changed", base.set_index, fmt::join(changed, ", "));
   compute_expected(task, twin);
   return twin;
 }

@@ -17,12 +17,12 @@ namespace kwb {
 struct InputSet {
   const Case* case_ = nullptr;
   uint64_t set_index = 0;
-  std::vector<SharedBuffer> inputs;               // sealed: no process can write them
-  std::vector<uint64_t> input_fingerprints;       // to prove after each call that nothing changed them
+  std::vector<SharedBuffer> inputs;          // sealed: no process can write them
+  std::vector<uint64_t> input_fingerprints;  // to prove after each call that nothing changed them
   std::vector<TensorShape> input_shapes;
   std::vector<TensorShape> output_shapes;
-  std::vector<std::vector<double>> expected;      // one per output, from the oracle
-  std::string twin_detail;                        // for a twin: which elements differ from its base
+  std::vector<std::vector<double>> expected;  // one per output, from the oracle
+  std::string twin_detail;                    // for a twin: which elements differ from its base
   // Built on first use by WorkerSession's timing traps and kept with the set (pool sets outlive visits).
   mutable std::unique_ptr<InputSet> twin;
 };
@@ -31,9 +31,9 @@ struct InputSet {
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce);
 
 // A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to
-// clearly different values of the input's own law (change_within_law); expected outputs recomputed by the oracle. Shown behind the same addresses as `base`,
-// it tells an implementation that computes from an implementation that remembers (by address, or by a hash of a
-// sample of the data): the second replays `base`'s result.
+// clearly different values of the input's own law (change_within_law); expected outputs recomputed by the oracle. Shown
+// behind the same addresses as `base`, it tells an implementation that computes from an implementation that remembers
+// (by address, or by a hash of a sample of the data): the second replays `base`'s result.
 InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed);
 
 // A twin's change of element `at` of `data` (elements of `dtype`, drawn from `dist`) to another value of the same

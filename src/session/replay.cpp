@@ -9,7 +9,7 @@ std::optional<Replay> detect_replay(std::span<const double> previous_expected, s
   const size_t overlap = std::min({previous_expected.size(), got.size() / dtype_size(dtype), expected.size()});
   Replay r;
   std::optional<double> first_replayed;
-  bool varied = false;  // the reproduced values are not all one constant
+  bool varied = false;           // the reproduced values are not all one constant
   size_t wrong_where_alike = 0;  // elements where both results agree and the output matches neither
   for (size_t k = 0; k < overlap; ++k) {
     const double value = load_element(dtype, got.data(), k);

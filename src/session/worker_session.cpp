@@ -39,7 +39,10 @@ std::vector<std::string> distinct_reasons(const std::vector<Failure>& failures) 
 }
 
 WorkerSession::WorkerSession(const Task& task, const Artifact& artifact, const SessionOptions& options)
-    : m_task(task), m_artifact(artifact), m_options(options), m_rng(mix_seed(options.poison_seed, 0x5E55)),
+    : m_task(task),
+      m_artifact(artifact),
+      m_options(options),
+      m_rng(mix_seed(options.poison_seed, 0x5E55)),
       m_secret(unpredictable_seed()) {
   if (options.timeout <= std::chrono::milliseconds(0)) throw InternalError("WorkerSession without a per-call timeout");
 }
@@ -95,8 +98,7 @@ LoadOutcome WorkerSession::start() {
         m_options.backend, worker_runtime_cache_key(m_options.backend, m_artifact.identity.key));
     device.runtime_cache_dir = dir.string();
   }
-  LoadOutcome out =
-      m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits(), device);
+  LoadOutcome out = m_worker->load(m_artifact.path, m_options.backend, m_task.threads, m_task.name, limits(), device);
   return out;
 }
 
@@ -139,9 +141,10 @@ bool WorkerSession::ensure_slots(const InputSet& set) {
     // keep (64 bytes): the worker fences the pages after it, so an over-read past the end faults
     // (out_of_bounds_read) rather than reading canaries.
     const size_t nbytes = set.inputs[i].layout().nbytes;
-    const size_t offset = m_options.tensor_offsets.empty() ? (k_page - nbytes % k_page) % k_page / 64 * 64 : tensor_offset(i);
-    auto buf = std::make_unique<SharedBuffer>(fmt::format("kwb-in-{}", m_task.signature.inputs[i].name), nbytes,
-                                              offset);
+    const size_t offset =
+        m_options.tensor_offsets.empty() ? (k_page - nbytes % k_page) % k_page / 64 * 64 : tensor_offset(i);
+    auto buf =
+        std::make_unique<SharedBuffer>(fmt::format("kwb-in-{}", m_task.signature.inputs[i].name), nbytes, offset);
     buf->seal_for_others();
     const int id = next_id();
     if (!m_worker->map(id, *buf)) return false;
@@ -413,10 +416,10 @@ void WorkerSession::check_device_reports(Checks& checks, const RunOutcome& out) 
   for (const auto* list : {&m_task.signature.inputs, &m_task.signature.outputs}) {
     for (const TensorSpec& spec : *list) {
       const auto& over = out.written_outside_on_device;
-      checks.check(std::find(over.begin(), over.end(), spec.name) == over.end(),
-                   "no_write_outside_on_device:" + spec.name, FailureReason::out_of_bounds_write,
-                   fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it",
-                               spec.name));
+      checks.check(
+          std::find(over.begin(), over.end(), spec.name) == over.end(), "no_write_outside_on_device:" + spec.name,
+          FailureReason::out_of_bounds_write,
+          fmt::format("the guard bytes around the device copy of '{}' changed: something wrote outside it", spec.name));
     }
   }
   // All of a call's device work goes on the queue/stream kwb hands it (docs/candidate-abi.md): work elsewhere is
@@ -431,8 +434,7 @@ void WorkerSession::check_device_reports(Checks& checks, const RunOutcome& out) 
 
 // Output `i`: nothing written around it, every element written, NaN/Inf where the oracle has them, values within
 // tolerance; a value mismatch in check that reproduces the previous call's result is a replay (session/replay.h).
-void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, const Guards& guards,
-                                 bool check_mode) {
+void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, const Guards& guards, bool check_mode) {
   const TensorSpec& spec = m_task.signature.outputs[i];
   const SharedBuffer& buf = *m_outputs.buffers[i];
   const auto& dims = set.output_shapes[i].dims;
@@ -448,14 +450,15 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
   checks.res.max_tolerance_used = std::max(checks.res.max_tolerance_used, cmp.max_tolerance_used);
   // An integer output's poison is a value of its dtype (make_poison): an element holding it was never written, or
   // was written with that very value, wrong there; the message says both.
-  std::string unwritten = fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements,
-                                      spec.name);
+  std::string unwritten =
+      fmt::format("{} of {} elements of '{}' were never written", cmp.poison_left, cmp.elements, spec.name);
   if (cmp.poison_left > 0 && dtype_info(spec.dtype).kind == DTypeKind::integer) {
     unsigned char bytes[8];
     std::memcpy(bytes, &guards.poison[i], sizeof bytes);
-    unwritten = fmt::format("{} of {} elements of '{}' still hold this call's poison, {:.0f}, where the oracle expects "
-                            "another value: never written (or written with exactly that wrong value)",
-                            cmp.poison_left, cmp.elements, spec.name, load_element(spec.dtype, bytes, 0));
+    unwritten = fmt::format(
+        "{} of {} elements of '{}' still hold this call's poison, {:.0f}, where the oracle expects "
+        "another value: never written (or written with exactly that wrong value)",
+        cmp.poison_left, cmp.elements, spec.name, load_element(spec.dtype, bytes, 0));
   }
   checks.check(cmp.poison_left == 0, "all_written:" + spec.name, FailureReason::output_not_written, unwritten,
                cmp.poison_left);
@@ -479,10 +482,11 @@ void WorkerSession::check_output(Checks& checks, size_t i, const InputSet& set, 
             : std::nullopt;
     if (replay) {
       reason = FailureReason::stale_output;
-      detail = fmt::format("{} of the {} elements of '{}' where this call's result must differ from the previous "
-                           "call's reproduce the previous call's result (which had other inputs): the "
-                           "implementation replays old results; {}",
-                           replay->replayed, replay->differing, spec.name, detail);
+      detail = fmt::format(
+          "{} of the {} elements of '{}' where this call's result must differ from the previous "
+          "call's reproduce the previous call's result (which had other inputs): the "
+          "implementation replays old results; {}",
+          replay->replayed, replay->differing, spec.name, detail);
     }
   }
   checks.check(cmp.value_mismatches == 0, "within_tolerance:" + spec.name, reason, detail, cmp.value_mismatches);
@@ -534,12 +538,13 @@ std::string WorkerSession::implausible_timing(const RunOutcome& out, const Input
   const double floor_ns = static_cast<double>(bytes) / (k_max_bytes_per_ns_per_thread * threads);
   if (out.ns <= 0) return fmt::format("the call took {} ns between go and done", out.ns);
   if (static_cast<double>(out.ns) < floor_ns) {
-    return fmt::format("the call said done {} ns after go, for a call that reads and writes at least {} bytes (the "
-                       "task's declared traffic), i.e. "
-                       "{:.0f} GB/s over {} thread(s): more than the {:.0f} GB/s per thread kwb takes as the physical "
-                       "ceiling",
-                       out.ns, bytes, static_cast<double>(bytes) / static_cast<double>(out.ns), threads,
-                       k_max_bytes_per_ns_per_thread);
+    return fmt::format(
+        "the call said done {} ns after go, for a call that reads and writes at least {} bytes (the "
+        "task's declared traffic), i.e. "
+        "{:.0f} GB/s over {} thread(s): more than the {:.0f} GB/s per thread kwb takes as the physical "
+        "ceiling",
+        out.ns, bytes, static_cast<double>(bytes) / static_cast<double>(out.ns), threads,
+        k_max_bytes_per_ns_per_thread);
   }
   return "";
 }
@@ -559,10 +564,11 @@ std::string WorkerSession::outside_timer(const RunOutcome& out) {
     // window times the threads allowed, plus the handling of the request, is work the timer did not see.
     const int threads = std::max(1, m_task.threads);
     if (out.cycle_cpu_ns > out.ns * threads + k_cycle_cpu_slack_ns) {
-      return fmt::format("the worker used {:.1f} us of CPU from the arrival of the call's inputs to its answer, for a "
-                         "call timed at {:.1f} us ({} thread(s) allowed, {:.0f} us for handling): work outside the timer",
-                         static_cast<double>(out.cycle_cpu_ns) / 1e3, static_cast<double>(out.ns) / 1e3, threads,
-                         static_cast<double>(k_cycle_cpu_slack_ns) / 1e3);
+      return fmt::format(
+          "the worker used {:.1f} us of CPU from the arrival of the call's inputs to its answer, for a "
+          "call timed at {:.1f} us ({} thread(s) allowed, {:.0f} us for handling): work outside the timer",
+          static_cast<double>(out.cycle_cpu_ns) / 1e3, static_cast<double>(out.ns) / 1e3, threads,
+          static_cast<double>(k_cycle_cpu_slack_ns) / 1e3);
     }
     return "";
   }
@@ -573,11 +579,12 @@ std::string WorkerSession::outside_timer(const RunOutcome& out) {
   if (m_gap_cpu.size() < k_median_min_calls) return "";
   const int64_t gap = median_of(m_gap_cpu);
   if (gap > cpu_watch::k_gap_cpu_median_bound_ns) {
-    return fmt::format("over this worker's {} calls, the median CPU it used between one call's capture and the next "
-                       "call's inputs, where it only answers, reads the next request and arms, was {:.1f} us (bound "
-                       "{:.0f} us): work between the calls",
-                       m_gap_cpu.size(), static_cast<double>(gap) / 1e3,
-                       static_cast<double>(cpu_watch::k_gap_cpu_median_bound_ns) / 1e3);
+    return fmt::format(
+        "over this worker's {} calls, the median CPU it used between one call's capture and the next "
+        "call's inputs, where it only answers, reads the next request and arms, was {:.1f} us (bound "
+        "{:.0f} us): work between the calls",
+        m_gap_cpu.size(), static_cast<double>(gap) / 1e3,
+        static_cast<double>(cpu_watch::k_gap_cpu_median_bound_ns) / 1e3);
   }
   return "";
 }
@@ -592,9 +599,10 @@ std::string WorkerSession::implausible_device_timing(const RunOutcome& out) cons
   }
   // Device and host clocks tick separately; 1% + 20 us covers their disagreement over one call.
   if (out.device_ns > 0 && static_cast<double>(out.device_ns) > static_cast<double>(out.ns) * 1.01 + 20'000.0) {
-    return fmt::format("the device's events span {} ns, but the host clock around the same call says {} ns: the "
-                       "host time is too short",
-                       out.device_ns, out.ns);
+    return fmt::format(
+        "the device's events span {} ns, but the host clock around the same call says {} ns: the "
+        "host time is too short",
+        out.device_ns, out.ns);
   }
   return "";
 }
@@ -604,9 +612,10 @@ std::string WorkerSession::work_after_return(bool at_done, int64_t cpu_at_answer
     for (size_t i = 0; at_done && i < m_at_done.size() && i < m_outputs.buffers.size(); ++i) {
       const auto now = std::as_const(*m_outputs.buffers[i]).data();
       if (now.size() != m_at_done[i].size() || std::memcmp(now.data(), m_at_done[i].data(), now.size()) != 0) {
-        return fmt::format("output '{}' changed after the call said done (between the capture of the outputs and the "
-                           "end of validation): work was still running after the call",
-                           m_task.signature.outputs[i].name);
+        return fmt::format(
+            "output '{}' changed after the call said done (between the capture of the outputs and the "
+            "end of validation): work was still running after the call",
+            m_task.signature.outputs[i].name);
       }
     }
     return "";
@@ -629,12 +638,13 @@ std::string WorkerSession::work_after_return(bool at_done, int64_t cpu_at_answer
   const bool judged = m_idle_cpu.size() >= k_median_skip_calls + k_median_min_calls;
   const int64_t median = judged ? median_of({m_idle_cpu.begin() + k_median_skip_calls, m_idle_cpu.end()}) : 0;
   if (idle > k_idle_cpu_bound_ns || median > k_idle_cpu_median_bound_ns) {
-    return fmt::format("the worker used {:.1f} us of CPU after answering (median {:.1f} us over its calls), while it had "
-                       "nothing to do but wait for the next request (bounds {:.0f} us per call, {:.0f} us median; {} "
-                       "thread(s) alive)",
-                       static_cast<double>(idle) / 1e3, static_cast<double>(median) / 1e3,
-                       static_cast<double>(k_idle_cpu_bound_ns) / 1e3,
-                       static_cast<double>(k_idle_cpu_median_bound_ns) / 1e3, m_worker->thread_count());
+    return fmt::format(
+        "the worker used {:.1f} us of CPU after answering (median {:.1f} us over its calls), while it had "
+        "nothing to do but wait for the next request (bounds {:.0f} us per call, {:.0f} us median; {} "
+        "thread(s) alive)",
+        static_cast<double>(idle) / 1e3, static_cast<double>(median) / 1e3,
+        static_cast<double>(k_idle_cpu_bound_ns) / 1e3, static_cast<double>(k_idle_cpu_median_bound_ns) / 1e3,
+        m_worker->thread_count());
   }
   return "";
 }

@@ -25,10 +25,10 @@ namespace kwb {
 
 struct Failure {
   std::string case_name;
-  int call = -1;           // the call's index within its case, -1 when not tied to one call
-  std::string assertion;   // what was asserted, e.g. "within_tolerance:y"
+  int call = -1;          // the call's index within its case, -1 when not tied to one call
+  std::string assertion;  // what was asserted, e.g. "within_tolerance:y"
   FailureReason reason = FailureReason::crashed;
-  std::string detail;      // for people
+  std::string detail;  // for people
   // How many elements of an output the failed assertion counted (values out of tolerance, NaN/Inf disagreements,
   // poison left); 0 for an assertion about the call as a whole. A control's margin (pipeline/check.h) sums them.
   size_t elements = 0;
@@ -56,11 +56,11 @@ struct CallResult {
   size_t passed = 0;
   std::vector<Failure> failures;
   double max_rel_error = 0.0;
-  double max_tolerance_used = 0.0;  // OutputComparison::max_tolerance_used, over the call's outputs
+  double max_tolerance_used = 0.0;    // OutputComparison::max_tolerance_used, over the call's outputs
   std::vector<OutputErrors> outputs;  // per output, by signature index (check mode computes them; else zeros)
   bool valid() const { return completed && failures.empty(); }
-  std::optional<RunProfile> profile;  // only from kwb-profile-worker
-  int64_t device_ns = -1;              // device backends: the device's own time for the call (-1: none)
+  std::optional<RunProfile> profile;                  // only from kwb-profile-worker
+  int64_t device_ns = -1;                             // device backends: the device's own time for the call (-1: none)
   std::optional<std::vector<DeviceCommand>> kernels;  // device backends with tracing: what the call launched
   // What the call was charged beyond its window, where the parent reads exact per-window figures: the worker's CPU
   // from just before the inputs were written to ready, beyond the parent's reaction, and after done. -1 where the
@@ -84,7 +84,7 @@ struct SessionOptions {
   BackendKind backend = BackendKind::cpu;
   // Per call. No default here: every caller passes the user's value or pipeline/defaults.h's.
   std::chrono::milliseconds timeout{0};
-  uint64_t poison_seed = 0;  // poison and canaries derive from it; fresh per call
+  uint64_t poison_seed = 0;                 // poison and canaries derive from it; fresh per call
   std::filesystem::path worker_executable;  // empty: kwb-worker (util/paths.h); the profiler uses kwb-profile-worker
   std::vector<std::string> wrapper;         // command the worker runs under (valgrind), empty for none
   bool trace = false;  // device backends: per-call kernel trace (check, profile); never for timed calls

@@ -63,10 +63,11 @@ std::string describe_aging(const AgingCheck& a, const std::string& other_label) 
   const std::string who = other_ages ? other_label : "A";
   const double own = other_ages ? a.drift_other_log : a.drift_a_log;
   const double ref = other_ages ? a.drift_a_log : a.drift_other_log;
-  return fmt::format("arm {}'s speed {} as its process ages: its late timed calls ran {:.2f}x its early ones "
-                     "(arm {}'s {:.2f}x) in {} of {} long visits, past the {:.0f}% bar",
-                     who, a.ages ? "changes" : "may change", std::exp(own), other_ages ? "A" : other_label, std::exp(ref), a.aging_blocks, a.long_blocks,
-                     100.0 * k_aging_bar);
+  return fmt::format(
+      "arm {}'s speed {} as its process ages: its late timed calls ran {:.2f}x its early ones "
+      "(arm {}'s {:.2f}x) in {} of {} long visits, past the {:.0f}% bar",
+      who, a.ages ? "changes" : "may change", std::exp(own), other_ages ? "A" : other_label, std::exp(ref),
+      a.aging_blocks, a.long_blocks, 100.0 * k_aging_bar);
 }
 
 }  // namespace kwb::stats

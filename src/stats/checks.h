@@ -26,8 +26,8 @@ inline void require_values(std::span<const double> x, size_t min_size, const cha
   }
   for (size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i])) {
-      throw std::invalid_argument(std::string(what) + ": value " + std::to_string(i) + " is " +
-                                  format_number(x[i]) + "; every value must be finite");
+      throw std::invalid_argument(std::string(what) + ": value " + std::to_string(i) + " is " + format_number(x[i]) +
+                                  "; every value must be finite");
     }
   }
 }

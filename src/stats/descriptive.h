@@ -26,12 +26,12 @@ double scaled_mad(std::span<const double> x);
 struct Summary {
   size_t n = 0;
   double mean = 0.0;
-  double sd = 0.0;      // n - 1 denominator; 0 when n == 1 (one value shows no spread: check n before trusting it)
+  double sd = 0.0;  // n - 1 denominator; 0 when n == 1 (one value shows no spread: check n before trusting it)
   double median = 0.0;
-  double mad = 0.0;     // scaled by k_mad_to_sd so it reads on the same scale as sd
+  double mad = 0.0;  // scaled by k_mad_to_sd so it reads on the same scale as sd
   double min = 0.0;
   double max = 0.0;
-  double p05 = 0.0;     // type 7 quantiles
+  double p05 = 0.0;  // type 7 quantiles
   double p95 = 0.0;
 };
 

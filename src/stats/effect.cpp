@@ -24,9 +24,12 @@ constexpr double k_mde_power = 0.8;
 
 std::string_view to_string(IntervalMethod method) {
   switch (method) {
-    case IntervalMethod::paired_t: return "paired_t";
-    case IntervalMethod::bootstrap: return "bootstrap";
-    case IntervalMethod::hodges_lehmann: return "hodges_lehmann";
+    case IntervalMethod::paired_t:
+      return "paired_t";
+    case IntervalMethod::bootstrap:
+      return "bootstrap";
+    case IntervalMethod::hodges_lehmann:
+      return "hodges_lehmann";
   }
   throw std::invalid_argument("to_string: unknown IntervalMethod " + std::to_string(static_cast<int>(method)));
 }

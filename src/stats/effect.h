@@ -23,7 +23,7 @@ struct EffectEstimate {
   double improvement_pct = 0.0;  // from the centre of `method`: mean of d (paired_t) or Hodges-Lehmann estimate
   double ci_low_pct = 0.0;       // improvement-% interval at `confidence` from `method`: the decision interval
   double ci_high_pct = 0.0;
-  double confidence = 0.0;       // the confidence asked for; the signed-rank interval covers at least this much
+  double confidence = 0.0;  // the confidence asked for; the signed-rank interval covers at least this much
   IntervalMethod method = IntervalMethod::paired_t;
   bool heavy_tailed = false;
   double t_ci_low_pct = 0.0;  // cross-checks at the same confidence, always computed

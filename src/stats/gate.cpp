@@ -14,13 +14,20 @@ namespace kwb::stats {
 
 std::string_view to_string(Verdict verdict) {
   switch (verdict) {
-    case Verdict::pass: return "PASS";
-    case Verdict::fail: return "FAIL";
-    case Verdict::inconclusive: return "INCONCLUSIVE";
-    case Verdict::invalid: return "INVALID";
-    case Verdict::refused: return "REFUSED";
-    case Verdict::interrupted: return "INTERRUPTED";
-    case Verdict::same: return "SAME";
+    case Verdict::pass:
+      return "PASS";
+    case Verdict::fail:
+      return "FAIL";
+    case Verdict::inconclusive:
+      return "INCONCLUSIVE";
+    case Verdict::invalid:
+      return "INVALID";
+    case Verdict::refused:
+      return "REFUSED";
+    case Verdict::interrupted:
+      return "INTERRUPTED";
+    case Verdict::same:
+      return "SAME";
   }
   throw std::invalid_argument("to_string: unknown Verdict " + std::to_string(static_cast<int>(verdict)));
 }

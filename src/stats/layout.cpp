@@ -60,12 +60,14 @@ void permutation_test(const std::vector<std::vector<double>>& by, double observe
 
 }  // namespace
 
-LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts, std::uint64_t seed) {
+LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts,
+                                     std::uint64_t seed) {
   LayoutSensitivity out;
   const auto k = static_cast<std::size_t>(std::max(layouts, 1));
   std::vector<std::vector<double>> by(k);
   for (const auto& [variant, ns] : visits) {
-    if (variant >= 0 && static_cast<std::size_t>(variant) < k && ns > 0) by[static_cast<std::size_t>(variant)].push_back(ns);
+    if (variant >= 0 && static_cast<std::size_t>(variant) < k && ns > 0)
+      by[static_cast<std::size_t>(variant)].push_back(ns);
   }
   std::size_t usable = 0;
   for (const auto& v : by) {

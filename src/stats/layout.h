@@ -15,7 +15,8 @@
 namespace kwb::stats {
 
 // K on the cpu backend: 8 variants cover the four 16-byte slots of a 64-byte line twice each, at eight different
-// offsets within a page (builder.h, layout_pad_bytes), while the schedule below still visits every variant once per 8 blocks.
+// offsets within a page (builder.h, layout_pad_bytes), while the schedule below still visits every variant once per 8
+// blocks.
 inline constexpr int k_cpu_layouts = 8;
 // Device backends: the driver places device code and device buffers; only host code moves with a pad, and it is not
 // what is timed. One layout (the plain build), no stack or data offsets.
@@ -28,8 +29,8 @@ inline constexpr std::uint32_t k_stack_offset_step = 16, k_stack_offset_slots = 
 inline constexpr std::uint32_t k_tensor_offset_step = 64, k_tensor_offset_slots = 64;
 
 struct VisitLayout {
-  int variant = 0;                          // index into the arm's layout pool (0 = the plain build)
-  std::uint32_t stack_offset = 0;           // bytes
+  int variant = 0;                            // index into the arm's layout pool (0 = the plain build)
+  std::uint32_t stack_offset = 0;             // bytes
   std::vector<std::uint32_t> tensor_offsets;  // bytes, one per tensor: inputs then outputs, in signature order
 };
 
@@ -51,7 +52,8 @@ inline VisitLayout visit_layout(std::uint64_t workload_seed, std::size_t arm, in
     Xoshiro256StarStar draw(workload_seed ^ (0xA0761D6478BD642Full * (arm + 1)) ^ (0xE7037ED1A0B428DBull * (b + 1)));
     v.stack_offset = k_stack_offset_step * static_cast<std::uint32_t>(draw.uniform_below(k_stack_offset_slots));
     for (std::size_t t = 0; t < tensors; ++t) {
-      v.tensor_offsets.push_back(k_tensor_offset_step * static_cast<std::uint32_t>(draw.uniform_below(k_tensor_offset_slots)));
+      v.tensor_offsets.push_back(k_tensor_offset_step *
+                                 static_cast<std::uint32_t>(draw.uniform_below(k_tensor_offset_slots)));
     }
   } else {
     v.tensor_offsets.assign(tensors, 0);
@@ -69,7 +71,7 @@ inline VisitLayout visit_layout(std::uint64_t workload_seed, std::size_t arm, in
 struct LayoutSensitivity {
   std::vector<double> variant_median_ns;  // per build; -1 where the build was not visited
   std::vector<std::size_t> variant_visits;
-  bool available = false;  // at least two builds with at least two visits each
+  bool available = false;            // at least two builds with at least two visits each
   double observed_spread_pct = 0.0;  // max/min - 1 of the medians of the builds visited at least twice
   double spread_pct = 0.0, ci_low_pct = 0.0, ci_high_pct = 0.0;  // bias-corrected estimate and interval
   double null_spread_pct = 0.0;  // the median spread over permutations of the build labels: noise alone
@@ -79,6 +81,7 @@ struct LayoutSensitivity {
 inline constexpr double k_layout_alpha = 0.01;
 
 // `visits`: (build index, visit median in ns) of one arm in one workload. Deterministic in `seed`.
-LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts, std::uint64_t seed);
+LayoutSensitivity layout_sensitivity(const std::vector<std::pair<int, double>>& visits, int layouts,
+                                     std::uint64_t seed);
 
 }  // namespace kwb::stats

@@ -32,10 +32,11 @@ OutsideCheck outside_window_check(const std::vector<std::array<OutsideVisit, 2>>
 
 std::string describe_outside(const OutsideCheck& c, const std::string& other_label) {
   const double share = c.gain_ns > 0.0 ? 100.0 * c.excess_ns / c.gain_ns : 0.0;
-  return fmt::format("arm {} spends {:.1f} us more per call outside the timed window than arm A (the uploads before "
-                     "go and the read-back after done), {:.0f}% of the {:.1f} us it gains inside it, in {} of {} "
-                     "blocks: work moved outside the window (work_outside_window)",
-                     other_label, c.excess_ns / 1e3, share, c.gain_ns / 1e3, c.excess_blocks, c.blocks);
+  return fmt::format(
+      "arm {} spends {:.1f} us more per call outside the timed window than arm A (the uploads before "
+      "go and the read-back after done), {:.0f}% of the {:.1f} us it gains inside it, in {} of {} "
+      "blocks: work moved outside the window (work_outside_window)",
+      other_label, c.excess_ns / 1e3, share, c.gain_ns / 1e3, c.excess_blocks, c.blocks);
 }
 
 }  // namespace kwb::stats
@@ -68,10 +69,11 @@ UntimedCheck untimed_check(const std::vector<std::array<UntimedVisit, 2>>& block
 }
 
 std::string describe_untimed(const UntimedCheck& c, const std::string& other_label) {
-  return fmt::format("arm {}'s untimed calls (warm-ups and re-warms) took {:.1f}x its timed ones, arm {}'s {:.1f}x, "
-                     "in {} of {} blocks: time spent where kwb does not measure (untimed_work)",
-                     c.other ? other_label : "A", c.other ? c.ratio_other : c.ratio_a, c.other ? "A" : other_label,
-                     c.other ? c.ratio_a : c.ratio_other, c.excess_blocks, c.blocks);
+  return fmt::format(
+      "arm {}'s untimed calls (warm-ups and re-warms) took {:.1f}x its timed ones, arm {}'s {:.1f}x, "
+      "in {} of {} blocks: time spent where kwb does not measure (untimed_work)",
+      c.other ? other_label : "A", c.other ? c.ratio_other : c.ratio_a, c.other ? "A" : other_label,
+      c.other ? c.ratio_a : c.ratio_other, c.excess_blocks, c.blocks);
 }
 
 }  // namespace kwb::stats

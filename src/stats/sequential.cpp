@@ -10,7 +10,8 @@ Verdict judge(const SequentialGate& gate, const EffectEstimate& e) {
 }
 
 SequentialProcedure::SequentialProcedure(const SequentialGate& gate, std::uint64_t seed)
-    : m_gate(gate), m_rule(gate.alpha, std::max(gate.min_blocks, AlphaSpendingRule::k_smallest_min_blocks)),
+    : m_gate(gate),
+      m_rule(gate.alpha, std::max(gate.min_blocks, AlphaSpendingRule::k_smallest_min_blocks)),
       m_seed(seed) {}
 
 SequentialLook SequentialProcedure::look(double confidence, bool final_analysis) const {

@@ -18,7 +18,7 @@
 namespace kwb::stats {
 
 struct SequentialGate {
-  bool aa = false;                    // A/A: |difference| within max_aa_difference_pct; else the improvement gate
+  bool aa = false;  // A/A: |difference| within max_aa_difference_pct; else the improvement gate
   GateKind kind = GateKind::ci;
   double min_improvement_pct = 0.0;
   double max_aa_difference_pct = 1.0;
@@ -26,7 +26,7 @@ struct SequentialGate {
   // and FAIL: the procedure stops). 0: no SAME (a comparison made before it existed).
   double same_margin_pct = 0.0;
   double alpha = 0.05;
-  std::size_t min_blocks = 10;        // the first look (never below AlphaSpendingRule::k_smallest_min_blocks)
+  std::size_t min_blocks = 10;  // the first look (never below AlphaSpendingRule::k_smallest_min_blocks)
   // A/B only: the bias between arms that this workload's A/A could not rule out (stats::aa_interval_bias_log), which
   // a PASS must clear the bar net of (improvement_verdict). 0: none (the A/A settled, or there was none).
   double aa_bias_log = 0.0;

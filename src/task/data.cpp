@@ -6,10 +6,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
 #include <numbers>
+#include <numeric>
 #include <stdexcept>
+#include <vector>
 
 namespace kwb {
 
@@ -51,19 +51,31 @@ std::string distribution_misfit(const Distribution& dist, DType dtype, size_t el
   const bool exact_dtype = t.kind != DTypeKind::floating;
   if (exact_dtype && !integer_law(dist.kind) && dist.kind != DistributionKind::zeros &&
       dist.kind != DistributionKind::constant) {
-    return fmt::format("{} data needs an integer law (randint, arange, permutation, zeros or constant), not {}",
-                       t.name, to_string(dist.kind));
+    return fmt::format("{} data needs an integer law (randint, arange, permutation, zeros or constant), not {}", t.name,
+                       to_string(dist.kind));
   }
   if (!exact_dtype && !integer_law(dist.kind)) return "";
   // The least and greatest value the law reaches, and the values it takes besides (the special value).
   const double n = static_cast<double>(elements);
   double lo = 0.0, hi = 0.0;
   switch (dist.kind) {
-    case DistributionKind::randint: lo = dist.low; hi = dist.high; break;
-    case DistributionKind::arange: lo = dist.low; hi = dist.low + std::max(n - 1.0, 0.0); break;
-    case DistributionKind::permutation: lo = 0.0; hi = std::max(n - 1.0, 0.0); break;
-    case DistributionKind::constant: lo = hi = dist.value; break;
-    default: break;  // zeros; the floating laws never reach here
+    case DistributionKind::randint:
+      lo = dist.low;
+      hi = dist.high;
+      break;
+    case DistributionKind::arange:
+      lo = dist.low;
+      hi = dist.low + std::max(n - 1.0, 0.0);
+      break;
+    case DistributionKind::permutation:
+      lo = 0.0;
+      hi = std::max(n - 1.0, 0.0);
+      break;
+    case DistributionKind::constant:
+      lo = hi = dist.value;
+      break;
+    default:
+      break;  // zeros; the floating laws never reach here
   }
   auto integral = [](double v) { return std::isfinite(v) && std::nearbyint(v) == v; };
   if (!integral(lo) || !integral(hi)) {
@@ -71,8 +83,8 @@ std::string distribution_misfit(const Distribution& dist, DType dtype, size_t el
   }
   const double least = exact_dtype ? t.lowest : -t.highest;
   if (lo < least || hi > t.highest) {
-    return fmt::format("{} reaches {} to {} here, beyond what {} holds exactly ({} to {}){}", to_string(dist.kind),
-                       lo, hi, t.name, least, t.highest,
+    return fmt::format("{} reaches {} to {} here, beyond what {} holds exactly ({} to {}){}", to_string(dist.kind), lo,
+                       hi, t.name, least, t.highest,
                        exact_dtype ? "" : "; integer-valued data needs a wider dtype or fewer elements");
   }
   if (exact_dtype && dist.special_fraction > 0.0 &&
@@ -103,18 +115,32 @@ void fill_tensor(const Distribution& dist, DType dtype, std::span<unsigned char>
   for (size_t i = 0; i < n; ++i) {
     double v = 0.0;
     switch (dist.kind) {
-      case DistributionKind::normal: v = dist.mean + dist.scale * rng.normal(); break;
-      case DistributionKind::uniform: v = dist.low + (dist.high - dist.low) * rng.uniform01(); break;
-      case DistributionKind::zeros: v = 0.0; break;
-      case DistributionKind::constant: v = dist.value; break;
+      case DistributionKind::normal:
+        v = dist.mean + dist.scale * rng.normal();
+        break;
+      case DistributionKind::uniform:
+        v = dist.low + (dist.high - dist.low) * rng.uniform01();
+        break;
+      case DistributionKind::zeros:
+        v = 0.0;
+        break;
+      case DistributionKind::constant:
+        v = dist.value;
+        break;
       case DistributionKind::log_uniform: {
         const double magnitude = std::pow(10.0, dist.low + (dist.high - dist.low) * rng.uniform01());
         v = (rng.next() & 1) != 0 ? -magnitude : magnitude;
         break;
       }
-      case DistributionKind::randint: v = dist.low + static_cast<double>(rng.next() % span); break;
-      case DistributionKind::arange: v = dist.low + static_cast<double>(i); break;
-      case DistributionKind::permutation: v = static_cast<double>(permutation[i]); break;
+      case DistributionKind::randint:
+        v = dist.low + static_cast<double>(rng.next() % span);
+        break;
+      case DistributionKind::arange:
+        v = dist.low + static_cast<double>(i);
+        break;
+      case DistributionKind::permutation:
+        v = static_cast<double>(permutation[i]);
+        break;
     }
     if (dist.special_fraction > 0.0 && special.uniform01() < dist.special_fraction) v = dist.special_value;
     store(i, v);

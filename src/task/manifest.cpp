@@ -28,32 +28,46 @@ namespace fs = std::filesystem;
 
 const char* to_string(ToleranceMode m) {
   switch (m) {
-    case ToleranceMode::abs_rel: return "abs_rel";
-    case ToleranceMode::ulp: return "ulp";
-    case ToleranceMode::exact: return "exact";
+    case ToleranceMode::abs_rel:
+      return "abs_rel";
+    case ToleranceMode::ulp:
+      return "ulp";
+    case ToleranceMode::exact:
+      return "exact";
   }
   return "?";
 }
 
 std::string describe_tolerance(const Tolerance& tol) {
   switch (tol.mode) {
-    case ToleranceMode::abs_rel: return fmt::format("atol {:g} + rtol {:g} * |expected|", tol.atol, tol.rtol);
-    case ToleranceMode::ulp: return fmt::format("{:g} ulp of the output's dtype", tol.ulp);
-    case ToleranceMode::exact: return "exact equality";
+    case ToleranceMode::abs_rel:
+      return fmt::format("atol {:g} + rtol {:g} * |expected|", tol.atol, tol.rtol);
+    case ToleranceMode::ulp:
+      return fmt::format("{:g} ulp of the output's dtype", tol.ulp);
+    case ToleranceMode::exact:
+      return "exact equality";
   }
   return "";
 }
 
 const char* to_string(DistributionKind k) {
   switch (k) {
-    case DistributionKind::normal: return "normal";
-    case DistributionKind::uniform: return "uniform";
-    case DistributionKind::zeros: return "zeros";
-    case DistributionKind::constant: return "constant";
-    case DistributionKind::log_uniform: return "log_uniform";
-    case DistributionKind::randint: return "randint";
-    case DistributionKind::arange: return "arange";
-    case DistributionKind::permutation: return "permutation";
+    case DistributionKind::normal:
+      return "normal";
+    case DistributionKind::uniform:
+      return "uniform";
+    case DistributionKind::zeros:
+      return "zeros";
+    case DistributionKind::constant:
+      return "constant";
+    case DistributionKind::log_uniform:
+      return "log_uniform";
+    case DistributionKind::randint:
+      return "randint";
+    case DistributionKind::arange:
+      return "arange";
+    case DistributionKind::permutation:
+      return "permutation";
   }
   return "?";
 }
@@ -84,9 +98,11 @@ const Case& Task::require_case(const std::string& option, const std::string& cas
 }
 
 std::string input_shapes_text(const Task& task, const Case& c) {
-  const std::vector<TensorSpec>& tensors = task.signature.inputs.empty() ? task.signature.outputs : task.signature.inputs;
+  const std::vector<TensorSpec>& tensors =
+      task.signature.inputs.empty() ? task.signature.outputs : task.signature.inputs;
   std::vector<std::string> parts;
-  for (const TensorSpec& t : tensors) parts.push_back(fmt::format("{}[{}]", t.name, fmt::join(resolve_shape(t, c).dims, ", ")));
+  for (const TensorSpec& t : tensors)
+    parts.push_back(fmt::format("{}[{}]", t.name, fmt::join(resolve_shape(t, c).dims, ", ")));
   return fmt::format("{}", fmt::join(parts, " "));
 }
 
@@ -252,24 +268,67 @@ public:
 
   static const char* type_name(const toml::node& n) {
     switch (n.type()) {
-      case toml::node_type::string: return "a string";
-      case toml::node_type::integer: return "an integer";
-      case toml::node_type::floating_point: return "a float";
-      case toml::node_type::boolean: return "a boolean";
-      case toml::node_type::array: return "an array";
-      case toml::node_type::table: return "a table";
-      default: return "a date/time";
+      case toml::node_type::string:
+        return "a string";
+      case toml::node_type::integer:
+        return "an integer";
+      case toml::node_type::floating_point:
+        return "a float";
+      case toml::node_type::boolean:
+        return "a boolean";
+      case toml::node_type::array:
+        return "an array";
+      case toml::node_type::table:
+        return "a table";
+      default:
+        return "a date/time";
     }
   }
 
 private:
   // Every fixed key of the format (docs/task-format.md): a key that is one of them is never taken for a misspelling.
-  inline static const std::set<std::string> k_field_names = {
-      "name",   "description", "oracle", "threads", "signature", "tolerance",    "cases", "backends",
-      "inputs", "outputs",     "scalars", "dtype",  "shape",     "distribution", "scale", "mean",
-      "low",    "high",        "value",  "default", "rtol",      "atol",         "role",  "dims",
-      "seed",   "baseline",    "reference", "controls", "source", "expect", "special_fraction", "special_value",
-      "base",   "replace",     "with",   "multiple_of", "min", "equal_to", "mode", "ulp", "reads", "same_margin_pct"};
+  inline static const std::set<std::string> k_field_names = {"name",
+                                                             "description",
+                                                             "oracle",
+                                                             "threads",
+                                                             "signature",
+                                                             "tolerance",
+                                                             "cases",
+                                                             "backends",
+                                                             "inputs",
+                                                             "outputs",
+                                                             "scalars",
+                                                             "dtype",
+                                                             "shape",
+                                                             "distribution",
+                                                             "scale",
+                                                             "mean",
+                                                             "low",
+                                                             "high",
+                                                             "value",
+                                                             "default",
+                                                             "rtol",
+                                                             "atol",
+                                                             "role",
+                                                             "dims",
+                                                             "seed",
+                                                             "baseline",
+                                                             "reference",
+                                                             "controls",
+                                                             "source",
+                                                             "expect",
+                                                             "special_fraction",
+                                                             "special_value",
+                                                             "base",
+                                                             "replace",
+                                                             "with",
+                                                             "multiple_of",
+                                                             "min",
+                                                             "equal_to",
+                                                             "mode",
+                                                             "ulp",
+                                                             "reads",
+                                                             "same_margin_pct"};
 
   const toml::table& m_table;
   std::string m_path;
@@ -298,8 +357,7 @@ void read_special_values(TableReader& r, Distribution& d) {
   }
   if (fraction) {
     if (!(*fraction > 0.0 && *fraction <= 1.0)) {
-      r.fail(r.get("special_fraction"), "special_fraction",
-             fmt::format("a probability in (0, 1] (got {})", *fraction));
+      r.fail(r.get("special_fraction"), "special_fraction", fmt::format("a probability in (0, 1] (got {})", *fraction));
     }
     d.special_fraction = *fraction;
     d.special_value = *special;
@@ -307,7 +365,7 @@ void read_special_values(TableReader& r, Distribution& d) {
 }
 
 constexpr DistributionKind k_distribution_kinds[] = {
-    DistributionKind::normal,  DistributionKind::uniform, DistributionKind::zeros,      DistributionKind::constant,
+    DistributionKind::normal,      DistributionKind::uniform, DistributionKind::zeros,  DistributionKind::constant,
     DistributionKind::log_uniform, DistributionKind::randint, DistributionKind::arange, DistributionKind::permutation};
 
 // An integer key of an integer law: a TOML integer (or a float with an integral value) within +-2^53, the integers
@@ -345,9 +403,10 @@ Distribution read_integer_distribution(TableReader& r, Distribution d) {
   if (d.kind == DistributionKind::randint) {
     if (!low || !high) {
       const char* missing = !low ? "low" : "high";
-      throw DataError(fmt::format("{}:{}: missing field '{}' (randint draws integers from low to high, both "
-                                  "included: e.g. low = -128, high = 127)",
-                                  r.file(), r.line(), r.field(missing)));
+      throw DataError(
+          fmt::format("{}:{}: missing field '{}' (randint draws integers from low to high, both "
+                      "included: e.g. low = -128, high = 127)",
+                      r.file(), r.line(), r.field(missing)));
     }
     if (!d.low_expr && !d.high_expr && *low > *high) {
       r.fail(r.get("low"), "low", fmt::format("randint needs low <= high (got low = {}, high = {})", *low, *high));
@@ -355,7 +414,8 @@ Distribution read_integer_distribution(TableReader& r, Distribution d) {
     d.low = *low;
     d.high = *high;
   } else {
-    if (high) r.fail(r.get("high"), "high", fmt::format("{} takes no 'high' (its values are set by the tensor's size)", kind));
+    if (high)
+      r.fail(r.get("high"), "high", fmt::format("{} takes no 'high' (its values are set by the tensor's size)", kind));
     if (d.kind == DistributionKind::permutation && low) {
       r.fail(r.get("low"), "low", "permutation takes no 'low': it holds 0 to n - 1, n the tensor's elements");
     }
@@ -407,9 +467,9 @@ std::optional<Distribution> read_distribution(TableReader& r, bool required) {
            fmt::format("{} needs low < high (got low = {}, high = {})", to_string(d.kind), d.low, d.high));
   }
   if (d.kind == DistributionKind::log_uniform && (d.low < -300 || d.high > 300)) {
-    r.fail(r.get("low"), "low",
-           fmt::format("log_uniform takes decimal exponents within [-300, 300] (got low = {}, high = {})", d.low,
-                       d.high));
+    r.fail(
+        r.get("low"), "low",
+        fmt::format("log_uniform takes decimal exponents within [-300, 300] (got low = {}, high = {})", d.low, d.high));
   }
   if (d.kind == DistributionKind::normal && !(d.scale > 0)) {
     r.fail(r.get("scale"), "scale", fmt::format("normal needs scale > 0 (got {})", d.scale));
@@ -430,7 +490,8 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
     if (!names.insert(t.name).second) r.fail(r.get("name"), "name", fmt::format("duplicate tensor '{}'", t.name));
     std::string dt = r.string("dtype");
     auto parsed = parse_dtype(dt);
-    if (!parsed) r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, dtype_choices()));
+    if (!parsed)
+      r.fail(r.get("dtype"), "dtype", fmt::format("unknown dtype '{}' (expected one of {})", dt, dtype_choices()));
     t.dtype = *parsed;
     const toml::array& shape = r.array("shape");
     if (shape.empty()) r.fail(&shape, "shape", "a tensor needs at least one dimension");
@@ -447,8 +508,9 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
           r.fail(&n, fmt::format("shape[{}]", d), e.what());
         }
       } else {
-        r.fail(&n, fmt::format("shape[{}]", d),
-               fmt::format("expected a dim name, an expression string or an integer, got {}", TableReader::type_name(n)));
+        r.fail(
+            &n, fmt::format("shape[{}]", d),
+            fmt::format("expected a dim name, an expression string or an integer, got {}", TableReader::type_name(n)));
       }
     }
     if (allow_distribution) {
@@ -463,8 +525,9 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
             r.fail(n, "reads", e.what());
           }
         } else {
-          r.fail(n, "reads", "expected the elements a call reads at least: a dim expression such as \"ids * dim\", "
-                             "or a non-negative integer");
+          r.fail(n, "reads",
+                 "expected the elements a call reads at least: a dim expression such as \"ids * dim\", "
+                 "or a non-negative integer");
         }
       }
     }
@@ -479,20 +542,22 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
 fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& dir) {
   std::string rel = r.string(key);
   if (rel.empty() || fs::path(rel).is_absolute()) {
-    r.fail(r.get(key), key, fmt::format("source '{}' must be a path relative to the task folder {}", rel, dir.string()));
+    r.fail(r.get(key), key,
+           fmt::format("source '{}' must be a path relative to the task folder {}", rel, dir.string()));
   }
   fs::path p = dir / rel;
   std::error_code ec;
   if (!fs::is_regular_file(p, ec)) {
-    r.fail(r.get(key), key, fmt::format("source '{}' does not exist (paths are relative to the task folder {})", rel,
-                                        dir.string()));
+    r.fail(r.get(key), key,
+           fmt::format("source '{}' does not exist (paths are relative to the task folder {})", rel, dir.string()));
   }
   const fs::path resolved = fs::canonical(p, ec);
   const fs::path inside = resolved.lexically_relative(dir);
   if (ec || inside.empty() || *inside.begin() == "..") {
-    r.fail(r.get(key), key, fmt::format("source '{}' resolves to {}, outside the task folder {}; copy it into the "
-                                        "task folder",
-                                        rel, resolved.string(), dir.string()));
+    r.fail(r.get(key), key,
+           fmt::format("source '{}' resolves to {}, outside the task folder {}; copy it into the "
+                       "task folder",
+                       rel, resolved.string(), dir.string()));
   }
   return resolved;
 }
@@ -524,8 +589,8 @@ fs::path derived_control_source(TableReader& r, const ControlSpec& ctl) {
   if (!fs::is_regular_file(out, ec)) {
     fs::create_directories(dir, ec);
     if (ec) {
-      throw Error(ExitCode::io_error, fmt::format("cannot create {} for control '{}': {}", dir.string(), ctl.name,
-                                                  ec.message()));
+      throw Error(ExitCode::io_error,
+                  fmt::format("cannot create {} for control '{}': {}", dir.string(), ctl.name, ec.message()));
     }
     write_file_atomic(out, changed);
   }
@@ -550,11 +615,13 @@ void check_case_size(const Task& task, const Case& c, TableReader& r) {
           r.fail(dims, "dims", fmt::format("tensor '{}' dimension {}: {}; make the dims smaller", t.name, d, e.what()));
         }
         if (v <= 0) {
-          r.fail(dims, "dims", fmt::format("tensor '{}' dimension {} ('{}') evaluates to {} for this case", t.name, d,
-                                           t.shape[d].text(), v));
+          r.fail(dims, "dims",
+                 fmt::format("tensor '{}' dimension {} ('{}') evaluates to {} for this case", t.name, d,
+                             t.shape[d].text(), v));
         }
         if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(v), &bytes)) {
-          r.fail(dims, "dims", fmt::format("tensor '{}': its byte size overflows 64 bits; make the dims smaller", t.name));
+          r.fail(dims, "dims",
+                 fmt::format("tensor '{}': its byte size overflows 64 bits; make the dims smaller", t.name));
         }
       }
       overflow = overflow || __builtin_add_overflow(total, bytes, &total);
@@ -645,7 +712,8 @@ Signature read_signature(TableReader& top, const std::string& file) {
   std::set<std::string> all;
   for (const auto* list : {&s.inputs, &s.outputs}) {
     for (const TensorSpec& t : *list) {
-      if (!all.insert(t.name).second) sig.fail(nullptr, "outputs", fmt::format("tensor name '{}' is used twice", t.name));
+      if (!all.insert(t.name).second)
+        sig.fail(nullptr, "outputs", fmt::format("tensor name '{}' is used twice", t.name));
     }
   }
   return s;
@@ -661,12 +729,14 @@ Tolerance read_tolerance_fields(TableReader& tol) {
     for (auto [key, value] : {std::pair{"rtol", &out.rtol}, std::pair{"atol", &out.atol}}) {
       *value = tol.number(key);
       if (!std::isfinite(*value) || *value < 0) {
-        tol.fail(tol.get(key), key, fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
-                                                "expected| <= atol + rtol * |expected|",
-                                                *value));
+        tol.fail(tol.get(key), key,
+                 fmt::format("must be a finite number >= 0 (got {}): outputs pass when |got - "
+                             "expected| <= atol + rtol * |expected|",
+                             *value));
       }
     }
-    if (tol.get("ulp") != nullptr) tol.fail(tol.get("ulp"), "ulp", "'ulp' needs mode = \"ulp\" (and then no rtol or atol)");
+    if (tol.get("ulp") != nullptr)
+      tol.fail(tol.get("ulp"), "ulp", "'ulp' needs mode = \"ulp\" (and then no rtol or atol)");
   } else if (mode == "ulp") {
     out.mode = ToleranceMode::ulp;
     const double ulp = tol.number("ulp");
@@ -705,14 +775,15 @@ void read_tolerance(Task& task, TableReader& top, const std::string& file) {
     for (const auto& [k, v] : *top_table) {
       const std::string key(k.str());
       if (!v.is_table()) continue;
-      const auto it = std::find_if(sig.outputs.begin(), sig.outputs.end(),
-                                   [&](const TensorSpec& t) { return t.name == key; });
+      const auto it =
+          std::find_if(sig.outputs.begin(), sig.outputs.end(), [&](const TensorSpec& t) { return t.name == key; });
       if (it == sig.outputs.end()) {
         std::vector<std::string> names;
         for (const TensorSpec& t : sig.outputs) names.push_back(t.name);
-        throw DataError(fmt::format("{}:{}: field 'tolerance.{}': no output is named '{}' (outputs: {}); a table "
-                                    "under [tolerance] is one output's own tolerance",
-                                    file, TableReader::line_of(v), key, key, fmt::join(names, ", ")));
+        throw DataError(
+            fmt::format("{}:{}: field 'tolerance.{}': no output is named '{}' (outputs: {}); a table "
+                        "under [tolerance] is one output's own tolerance",
+                        file, TableReader::line_of(v), key, key, fmt::join(names, ", ")));
       }
       own[key] = v.as_table();
     }
@@ -722,8 +793,8 @@ void read_tolerance(Task& task, TableReader& top, const std::string& file) {
   if (top_table != nullptr) {
     TableReader tol(*top_table, "tolerance", file);
     for (const auto& [name, table] : own) tol.get(name);
-    const bool has_default_fields = std::any_of(top_table->begin(), top_table->end(),
-                                                [](const auto& kv) { return !kv.second.is_table(); });
+    const bool has_default_fields =
+        std::any_of(top_table->begin(), top_table->end(), [](const auto& kv) { return !kv.second.is_table(); });
     if (default_needed || has_default_fields) {
       task.tolerance = read_tolerance_fields(tol);
     } else {
@@ -772,8 +843,9 @@ std::map<std::string, DimConstraint> read_dim_constraints(TableReader& top, cons
   for (const auto& [k, v] : top.table("dims")) {
     const std::string name(k.str());
     if (!dim_names.contains(name)) {
-      dims.fail(&v, name, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", name,
-                                      fmt::join(dim_names, ", ")));
+      dims.fail(
+          &v, name,
+          fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", name, fmt::join(dim_names, ", ")));
     }
     TableReader d(as_table(v, "dims." + name, file), "dims." + name, file);
     DimConstraint c;
@@ -781,17 +853,19 @@ std::map<std::string, DimConstraint> read_dim_constraints(TableReader& top, cons
     if (d.get("multiple_of") != nullptr) {
       c.multiple_of = d.integer("multiple_of");
       if (c.multiple_of < 1 || c.multiple_of > k_max) {
-        d.fail(d.get("multiple_of"), "multiple_of", fmt::format("must be an integer from 1 to {} (got {})", k_max, c.multiple_of));
+        d.fail(d.get("multiple_of"), "multiple_of",
+               fmt::format("must be an integer from 1 to {} (got {})", k_max, c.multiple_of));
       }
     }
     if (d.get("min") != nullptr) {
       c.min = d.integer("min");
-      if (c.min < 1 || c.min > k_max) d.fail(d.get("min"), "min", fmt::format("must be an integer from 1 to {} (got {})", k_max, c.min));
+      if (c.min < 1 || c.min > k_max)
+        d.fail(d.get("min"), "min", fmt::format("must be an integer from 1 to {} (got {})", k_max, c.min));
     }
     if (auto other = d.optional_string("equal_to")) {
       if (!dim_names.contains(*other) || *other == name) {
-        d.fail(d.get("equal_to"), "equal_to", fmt::format("'{}' is not another dim the shapes use ({})", *other,
-                                                         fmt::join(dim_names, ", ")));
+        d.fail(d.get("equal_to"), "equal_to",
+               fmt::format("'{}' is not another dim the shapes use ({})", *other, fmt::join(dim_names, ", ")));
       }
       if (d.get("multiple_of") != nullptr || d.get("min") != nullptr) {
         d.fail(d.get("equal_to"), "equal_to", "a dim equal to another takes that dim's constraints; give them there");
@@ -804,8 +878,9 @@ std::map<std::string, DimConstraint> read_dim_constraints(TableReader& top, cons
   }
   for (const auto& [name, c] : out) {
     if (!c.equal_to.empty() && out.contains(c.equal_to) && !out.at(c.equal_to).equal_to.empty()) {
-      dims.fail(nullptr, name, fmt::format("equal_to = '{}', which is itself equal to '{}': name '{}' directly",
-                                           c.equal_to, out.at(c.equal_to).equal_to, out.at(c.equal_to).equal_to));
+      dims.fail(nullptr, name,
+                fmt::format("equal_to = '{}', which is itself equal to '{}': name '{}' directly", c.equal_to,
+                            out.at(c.equal_to).equal_to, out.at(c.equal_to).equal_to));
     }
   }
   dims.reject_unknown_keys();
@@ -814,21 +889,22 @@ std::map<std::string, DimConstraint> read_dim_constraints(TableReader& top, cons
 
 // A case's dims: exactly the dim names the shapes use, each a positive integer.
 std::map<std::string, int64_t> read_case_dims(TableReader& r, const std::string& p, const std::string& file,
-                                             const std::set<std::string>& dim_names) {
+                                              const std::set<std::string>& dim_names) {
   std::map<std::string, int64_t> out;
   TableReader dims(r.table("dims"), p + ".dims", file);
   for (const auto& [k, v] : r.table("dims")) {
     std::string key(k.str());
     if (!dim_names.contains(key)) {
-      dims.fail(&v, key, fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", key,
-                                     fmt::join(dim_names, ", ")));
+      dims.fail(&v, key,
+                fmt::format("no tensor shape uses a dim named '{}' (shapes use: {})", key, fmt::join(dim_names, ", ")));
     }
     int64_t value = dims.integer(key);
     if (value <= 0) dims.fail(&v, key, fmt::format("dims must be positive integers (got {})", value));
     out[key] = value;
   }
   for (const std::string& needed : dim_names) {
-    if (!out.contains(needed)) dims.fail(nullptr, needed, fmt::format("missing: the signature's shapes use dim '{}'", needed));
+    if (!out.contains(needed))
+      dims.fail(nullptr, needed, fmt::format("missing: the signature's shapes use dim '{}'", needed));
   }
   return out;
 }
@@ -903,29 +979,32 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
     try {
       dist = input_law(in, c);
     } catch (const std::out_of_range& e) {
-      r.fail(nullptr, "distribution", fmt::format("input '{}': a randint bound names a dim this case does not set ({}); "
-                                                  "bounds may use the dims the shapes use",
-                                                  in.name, e.what()));
+      r.fail(nullptr, "distribution",
+             fmt::format("input '{}': a randint bound names a dim this case does not set ({}); "
+                         "bounds may use the dims the shapes use",
+                         in.name, e.what()));
     }
     if (dist.kind == DistributionKind::randint && dist.low > dist.high) {
-      r.fail(nullptr, "distribution", fmt::format("input '{}': randint needs low <= high, and at this case's dims its "
-                                                  "bounds are low = {}, high = {}",
-                                                  in.name, dist.low, dist.high));
+      r.fail(nullptr, "distribution",
+             fmt::format("input '{}': randint needs low <= high, and at this case's dims its "
+                         "bounds are low = {}, high = {}",
+                         in.name, dist.low, dist.high));
     }
     if (in.reads) {
       try {
         (void)input_reads(in, c);
       } catch (const std::exception& e) {
-        r.fail(nullptr, "signature.inputs", fmt::format("input '{}': reads = \"{}\" cannot be evaluated at this case's "
-                                                        "dims ({}); it may use the dims the shapes use",
-                                                        in.name, in.reads->text(), e.what()));
+        r.fail(nullptr, "signature.inputs",
+               fmt::format("input '{}': reads = \"{}\" cannot be evaluated at this case's "
+                           "dims ({}); it may use the dims the shapes use",
+                           in.name, in.reads->text(), e.what()));
       }
     }
     const std::string why = distribution_misfit(dist, in.dtype, resolve_shape(in, c).elements());
     if (!why.empty()) {
       const char* whose = c.input_laws.contains(in.name) ? ", this case's law for it in inputs"
-                          : in.distribution             ? ", its own distribution in [signature]"
-                                                        : "";
+                          : in.distribution              ? ", its own distribution in [signature]"
+                                                         : "";
       r.fail(in.distribution || c.input_laws.contains(in.name) ? nullptr : r.get("distribution"), "distribution",
              fmt::format("input '{}' ({}{}): {}", in.name, to_string(in.dtype), whose, why));
     }
@@ -948,7 +1027,8 @@ ControlSpec read_control(TableReader& cr, const fs::path& dir) {
   if (ctl.name.empty() || ctl.name.size() > 64 ||
       ctl.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") !=
           std::string::npos) {
-    cr.fail(cr.get("name"), "name", fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'", ctl.name));
+    cr.fail(cr.get("name"), "name",
+            fmt::format("control name '{}' must be 1-64 letters, digits, '_' or '-'", ctl.name));
   }
   if ((cr.get("source") != nullptr) == (cr.get("base") != nullptr)) {
     cr.fail(cr.get("source") != nullptr ? cr.get("source") : nullptr, "source",
@@ -966,10 +1046,10 @@ ControlSpec read_control(TableReader& cr, const fs::path& dir) {
   const std::optional<FailureReason> reason = parse_failure_reason(expect);
   if (!reason) {
     const std::optional<std::string> guess = closest_match(expect, failure_reason_names());
-    cr.fail(cr.get("expect"), "expect",
-            fmt::format("unknown failure reason '{}' (expected one of {}){}", expect,
-                        fmt::join(failure_reason_names(), ", "),
-                        guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+    cr.fail(
+        cr.get("expect"), "expect",
+        fmt::format("unknown failure reason '{}' (expected one of {}){}", expect,
+                    fmt::join(failure_reason_names(), ", "), guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
   }
   ctl.expect = *reason;
   cr.reject_unknown_keys();
@@ -977,8 +1057,7 @@ ControlSpec read_control(TableReader& cr, const fs::path& dir) {
 }
 
 // [backends.X] (`p`): its baseline, its reference, its controls.
-BackendImpls read_backend(const toml::node& node, const std::string& p, const std::string& file,
-                          const fs::path& dir) {
+BackendImpls read_backend(const toml::node& node, const std::string& p, const std::string& file, const fs::path& dir) {
   TableReader b(as_table(node, p, file), p, file);
   BackendImpls impls;
   impls.baseline = resolve_source(b, "baseline", dir);
@@ -1005,8 +1084,9 @@ void read_backends(Task& task, TableReader& top, const std::string& file) {
     const std::string name(k.str());
     if (!parse_backend(name)) {
       const std::optional<std::string> guess = closest_match(name, names);
-      backends.fail(&v, name, fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(names, ", "),
-                                          guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
+      backends.fail(&v, name,
+                    fmt::format("unknown backend '{}' (kwb knows {}){}", name, fmt::join(names, ", "),
+                                guess ? fmt::format("; did you mean '{}'?", *guess) : ""));
     }
   }
   for (const auto& [k, v] : top.table("backends")) {
@@ -1036,8 +1116,8 @@ Task load_task(const fs::path& dir_in) {
 }
 
 std::string task_identity(const Task& task) {
-  std::string text = fmt::format("kwb task identity v1\nmanifest {}\noracle {}\n", task.manifest_sha256,
-                                 task.oracle_sha256);
+  std::string text =
+      fmt::format("kwb task identity v1\nmanifest {}\noracle {}\n", task.manifest_sha256, task.oracle_sha256);
   for (const auto& [backend, impls] : task.backends) {  // a map: in BackendKind order
     text += fmt::format("{} baseline {}\n", to_string(backend), sha256_file(impls.baseline));
     for (const ControlSpec& c : impls.controls) {
@@ -1058,7 +1138,8 @@ std::string constraint_violation(const std::map<std::string, DimConstraint>& con
                          dims.at(c.equal_to), name);
     }
     if (v % c.multiple_of != 0) {
-      return fmt::format("dim '{}' = {} must be a multiple of {} ([dims] {}.multiple_of)", name, v, c.multiple_of, name);
+      return fmt::format("dim '{}' = {} must be a multiple of {} ([dims] {}.multiple_of)", name, v, c.multiple_of,
+                         name);
     }
     if (v < c.min) return fmt::format("dim '{}' = {} must be at least {} ([dims] {}.min)", name, v, c.min, name);
   }

@@ -103,7 +103,8 @@ private:
 int64_t eval(const ShapeExpr::Node& n, const std::map<std::string, int64_t>& dims) {
   using K = ShapeExpr::Node::Kind;
   switch (n.kind) {
-    case K::number: return n.value;
+    case K::number:
+      return n.value;
     case K::name: {
       auto it = dims.find(n.name);
       if (it == dims.end()) throw std::out_of_range(fmt::format("dim '{}' is not given", n.name));

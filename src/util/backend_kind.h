@@ -21,9 +21,12 @@ inline constexpr std::array<BackendKind, 3> k_backends = {BackendKind::cpu, Back
 
 constexpr std::string_view to_string(BackendKind b) {
   switch (b) {
-    case BackendKind::cpu: return "cpu";
-    case BackendKind::opencl: return "opencl";
-    case BackendKind::cuda: return "cuda";
+    case BackendKind::cpu:
+      return "cpu";
+    case BackendKind::opencl:
+      return "opencl";
+    case BackendKind::cuda:
+      return "cuda";
   }
   return "?";
 }

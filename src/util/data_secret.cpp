@@ -34,8 +34,9 @@ DataSecret DataSecret::draw() {
   while (got < k_bytes) {
     const ssize_t n = ::getrandom(s.m_bytes.data() + got, k_bytes - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw InternalError(fmt::format("getrandom: {} (the data secret needs the OS's random source)",
-                                                std::strerror(errno)));
+    if (n <= 0)
+      throw InternalError(
+          fmt::format("getrandom: {} (the data secret needs the OS's random source)", std::strerror(errno)));
     got += static_cast<size_t>(n);
   }
   return s;

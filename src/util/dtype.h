@@ -35,7 +35,7 @@ template <typename B, int E, int M>
 struct BinaryFloat {
   using Bits = B;
   static constexpr DTypeKind kind = DTypeKind::floating;
-  static constexpr int significand_bits = M;              // stored, below the implicit leading 1
+  static constexpr int significand_bits = M;               // stored, below the implicit leading 1
   static constexpr int min_exponent = 2 - (1 << (E - 1));  // of the smallest normal, 2^min_exponent: 1 - bias
   static constexpr bool has_nan = true;
   // The largest integer below which every integer is exact (2^(M+1)): integer-valued data (randint, arange,
@@ -65,10 +65,10 @@ struct Half : BinaryFloat<uint16_t, E, M> {
     const double min_normal = std::ldexp(1.0, 1 - bias);
     if (a < min_normal) return sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, bias - 1 + M)));
     int exp = 0;
-    const double frac = std::frexp(a, &exp);  // a = frac * 2^exp, frac in [0.5, 1)
-    int e = exp - 1;                           // a = s * 2^e, s in [1, 2)
+    const double frac = std::frexp(a, &exp);                                  // a = frac * 2^exp, frac in [0.5, 1)
+    int e = exp - 1;                                                          // a = s * 2^e, s in [1, 2)
     double m = std::nearbyint(std::ldexp(frac, M + 1)) - std::ldexp(1.0, M);  // stored significand, rounded once
-    if (m >= std::ldexp(1.0, M)) {  // rounded up to the next power of two
+    if (m >= std::ldexp(1.0, M)) {                                            // rounded up to the next power of two
       m = 0;
       ++e;
     }
@@ -80,8 +80,9 @@ struct Half : BinaryFloat<uint16_t, E, M> {
     const double sign = (b & Base::sign_bit) != 0 ? -1.0 : 1.0;
     const unsigned e = (b >> M) & ((1u << E) - 1);
     const unsigned m = b & ((1u << M) - 1);
-    if (e == (1u << E) - 1) return m == 0 ? sign * std::numeric_limits<double>::infinity()
-                                          : std::copysign(std::numeric_limits<double>::quiet_NaN(), sign);
+    if (e == (1u << E) - 1)
+      return m == 0 ? sign * std::numeric_limits<double>::infinity()
+                    : std::copysign(std::numeric_limits<double>::quiet_NaN(), sign);
     if (e == 0) return sign * std::ldexp(static_cast<double>(m), 1 - bias - M);
     return sign * std::ldexp(static_cast<double>(m + (1u << M)), static_cast<int>(e) - bias - M);
   }
@@ -139,8 +140,8 @@ struct Bool {
   static double to_double(Bits b) { return static_cast<double>(b); }
 };
 
-using F16 = Half<5, 10>;   // IEEE 754 binary16
-using BF16 = Half<8, 7>;   // bfloat16: float32's exponent, 8 significant bits
+using F16 = Half<5, 10>;  // IEEE 754 binary16
+using BF16 = Half<8, 7>;  // bfloat16: float32's exponent, 8 significant bits
 using F32 = Native<float>;
 using F64 = Native<double>;
 using I8 = Integer<int8_t>;
@@ -156,6 +157,7 @@ inline constexpr uint8_t k_dlpack_bool = 6;
 
 // The table. One row per dtype: its enumerator, its name (in task.toml and the run message), its codec (which fixes
 // its width, its kind and NaN patterns), and its DLPack type code (bits: the codec's width; one lane).
+// clang-format off
 #define KWB_DTYPES(X)                       \
   X(f16, "f16", dtype_codec::F16, kDLFloat)        \
   X(bf16, "bf16", dtype_codec::BF16, kDLBfloat)     \
@@ -166,6 +168,7 @@ inline constexpr uint8_t k_dlpack_bool = 6;
   X(i32, "i32", dtype_codec::I32, kDLInt)          \
   X(i64, "i64", dtype_codec::I64, kDLInt)          \
   X(boolean, "bool", dtype_codec::Bool, k_dlpack_bool)
+// clang-format on
 
 #define KWB_DTYPE_ENUMERATOR(id, name, codec, dl_code) id,
 enum class DType : uint8_t { KWB_DTYPES(KWB_DTYPE_ENUMERATOR) };
@@ -175,26 +178,26 @@ enum class DType : uint8_t { KWB_DTYPES(KWB_DTYPE_ENUMERATOR) };
 struct DTypeInfo {
   DType dtype;
   const char* name;
-  size_t size;            // bytes per element
-  DLDataType dlpack;      // what the candidate's DLTensor says
+  size_t size;        // bytes per element
+  DLDataType dlpack;  // what the candidate's DLTensor says
   DTypeKind kind;
-  double lowest;          // integer dtypes: the least value kwb generates or accepts from the oracle
-  double highest;         // integer dtypes: the greatest; floating dtypes: +-2^(M+1), integer-valued data's bound
+  double lowest;   // integer dtypes: the least value kwb generates or accepts from the oracle
+  double highest;  // integer dtypes: the greatest; floating dtypes: +-2^(M+1), integer-valued data's bound
   bool has_nan;
-  uint64_t quiet_nan;     // the quiet NaN's bits (the low `size` bytes); 0 without NaN
-  uint64_t nan_payload;   // the payload bits below the quiet bit; 0 without NaN
+  uint64_t quiet_nan;    // the quiet NaN's bits (the low `size` bytes); 0 without NaN
+  uint64_t nan_payload;  // the payload bits below the quiet bit; 0 without NaN
 };
 
-#define KWB_DTYPE_INFO(id, name, codec, dl_code)                                                                    \
-  DTypeInfo{DType::id,                                                                                      \
-            name,                                                                                          \
-            sizeof(codec::Bits),                                                                            \
-            DLDataType{static_cast<uint8_t>(dl_code), static_cast<uint8_t>(8 * sizeof(codec::Bits)), 1},    \
-            codec::kind,                                                                                    \
-            codec::lowest,                                                                                  \
-            codec::highest,                                                                                 \
-            codec::has_nan,                                                                                 \
-            codec::has_nan ? static_cast<uint64_t>(codec::quiet_nan) : 0,                                   \
+#define KWB_DTYPE_INFO(id, name, codec, dl_code)                                                         \
+  DTypeInfo{DType::id,                                                                                   \
+            name,                                                                                        \
+            sizeof(codec::Bits),                                                                         \
+            DLDataType{static_cast<uint8_t>(dl_code), static_cast<uint8_t>(8 * sizeof(codec::Bits)), 1}, \
+            codec::kind,                                                                                 \
+            codec::lowest,                                                                               \
+            codec::highest,                                                                              \
+            codec::has_nan,                                                                              \
+            codec::has_nan ? static_cast<uint64_t>(codec::quiet_nan) : 0,                                \
             codec::has_nan ? static_cast<uint64_t>(codec::nan_payload) : 0},
 inline constexpr DTypeInfo k_dtypes[] = {KWB_DTYPES(KWB_DTYPE_INFO)};
 #undef KWB_DTYPE_INFO
@@ -226,7 +229,8 @@ template <typename F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
 #define KWB_DTYPE_CASE(id, name, codec, dl_code) \
-  case DType::id: return f(codec{});
+  case DType::id:                                \
+    return f(codec{});
     KWB_DTYPES(KWB_DTYPE_CASE)
 #undef KWB_DTYPE_CASE
   }

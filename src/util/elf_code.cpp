@@ -64,8 +64,8 @@ std::optional<std::string> elf_code_sha256(std::string_view bytes, std::string& 
         std::memcpy(segment.data(), &mapped, sizeof mapped);
       }
     }
-    h.update(fmt::format("segment vaddr {} memsz {} flags {} filesz {}\n", ph.p_vaddr, ph.p_memsz, ph.p_flags,
-                         ph.p_filesz));
+    h.update(
+        fmt::format("segment vaddr {} memsz {} flags {} filesz {}\n", ph.p_vaddr, ph.p_memsz, ph.p_flags, ph.p_filesz));
     h.update(segment);
   }
   return h.hex_digest();

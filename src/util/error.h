@@ -9,8 +9,8 @@ namespace kwb {
 
 // sysexits-style codes (sysexits.h), each listed with what it means in docs/cli.md, "Exit codes".
 enum class ExitCode : int {
-  ok = 0,              // success / KEEP_CANDIDATE / check passed
-  rejected = 1,        // KEEP_BASELINE or check failed
+  ok = 0,        // success / KEEP_CANDIDATE / check passed
+  rejected = 1,  // KEEP_BASELINE or check failed
   inconclusive = 2,
   invalid = 3,
   usage = 64,          // EX_USAGE
@@ -61,11 +61,11 @@ public:
 
 // Every OS call whose failure is fatal goes through this: `int fd = KWB_POSIX_CALL(::open(path, O_RDONLY));`.
 // It retries on EINTR, so a signal delivered to the parent (SIGCHLD from a worker) never fails a call.
-#define KWB_POSIX_CALL(expr)                                                     \
-  ([&]() {                                                                      \
-    for (;;) {                                                                  \
-      auto kwb_result_ = (expr);                                                \
-      if (kwb_result_ != -1) return kwb_result_;                                \
+#define KWB_POSIX_CALL(expr)                                                           \
+  ([&]() {                                                                             \
+    for (;;) {                                                                         \
+      auto kwb_result_ = (expr);                                                       \
+      if (kwb_result_ != -1) return kwb_result_;                                       \
       if (errno != EINTR) ::kwb::throw_system_error(#expr, __FILE__, __LINE__, errno); \
-    }                                                                           \
+    }                                                                                  \
   }())

@@ -16,6 +16,7 @@
 namespace kwb {
 
 // One list, so the enum and its names cannot drift apart.
+// clang-format off
 #define KWB_FAILURE_REASONS(X)                                                                                      \
   X(numeric_mismatch) X(nan_mismatch) X(input_modified) X(out_of_bounds_write) X(stale_output) X(crashed)          \
   X(aborted) X(exited) X(timeout) X(shape_mismatch) X(run_failed) X(setup_failed) X(abi_mismatch)                 \
@@ -23,6 +24,7 @@ namespace kwb {
   /* docs/threat-model.md */                                                                                       \
   X(sandbox_violation) X(forbidden_symbol) X(timing_implausible) X(work_after_return) X(work_outside_timer)       \
   X(resource_limit) X(work_off_queue) X(device_fault) X(out_of_bounds_read)
+// clang-format on
 
 #define KWB_FAILURE_REASON_ENUMERATOR(name) name,
 enum class FailureReason { KWB_FAILURE_REASONS(KWB_FAILURE_REASON_ENUMERATOR) };

@@ -4,8 +4,8 @@
 #include "util/fd.h"
 
 #include <fcntl.h>
-#include <sys/random.h>
 #include <fmt/format.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <cerrno>

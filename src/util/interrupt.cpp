@@ -46,11 +46,16 @@ extern "C" void on_interrupt(int sig) {
 
 std::string signal_name(int signal) {
   switch (signal) {
-    case SIGINT: return "SIGINT";
-    case SIGTERM: return "SIGTERM";
-    case SIGHUP: return "SIGHUP";
-    case SIGKILL: return "SIGKILL";
-    default: return fmt::format("signal {}", signal);
+    case SIGINT:
+      return "SIGINT";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGKILL:
+      return "SIGKILL";
+    default:
+      return fmt::format("signal {}", signal);
   }
 }
 
@@ -104,9 +109,10 @@ void unregister_child_group(pid_t leader) noexcept {
 
 void require_main_thread(const char* what) {
   if (::gettid() != ::getpid()) {
-    throw InternalError(fmt::format("{} must be started on kwb's main thread (its PR_SET_PDEATHSIG follows the "
-                                    "thread that starts it)",
-                                    what));
+    throw InternalError(
+        fmt::format("{} must be started on kwb's main thread (its PR_SET_PDEATHSIG follows the "
+                    "thread that starts it)",
+                    what));
   }
 }
 

@@ -62,7 +62,8 @@ std::string unsafe(const struct stat& st, bool directory) {
   if (directory ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode)) {
     return directory ? "is not a folder (a symlink or a file)" : "is not a regular file (a symlink or a folder)";
   }
-  if (st.st_uid != ::geteuid()) return fmt::format("belongs to uid {}, not to this user (uid {})", st.st_uid, ::geteuid());
+  if (st.st_uid != ::geteuid())
+    return fmt::format("belongs to uid {}, not to this user (uid {})", st.st_uid, ::geteuid());
   if ((st.st_mode & 077) != 0) {
     return fmt::format("is open to group or others (mode {:04o}); a worker could read it", st.st_mode & 07777);
   }
@@ -115,7 +116,8 @@ fs::path key_dir() {
   }
   const char* home = std::getenv("HOME");
   if (home == nullptr || *home == '\0') {
-    throw Error(ExitCode::io_error, "no key folder: HOME is not set (set KWB_KEY_DIR to a folder for kwb's machine key)");
+    throw Error(ExitCode::io_error,
+                "no key folder: HOME is not set (set KWB_KEY_DIR to a folder for kwb's machine key)");
   }
   return fs::path(home) / ".config" / "kwb" / "keys";
 }
@@ -136,8 +138,8 @@ SigningKey SigningKey::load(const fs::path& pem) {
     throw Error(ExitCode::io_error, fmt::format("machine key {}: {}", pem.string(), std::strerror(errno)));
   }
   if (const std::string why = unsafe(st, false); !why.empty()) {
-    throw Error(ExitCode::io_error, fmt::format("machine key {} {}: chmod 600 it (or remove it: kwb makes a new one)",
-                                                pem.string(), why));
+    throw Error(ExitCode::io_error,
+                fmt::format("machine key {} {}: chmod 600 it (or remove it: kwb makes a new one)", pem.string(), why));
   }
   std::string text(static_cast<size_t>(std::min<off_t>(st.st_size, 64 * 1024)), '\0');
   size_t done = 0;
@@ -185,9 +187,9 @@ std::string SigningKey::sign(std::string_view message) const {
   unsigned char sig[k_signature_bytes];
   size_t n = sizeof sig;
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  const bool ok = ctx != nullptr && EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey_of(m_pkey)) == 1 &&
-                  EVP_DigestSign(ctx, sig, &n, reinterpret_cast<const unsigned char*>(message.data()),
-                                 message.size()) == 1;
+  const bool ok =
+      ctx != nullptr && EVP_DigestSignInit(ctx, nullptr, nullptr, nullptr, pkey_of(m_pkey)) == 1 &&
+      EVP_DigestSign(ctx, sig, &n, reinterpret_cast<const unsigned char*>(message.data()), message.size()) == 1;
   EVP_MD_CTX_free(ctx);
   if (!ok || n != k_signature_bytes) throw InternalError("OpenSSL: Ed25519 signing failed");
   return to_hex(sig, n);
@@ -277,12 +279,13 @@ TrustedKeys trusted_keys() {
     } catch (const std::exception&) {
     }
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ' || text.back() == '\r')) text.pop_back();
-    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    std::transform(text.begin(), text.end(), text.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (from_hex(text, k_key_bytes)) {
       t.others.push_back(text);
     } else {
-      t.skipped.push_back(fmt::format("{}: not a public key (64 hex digits, as in another machine's machine.pub)",
-                                      e.path().string()));
+      t.skipped.push_back(
+          fmt::format("{}: not a public key (64 hex digits, as in another machine's machine.pub)", e.path().string()));
     }
   }
   return t;

@@ -8,10 +8,9 @@ namespace kwb {
 
 const OptionRange* option_range(std::string_view flag) {
   static constexpr const OptionRange* k_all[] = {
-      &k_timeout_range,   &k_min_improvement_range, &k_max_aa_range,         &k_same_margin_range,
-      &k_max_minutes_range, &k_calls_range,         &k_repetitions_range,    &k_max_blocks_range,
-      &k_warmups_range,   &k_samples_range,         &k_layouts_range,        &k_callgrind_calls_range,
-      &k_seed_range,      &k_lock_timeout_range,    &k_limit_range};
+      &k_timeout_range, &k_min_improvement_range, &k_max_aa_range,     &k_same_margin_range,  &k_max_minutes_range,
+      &k_calls_range,   &k_repetitions_range,     &k_max_blocks_range, &k_warmups_range,      &k_samples_range,
+      &k_layouts_range, &k_callgrind_calls_range, &k_seed_range,       &k_lock_timeout_range, &k_limit_range};
   for (const OptionRange* r : k_all) {
     if (flag == r->flag) return r;
   }
@@ -26,8 +25,14 @@ const std::vector<OptionRow>& option_rows() {
       {"workloads", "--workload", K::texts, nullptr,
        "Only these timing cases (repeatable; default: every timing case of the task)", "workloads = [\"decode\"]",
        both},
-      {"gate", "--gate", K::text, nullptr, "ci: the whole interval must clear the bar; point: the median must (legacy)",
-       "gate = \"ci\"", both, {"ci", "point"}},
+      {"gate",
+       "--gate",
+       K::text,
+       nullptr,
+       "ci: the whole interval must clear the bar; point: the median must (legacy)",
+       "gate = \"ci\"",
+       both,
+       {"ci", "point"}},
       {"min_improvement_pct", "--min-improvement-pct", K::number, &k_min_improvement_range,
        "Improvement the candidate must show on every workload, in percent", "min_improvement_pct = 2.0", both},
       {"max_aa_difference_pct", "--max-aa-difference-pct", K::number, &k_max_aa_range,
@@ -51,8 +56,8 @@ const std::vector<OptionRow>& option_rows() {
        "long as it takes)",
        "", k_mcp},
       {"layouts", "--layouts", K::integer, &k_layouts_range,
-       "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)",
-       "layouts = 8", both},
+       "Builds per arm in the layout pool (0: 8 on cpu, 1 on devices; 1: one fixed layout, no offsets)", "layouts = 8",
+       both},
       {"seed", "--seed", K::integer, &k_seed_range,
        "Seed for block orders and layouts (default: drawn and recorded in the plan); the data comes from a secret "
        "drawn at run time, committed to in the plan",

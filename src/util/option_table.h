@@ -25,7 +25,7 @@ inline constexpr OptionRange k_min_improvement_range{"--min-improvement-pct", -9
 inline constexpr OptionRange k_max_aa_range{"--max-aa-difference-pct", 0.001, 100.0, false};
 // 0: no SAME verdict (the A/B decides only PASS, FAIL or INCONCLUSIVE, as before the margin existed).
 inline constexpr OptionRange k_same_margin_range{"--same-margin-pct", 0.0, 100.0, false};
-inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};  // a week per workload
+inline constexpr OptionRange k_max_minutes_range{"--max-minutes", 0.001, 10080.0, false};   // a week per workload
 inline constexpr OptionRange k_lock_timeout_range{"--lock-timeout", 0.0, 604800.0, false};  // 0: do not wait
 inline constexpr OptionRange k_calls_range{"--calls", 1, 1000, true};
 inline constexpr OptionRange k_limit_range{"--limit", 1, 1'000'000'000, true};  // history --runs
@@ -61,8 +61,8 @@ struct OptionRow {
   OptionKind kind;
   const OptionRange* range;  // number and integer rows; nullptr otherwise
   const char* help;
-  const char* example;   // a [validate] line, "max_minutes = 2.0" ("" where campaigns do not offer the row)
-  unsigned surfaces;     // OptionSurface bits
+  const char* example;  // a [validate] line, "max_minutes = 2.0" ("" where campaigns do not offer the row)
+  unsigned surfaces;    // OptionSurface bits
   std::vector<std::string> choices = {};  // a text row's only values
 };
 

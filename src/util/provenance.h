@@ -8,8 +8,8 @@
 namespace kwb {
 
 struct Provenance {
-  std::string git_sha;              // the commit checked out, or "unknown" outside a git checkout
-  std::optional<bool> git_dirty;    // true: the tree held changes that commit lacks; empty: unknown
+  std::string git_sha;            // the commit checked out, or "unknown" outside a git checkout
+  std::optional<bool> git_dirty;  // true: the tree held changes that commit lacks; empty: unknown
 };
 
 Provenance build_provenance();

@@ -10,7 +10,8 @@ namespace {
 // sorted, and numbers as they round-trip, so a parsed record gives the same text again).
 std::string sealed_message(nlohmann::json doc, const std::string& kind) {
   if (doc.is_object()) doc.erase("seal");
-  return fmt::format("kwb record seal v1\n{}\n{}", kind, doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  return fmt::format("kwb record seal v1\n{}\n{}", kind,
+                     doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 }  // namespace

@@ -12,11 +12,11 @@
 namespace kwb {
 
 struct CommandResult {
-  int exit_code = -1;    // valid when !signaled && !timed_out
-  int signal = 0;        // terminating signal, 0 if none
+  int exit_code = -1;  // valid when !signaled && !timed_out
+  int signal = 0;      // terminating signal, 0 if none
   bool timed_out = false;
-  std::string output;    // stdout (and stderr, unless StderrMode::separate)
-  std::string errors;    // stderr with StderrMode::separate
+  std::string output;  // stdout (and stderr, unless StderrMode::separate)
+  std::string errors;  // stderr with StderrMode::separate
 };
 
 enum class StderrMode { merged, separate };
@@ -35,9 +35,9 @@ using RlimitResource = decltype(RLIMIT_AS);
 // A helper process (the build sandbox, a `--version` query). Workers start their own way (worker/worker_process.h)
 // and follow the same rules.
 struct ChildSpec {
-  std::vector<std::string> argv;  // argv[0]: a path, or a name looked up in PATH
-  int stdout_fd = -1;             // becomes fd 1
-  int stderr_fd = -1;             // becomes fd 2
+  std::vector<std::string> argv;                          // argv[0]: a path, or a name looked up in PATH
+  int stdout_fd = -1;                                     // becomes fd 1
+  int stderr_fd = -1;                                     // becomes fd 2
   std::vector<std::pair<RlimitResource, rlimit>> limits;  // setrlimit in the child before exec
   // Descriptors that become fds 3, 4, ... in the child (at most 4): the only ones besides 0-2 that reach it.
   std::vector<int> inherited_fds;

@@ -5,17 +5,17 @@
 
 #include <fmt/format.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <optional>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <thread>
-#include <unistd.h>
 
 namespace kwb {
 
@@ -35,7 +35,6 @@ std::string read_holder(int fd) {
   return s;
 }
 
-
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what, int err) {
   throw Error(ExitCode::io_error,
               fmt::format("timing lock {}: {}: {} (every kwb on this machine takes this lock around its timing; "
@@ -50,7 +49,7 @@ constexpr const char* k_no_note = "another process (it left no note)";
 constexpr off_t k_ticket_end = off_t{1} << 62;
 
 struct flock byte_range(short type, off_t from, off_t to) {
-  struct flock f{};
+  struct flock f {};
   f.l_type = type;
   f.l_whence = SEEK_SET;
   f.l_start = from;
@@ -116,7 +115,7 @@ UniqueFd open_lock_file(const std::filesystem::path& path, bool note) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, "cannot open it", errno);
   UniqueFd owned(fd);
-  struct stat st{};
+  struct stat st {};
   if (::fstat(fd, &st) != 0) fail(path, "cannot stat it", errno);
   if (!S_ISREG(st.st_mode)) fail(path, "it is not a regular file", EINVAL);
   // Never through a second name (a hard link planted to another file): only the lock file itself is changed.
@@ -199,15 +198,15 @@ TimingLock TimingLock::acquire(const std::filesystem::path& path, const Request&
       const TimingLockWait w{holder, waited(),
                              first_in_line ? 0 : count_tickets(queue.get(), queue_path, 1, rec.ticket)};
       if (timed_out) {
-        throw Error(ExitCode::lock_timeout,
-                    fmt::format("timing lock {}: gave up after {:.1f} s of waiting (lock timeout {:g} s): it is held "
-                                "by {}{} (one timing stage at a time on this machine; wait longer, or try again "
-                                "when that run is over)",
-                                path.string(), w.waited_s, *request.timeout_s, w.holder,
-                                w.waiters_ahead > 0
-                                    ? fmt::format(", and {} other kwb {} waiting ahead of this one", w.waiters_ahead,
-                                                  w.waiters_ahead == 1 ? "was" : "were")
-                                    : ""));
+        throw Error(
+            ExitCode::lock_timeout,
+            fmt::format("timing lock {}: gave up after {:.1f} s of waiting (lock timeout {:g} s): it is held "
+                        "by {}{} (one timing stage at a time on this machine; wait longer, or try again "
+                        "when that run is over)",
+                        path.string(), w.waited_s, *request.timeout_s, w.holder,
+                        w.waiters_ahead > 0 ? fmt::format(", and {} other kwb {} waiting ahead of this one",
+                                                          w.waiters_ahead, w.waiters_ahead == 1 ? "was" : "were")
+                                            : ""));
       }
       request.notice(w);
       next_notice = waited() + request.reminder_s;
@@ -219,8 +218,8 @@ TimingLock TimingLock::acquire(const std::filesystem::path& path, const Request&
   queue.reset();  // the ticket goes: the next in line is now first
   rec.waited_s = rec.waited_for.empty() ? 0.0 : waited();
   rec.acquired_unix_ns = unix_now_ns();
-  const std::string note = fmt::format("pid {}: {}, since {}\n", ::getpid(), request.what,
-                                       clock_time(rec.acquired_unix_ns));
+  const std::string note =
+      fmt::format("pid {}: {}, since {}\n", ::getpid(), request.what, clock_time(rec.acquired_unix_ns));
   if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, note.data(), note.size(), 0);
   return lock;
 }

@@ -41,18 +41,18 @@ std::vector<int64_t> timing_lock_queue(const std::filesystem::path& lock_path);
 // What one timing stage's hold of the lock was, for the record (compare.json's "timing_lock").
 struct TimingLockRecord {
   std::string path;
-  int64_t arrived_unix_ns = 0;       // when it took its ticket (CLOCK_REALTIME, comparable across processes)
-  int64_t ticket = 0;                // its place in the queue: a later arrival among live waiters has a higher one
-  int64_t waiters_ahead = 0;         // live waiters that arrived before it (the holder not counted)
-  double waited_s = 0.0;             // from the first attempt to holding it
-  std::string waited_for;            // who held it when kwb began to wait ("" when it was free)
-  int64_t acquired_unix_ns = 0;      // CLOCK_REALTIME, so that the holds of separate processes can be compared
-  int64_t released_unix_ns = 0;      // 0 while held
+  int64_t arrived_unix_ns = 0;   // when it took its ticket (CLOCK_REALTIME, comparable across processes)
+  int64_t ticket = 0;            // its place in the queue: a later arrival among live waiters has a higher one
+  int64_t waiters_ahead = 0;     // live waiters that arrived before it (the holder not counted)
+  double waited_s = 0.0;         // from the first attempt to holding it
+  std::string waited_for;        // who held it when kwb began to wait ("" when it was free)
+  int64_t acquired_unix_ns = 0;  // CLOCK_REALTIME, so that the holds of separate processes can be compared
+  int64_t released_unix_ns = 0;  // 0 while held
 };
 
 // What a waiting kwb is told: at once, then every reminder.
 struct TimingLockWait {
-  std::string holder;      // the holder's note: "pid 1650: kwb compare: rmsnorm ..., since 2026-...Z"
+  std::string holder;  // the holder's note: "pid 1650: kwb compare: rmsnorm ..., since 2026-...Z"
   double waited_s = 0.0;
   int64_t waiters_ahead = 0;  // live waiters to be served before this one, after the holder
 };
@@ -62,8 +62,8 @@ public:
   using WaitNotice = std::function<void(const TimingLockWait&)>;
 
   struct Request {
-    std::string what;         // what will be timed ("kwb compare: rmsnorm A/B"), for whoever waits next
-    WaitNotice notice;        // called when kwb must wait: at once, then every reminder_s seconds
+    std::string what;   // what will be timed ("kwb compare: rmsnorm A/B"), for whoever waits next
+    WaitNotice notice;  // called when kwb must wait: at once, then every reminder_s seconds
     double reminder_s = 30.0;
     std::optional<double> timeout_s;  // give up after this long (Error lock_timeout); none: wait as long as it takes
     std::chrono::milliseconds retry{100};  // how often a waiter looks again: short against any timing stage

@@ -16,8 +16,8 @@ std::filesystem::path root_owned_path(std::initializer_list<std::string> parts) 
     (void)::mkdir(at.c_str(), 0711);
     struct stat st {};
     if (::lstat(at.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022) != 0) {
-      throw InternalError(fmt::format("{} is not a directory owned by root and writable only by it; remove it",
-                                      at.string()));
+      throw InternalError(
+          fmt::format("{} is not a directory owned by root and writable only by it; remove it", at.string()));
     }
     at /= part;
   }
@@ -33,8 +33,8 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
   if (!fs::exists(copy) || sha256_file(copy) != digest) {
     const fs::path tmp = at / fmt::format("impl.so.tmp.{}", ::getpid());
     fs::copy_file(artifact, tmp, fs::copy_options::overwrite_existing);
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                             fs::perms::others_read);
+    fs::permissions(tmp,
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
     fs::rename(tmp, copy);
   }
   return copy;
@@ -49,8 +49,8 @@ std::filesystem::path executable_copy(const std::filesystem::path& program) {
   if (!fs::exists(copy) || sha256_file(copy) != digest) {
     const fs::path tmp = at / fmt::format("{}.tmp.{}", program.filename().string(), ::getpid());
     fs::copy_file(program, tmp, fs::copy_options::overwrite_existing);
-    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
-                             fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+    fs::permissions(tmp, fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read | fs::perms::group_exec |
+                             fs::perms::others_read | fs::perms::others_exec);
     fs::rename(tmp, copy);
   }
   return copy;

@@ -17,7 +17,7 @@ inline constexpr size_t k_min_tail_canary = 256;
 struct BufferLayout {
   size_t data_offset = 0;  // from the start of the memfd
   size_t nbytes = 0;
-  size_t total = 0;        // memfd size, a multiple of k_page
+  size_t total = 0;  // memfd size, a multiple of k_page
 
   // `page_offset` (below k_page) moves the data within its first page: layout randomization (stats/layout.h).
   static BufferLayout for_bytes(size_t nbytes, size_t page_offset = 0) {

@@ -36,7 +36,8 @@ public:
     if (nr == __NR_SCMP_ERROR) return;
     const int rc = ::seccomp_rule_add_array(m_ctx, SCMP_ACT_ERRNO(static_cast<uint32_t>(err)), nr,
                                             static_cast<unsigned>(conditions.size()), conditions.begin());
-    if (rc != 0) throw InternalError("profile filter: seccomp_rule_add(" + std::string(name) + "): " + std::strerror(-rc));
+    if (rc != 0)
+      throw InternalError("profile filter: seccomp_rule_add(" + std::string(name) + "): " + std::strerror(-rc));
   }
   scmp_filter_ctx get() const { return m_ctx; }
 
@@ -48,16 +49,73 @@ private:
 
 UniqueFd profile_filter_program(pid_t worker) {
   Rules r;
-  for (const char* name : {"execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev",
-                           "kcmp", "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "process_madvise", "socket",
-                           "socketpair", "connect", "bind", "listen", "accept", "accept4", "setsid", "setpgid",
-                           "setrlimit", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "bpf",
-                           "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "init_module",
-                           "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "keyctl",
-                           "add_key", "request_key", "setuid", "setgid", "setreuid", "setregid", "setresuid",
-                           "setresgid", "setgroups", "setfsuid", "setfsgid", "shmget", "shmat", "msgget", "semget",
-                           "mq_open", "sethostname", "setdomainname", "settimeofday", "clock_settime", "syslog",
-                           "fanotify_init", "name_to_handle_at", "open_by_handle_at", "swapon", "swapoff", "acct"}) {
+  for (const char* name : {"execve",
+                           "execveat",
+                           "fork",
+                           "vfork",
+                           "ptrace",
+                           "process_vm_readv",
+                           "process_vm_writev",
+                           "kcmp",
+                           "pidfd_open",
+                           "pidfd_getfd",
+                           "pidfd_send_signal",
+                           "process_madvise",
+                           "socket",
+                           "socketpair",
+                           "connect",
+                           "bind",
+                           "listen",
+                           "accept",
+                           "accept4",
+                           "setsid",
+                           "setpgid",
+                           "setrlimit",
+                           "unshare",
+                           "setns",
+                           "mount",
+                           "umount2",
+                           "pivot_root",
+                           "chroot",
+                           "bpf",
+                           "userfaultfd",
+                           "io_uring_setup",
+                           "io_uring_enter",
+                           "io_uring_register",
+                           "init_module",
+                           "finit_module",
+                           "delete_module",
+                           "kexec_load",
+                           "kexec_file_load",
+                           "reboot",
+                           "keyctl",
+                           "add_key",
+                           "request_key",
+                           "setuid",
+                           "setgid",
+                           "setreuid",
+                           "setregid",
+                           "setresuid",
+                           "setresgid",
+                           "setgroups",
+                           "setfsuid",
+                           "setfsgid",
+                           "shmget",
+                           "shmat",
+                           "msgget",
+                           "semget",
+                           "mq_open",
+                           "sethostname",
+                           "setdomainname",
+                           "settimeofday",
+                           "clock_settime",
+                           "syslog",
+                           "fanotify_init",
+                           "name_to_handle_at",
+                           "open_by_handle_at",
+                           "swapon",
+                           "swapoff",
+                           "acct"}) {
     r.deny(name);
   }
   // Threads (valgrind's guest threads) only, never a process.

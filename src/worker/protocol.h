@@ -150,8 +150,12 @@ inline nlohmann::json to_json(const RunMessage& r) {
   };
   nlohmann::json scalars = nlohmann::json::array();
   for (const auto& [name, value] : r.scalars) scalars.push_back({name, value});
-  return {{"type", k_run},          {"call", r.call},       {"inputs", tensors(r.inputs)},
-          {"outputs", tensors(r.outputs)}, {"scalars", scalars}, {"stack_offset", r.stack_offset}};
+  return {{"type", k_run},
+          {"call", r.call},
+          {"inputs", tensors(r.inputs)},
+          {"outputs", tensors(r.outputs)},
+          {"scalars", scalars},
+          {"stack_offset", r.stack_offset}};
 }
 
 // Throws std::exception (nlohmann's type errors, or std::runtime_error) on anything malformed.

@@ -178,8 +178,8 @@ std::string restrict_self(int rs, const std::string& error, long abi, std::vecto
 // outside the domain. Returns its descriptor, or -1 (errno set).
 long create_full_ruleset(long abi, uint64_t& handled) {
   LandlockRulesetAttr attr{};
-  attr.handled_access_fs = k_fs_abi1 | (abi >= 2 ? k_fs_refer : 0) | (abi >= 3 ? k_fs_truncate : 0) |
-                           (abi >= 5 ? k_fs_ioctl_dev : 0);
+  attr.handled_access_fs =
+      k_fs_abi1 | (abi >= 2 ? k_fs_refer : 0) | (abi >= 3 ? k_fs_truncate : 0) | (abi >= 5 ? k_fs_ioctl_dev : 0);
   size_t size = sizeof attr.handled_access_fs;
   if (abi >= 4) {
     attr.handled_access_net = k_net_bind_tcp | k_net_connect_tcp;
@@ -268,8 +268,8 @@ public:
     if (m_ctx == nullptr) return;
     const int nr = ::seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) return;
-    const int rc = ::seccomp_rule_add_array(m_ctx, action, nr, static_cast<unsigned>(conditions.size()),
-                                            conditions.begin());
+    const int rc =
+        ::seccomp_rule_add_array(m_ctx, action, nr, static_cast<unsigned>(conditions.size()), conditions.begin());
     if (rc != 0 && m_error.empty()) m_error = "seccomp_rule_add(" + std::string(name) + "): " + std::strerror(-rc);
   }
 
@@ -306,22 +306,22 @@ constexpr scmp_datum_t k_write_open_flags[] = {O_WRONLY, O_RDWR, O_CREAT, O_TRUN
 // shape, the machine's state, kernel extension points, timers (a timer signal would run implementation code while
 // the worker waits for the next request: work after return), SysV IPC (state shared across workers).
 const std::initializer_list<const char*> k_always_denied = {
-    "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp",
-    "pidfd_open", "pidfd_getfd", "pidfd_send_signal", "process_madvise", "process_mrelease", "socket", "socketpair",
-    "connect", "bind", "listen", "accept", "accept4", "setrlimit", "setpriority", "sched_setscheduler",
-    "sched_setparam", "sched_setattr", "ioprio_set", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns",
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
-    "acct", "quotactl", "quotactl_fd", "keyctl", "add_key", "request_key", "creat", "mknod", "mknodat", "link",
-    "linkat", "symlink", "symlinkat", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat",
-    "rmdir", "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "truncate", "utime", "utimes",
-    "utimensat", "futimesat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
-    "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "personality",
-    "name_to_handle_at", "open_by_handle_at", "fanotify_init", "fanotify_mark", "setitimer", "alarm",
-    "timer_create", "timerfd_create", "syslog", "vhangup", "sethostname", "setdomainname", "fsopen", "fsmount",
-    "fsconfig", "fspick", "move_mount", "open_tree", "mount_setattr", "lookup_dcookie", "migrate_pages",
-    "move_pages", "tkill", "uselib", "shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget",
-    "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "memfd_secret",
+    "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
+    "pidfd_getfd", "pidfd_send_signal", "process_madvise", "process_mrelease", "socket", "socketpair", "connect",
+    "bind", "listen", "accept", "accept4", "setrlimit", "setpriority", "sched_setscheduler", "sched_setparam",
+    "sched_setattr", "ioprio_set", "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "bpf",
+    "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "init_module",
+    "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff", "acct", "quotactl",
+    "quotactl_fd", "keyctl", "add_key", "request_key", "creat", "mknod", "mknodat", "link", "linkat", "symlink",
+    "symlinkat", "unlink", "unlinkat", "rename", "renameat", "renameat2", "mkdir", "mkdirat", "rmdir", "chmod",
+    "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat", "truncate", "utime", "utimes", "utimensat",
+    "futimesat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr", "settimeofday",
+    "clock_settime", "clock_adjtime", "adjtimex", "iopl", "ioperm", "personality", "name_to_handle_at",
+    "open_by_handle_at", "fanotify_init", "fanotify_mark", "setitimer", "alarm", "timer_create", "timerfd_create",
+    "syslog", "vhangup", "sethostname", "setdomainname", "fsopen", "fsmount", "fsconfig", "fspick", "move_mount",
+    "open_tree", "mount_setattr", "lookup_dcookie", "migrate_pages", "move_pages", "tkill", "uselib", "shmget", "shmat",
+    "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink",
+    "memfd_secret",
     // A new session or process group would take a helper program out of the group the parent kills.
     "setsid", "setpgid"};
 
@@ -329,9 +329,9 @@ const std::initializer_list<const char*> k_always_denied = {
 const std::initializer_list<const char*> k_spawn_calls = {"execve", "execveat", "vfork"};
 // What a runtime with a private cache directory needs to manage its files there. Landlock confines them to that
 // directory; without Landlock (an old kernel) these stay denied and the runtime cannot cache.
-const std::initializer_list<const char*> k_cache_calls = {"creat", "mkdir", "mkdirat", "unlink", "unlinkat", "rename",
-                                                          "renameat", "renameat2", "utime", "utimes", "utimensat",
-                                                          "futimesat", "truncate", "fchmod"};
+const std::initializer_list<const char*> k_cache_calls = {"creat",     "mkdir",     "mkdirat",   "unlink", "unlinkat",
+                                                          "rename",    "renameat",  "renameat2", "utime",  "utimes",
+                                                          "utimensat", "futimesat", "truncate",  "fchmod"};
 
 bool threads_allowed(const SandboxPolicy& p) { return p.threads > 1 || p.runtime.threads; }
 bool may_write_files(const SandboxPolicy& p, bool landlock) { return landlock && !p.runtime.write_paths.empty(); }
@@ -398,21 +398,64 @@ void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool l
   f.add(k_deny, "ioctl", {SCMP_A1(SCMP_CMP_EQ, TIOCSTI)});
   f.add(k_deny, "ioctl", {SCMP_A1(SCMP_CMP_EQ, TIOCLINUX)});
   add_signal_routing_rules(f, k_deny);
-  f.add(k_deny, "prlimit64", {SCMP_A2(SCMP_CMP_NE, 0)});            // reading a limit is fine, setting one is not
-  f.add(k_deny, "sched_setaffinity", {SCMP_A0(SCMP_CMP_NE, 0)});   // only the calling thread
+  f.add(k_deny, "prlimit64", {SCMP_A2(SCMP_CMP_NE, 0)});          // reading a limit is fine, setting one is not
+  f.add(k_deny, "sched_setaffinity", {SCMP_A0(SCMP_CMP_NE, 0)});  // only the calling thread
 }
 
 void add_run_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self) {
   constexpr uint32_t allow = SCMP_ACT_ALLOW;
   // The request loop and any reasonable kernel: I/O on descriptors the worker already has, memory, futexes,
   // clocks, signals to itself, exit.
-  f.add_all(allow, {"read", "write", "readv", "writev", "pread64", "lseek", "close", "fstat", "newfstatat", "statx",
-                    "recvmsg", "sendmsg", "sendto", "recvfrom", "poll", "ppoll", "munmap", "mremap", "madvise", "brk",
-                    "futex", "set_robust_list", "rseq", "sched_yield", "sched_getaffinity", "getcpu", "membarrier",
-                    "nanosleep", "clock_nanosleep", "clock_gettime", "clock_getres", "gettimeofday", "time",
-                    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getrandom", "exit",
-                    "exit_group", "restart_syscall", "rt_sigreturn", "rt_sigprocmask", "sigaltstack", "getrlimit",
-                    "sysinfo", "uname"});
+  f.add_all(allow, {"read",
+                    "write",
+                    "readv",
+                    "writev",
+                    "pread64",
+                    "lseek",
+                    "close",
+                    "fstat",
+                    "newfstatat",
+                    "statx",
+                    "recvmsg",
+                    "sendmsg",
+                    "sendto",
+                    "recvfrom",
+                    "poll",
+                    "ppoll",
+                    "munmap",
+                    "mremap",
+                    "madvise",
+                    "brk",
+                    "futex",
+                    "set_robust_list",
+                    "rseq",
+                    "sched_yield",
+                    "sched_getaffinity",
+                    "getcpu",
+                    "membarrier",
+                    "nanosleep",
+                    "clock_nanosleep",
+                    "clock_gettime",
+                    "clock_getres",
+                    "gettimeofday",
+                    "time",
+                    "getpid",
+                    "gettid",
+                    "getppid",
+                    "getuid",
+                    "geteuid",
+                    "getgid",
+                    "getegid",
+                    "getrandom",
+                    "exit",
+                    "exit_group",
+                    "restart_syscall",
+                    "rt_sigreturn",
+                    "rt_sigprocmask",
+                    "sigaltstack",
+                    "getrlimit",
+                    "sysinfo",
+                    "uname"});
   // Memory, but never executable: no code can be created or changed after setup.
   f.add(allow, "mmap", {SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)});
   f.add(allow, "rt_sigaction", {SCMP_A0(SCMP_CMP_NE, SIGSYS)});

@@ -1,7 +1,7 @@
 #include "worker/shared_buffer.h"
 
-#include "util/seed.h"
 #include "util/error.h"
+#include "util/seed.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -26,8 +26,11 @@ SharedBuffer::SharedBuffer(const std::string& name, size_t nbytes, size_t page_o
 }
 
 SharedBuffer::SharedBuffer(SharedBuffer&& other) noexcept
-    : m_layout(other.m_layout), m_fd(std::move(other.m_fd)), m_map(std::exchange(other.m_map, nullptr)),
-      m_sealed(other.m_sealed), m_sealed_for_others(other.m_sealed_for_others) {}
+    : m_layout(other.m_layout),
+      m_fd(std::move(other.m_fd)),
+      m_map(std::exchange(other.m_map, nullptr)),
+      m_sealed(other.m_sealed),
+      m_sealed_for_others(other.m_sealed_for_others) {}
 
 SharedBuffer::~SharedBuffer() {
   if (m_map != nullptr) ::munmap(m_map, m_layout.total);

@@ -26,7 +26,7 @@ public:
   int fd() const { return m_fd.get(); }
   bool sealed() const { return m_sealed; }
 
-  std::span<unsigned char> data();             // throws once sealed
+  std::span<unsigned char> data();  // throws once sealed
   std::span<const unsigned char> data() const;
 
   // Makes the buffer immutable for everyone: unmaps the writable view, adds write/grow/shrink seals, maps it

@@ -7,8 +7,8 @@
 #include "util/error.h"
 #include "util/failure_reason.h"
 #include "util/fd.h"
-#include "worker/buffer_layout.h"
 #include "util/worker_user.h"
+#include "worker/buffer_layout.h"
 #include "worker/channel.h"
 #include "worker/protocol.h"
 #include "worker/sandbox.h"
@@ -19,11 +19,11 @@
 #include <malloc.h>
 #include <sched.h>
 #include <signal.h>
-#include <ucontext.h>
-#include <sys/prctl.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,9 +31,9 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <optional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,8 +44,8 @@
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
 
-#include <cerrno>
 #include <alloca.h>
+#include <cerrno>
 #include <fstream>
 
 #if __has_include(<valgrind/callgrind.h>)
@@ -275,7 +275,8 @@ private:
 class Worker {
 public:
   Worker() : m_channel(UniqueFd(k_channel_fd)) {
-    void* page = ::mmap(nullptr, protocol::k_control_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, protocol::k_control_fd, 0);
+    void* page =
+        ::mmap(nullptr, protocol::k_control_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, protocol::k_control_fd, 0);
     if (page == MAP_FAILED) throw std::runtime_error("the control page (fd 4) cannot be mapped");
     m_control = static_cast<protocol::ControlBlock*>(page);
     ::close(protocol::k_control_fd);
@@ -351,8 +352,8 @@ private:
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
     if (m_backend) return error(FailureReason::protocol, "load: an implementation is already loaded");
-    // The artifact arrives as a descriptor the parent opened (a worker started by root runs as a user of its own and
-    // cannot reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
+      // The artifact arrives as a descriptor the parent opened (a worker started by root runs as a user of its own and
+      // cannot reach kwb's cache); the loader and Landlock see it through /proc/self/fd.
 #ifdef KWB_PROFILE_WORKER
     if (fds.size() != 2) {
       return error(FailureReason::protocol, "load: expected the artifact's and the filter's descriptors");
@@ -425,11 +426,13 @@ private:
     if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
       return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
     }
-    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_sandbox->features()},
+    return {{"type", "loaded"},
+            {"pid", ::getpid()},
+            {"sandbox", m_sandbox->features()},
             {"device", m_backend->description()}};
 #else
-    return {{"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_profile_features},
-            {"device", m_backend->description()}};
+    return {
+        {"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_profile_features}, {"device", m_backend->description()}};
 #endif
   }
 
@@ -472,7 +475,8 @@ private:
       mp->reservation = static_cast<unsigned char*>(res);
       mp->data = mp->reservation + k_page + b.at("data_offset").get<size_t>();
       mp->nbytes = b.at("nbytes").get<size_t>();
-      if (!map_tensor(mp->reservation, fds[i].get(), total, b.at("data_offset").get<size_t>(), mp->nbytes, writable, 0)) {
+      if (!map_tensor(mp->reservation, fds[i].get(), total, b.at("data_offset").get<size_t>(), mp->nbytes, writable,
+                      0)) {
         throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
       }
       if (!m_backend->host_memory()) mp->device = m_backend->create_buffer(id, mp->nbytes);
@@ -619,9 +623,10 @@ private:
     const uint32_t downloaded = protocol::state_word(seq, protocol::Phase::downloaded);
     uint32_t expected = read_back;
     if (!state.compare_exchange_strong(expected, downloaded, std::memory_order_acq_rel)) {
-      return error(FailureReason::protocol, "the control page left the read_back phase while the outputs were "
-                                            "read back (it read " + std::to_string(expected) +
-                                            "): something in the worker wrote it");
+      return error(FailureReason::protocol,
+                   "the control page left the read_back phase while the outputs were "
+                   "read back (it read " +
+                       std::to_string(expected) + "): something in the worker wrote it");
     }
     protocol::futex_wake(state);
     return std::nullopt;
@@ -730,7 +735,7 @@ private:
     uint32_t expected_go = go;
     if (!state.compare_exchange_strong(expected_go, done, std::memory_order_acq_rel)) {
       return error(FailureReason::protocol, "the control page left the go phase while kwb_run ran (it read " +
-                                   std::to_string(expected_go) + "): something in the worker wrote it");
+                                                std::to_string(expected_go) + "): something in the worker wrote it");
     }
     protocol::futex_wake(state);  // a parent that sleeps through a long call
     if (device) {
@@ -836,7 +841,7 @@ namespace kwb {
 // setting, set before any implementation is loaded; the profile worker uses it too, so its counts describe the
 // calls that are timed. Allocations are still counted by the profile stage.
 void retain_freed_memory() {
-  ::mallopt(M_MMAP_MAX, 0);                              // every block from the heap, which is kept ...
+  ::mallopt(M_MMAP_MAX, 0);                                      // every block from the heap, which is kept ...
   ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());  // ... and never trimmed
 }
 

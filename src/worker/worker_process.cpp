@@ -15,12 +15,12 @@
 #include <linux/perf_event.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,8 +46,8 @@ std::vector<std::string> worker_environment() {
   // A fixed, minimal environment: allocator tunables (MALLOC_*), LD_PRELOAD or locale settings of whoever runs kwb
   // must not change how an implementation behaves or what it costs. Device runtimes keep their own variables.
   // The backends' device selection (KWB_OPENCL_PLATFORM, KWB_OPENCL_DEVICE, KWB_CUDA_DEVICE) too.
-  static const char* const k_prefixes[] = {"POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH=", "KWB_OPENCL_",
-                                           "KWB_CUDA_DEVICE="};
+  static const char* const k_prefixes[] = {
+      "POCL_", "OCL_ICD", "CUDA_", "NVIDIA_", "LD_LIBRARY_PATH=", "KWB_OPENCL_", "KWB_CUDA_DEVICE="};
   std::vector<std::string> env = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C",
                                   "KWB_PARENT_PID=" + std::to_string(::getpid())};
   for (char** e = environ; *e != nullptr; ++e) {
@@ -146,8 +146,8 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
                              const std::vector<std::string>& wrapper)
     // At most a year: every deadline is now + m_timeout, which must not overflow steady_clock's nanoseconds (292
     // years) whatever a caller passes (the verbs' options are bounded already: cli/options.h).
-    : m_timeout(std::clamp(timeout, std::chrono::milliseconds(1),
-                           std::chrono::milliseconds(std::chrono::hours(24 * 365)))),
+    : m_timeout(
+          std::clamp(timeout, std::chrono::milliseconds(1), std::chrono::milliseconds(std::chrono::hours(24 * 365)))),
       m_profile_worker(worker_exe.filename() == "kwb-profile-worker") {
   require_main_thread("a worker");
   throw_if_interrupted();
@@ -680,10 +680,15 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
     // object is copied where it may read (and not write) it, at a path fixed by its content.
     if (workers_change_user()) load_path = readable_copy(artifact);
   }
-  auto reply = request({{"type", protocol::k_load}, {"artifact", load_path.string()}, {"backend", to_string(backend)},
-                        {"threads", threads}, {"task", task},
-                        {"address_space_bytes", limits.address_space_bytes}, {"cpu_seconds", limits.cpu_seconds},
-                        {"trace", device.trace}, {"cold", device.cold},
+  auto reply = request({{"type", protocol::k_load},
+                        {"artifact", load_path.string()},
+                        {"backend", to_string(backend)},
+                        {"threads", threads},
+                        {"task", task},
+                        {"address_space_bytes", limits.address_space_bytes},
+                        {"cpu_seconds", limits.cpu_seconds},
+                        {"trace", device.trace},
+                        {"cold", device.cold},
                         {"runtime_cache_dir", runtime_dir}},
                        fds);
   if (!reply) {
@@ -693,8 +698,9 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
   }
   if (reply->value("type", "") != protocol::k_loaded) {
     const auto detail = reply->find("detail");
-    out.detail = detail != reply->end() && detail->is_string() ? detail->get<std::string>()
-                                                                : "unexpected answer to load: " + reply->dump().substr(0, 200);
+    out.detail = detail != reply->end() && detail->is_string()
+                     ? detail->get<std::string>()
+                     : "unexpected answer to load: " + reply->dump().substr(0, 200);
     const std::string said =
         reply->value("type", "") == protocol::k_error ? protocol::text_field(*reply, "reason") : std::string();
     // The worker opens the backend before it loads the implementation, but the implementation's constructors can
@@ -708,8 +714,8 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
     static constexpr FailureReason k_load_reasons[] = {FailureReason::load_failed, FailureReason::missing_symbol,
                                                        FailureReason::abi_mismatch, FailureReason::setup_failed};
     const std::optional<FailureReason> reason = parse_failure_reason(said);
-    const bool expected = reason && std::find(std::begin(k_load_reasons), std::end(k_load_reasons), *reason) !=
-                                        std::end(k_load_reasons);
+    const bool expected =
+        reason && std::find(std::begin(k_load_reasons), std::end(k_load_reasons), *reason) != std::end(k_load_reasons);
     out.reason = expected ? *reason : FailureReason::protocol;
     return out;
   }
@@ -729,8 +735,12 @@ bool WorkerProcess::replace(int id, const SharedBuffer& buffer) { return map_buf
 
 bool WorkerProcess::map_buffer(int id, const SharedBuffer& buffer, bool replace) {
   const BufferLayout& l = buffer.layout();
-  nlohmann::json b = {{"id", id}, {"total", l.total}, {"data_offset", l.data_offset}, {"nbytes", l.nbytes},
-                      {"writable", !buffer.read_only_for_others()}, {"replace", replace}};
+  nlohmann::json b = {{"id", id},
+                      {"total", l.total},
+                      {"data_offset", l.data_offset},
+                      {"nbytes", l.nbytes},
+                      {"writable", !buffer.read_only_for_others()},
+                      {"replace", replace}};
   const int fd = buffer.fd();
   auto reply = request({{"type", protocol::k_map}, {"buffers", nlohmann::json::array({b})}}, std::span(&fd, 1));
   if (!reply) return false;
@@ -742,8 +752,12 @@ bool WorkerProcess::map_buffer(int id, const SharedBuffer& buffer, bool replace)
     if (!list.is_array() || list.size() != 1) throw std::runtime_error("not one buffer");
     const auto& m = list.at(0);
     if (m.at("id").get<int>() != id) throw std::runtime_error("another buffer's id");
-    Region r{id, !buffer.read_only_for_others(), m.at("region_begin").get<uint64_t>(), m.at("region_end").get<uint64_t>(),
-             m.at("data_begin").get<uint64_t>(), m.at("data_end").get<uint64_t>()};
+    Region r{id,
+             !buffer.read_only_for_others(),
+             m.at("region_begin").get<uint64_t>(),
+             m.at("region_end").get<uint64_t>(),
+             m.at("data_begin").get<uint64_t>(),
+             m.at("data_end").get<uint64_t>()};
     std::erase_if(m_regions, [&](const Region& x) { return x.id == id; });
     m_regions.push_back(r);
   } catch (const std::exception& e) {
@@ -988,8 +1002,8 @@ void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out)
     if (auto k = reply->find("kernels"); k != reply->end() && k->is_array()) {
       out.kernels.emplace();
       for (const auto& c : *k) {
-        out.kernels->push_back({c.value("name", std::string()), c.value("on_call_stream", true),
-                                c.value("device_ns", int64_t{-1})});
+        out.kernels->push_back(
+            {c.value("name", std::string()), c.value("on_call_stream", true), c.value("device_ns", int64_t{-1})});
       }
     }
   }
@@ -1064,8 +1078,8 @@ bool WorkerProcess::shutdown() {
   auto reply = request({{"type", protocol::k_exit}});
   if (!reply) return false;
   const auto calls = reply->find("calls");
-  bool complete = reply->value("type", "") == protocol::k_bye && calls != reply->end() &&
-                  calls->is_number_unsigned() && calls->get<uint64_t>() == m_calls;
+  bool complete = reply->value("type", "") == protocol::k_bye && calls != reply->end() && calls->is_number_unsigned() &&
+                  calls->get<uint64_t>() == m_calls;
   if (!complete) {
     WorkerDeath d;
     d.reason = FailureReason::protocol;

@@ -47,9 +47,9 @@ struct LoadOutcome {
 
 // How the worker's backend is set up for one worker (backend/backend.h, BackendOptions).
 struct DeviceOptions {
-  bool trace = false;              // per-call kernel trace (check, profile); never for timed calls
-  bool cold = false;               // flush device caches before each call, outside the timer
-  std::string runtime_cache_dir;   // where the device runtime may keep compiled kernels; empty: nowhere
+  bool trace = false;             // per-call kernel trace (check, profile); never for timed calls
+  bool cold = false;              // flush device caches before each call, outside the timer
+  std::string runtime_cache_dir;  // where the device runtime may keep compiled kernels; empty: nowhere
   // Nothing this worker runs is timed (the task's oracle, oracle/oracle.h): the parent sleeps while a call runs
   // instead of spinning on its own CPU, and the worker may use every CPU kwb was given, as a device backend's does.
   bool untimed = false;
@@ -185,8 +185,8 @@ public:
   bool alive() const { return m_pid > 0 && !m_death; }
   const std::optional<WorkerDeath>& death() const { return m_death; }
 
-  LoadOutcome load(const std::filesystem::path& artifact, BackendKind backend, int threads,
-                   const std::string& task, const WorkerLimits& limits = {}, const DeviceOptions& device = {});
+  LoadOutcome load(const std::filesystem::path& artifact, BackendKind backend, int threads, const std::string& task,
+                   const WorkerLimits& limits = {}, const DeviceOptions& device = {});
   // Maps buffers into the worker. Returns false when the worker died (see death()).
   bool map(int id, const SharedBuffer& buffer);
   // Puts `buffer` (same layout) behind the addresses where buffer `id` is mapped, pages populated. False when the
@@ -273,7 +273,7 @@ private:
   UniqueFd m_control_fd;
   UniqueFd m_task_clock;  // perf task-clock of the worker, inherited by its threads
   std::string m_cpu_clock_note;
-  std::string m_runtime_cache_dir;  // the directory the worker's runtime writes, tidied when the worker is gone
+  std::string m_runtime_cache_dir;    // the directory the worker's runtime writes, tidied when the worker is gone
   std::string m_canonical_cache_dir;  // when that is a private copy (kwb is root): the identity's cache it came from
   // The directory the worker's runtime gets for the canonical cache `canonical` (DeviceOptions::runtime_cache_dir):
   // itself, or when kwb is root a private copy owned by the worker's user (worker_user_of).

@@ -21,12 +21,23 @@ namespace {
 
 // The names a bundle has; a segment naming anything else is mapped onto one of these (the fuzzer must not write
 // outside its folder, and these are what the reader looks at).
-constexpr std::string_view k_names[] = {
-    "plan.json",           "decision.json",          "stages.json",          "environment.json",
-    "controls.json",       "final.json",             "samples.csv",          "MANIFEST.sha256",
-    "comparisons/aa.json", "comparisons/ab.json",    "checks/baseline.json", "checks/candidate.json",
-    "checks/baseline_copy.json", "checks/candidate_final.json", "checks/control_zeros.json", "profile/baseline.json",
-    "artifacts/a.so"};
+constexpr std::string_view k_names[] = {"plan.json",
+                                        "decision.json",
+                                        "stages.json",
+                                        "environment.json",
+                                        "controls.json",
+                                        "final.json",
+                                        "samples.csv",
+                                        "MANIFEST.sha256",
+                                        "comparisons/aa.json",
+                                        "comparisons/ab.json",
+                                        "checks/baseline.json",
+                                        "checks/candidate.json",
+                                        "checks/baseline_copy.json",
+                                        "checks/candidate_final.json",
+                                        "checks/control_zeros.json",
+                                        "profile/baseline.json",
+                                        "artifacts/a.so"};
 
 std::string_view pick_name(std::string_view wanted) {
   for (std::string_view n : k_names) {
@@ -60,10 +71,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const size_t name_end = in.find('\n', name_start);
     if (name_end == std::string_view::npos) break;
     const size_t next = in.find(k_mark, name_end);
-    const std::string_view content = in.substr(name_end + 1, next == std::string_view::npos ? std::string_view::npos : next - name_end - 1);
+    const std::string_view content =
+        in.substr(name_end + 1, next == std::string_view::npos ? std::string_view::npos : next - name_end - 1);
     const fs::path file = dir / std::string(pick_name(in.substr(name_start, name_end - name_start)));
     fs::create_directories(file.parent_path());
-    std::ofstream(file, std::ios::binary | std::ios::trunc).write(content.data(), static_cast<std::streamsize>(content.size()));
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
+        .write(content.data(), static_cast<std::streamsize>(content.size()));
     pos = next;
   }
   (void)kwb::verify_bundle(dir);

@@ -3,8 +3,8 @@
 // answers (a JSON report and exit 1, never a crash). docs/threat-model.md maps each class to its defense and to the
 // test here that holds it.
 #include "cli_helpers.h"
-#include "util/fs.h"
 #include "support/temp_dir.h"
+#include "util/fs.h"
 
 #include <gtest/gtest.h>
 
@@ -21,7 +21,6 @@ namespace kwb::test {
 namespace {
 
 namespace fs = std::filesystem;
-
 
 // tests/adversarial/tasks/rmsnorm_threads with tasks/rmsnorm's oracle beside it (a task's sources live in its folder),
 // copied once per test process and removed when it ends.
@@ -195,8 +194,11 @@ INSTANTIATE_TEST_SUITE_P(rmsnorm_cpu, HonestTest, ::testing::Values("baseline.cp
 // ---- through compare and validate ---------------------------------------------------------------------------------
 
 KwbRun compare(const fs::path& candidate, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"compare", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--workload",
-                                   "decode", "--max-minutes", "0.2", "--json"};
+  std::vector<std::string> args = {"compare",       k_rmsnorm_lite.string(),
+                                   "--candidate",   candidate.string(),
+                                   "--workload",    "decode",
+                                   "--max-minutes", "0.2",
+                                   "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
@@ -206,9 +208,9 @@ KwbRun compare(const fs::path& candidate, std::vector<std::string> extra = {}) {
 // sample (util/cpu_watch.h), and its CPU between calls and while the worker should be idle is bounded, so the
 // comparison against the honest multi-threaded kernel never reads faster (refused, or timed and not faster).
 TEST(adversarial_test, compare_charges_work_moved_before_go_to_the_candidate) {
-  KwbRun r = run_kwb({"compare", threads_task().string(), "--candidate",
-                      (k_adversarial / "before_go_thread.cpp").string(), "--workload", "decode", "--max-minutes",
-                      "0.3", "--json"});
+  KwbRun r =
+      run_kwb({"compare", threads_task().string(), "--candidate", (k_adversarial / "before_go_thread.cpp").string(),
+               "--workload", "decode", "--max-minutes", "0.3", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["verdict"], "PASS") << r.json.dump(2);
   for (const auto& w : r.json["workloads"]) {
@@ -280,11 +282,25 @@ TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
 // the same kernel without the table. With the data drawn from a secret, the table never hits and the two read the
 // same: no PASS at a 10% bar (with seeds public the attack read +96.9%, 32x: a PASS at any bar up to 96%).
 KwbRun data_prediction_compare(const std::vector<std::string>& extra) {
-  std::vector<std::string> args = {"compare", k_gemm.string(), "--baseline",
-                                   (k_adversarial / "data_prediction_control.cpp").string(), "--candidate",
-                                   (k_adversarial / "data_prediction.cpp").string(), "--workload", "square",
-                                   "--max-minutes", "0.2", "--repetitions", "6", "--samples", "5",
-                                   "--min-improvement-pct", "10", "--layouts", "2", "--json"};
+  std::vector<std::string> args = {"compare",
+                                   k_gemm.string(),
+                                   "--baseline",
+                                   (k_adversarial / "data_prediction_control.cpp").string(),
+                                   "--candidate",
+                                   (k_adversarial / "data_prediction.cpp").string(),
+                                   "--workload",
+                                   "square",
+                                   "--max-minutes",
+                                   "0.2",
+                                   "--repetitions",
+                                   "6",
+                                   "--samples",
+                                   "5",
+                                   "--min-improvement-pct",
+                                   "10",
+                                   "--layouts",
+                                   "2",
+                                   "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
@@ -303,11 +319,30 @@ TEST(adversarial_test, compare_of_a_data_predictor_finds_no_gain_with_the_defaul
 TEST(adversarial_test, validate_of_a_data_predictor_with_an_experiments_seed_keeps_the_baseline) {
   const TempDir tmp("kwb-adversarial-prediction");
   const fs::path out = tmp / "bundle";
-  KwbRun r = run_kwb({"validate", k_gemm.string(), "--baseline",
-                      (k_adversarial / "data_prediction_control.cpp").string(), "--candidate",
-                      (k_adversarial / "data_prediction.cpp").string(), "--output-dir", out.string(), "--workload",
-                      "square", "--max-minutes", "0.1", "--repetitions", "4", "--samples", "5",
-                      "--min-improvement-pct", "10", "--seed", "3", "--layouts", "2", "--no-profile", "--json"});
+  KwbRun r = run_kwb({"validate",
+                      k_gemm.string(),
+                      "--baseline",
+                      (k_adversarial / "data_prediction_control.cpp").string(),
+                      "--candidate",
+                      (k_adversarial / "data_prediction.cpp").string(),
+                      "--output-dir",
+                      out.string(),
+                      "--workload",
+                      "square",
+                      "--max-minutes",
+                      "0.1",
+                      "--repetitions",
+                      "4",
+                      "--samples",
+                      "5",
+                      "--min-improvement-pct",
+                      "10",
+                      "--seed",
+                      "3",
+                      "--layouts",
+                      "2",
+                      "--no-profile",
+                      "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["decision"], "KEEP_CANDIDATE") << r.json.dump(2);
   EXPECT_EQ(run_kwb({"verify", out.string()}).exit_code, 0);
@@ -342,8 +377,8 @@ TEST(adversarial_test, validate_of_a_kernel_that_slows_with_age_keeps_the_baseli
   const TempDir tmp("kwb-adversarial-aging");
   const fs::path out = tmp / "bundle";
   KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "aging.cpp").string(),
-                      "--output-dir", out.string(), "--workload", "decode", "--samples", "20", "--max-minutes",
-                      "0.1", "--no-profile", "--json"});
+                      "--output-dir", out.string(), "--workload", "decode", "--samples", "20", "--max-minutes", "0.1",
+                      "--no-profile", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE") << r.json.dump(2);
   const std::vector<std::string> codes = r.json["reason_codes"];
@@ -356,9 +391,8 @@ TEST(adversarial_test, validate_of_a_kernel_that_slows_with_age_keeps_the_baseli
 // secret pattern puts its guesses on timed calls too, and its untimed calls are judged against its timed ones: never
 // a PASS. The same kernel without the extra work (aging_control.cpp) reads its true figure in the same setting.
 TEST(adversarial_test, compare_of_a_kernel_that_spends_its_time_in_untimed_calls_is_never_a_pass) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
-                      (k_adversarial / "untimed_work.cpp").string(), "--workload", "decode", "--max-minutes", "0.2",
-                      "--json"});
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "untimed_work.cpp").string(),
+                      "--workload", "decode", "--max-minutes", "0.2", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_NE(r.json["verdict"], "PASS") << r.output;
   const auto& w = r.json["workloads"][0];
@@ -370,9 +404,9 @@ TEST(adversarial_test, compare_of_a_kernel_that_spends_its_time_in_untimed_calls
 TEST(adversarial_test, validate_keeps_the_baseline_against_a_sandbox_violator_with_no_metric) {
   const TempDir tmp("kwb-adversarial-validate");
   const fs::path out = tmp / "bundle";
-  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
-                      "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "7",
-                      "--json"});
+  KwbRun r =
+      run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "socket.cpp").string(),
+               "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "7", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.json["decision"], "KEEP_BASELINE");
   EXPECT_EQ(r.exit_code, 1);
@@ -391,10 +425,10 @@ TEST(adversarial_test, validate_rejects_code_special_cased_to_the_published_shap
   // final stage is this test's subject.)
   const TempDir tmp("kwb-adversarial-heldout");
   const fs::path out = tmp / "bundle";
-  KwbRun r = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate",
-                      (k_adversarial / "hard_coded_shapes.cpp").string(), "--output-dir", out.string(), "--workload",
-                      "decode", "--max-minutes", "0.1", "--seed", "5", "--no-profile", "--layouts", "2",
-                      "--max-aa-difference-pct", "25", "--json"});
+  KwbRun r =
+      run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / "hard_coded_shapes.cpp").string(),
+               "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.1", "--seed", "5",
+               "--no-profile", "--layouts", "2", "--max-aa-difference-pct", "25", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   const fs::path final_check = out / "checks" / "candidate_final.json";
   ASSERT_TRUE(fs::exists(final_check)) << r.output;

@@ -4,10 +4,10 @@
 #include "builder/build_sandbox.h"
 #include "builder/builder.h"
 #include "cli_helpers.h"
+#include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/sha256.h"
-#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -47,8 +47,9 @@ protected:
 };
 
 // What an object must export to count as built (builder.h): appended to sources that test something else.
-const std::string k_abi = "\n#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n"
-                          "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call*) { return 0; }\n";
+const std::string k_abi =
+    "\n#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\n"
+    "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call*) { return 0; }\n";
 
 void write(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());
@@ -166,7 +167,8 @@ TEST_F(BuildSandboxTest, an_incbin_of_a_file_in_the_folder_is_a_dependency) {
   write(folder / "blob.bin", "first");
   write(folder / "kwb.files", "blob.bin\n");
   write(folder / "k.cpp",
-        "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n" + k_abi);
+        "__asm__(\".pushsection .rodata\\n.incbin \\\"blob.bin\\\"\\n.popsection\\n\");\nint f() { return 1; }\n" +
+            k_abi);
   Artifact first = build_implementation({folder / "k.cpp"});
   ASSERT_TRUE(first.ok) << first.log;
   if (first.identity.compiler_version.find("clang") != std::string::npos) {
@@ -203,8 +205,11 @@ TEST_F(BuildSandboxTest, the_sandbox_has_no_network_no_capabilities_and_limits) 
   const std::string script =
       "grep -c : /proc/net/dev; grep CapEff /proc/self/status; ulimit -v; ulimit -t; "
       "test -e /etc/passwd && echo passwd-visible; test -e /root && echo root-visible; "
-      "touch " + (k_with_header / "x").string() + " 2>/dev/null && echo ro-writable; "
-      "touch " + (spec.writable / "w").string() + " && echo out-writable";
+      "touch " +
+      (k_with_header / "x").string() +
+      " 2>/dev/null && echo ro-writable; "
+      "touch " +
+      (spec.writable / "w").string() + " && echo out-writable";
   CommandResult r = run_in_build_sandbox({"sh", "-c", script}, spec);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   std::istringstream lines(r.output);
@@ -239,14 +244,15 @@ TEST_F(BuildSandboxTest, commands_run_together_up_to_the_job_count_each_with_its
   const BuildSandboxSpec spec = out_spec();
   auto waits_for = [&](const std::string& mine, const std::string& other) {
     const std::string dir = spec.writable.string();
-    return SandboxedCommand{{"sh", "-c", fmt::format("touch {0}/{1}; while [ ! -e {0}/{2} ]; do sleep 0.01; done; "
-                                                     "echo {1}", dir, mine, other)},
+    return SandboxedCommand{{"sh", "-c",
+                             fmt::format("touch {0}/{1}; while [ ! -e {0}/{2} ]; do sleep 0.01; done; "
+                                         "echo {1}",
+                                         dir, mine, other)},
                             spec};
   };
   BuildSandboxLimits limits;
   limits.wall = std::chrono::seconds(1);
-  std::vector<CommandResult> together =
-      run_all_in_build_sandbox({waits_for("a", "b"), waits_for("b", "a")}, 2, limits);
+  std::vector<CommandResult> together = run_all_in_build_sandbox({waits_for("a", "b"), waits_for("b", "a")}, 2, limits);
   ASSERT_EQ(together.size(), 2u);
   EXPECT_FALSE(together[0].timed_out);
   EXPECT_FALSE(together[1].timed_out);
@@ -326,7 +332,8 @@ TEST_F(BuildSandboxTest, a_cuda_build_records_its_folder_headers) {
   write(folder / "kwb.files", "scale.h\n");
   write(folder / "k.cu",
         "#include \"scale.h\"\n__global__ void k(float* x) { x[threadIdx.x] *= SCALE; }\n"
-        "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n" + k_abi);
+        "extern \"C\" void launch(float* x) { k<<<1, 32>>>(x); }\n" +
+            k_abi);
   BuildRequest request{folder / "k.cu"};
   request.backend = BackendKind::cuda;
   Artifact a;
@@ -351,8 +358,8 @@ TEST_F(BuildSandboxTest, without_namespaces_the_build_is_unavailable_never_unsan
   const std::string script =
       "echo 1 > /proc/sys/user/max_user_namespaces || exit 99; unshare -U sh -c 'test $(id -u) != 0 || exit 98; " +
       inner + "'";
-  CommandResult r = run_command({"unshare", "-Ur", "sh", "-c", script}, std::chrono::seconds(120),
-                                StderrMode::separate);
+  CommandResult r =
+      run_command({"unshare", "-Ur", "sh", "-c", script}, std::chrono::seconds(120), StderrMode::separate);
   if (r.exit_code == 99 || r.exit_code == 98 || r.errors.starts_with("unshare:")) {
     GTEST_SKIP() << "cannot simulate a machine without user namespaces here: " << r.errors;
   }
@@ -433,8 +440,8 @@ TEST_F(BuildSandboxTest, a_declaration_outside_the_folder_is_refused_naming_its_
 // again, and the plan (the identity in the report) lists it.
 TEST_F(BuildSandboxTest, check_after_editing_a_folder_header_rebuilds_and_fails) {
   const fs::path source = copy_with_header(m_root / "cand");
-  const std::vector<std::string> args = {"check", k_rmsnorm_lite.string(), "--impl", source.string(), "--json",
-                                         "--case", "zeros", "--case", "decode"};
+  const std::vector<std::string> args = {
+      "check", k_rmsnorm_lite.string(), "--impl", source.string(), "--json", "--case", "zeros", "--case", "decode"};
   KwbRun pass = run_kwb(args);
   ASSERT_EQ(pass.exit_code, 0) << pass.output << pass.errors;
   const nlohmann::json deps = pass.json["implementation"]["identity"]["dependencies"];

@@ -8,14 +8,14 @@
 #include "util/fs.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <algorithm>
 #include <stdexcept>
-#include <gtest/gtest.h>
 
 #include <signal.h>
-#include <iostream>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <iostream>
 
 namespace kwb::test {
 namespace {
@@ -129,15 +129,17 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   // the campaign's (no --max-aa-difference-pct 5, no --layouts 2, another seed): issue 40 item 3.
   const fs::path weaker = dir.storage() / "jobs" / dir.job("e.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
   fs::create_directories(weaker.parent_path());
-  const KwbRun made = run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (dir.root() / "cands" / "e.cpp").string(),
-                               "--output-dir", weaker.string(), "--workload", "decode", "--no-profile", "--json"});
+  const KwbRun made =
+      run_kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (dir.root() / "cands" / "e.cpp").string(),
+               "--output-dir", weaker.string(), "--workload", "decode", "--no-profile", "--json"});
   ASSERT_EQ(made.json.value("decision", ""), "KEEP_BASELINE") << made.output << made.errors;
   // For f, one made by hand under exactly the job's rules (a's command line, as its signed plan recorded it, with f's
   // candidate and attempt folder): a lucky run picked from many is not the job's either, for it cannot carry the
   // attempt's nonce (issue 40, "a per-job nonce").
   const fs::path lucky = dir.storage() / "jobs" / dir.job("f.cpp")["id"].get<std::string>() / "attempt-1" / "bundle";
   fs::create_directories(lucky.parent_path());
-  std::vector<std::string> rules = nlohmann::json::parse(read_file(dir.job("a.cpp")["bundle"].get<std::string>() + "/plan.json"))["argv"];
+  std::vector<std::string> rules =
+      nlohmann::json::parse(read_file(dir.job("a.cpp")["bundle"].get<std::string>() + "/plan.json"))["argv"];
   const auto value_of = [&rules](const std::string& flag) -> std::string& {
     auto it = std::find(rules.begin(), rules.end(), flag);
     if (it == rules.end() || it + 1 == rules.end()) throw std::runtime_error(flag + " is not in a's command line");
@@ -160,8 +162,7 @@ TEST(campaign_test, local_campaign_records_decisions_resumes_and_refuses_forged_
   EXPECT_EQ(c["decision"], "KEEP_BASELINE");
   ASSERT_EQ(d["earlier"].size(), 1u) << d.dump(2);
   EXPECT_EQ(d["earlier"][0]["outcome"], "rejected");
-  EXPECT_NE(d["earlier"][0]["detail"].get<std::string>().find("not this job's bundle"), std::string::npos)
-      << d.dump(2);
+  EXPECT_NE(d["earlier"][0]["detail"].get<std::string>().find("not this job's bundle"), std::string::npos) << d.dump(2);
   const nlohmann::json e = dir.job("e.cpp");
   ASSERT_EQ(e["earlier"].size(), 1u) << e.dump(2);
   EXPECT_EQ(e["earlier"][0]["outcome"], "rejected");

@@ -1,7 +1,7 @@
 // End-to-end `kwb check` on the built-in RMSNorm task: the real binaries, the real candidates.
 #include "cli_helpers.h"
-#include "task/task.h"
 #include "support/temp_dir.h"
+#include "task/task.h"
 
 #include <gtest/gtest.h>
 
@@ -43,8 +43,8 @@ TEST(check_test, multipass_baseline_passes_with_at_least_300_assertions) {
 }
 
 TEST(check_test, human_output_ends_with_the_assertion_summary) {
-  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case",
-                      "odd_row_length"});
+  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+                      "--case", "odd_row_length"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
   // 4 calls x 12 assertions (completed, returned_zero, descriptors_intact, 2 x input_unchanged, no_write_outside,
   // all_written, nonfinite_agree, within_tolerance, timing_plausible, work_inside_timer, settled_at_return) + the
@@ -98,7 +98,8 @@ expect = "numeric_mismatch"
   EXPECT_NE(text.output.find("WARNING: control first_element_only was rejected on only 1 of the"), std::string::npos)
       << text.output;
   EXPECT_NE(text.output.find("and caught by only 1 output element: a thin margin"), std::string::npos) << text.output;
-  KwbRun json = run_kwb({"check", dir.path().string(), "--control", "first_element_only", "--case", "decode", "--json"});
+  KwbRun json =
+      run_kwb({"check", dir.path().string(), "--control", "first_element_only", "--case", "decode", "--json"});
   ASSERT_FALSE(json.json.is_discarded()) << json.output;
   const nlohmann::json& margin = json.json["control"]["margin"];
   EXPECT_EQ(margin["calls_rejected"], 1) << margin.dump();
@@ -144,18 +145,18 @@ TEST_P(MisbehaviourTest, yields_fail_with_reason_and_kwb_survives) {
   EXPECT_LT(seconds, 60.0);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    candidates, MisbehaviourTest,
-    ::testing::Values(Misbehaviour{"crash.cpp", "crashed"}, Misbehaviour{"abort.cpp", "aborted"},
-                      Misbehaviour{"exit.cpp", "exited"}, Misbehaviour{"hang.cpp", "timeout"},
-                      Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
-                      Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
-                      Misbehaviour{"read_past_input.cpp", "out_of_bounds_read"},
-                      Misbehaviour{"run_fails.cpp", "run_failed"}, Misbehaviour{"setup_fails.cpp", "setup_failed"}),
-    [](const auto& p) {
-      std::string n = p.param.file;
-      return n.substr(0, n.find('.'));
-    });
+INSTANTIATE_TEST_SUITE_P(candidates, MisbehaviourTest,
+                         ::testing::Values(Misbehaviour{"crash.cpp", "crashed"}, Misbehaviour{"abort.cpp", "aborted"},
+                                           Misbehaviour{"exit.cpp", "exited"}, Misbehaviour{"hang.cpp", "timeout"},
+                                           Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
+                                           Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
+                                           Misbehaviour{"read_past_input.cpp", "out_of_bounds_read"},
+                                           Misbehaviour{"run_fails.cpp", "run_failed"},
+                                           Misbehaviour{"setup_fails.cpp", "setup_failed"}),
+                         [](const auto& p) {
+                           std::string n = p.param.file;
+                           return n.substr(0, n.find('.'));
+                         });
 
 size_t count_reason(const nlohmann::json& j, const std::string& reason) {
   size_t n = 0;
@@ -302,8 +303,8 @@ TEST(check_test, malformed_manifest_exits_65_with_file_and_line) {
 TEST(check_test, usage_errors_exit_64) {
   EXPECT_EQ(run_kwb({"check", k_rmsnorm_lite.string()}).exit_code, 64);  // --impl missing
   EXPECT_EQ(run_kwb({"frobnicate"}).exit_code, 64);
-  KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case",
-                      "nope"});
+  KwbRun r = run_kwb(
+      {"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case", "nope"});
   EXPECT_EQ(r.exit_code, 64);
 }
 
@@ -311,9 +312,11 @@ TEST(check_test, every_verb_refuses_a_backend_kwb_does_not_know_before_reading_a
   // `history --backend` once took any text and answered "nothing kept yet" for a backend that cannot exist.
   const std::string task = k_rmsnorm_lite.string();
   const std::string impl = (k_rmsnorm_lite / "cpu" / "fused.cpp").string();
-  const std::vector<std::vector<std::string>> verbs = {
-      {"check", task, "--impl", impl}, {"compare", task, "--candidate", impl}, {"validate", task, "--candidate", impl},
-      {"profile", task, "--impl", impl}, {"history", task}};
+  const std::vector<std::vector<std::string>> verbs = {{"check", task, "--impl", impl},
+                                                       {"compare", task, "--candidate", impl},
+                                                       {"validate", task, "--candidate", impl},
+                                                       {"profile", task, "--impl", impl},
+                                                       {"history", task}};
   for (std::vector<std::string> args : verbs) {
     args.insert(args.end(), {"--backend", "metal"});
     KwbRun r = run_kwb(args);

@@ -23,9 +23,9 @@ inline const std::filesystem::path k_adversarial = k_source_dir / "tests" / "adv
 
 struct KwbRun {
   int exit_code = -1;
-  std::string output;    // stdout
-  std::string errors;    // stderr (progress, error messages)
-  nlohmann::json json;   // stdout parsed, when it is one JSON document
+  std::string output;   // stdout
+  std::string errors;   // stderr (progress, error messages)
+  nlohmann::json json;  // stdout parsed, when it is one JSON document
 };
 
 // A finished command as a KwbRun (a signal as 128 + its number, as a shell reports it).

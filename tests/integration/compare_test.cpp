@@ -1,7 +1,7 @@
 // End-to-end `kwb compare`: refusal to time rejected code, raw samples on disk, A/A and A/B on the real task.
 #include "cli_helpers.h"
-#include "util/fs.h"
 #include "support/temp_dir.h"
+#include "util/fs.h"
 
 #include <gtest/gtest.h>
 
@@ -17,16 +17,17 @@ namespace {
 TEST(compare_cli_test, an_unknown_workload_is_refused_at_once_with_the_task_s_workloads) {
   const TempDir tmp("kwb-compare-nope");
   const auto dir = tmp / "out";
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                      "--workload", "nope", "--output-dir", dir.string()});
+  KwbRun r =
+      run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+               "--workload", "nope", "--output-dir", dir.string()});
   EXPECT_EQ(r.exit_code, 64) << r.errors;
   EXPECT_NE(r.errors.find("--workload nope"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("timing cases are: "), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("decode"), std::string::npos) << r.errors;
   EXPECT_EQ(r.errors.find("build"), std::string::npos) << "nothing was built: " << r.errors;
   EXPECT_FALSE(std::filesystem::exists(dir / "samples.csv"));
-  KwbRun c = run_kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                      "--case", "nope"});
+  KwbRun c = run_kwb(
+      {"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--case", "nope"});
   EXPECT_EQ(c.exit_code, 64) << c.errors;
   EXPECT_NE(c.errors.find("--case nope"), std::string::npos) << c.errors;
   EXPECT_NE(c.errors.find("zeros"), std::string::npos) << "a correctness case is listed too: " << c.errors;
@@ -87,9 +88,9 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
 TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
   const TempDir tmp("kwb-compare-ab");
   const auto dir = tmp / "out";
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                      "--workload", "decode", "--workload", "prefill", "--min-improvement-pct", "10", "--max-minutes",
-                      "0.5", "--output-dir", dir.string(), "--json"});
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
+                      (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload", "decode", "--workload", "prefill",
+                      "--min-improvement-pct", "10", "--max-minutes", "0.5", "--output-dir", dir.string(), "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.json["schema"], "kwb.compare");
@@ -126,8 +127,8 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
     // The charge: figures (>= 0) where the worker's task clock can be read, -1 in both otherwise; the sample is the
     // window plus both (util/cpu_watch.h).
     EXPECT_EQ(f[14] == "-1", f[15] == "-1") << line;
-    EXPECT_EQ(std::stoll(f[8]), std::stoll(f[16]) + std::max<int64_t>(0, std::stoll(f[14])) +
-                                    std::max<int64_t>(0, std::stoll(f[15])))
+    EXPECT_EQ(std::stoll(f[8]),
+              std::stoll(f[16]) + std::max<int64_t>(0, std::stoll(f[14])) + std::max<int64_t>(0, std::stoll(f[15])))
         << line;
     if (f[6] == "0" && f[1] != "-1") ++timed;
   }
@@ -138,8 +139,8 @@ TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
 }
 
 TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct", "5",
-                      "--max-minutes", "0.25", "--json"});
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--aa", "--workload", "decode", "--max-aa-difference-pct",
+                      "5", "--max-minutes", "0.25", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output;
   EXPECT_EQ(r.json["mode"], "aa");
   ASSERT_EQ(r.json["arms"].size(), 2u);
@@ -165,9 +166,9 @@ TEST(compare_cli_test, aa_runs_the_baseline_layout_pool_against_itself) {
 // at the first look that passes; the budget leaves a loaded machine (a clean-clone CI beside a build: 10 blocks in
 // 6 s, [-42%, +84%]) time for a second look.
 TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                      "--workload", "prefill", "--max-minutes", "0.2", "--warmups", "1", "--samples", "1", "--cold",
-                      "--json"});
+  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate",
+                      (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload", "prefill", "--max-minutes", "0.2",
+                      "--warmups", "1", "--samples", "1", "--cold", "--json"});
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.json["cold"], true);
@@ -178,7 +179,8 @@ TEST(compare_cli_test, cold_mode_keeps_every_call_valid_and_is_recorded) {
 }
 
 TEST(compare_cli_test, aa_with_a_candidate_is_a_usage_error) {
-  KwbRun r = run_kwb({"compare", k_rmsnorm_lite.string(), "--aa", "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
+  KwbRun r = run_kwb(
+      {"compare", k_rmsnorm_lite.string(), "--aa", "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string()});
   EXPECT_EQ(r.exit_code, 64);
   EXPECT_EQ(run_kwb({"compare", k_rmsnorm_lite.string()}).exit_code, 64);
 }

@@ -4,16 +4,16 @@
 // nothing; a changed arm is refused with exit 65; an attempt takes only the bundle its own validate made (issue 40
 // item 3: not one made under weaker rules, nor another run's under the same rules); an edited trajectory record is
 // refused by report and status (item 5); a generator that leaves a hard link, a deep tree and bytes past its quota in
-// its work folder has them recorded against its attempt, and the experiment goes on (item 6). (The fused-against-idle run that times, and its report in a
-// browser, is tests/experiment/report_in_browser.py.)
+// its work folder has them recorded against its attempt, and the experiment goes on (item 6). (The fused-against-idle
+// run that times, and its report in a browser, is tests/experiment/report_in_browser.py.)
 #include "cli_helpers.h"
 #include "experiment/trajectory.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
 
 #include <fmt/format.h>
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -68,15 +68,16 @@ public:
   ExperimentDir& operator=(const ExperimentDir&) = delete;
 
   void write() const {
-    write_file_atomic(file(), fmt::format(
-        "name = \"sandbox\"\nseeds = [1, 2]\nattempts = 1\n"
-        "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
-        "[[tasks]]\ndir = \"{}\"\n"
-        "[[arms]]\nname = \"wrong\"\ncommand = [\"sh\", \"-c\", \"cp no_eps.cpp \\\"$KWB_OUTPUT\\\"\"]\n"
-        "files = [\"arms/no_eps.cpp\"]\n"
-        "[[arms]]\nname = \"snoop\"\ncommand = [\"python3\", \"snoop.py\"]\nfiles = [\"arms/snoop.py\"]\n"
-        "work_quota_mib = 1\n",
-        k_rmsnorm_lite.string()));
+    write_file_atomic(
+        file(),
+        fmt::format("name = \"sandbox\"\nseeds = [1, 2]\nattempts = 1\n"
+                    "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
+                    "[[tasks]]\ndir = \"{}\"\n"
+                    "[[arms]]\nname = \"wrong\"\ncommand = [\"sh\", \"-c\", \"cp no_eps.cpp \\\"$KWB_OUTPUT\\\"\"]\n"
+                    "files = [\"arms/no_eps.cpp\"]\n"
+                    "[[arms]]\nname = \"snoop\"\ncommand = [\"python3\", \"snoop.py\"]\nfiles = [\"arms/snoop.py\"]\n"
+                    "work_quota_mib = 1\n",
+                    k_rmsnorm_lite.string()));
   }
   fs::path file() const { return m_root / "experiment.toml"; }
   fs::path storage() const { return m_root / "experiment.experiment"; }
@@ -102,8 +103,8 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
     const nlohmann::json& a = snoop["attempts"][0];
     EXPECT_EQ(a["category"], "sandbox") << a.dump(2);
     EXPECT_EQ(a["decision"], nullptr) << "a sandbox violation's candidate must not be validated";
-    EXPECT_FALSE(fs::exists(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "attempts" / "1" /
-                            "bundle"));
+    EXPECT_FALSE(
+        fs::exists(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "attempts" / "1" / "bundle"));
     std::set<std::string> kinds, targets;
     for (const nlohmann::json& v : a["generator"]["violations"]) {
       kinds.insert(v["kind"].get<std::string>());
@@ -121,8 +122,8 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
     EXPECT_NE(problems.find("over the folder's quota of 1048576 bytes"), std::string::npos) << problems;
     EXPECT_FALSE(fs::exists(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "work" / "big"));
     // What the generator saw: nothing of the other arm, the evidence or the network.
-    const std::string log = read_file(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "attempts" /
-                                      "1" / "generator.log");
+    const std::string log =
+        read_file(dir.storage() / "trajectories" / snoop["id"].get<std::string>() / "attempts" / "1" / "generator.log");
     EXPECT_EQ(log.find("connected"), std::string::npos) << log;
     EXPECT_EQ(log.find("\"schema\""), std::string::npos) << log;  // experiment.json's text
     EXPECT_EQ(log.find("candidate.cpp"), std::string::npos) << log;
@@ -133,9 +134,8 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
     EXPECT_TRUE(wrong["attempts"][0]["generator"]["violations"].empty());
     EXPECT_EQ(wrong["final"]["status"], "baseline");
     // The public result the arm's later attempts read: the decision, no evidence.
-    const nlohmann::json pub = nlohmann::json::parse(read_file(dir.storage() / "trajectories" /
-                                                               wrong["id"].get<std::string>() / "history" / "1" /
-                                                               "result.json"));
+    const nlohmann::json pub = nlohmann::json::parse(
+        read_file(dir.storage() / "trajectories" / wrong["id"].get<std::string>() / "history" / "1" / "result.json"));
     EXPECT_EQ(pub["category"], "incorrect");
     EXPECT_FALSE(pub.contains("check_reasons"));
   }
@@ -202,8 +202,9 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
 
 TEST(experiment_test, a_bad_experiment_file_is_exit_65_naming_the_file_and_field) {
   ExperimentDir dir;
-  write_file_atomic(dir.file(), "seeds = [1]\n[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms]]\nname = \"b\"\n"
-                                "command = [\"x\"]\n[[tasks]]\ndir = \"nowhere\"\n");
+  write_file_atomic(dir.file(),
+                    "seeds = [1]\n[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms]]\nname = \"b\"\n"
+                    "command = [\"x\"]\n[[tasks]]\ndir = \"nowhere\"\n");
   const KwbRun r = run_kwb({"experiment", "run", dir.file().string()});
   EXPECT_EQ(r.exit_code, 65);
   EXPECT_NE(r.errors.find("experiment.toml:9: tasks[0].dir"), std::string::npos) << r.errors;

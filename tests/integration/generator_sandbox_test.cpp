@@ -2,9 +2,9 @@
 // what it can reach, what is recorded when it reaches further, its limits, and that nothing it starts outlives it.
 // Each test runs real generators (sh, python3, coreutils) through run_generator, as kwb experiment will.
 #include "experiment/generator_sandbox.h"
+#include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/worker_user.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -99,8 +99,8 @@ TEST_F(GeneratorSandboxTest, reading_a_sibling_folder_fails_and_is_recorded_with
 }
 
 TEST_F(GeneratorSandboxTest, a_tcp_socket_is_recorded_as_network) {
-  const GeneratorResult r = run_generator(
-      spec({"python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)"}));
+  const GeneratorResult r =
+      run_generator(spec({"python3", "-c", "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)"}));
   EXPECT_NE(r.exit_code, 0) << describe(r);
   ASSERT_TRUE(has_violation(r, "network", "AF_INET")) << describe(r);
   for (const SandboxViolation& v : r.violations) {
@@ -112,8 +112,8 @@ TEST_F(GeneratorSandboxTest, a_tcp_socket_is_recorded_as_network) {
 
 TEST_F(GeneratorSandboxTest, nothing_is_written_outside_the_writable_folder) {
   const fs::path into_task = m_task / "evil.txt", into_sibling = m_secret / "evil.txt";
-  const GeneratorResult r = run_generator(sh("echo x > " + into_task.string() + "; echo x > " +
-                                             into_sibling.string() + "; echo x > /usr/evil.txt; exit 0"));
+  const GeneratorResult r = run_generator(sh("echo x > " + into_task.string() + "; echo x > " + into_sibling.string() +
+                                             "; echo x > /usr/evil.txt; exit 0"));
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_FALSE(fs::exists(into_task));
   EXPECT_FALSE(fs::exists(into_sibling));
@@ -166,8 +166,8 @@ TEST_F(GeneratorSandboxTest, a_background_process_does_not_outlive_the_generator
 }
 
 TEST_F(GeneratorSandboxTest, cpu_seconds_counts_the_generators_work) {
-  const GeneratorResult r = run_generator(spec(
-      {"python3", "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"}));
+  const GeneratorResult r = run_generator(
+      spec({"python3", "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"}));
   EXPECT_EQ(r.exit_code, 0) << describe(r);
   EXPECT_GE(r.cpu_seconds, 0.2) << describe(r);
 }
@@ -275,7 +275,7 @@ TEST_F(GeneratorSandboxTest, run_by_root_the_generator_is_a_user_of_its_own) {
   EXPECT_NE(uid, 0u);
   EXPECT_GE(uid, k_worker_id_base);
   // Taken back afterwards: kwb's user owns what the generator wrote.
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::lstat((m_out / "mine").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u);
   ASSERT_EQ(::lstat(m_out.c_str(), &st), 0);

@@ -60,9 +60,24 @@ seed = 3
 }
 
 std::vector<std::string> validate_args(const fs::path& task, const fs::path& out) {
-  return {"validate",     task.string(), "--candidate", (k_rmsnorm / "cpu" / "fused.cpp").string(), "--output-dir",
-          out.string(),   "--workload", "decode",       "--max-minutes", "0.05", "--max-aa-difference-pct", "50",
-          "--layouts",    "2",          "--no-profile", "--seed",        "5",    "--json"};
+  return {"validate",
+          task.string(),
+          "--candidate",
+          (k_rmsnorm / "cpu" / "fused.cpp").string(),
+          "--output-dir",
+          out.string(),
+          "--workload",
+          "decode",
+          "--max-minutes",
+          "0.05",
+          "--max-aa-difference-pct",
+          "50",
+          "--layouts",
+          "2",
+          "--no-profile",
+          "--seed",
+          "5",
+          "--json"};
 }
 
 TEST(held_out_probe_test, a_task_that_cannot_take_held_out_shapes_fails_with_65_before_any_timing) {
@@ -84,8 +99,8 @@ TEST(held_out_probe_test, with_the_constraint_declared_the_held_out_shapes_keep_
   const TempDir root("kwb-probe");
   const fs::path task = even_only_task(root.path(), "[dims]\ncols = { multiple_of = 2 }\n");
   // The final check's held-out shapes, on the baseline that refuses odd rows: every one passes.
-  const KwbRun check = run_kwb({"check", task.string(), "--impl", (task / "cpu" / "baseline.cpp").string(),
-                                "--held-out", "--json"});
+  const KwbRun check =
+      run_kwb({"check", task.string(), "--impl", (task / "cpu" / "baseline.cpp").string(), "--held-out", "--json"});
   EXPECT_EQ(check.exit_code, 0) << check.output << check.errors;
   size_t held_out = 0;
   for (const nlohmann::json& c : check.json.value("cases", nlohmann::json::array())) {
@@ -107,12 +122,14 @@ TEST(held_out_probe_test, an_oracle_that_fails_at_a_held_out_shape_is_named_as_t
   const fs::path task = even_only_task(root.path(), "");
   // The baseline takes every shape again; the oracle does not.
   std::string baseline = read_file(task / "cpu" / "baseline.cpp");
-  baseline.replace(baseline.find("  if (p->cols % 2 != 0) return 3;"), std::string("  if (p->cols % 2 != 0) return 3;").size(), "");
+  baseline.replace(baseline.find("  if (p->cols % 2 != 0) return 3;"),
+                   std::string("  if (p->cols % 2 != 0) return 3;").size(), "");
   write_file_atomic(task / "cpu" / "baseline.cpp", baseline);
   std::string oracle = read_file(task / "oracle.cpp");
   const std::string at = "  const int64_t cols = w.shape[0];\n";
   ASSERT_NE(oracle.find(at), std::string::npos);
-  oracle.insert(oracle.find(at) + at.size(), "  if (cols % 2 != 0) return fail(args, \"odd cols: no such row here\");\n");
+  oracle.insert(oracle.find(at) + at.size(),
+                "  if (cols % 2 != 0) return fail(args, \"odd cols: no such row here\");\n");
   write_file_atomic(task / "oracle.cpp", oracle);
   const KwbRun r = run_kwb(validate_args(task, root.path() / "bundle"));
   EXPECT_EQ(r.exit_code, 65) << r.output << r.errors;

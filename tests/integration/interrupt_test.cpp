@@ -7,9 +7,9 @@
 #include "builder/build_sandbox.h"
 #include "cli_helpers.h"
 #include "ledger/ledger.h"
+#include "support/temp_dir.h"
 #include "util/fs.h"
 #include "util/sha256.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -39,7 +39,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
-
 
 // One line of /proc/PID/stat.
 struct Proc {
@@ -171,8 +170,8 @@ void interrupt_and_expect_nothing_left(BackgroundKwb& kwb, int sig) {
   if (sig == SIGKILL) {
     EXPECT_TRUE(WIFSIGNALED(*status) && WTERMSIG(*status) == SIGKILL) << status_text(*status);
   } else {
-    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + sig)
-        << "kwb: " << status_text(*status) << "\n" << kwb.log();
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 128 + sig) << "kwb: " << status_text(*status) << "\n"
+                                                                         << kwb.log();
   }
   std::vector<Proc> left;
   const bool all_gone = eventually(
@@ -194,11 +193,12 @@ protected:
 using interrupt_test = AdoptingTest;
 
 TEST_F(interrupt_test, sigterm_ends_the_hanging_worker_and_kwb_exits_143) {
-  BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_adversarial / "infinite_loop.cpp").string(), "--json",
-                     "--timeout-seconds", "3600", "--case", "decode"});
+  BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_adversarial / "infinite_loop.cpp").string(),
+                     "--json", "--timeout-seconds", "3600", "--case", "decode"});
   ASSERT_GT(kwb.pid(), 0);
   ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "kwb-worker", spinning_ticks()); }, 300s))
-      << "no worker spinning in the endless call\n" << kwb.log();
+      << "no worker spinning in the endless call\n"
+      << kwb.log();
   ASSERT_FALSE(kwb.ended()) << kwb.log();
   interrupt_and_expect_nothing_left(kwb, SIGTERM);
   EXPECT_NE(kwb.log().find("interrupted by SIGTERM"), std::string::npos) << kwb.log();
@@ -211,7 +211,8 @@ TEST_F(interrupt_test, sigkill_leaves_no_worker_behind) {
                      "--workload", "decode", "--json", "--timeout-seconds", "3600"});
   ASSERT_GT(kwb.pid(), 0);
   ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "kwb-worker", spinning_ticks()); }, 300s))
-      << "no worker spinning in the endless call\n" << kwb.log();
+      << "no worker spinning in the endless call\n"
+      << kwb.log();
   ASSERT_FALSE(kwb.ended()) << kwb.log();
   interrupt_and_expect_nothing_left(kwb, SIGKILL);
 }
@@ -226,8 +227,8 @@ protected:
     fs::create_directories(dir);
     const fs::path cc = dir / "cc";
     write_file_atomic(cc, script);
-    fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
-                            fs::perms::others_read | fs::perms::others_exec);
+    fs::permissions(cc, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec | fs::perms::others_read |
+                            fs::perms::others_exec);
     return cc;
   }
   AdoptOrphans m_adopt;
@@ -240,12 +241,13 @@ TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
   const fs::path dir = cc.parent_path();
   const fs::path ledger = dir / "ledger.sqlite";
   {
-    BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(), "--json",
-                       "--case", "decode"},
+    BackgroundKwb kwb({"check", k_rmsnorm_lite.string(), "--impl", (k_rmsnorm_lite / "cpu" / "baseline.cpp").string(),
+                       "--json", "--case", "decode"},
                       {"KWB_CXX=" + cc.string(), "KWB_LEDGER=" + ledger.string()});
     ASSERT_GT(kwb.pid(), 0);
     ASSERT_TRUE(eventually([&] { return kwb.ended() || busy_child(kwb.pid(), "sleep"); }, 60s))
-        << "kwb never ran the compiler\n" << kwb.log();
+        << "kwb never ran the compiler\n"
+        << kwb.log();
     ASSERT_FALSE(kwb.ended()) << kwb.log();
     interrupt_and_expect_nothing_left(kwb, GetParam());
   }
@@ -261,8 +263,8 @@ TEST_P(HelperTest, a_hanging_helper_command_dies_with_kwb) {
 // kwb's main thread: all of them die with kwb.
 TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
   // Answers --version as the real compiler does, and never finishes a compile.
-  const fs::path cc = fake_compiler("kwb-hanging-compile",
-                                    "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nexec sleep 3600\n");
+  const fs::path cc = fake_compiler(
+      "kwb-hanging-compile", "#!/bin/sh\nif [ \"$1\" = --version ]; then exec c++ --version; fi\nexec sleep 3600\n");
   const fs::path dir = cc.parent_path();
   const std::string cache = (dir / "cache").string();
   {
@@ -277,7 +279,8 @@ TEST_P(HelperTest, compiles_running_together_all_die_with_kwb) {
       return n;
     };
     ASSERT_TRUE(eventually([&] { return kwb.ended() || compiling() >= together; }, 60s))
-        << "kwb never ran " << together << " compiles at once\n" << kwb.log();
+        << "kwb never ran " << together << " compiles at once\n"
+        << kwb.log();
     ASSERT_FALSE(kwb.ended()) << kwb.log();
     EXPECT_EQ(compiling(), together);  // never more than one per CPU
     interrupt_and_expect_nothing_left(kwb, GetParam());
@@ -311,8 +314,9 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
   const fs::path out = tmp / "bundle";
   const fs::path ledger = tmp / "ledger.sqlite";
   ::setenv("KWB_LEDGER", ledger.c_str(), 1);
-  BackgroundKwb kwb({"validate", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-                     "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "30", "--json"});
+  BackgroundKwb kwb({"validate", k_rmsnorm_lite.string(), "--candidate",
+                     (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--output-dir", out.string(), "--workload",
+                     "decode", "--max-minutes", "30", "--json"});
   ASSERT_GT(kwb.pid(), 0);
   auto stage_status = [&](const std::string& name) -> std::string {
     const nlohmann::json j = nlohmann::json::parse(
@@ -341,7 +345,8 @@ TEST_F(interrupt_test, validate_records_the_interrupted_stage_and_keeps_what_it_
         return workers.size() >= 4;
       },
       600s))
-      << "validate never reached the A/A stage\n" << kwb.log();
+      << "validate never reached the A/A stage\n"
+      << kwb.log();
   auto stages_text = [&] { return fs::exists(out / "stages.json") ? read_file(out / "stages.json") : std::string(); };
   ASSERT_FALSE(kwb.ended()) << kwb.log() << stages_text();
   ASSERT_EQ(aa_status, "running") << "the A/A stage ended before four of its workers were seen\n"

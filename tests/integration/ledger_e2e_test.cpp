@@ -8,8 +8,8 @@
 // ledger is under test here, not the timing.
 #include "background_kwb.h"
 #include "cli_helpers.h"
-#include "util/fs.h"
 #include "support/temp_dir.h"
+#include "util/fs.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -40,13 +40,14 @@ protected:
     const size_t at = triple.find(entry);
     ASSERT_NE(at, std::string::npos) << "tasks/rmsnorm/cpu/baseline.cpp no longer defines kwb_run as expected";
     triple.replace(at, entry.size(), "static int run_once(const kwb_call* call) {");
-    triple += "\n// Generation 0 of the test's lineage: the stock baseline, three times over.\n"
-              "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call* call) {\n"
-              "  for (int i = 0; i < 2; ++i) {\n"
-              "    if (const int rc = run_once(call); rc != 0) return rc;\n"
-              "  }\n"
-              "  return run_once(call);\n"
-              "}\n";
+    triple +=
+        "\n// Generation 0 of the test's lineage: the stock baseline, three times over.\n"
+        "extern \"C\" KWB_EXPORT int kwb_run(const kwb_call* call) {\n"
+        "  for (int i = 0; i < 2; ++i) {\n"
+        "    if (const int rc = run_once(call); rc != 0) return rc;\n"
+        "  }\n"
+        "  return run_once(call);\n"
+        "}\n";
     write_file_atomic(m_task / "cpu" / "triple.cpp", triple);
     std::string manifest = read_file(m_task / "task.toml");
     const std::string from = "baseline = \"cpu/baseline.cpp\"";
@@ -67,10 +68,22 @@ protected:
   // is built fresh.
   std::vector<std::string> validate_args(const std::string& candidate, const std::string& bundle,
                                          bool against_incumbent) const {
-    std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_task / "cpu" / candidate).string(),
-                                  "--output-dir", (m_dir / bundle).string(), "--workload", "decode",
-                                  "--max-minutes", "0.3", "--max-aa-difference-pct", "25", "--layouts", "2",
-                                  "--no-profile", "--json"};
+    std::vector<std::string> a = {"validate",
+                                  m_task.string(),
+                                  "--candidate",
+                                  (m_task / "cpu" / candidate).string(),
+                                  "--output-dir",
+                                  (m_dir / bundle).string(),
+                                  "--workload",
+                                  "decode",
+                                  "--max-minutes",
+                                  "0.3",
+                                  "--max-aa-difference-pct",
+                                  "25",
+                                  "--layouts",
+                                  "2",
+                                  "--no-profile",
+                                  "--json"};
     if (against_incumbent) a.push_back("--against=incumbent");
     return a;
   }
@@ -91,17 +104,17 @@ TEST_F(LedgerE2e, a_weakened_copy_of_the_task_keeps_into_its_own_lineage_never_t
   fs::create_directories(weak.parent_path());
   fs::copy(m_task, weak, fs::copy_options::recursive);
   std::string manifest = read_file(weak / "task.toml");
-  for (const std::string& block : {std::string("[[cases]]\nname = \"zeros\"\n"),
-                                  std::string("[[backends.cpu.controls]]\nname = \"no_eps\"\n")}) {
+  for (const std::string& block :
+       {std::string("[[cases]]\nname = \"zeros\"\n"), std::string("[[backends.cpu.controls]]\nname = \"no_eps\"\n")}) {
     const size_t at = manifest.find(block);
     ASSERT_NE(at, std::string::npos) << block;
     manifest.erase(at, manifest.find("\n\n", at) + 2 - at);  // the block, to its blank line
   }
   write_file_atomic(weak / "task.toml", manifest);
-  KwbRun v = run_kwb({"validate", weak.string(), "--candidate", (weak / "cpu" / "baseline.cpp").string(),
-                      "--output-dir", (m_dir / "weak-bundle").string(), "--workload", "decode", "--max-minutes",
-                      "0.2", "--max-aa-difference-pct", "25", "--layouts", "2", "--no-profile", "--against=incumbent",
-                      "--json"});
+  KwbRun v =
+      run_kwb({"validate", weak.string(), "--candidate", (weak / "cpu" / "baseline.cpp").string(), "--output-dir",
+               (m_dir / "weak-bundle").string(), "--workload", "decode", "--max-minutes", "0.2",
+               "--max-aa-difference-pct", "25", "--layouts", "2", "--no-profile", "--against=incumbent", "--json"});
   ASSERT_EQ(v.json.value("decision", ""), "KEEP_CANDIDATE") << v.output << v.errors;
   const std::string weak_identity =
       nlohmann::json::parse(read_file(m_dir / "weak-bundle" / "plan.json"))["task"]["identity"];
@@ -139,7 +152,8 @@ TEST_F(LedgerE2e, three_generations_are_kept_and_compounded_and_a_stale_bundle_o
   bool profile_skipped = false;
   for (const auto& s : stages["stages"]) {
     if (s["name"] != "profile") continue;
-    profile_skipped = s["status"] == "skipped" && s["summary"].get<std::string>().find("--no-profile") != std::string::npos;
+    profile_skipped =
+        s["status"] == "skipped" && s["summary"].get<std::string>().find("--no-profile") != std::string::npos;
   }
   EXPECT_TRUE(profile_skipped) << stages.dump();
   EXPECT_FALSE(fs::exists(m_dir / "gen1" / "profile"));
@@ -184,8 +198,10 @@ TEST_F(LedgerE2e, three_generations_are_kept_and_compounded_and_a_stale_bundle_o
   EXPECT_NE(line[1]["source"].get<std::string>().find("baseline.cpp"), std::string::npos);
   EXPECT_NE(line[2]["source"].get<std::string>().find("fused.cpp"), std::string::npos);
   for (int g = 1; g <= 2; ++g) EXPECT_GT(line[g]["improvement_pct"].get<double>(), 0.0) << line[g].dump();
-  const double expected = ((1 + line[1]["improvement_pct"].get<double>() / 100) *
-                               (1 + line[2]["improvement_pct"].get<double>() / 100) - 1) * 100;
+  const double expected =
+      ((1 + line[1]["improvement_pct"].get<double>() / 100) * (1 + line[2]["improvement_pct"].get<double>() / 100) -
+       1) *
+      100;
   EXPECT_NEAR(line[2]["cumulative_pct"].get<double>(), expected, 1e-6);
   EXPECT_GT(line[2]["cumulative_pct"].get<double>(), line[1]["cumulative_pct"].get<double>());
   // Every validate and keep is a row: three validates, five keeps (two kept, two already the incumbent, one refused).
@@ -233,13 +249,14 @@ TEST_F(LedgerE2e, three_generations_are_kept_and_compounded_and_a_stale_bundle_o
     sqlite3* db = nullptr;
     ASSERT_EQ(sqlite3_open((m_dir / "ledger.sqlite").c_str(), &db), SQLITE_OK);
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db,
-                           "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, "
-                           "kept, workloads, improvement_pct, seal, task_name) SELECT task, backend, 3, identity, "
-                           "'/forged/never_judged.cpp', source_sha256, bundle, kept, workloads, 61.0, seal, task_name "
-                           "FROM incumbents WHERE generation = 2",
-                           nullptr, nullptr, &err),
-              SQLITE_OK)
+    EXPECT_EQ(
+        sqlite3_exec(db,
+                     "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, "
+                     "kept, workloads, improvement_pct, seal, task_name) SELECT task, backend, 3, identity, "
+                     "'/forged/never_judged.cpp', source_sha256, bundle, kept, workloads, 61.0, seal, task_name "
+                     "FROM incumbents WHERE generation = 2",
+                     nullptr, nullptr, &err),
+        SQLITE_OK)
         << (err ? err : "");
     sqlite3_free(err);
     sqlite3_close(db);
@@ -269,10 +286,9 @@ TEST_F(LedgerE2e, a_rehashed_bundle_is_self_consistent_only_and_keep_refuses_it_
   EXPECT_EQ(genuine.json["authenticity"]["ledger"]["recorded"], true) << genuine.output;
 
   fs::copy(m_dir / "genuine", m_dir / "forged", fs::copy_options::recursive);
-  const CommandResult attack =
-      run_command({"python3", (k_adversarial / "bundle_rehash.py").string(), (m_dir / "forged").string(),
-                   (m_task / "cpu" / "triple.cpp").string()},
-                  std::chrono::seconds(60), StderrMode::separate);
+  const CommandResult attack = run_command({"python3", (k_adversarial / "bundle_rehash.py").string(),
+                                            (m_dir / "forged").string(), (m_task / "cpu" / "triple.cpp").string()},
+                                           std::chrono::seconds(60), StderrMode::separate);
   ASSERT_EQ(attack.exit_code, 0) << attack.output << attack.errors;
 
   KwbRun forged = run_kwb({"verify", (m_dir / "forged").string(), "--json"});

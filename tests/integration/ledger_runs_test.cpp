@@ -6,9 +6,9 @@
 // Nothing here is timed (every run stops before a timing stage), so these tests run in the parallel group.
 #include "cli_helpers.h"
 #include "ledger/ledger.h"
+#include "support/temp_dir.h"
 #include "util/fs.h"
 #include "util/sha256.h"
-#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -35,8 +35,9 @@ protected:
     fs::remove_all(m_task / ".kwb");  // the copy starts with no ledger, whatever kwb run on the original left there
     fs::create_directories(m_elsewhere);
     fs::create_directories(m_src);
-    write_file_atomic(m_src / "broken.cpp", "#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\nextern \"C\" KWB_EXPORT int "
-                                            "kwb_run(const kwb_call* c) { return nope(c); }\n");
+    write_file_atomic(m_src / "broken.cpp",
+                      "#include <kwb/kernel.h>\nKWB_CANDIDATE_ABI\nextern \"C\" KWB_EXPORT int "
+                      "kwb_run(const kwb_call* c) { return nope(c); }\n");
     // The task's own ledger, the default: hermetic_ledger.cpp's is set aside for these tests.
     if (const char* l = std::getenv("KWB_LEDGER")) m_saved_ledger = l;
     ::unsetenv("KWB_LEDGER");
@@ -57,8 +58,11 @@ protected:
     return {"check", m_task.string(), "--impl", impl, "--case", "zeros"};
   }
   std::vector<std::string> validate(const std::string& bundle, bool against_incumbent = false) const {
-    std::vector<std::string> a = {"validate", m_task.string(), "--candidate", (m_src / "broken.cpp").string(),
-                                  "--output-dir", (m_dir / bundle).string(), "--workload", "decode", "--layouts", "2",
+    std::vector<std::string> a = {"validate",     m_task.string(),
+                                  "--candidate",  (m_src / "broken.cpp").string(),
+                                  "--output-dir", (m_dir / bundle).string(),
+                                  "--workload",   "decode",
+                                  "--layouts",    "2",
                                   "--no-profile", "--json"};
     if (against_incumbent) a.push_back("--against=incumbent");
     return a;
@@ -88,8 +92,8 @@ TEST_F(LedgerRuns, twenty_runs_are_listed_most_recent_first_and_every_filter_sel
   const std::string no_eps = (m_task / "cpu" / "controls" / "no_eps.cpp").string();
   const std::string broken = (k_source_dir / "tests" / "candidates" / "compile_error.cpp").string();
   const std::vector<std::string> no_eps_control = {"check", m_task.string(), "--control", "no_eps", "--case", "zeros"};
-  const std::vector<std::string> compare_no_eps = {"compare", m_task.string(), "--candidate", no_eps, "--workload",
-                                                   "decode"};
+  const std::vector<std::string> compare_no_eps = {"compare", m_task.string(), "--candidate",
+                                                   no_eps,    "--workload",    "decode"};
   struct Step {
     std::vector<std::string> args;
     int exit_code;
@@ -180,8 +184,8 @@ TEST_F(LedgerRuns, twenty_runs_are_listed_most_recent_first_and_every_filter_sel
   EXPECT_EQ(text.output.rfind("ledger " + m_ledger.string() + "\n", 0), 0u) << text.output;
   EXPECT_NE(text.output.find("task rmsnorm: 20 run(s) recorded; 20 shown, most recent first\n"), std::string::npos)
       << text.output;
-  for (const char* column : {"id", "kind", "started (UTC)", "finished (UTC)", "outcome", "candidate",
-                                    "identity", "estimate (improvement, 95% interval)", "bundle"}) {
+  for (const char* column : {"id", "kind", "started (UTC)", "finished (UTC)", "outcome", "candidate", "identity",
+                             "estimate (improvement, 95% interval)", "bundle"}) {
     EXPECT_NE(text.output.find(column), std::string::npos) << column;
   }
   const size_t row20 = text.output.find("\n20 "), row1 = text.output.find("\n1 ");

@@ -60,8 +60,8 @@ TEST_F(NewTask, the_skeleton_passes_check_and_runs_compare_and_validate_outside_
   // validate: the whole workflow into a bundle (its controls included), which verify then re-derives. Two layouts
   // and a wide A/A bound: every stage runs, and none waits out its budget on a verdict this test does not judge.
   const fs::path bundle = m_root / "bundle";
-  KwbRun v = run_kwb({"validate", task.string(), "--candidate", (task / "cpu/reference.cpp").string(),
-                      "--output-dir", bundle.string(), "--workload", "small", "--max-minutes", "0.1", "--layouts", "2",
+  KwbRun v = run_kwb({"validate", task.string(), "--candidate", (task / "cpu/reference.cpp").string(), "--output-dir",
+                      bundle.string(), "--workload", "small", "--max-minutes", "0.1", "--layouts", "2",
                       "--max-aa-difference-pct", "25"});
   EXPECT_LE(v.exit_code, 2) << v.output << v.errors;
   std::ifstream decision(bundle / "decision.json");

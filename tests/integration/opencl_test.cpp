@@ -2,20 +2,20 @@
 // six-kernel baseline and fused reference pass, every control is rejected for its named reason, work put on a
 // private queue is caught, the kernel trace tells six launches from one, and compare runs. docs/backends.md.
 #include "cli_helpers.h"
+#include "support/temp_dir.h"
 #include "util/fs.h"
 #include "worker/worker_process.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <sstream>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace kwb::test {
 namespace {
@@ -23,7 +23,8 @@ namespace {
 const std::filesystem::path k_opencl = k_rmsnorm_lite / "opencl";
 
 std::vector<std::string> check_args(const std::filesystem::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> a = {"check", k_rmsnorm_lite.string(), "--backend", "opencl", "--impl", impl.string(), "--json"};
+  std::vector<std::string> a = {"check",  k_rmsnorm_lite.string(), "--backend", "opencl",
+                                "--impl", impl.string(),           "--json"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -73,8 +74,8 @@ TEST(opencl_test, fused_passes_with_one_kernel) {
 // name, `kwb check --control`, whichever way the task gives it.
 TEST(opencl_test, every_control_is_rejected_for_its_named_reason) {
   const std::vector<std::pair<std::string, std::string>> controls = {
-      {"no_eps", "numeric_mismatch"},   {"no_weight", "numeric_mismatch"},   {"wrong_axis", "numeric_mismatch"},
-      {"zeros", "numeric_mismatch"},    {"mutate_input", "input_modified"}, {"stale_output_replay", "stale_output"}};
+      {"no_eps", "numeric_mismatch"}, {"no_weight", "numeric_mismatch"},  {"wrong_axis", "numeric_mismatch"},
+      {"zeros", "numeric_mismatch"},  {"mutate_input", "input_modified"}, {"stale_output_replay", "stale_output"}};
   for (const auto& [name, reason] : controls) {
     KwbRun r = run_kwb({"check", k_rmsnorm_lite.string(), "--backend", "opencl", "--control", name, "--json", "--case",
                         "zeros", "--case", "tiny_magnitude", "--case", "odd_row_length"});
@@ -116,8 +117,8 @@ TEST(opencl_test, a_write_past_a_device_tensor_is_caught_by_its_guards) {
 // PoCL's threads start with the context, before the sandbox: the implementation itself is held to the task's
 // thread limit (one), and a thread it starts to enqueue work after kwb_run returns is a sandbox violation.
 TEST(opencl_test, the_task_thread_limit_holds_for_opencl_implementations) {
-  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "late_enqueue.cpp",
-                                {"--case", "zeros"}));
+  KwbRun r =
+      run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "late_enqueue.cpp", {"--case", "zeros"}));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"sandbox_violation"}) << r.output;
@@ -126,8 +127,8 @@ TEST(opencl_test, the_task_thread_limit_holds_for_opencl_implementations) {
 // Overwriting the worker's table of OpenCL functions (clFinish made a no-op) would stop the timer before the kernel
 // ran; the table is read-only and sealed before the implementation loads, so the write kills the worker.
 TEST(opencl_test, a_candidate_cannot_patch_the_workers_opencl_table) {
-  KwbRun r = run_kwb(check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "patch_sync_table.cpp",
-                                {"--case", "zeros"}));
+  KwbRun r = run_kwb(
+      check_args(k_source_dir / "tests" / "adversarial" / "opencl" / "patch_sync_table.cpp", {"--case", "zeros"}));
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(reasons_of(r.json).contains("crashed")) << r.output;
@@ -212,8 +213,9 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
     ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
     ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
     if (c.json["workloads"][0]["verdict"] == "INVALID") break;
-    std::cerr << "attempt " << attempt + 1 << " did not see the work moved (a disturbed spell?): "
-              << c.json["workloads"][0]["outside_window"].dump() << "\n";
+    std::cerr << "attempt " << attempt + 1
+              << " did not see the work moved (a disturbed spell?): " << c.json["workloads"][0]["outside_window"].dump()
+              << "\n";
   }
   const auto& w = c.json["workloads"][0];
   EXPECT_EQ(w["verdict"], "INVALID") << w.dump();

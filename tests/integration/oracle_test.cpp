@@ -2,28 +2,28 @@
 // was compiled into kwb; a task in any folder brings its own oracle and passes `kwb check` with a stock kwb; an oracle
 // that crashes, hangs, aborts, returns an error or does not compile is a task error (65) naming its file, and kwb
 // survives it; outputs are cached by (oracle identity, input data).
-#include "cli_helpers.h"
 #include "oracle/oracle.h"
 #include "builder/builder.h"
+#include "cli_helpers.h"
 #include "session/case_data.h"
 #include "session/worker_session.h"
+#include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/paths.h"
 #include "util/sha256.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <memory>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <chrono>
 #include <list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -285,8 +285,8 @@ protected:
 
   KwbRun check_with_oracle(const std::string& oracle_source) {
     write_file_atomic(m_dir / "oracle.c", oracle_source);
-    return run_kwb({"check", m_dir.string(), "--impl", (m_dir / "scale.c").string(), "--json", "--timeout-seconds",
-                    "5"});
+    return run_kwb(
+        {"check", m_dir.string(), "--impl", (m_dir / "scale.c").string(), "--json", "--timeout-seconds", "5"});
   }
 
   // A failed oracle: exit 65, the oracle's file named, `what` said, and kwb itself intact (no internal error).
@@ -372,8 +372,8 @@ int kwb_run(const kwb_call* call) {
 
 TEST_F(OwnOracle, a_wrong_candidate_fails_against_the_tasks_own_oracle) {
   // The same oracle, a candidate that forgets the scalar: every element is off by a factor.
-  write_file_atomic(m_dir / "scale.c", std::string(k_scale_impl).replace(std::string(k_scale_impl).find("a * x[i]"),
-                                                                        8, "x[i]"));
+  write_file_atomic(m_dir / "scale.c",
+                    std::string(k_scale_impl).replace(std::string(k_scale_impl).find("a * x[i]"), 8, "x[i]"));
   KwbRun r = check_with_oracle(k_scale_oracle);
   ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
   EXPECT_EQ(r.exit_code, 1) << r.errors;

@@ -24,8 +24,8 @@ KwbRun profile(const std::filesystem::path& impl, std::vector<std::string> extra
   return run_kwb(args);
 }
 
-#define SKIP_WITHOUT_VALGRIND()                                                                         \
-  do {                                                                                                  \
+#define SKIP_WITHOUT_VALGRIND()                                                                      \
+  do {                                                                                               \
     if (!kwb::find_valgrind().found) GTEST_SKIP() << "valgrind is not installed (scripts/setup.sh)"; \
   } while (0)
 
@@ -124,8 +124,7 @@ TEST(profile_test, instrumentation_window_holds_exactly_the_known_work) {
   const nlohmann::json& b = decode(without).at("instructions");
   ASSERT_TRUE(a.at("available").get<bool>()) << a.dump(2);
   ASSERT_TRUE(b.at("available").get<bool>()) << b.dump(2);
-  const double difference =
-      a.at("instructions_per_call").get<double>() - b.at("instructions_per_call").get<double>();
+  const double difference = a.at("instructions_per_call").get<double>() - b.at("instructions_per_call").get<double>();
   const double expected = 4.0 * 1000000;
   EXPECT_NEAR(difference, expected, expected * 1e-4);
   for (const auto* j : {&a, &b}) {
@@ -203,19 +202,17 @@ TEST(profile_test, the_profile_worker_is_confined_by_landlock) {
   SKIP_WITHOUT_VALGRIND();
   const std::filesystem::path bundle = "/var/tmp/kwb-profile-confine/bundle";
   std::filesystem::create_directories(bundle);
-  std::filesystem::permissions(bundle.parent_path(), std::filesystem::perms::owner_all |
-                                                         std::filesystem::perms::group_read |
-                                                         std::filesystem::perms::group_exec |
-                                                         std::filesystem::perms::others_read |
-                                                         std::filesystem::perms::others_exec);
+  std::filesystem::permissions(bundle.parent_path(),
+                               std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                   std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                   std::filesystem::perms::others_exec);
   std::filesystem::permissions(bundle, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
                                            std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
                                            std::filesystem::perms::others_exec);
   write_file_atomic(bundle / "plan.json", "{\"plan\": \"every identity key\"}\n");
-  std::filesystem::permissions(bundle / "plan.json", std::filesystem::perms::owner_read |
-                                                         std::filesystem::perms::owner_write |
-                                                         std::filesystem::perms::group_read |
-                                                         std::filesystem::perms::others_read);
+  std::filesystem::permissions(bundle / "plan.json",
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                                   std::filesystem::perms::group_read | std::filesystem::perms::others_read);
   const std::filesystem::path lock = timing_lock_path();
   if (!std::filesystem::exists(lock)) {
     const int fd = ::open(lock.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
@@ -242,11 +239,14 @@ TEST(profile_test, kwb_confine_leaves_the_worker_its_own_proc_and_folder_and_not
   std::filesystem::create_directories(out);
   const std::string script =
       "id -u; read l < /proc/self/maps && echo own-maps; read l < /proc/1/cmdline && echo other-cmdline; "
-      "echo x > " + out.string() + "/f && echo own-folder; echo x > " + outside.string() + " && echo outside; "
-      "(: 3<>" + timing_lock_path().string() + ") && echo lock; true";
-  CommandResult r = run_command({confine.string(), "--own", out.string(), "--write", out.string(), "--", "/bin/sh",
-                                 "-c", script},
-                                std::chrono::seconds(30), StderrMode::separate);
+      "echo x > " +
+      out.string() + "/f && echo own-folder; echo x > " + outside.string() +
+      " && echo outside; "
+      "(: 3<>" +
+      timing_lock_path().string() + ") && echo lock; true";
+  CommandResult r =
+      run_command({confine.string(), "--own", out.string(), "--write", out.string(), "--", "/bin/sh", "-c", script},
+                  std::chrono::seconds(30), StderrMode::separate);
   std::filesystem::remove_all(out);
   std::error_code ec;
   const bool leaked = std::filesystem::exists(outside, ec);

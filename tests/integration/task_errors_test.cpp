@@ -77,7 +77,8 @@ TEST(task_errors_test, a_signature_the_oracle_does_not_take_exits_65_naming_the_
   fs::copy_file(k_rmsnorm_lite / "oracle.cpp", dir / "oracle.cpp", fs::copy_options::overwrite_existing);
   std::ofstream(dir / "impl.cpp") << "// never built\n";
   std::string text = k_valid_manifest;
-  const std::string weight = R"(  { name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 },)";
+  const std::string weight =
+      R"(  { name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 },)";
   ASSERT_NE(text.find(weight), std::string::npos);
   text.insert(text.find(weight) + weight.size(), "\n  { name = \"bias\", dtype = \"f32\", shape = [\"cols\"] },");
   std::ofstream(dir / "task.toml") << text;
@@ -105,9 +106,9 @@ TEST(task_errors_test, numeric_options_out_of_range_exit_64_naming_the_option_an
       args.insert(args.end(), {"--timeout-seconds", v});
       KwbRun r = run_kwb(args, std::chrono::seconds(30));
       EXPECT_EQ(r.exit_code, 64) << verb[0] << " --timeout-seconds " << v << ": " << r.errors;
-      EXPECT_NE(r.errors.find("--timeout-seconds: must be a finite number from 0.001 to 86400 (got " + std::string(v) +
-                              ")"),
-                std::string::npos)
+      EXPECT_NE(
+          r.errors.find("--timeout-seconds: must be a finite number from 0.001 to 86400 (got " + std::string(v) + ")"),
+          std::string::npos)
           << r.errors;
     }
   }

@@ -4,9 +4,9 @@
 // queued behind it are served in the order they came, the validate holding the lock from its A/A through its A/B;
 // and a --lock-timeout gives up with exit 75, naming the holder, a validate keeping its bundle. Each test uses a
 // lock file of its own (KWB_TIMING_LOCK), so nothing else on the machine is involved.
+#include "util/timing_lock.h"
 #include "background_kwb.h"
 #include "cli_helpers.h"
-#include "util/timing_lock.h"
 #include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
@@ -37,14 +37,32 @@ class TimingLockE2e : public ::testing::Test {
 protected:
   std::vector<std::string> lock_env() const { return {"KWB_TIMING_LOCK=" + (m_dir / "timing.lock").string()}; }
   static std::vector<std::string> compare_args() {
-    return {"compare", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(), "--workload",
-            "decode", "--max-minutes", "0.05", "--json"};
+    return {"compare",       k_rmsnorm_lite.string(),
+            "--candidate",   (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+            "--workload",    "decode",
+            "--max-minutes", "0.05",
+            "--json"};
   }
   // A short validate: two layouts, no profile, a loose A/A bound (this tests the lock, not the machine's noise).
   std::vector<std::string> validate_args(const fs::path& out) const {
-    return {"validate", k_rmsnorm_lite.string(), "--candidate", (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
-            "--output-dir", out.string(), "--workload", "decode", "--max-minutes", "0.05", "--max-aa-difference-pct",
-            "10", "--layouts", "2", "--no-profile", "--seed", "5", "--json"};
+    return {"validate",
+            k_rmsnorm_lite.string(),
+            "--candidate",
+            (k_rmsnorm_lite / "cpu" / "fused.cpp").string(),
+            "--output-dir",
+            out.string(),
+            "--workload",
+            "decode",
+            "--max-minutes",
+            "0.05",
+            "--max-aa-difference-pct",
+            "10",
+            "--layouts",
+            "2",
+            "--no-profile",
+            "--seed",
+            "5",
+            "--json"};
   }
   fs::path lock_file() const { return m_dir / "timing.lock"; }
   // Runs kwb with `args` and --lock-timeout 0.5 while the test holds the lock: its exit code and its stderr.

@@ -38,15 +38,22 @@ bool mentions_any(const std::set<std::string>& got, const std::vector<std::strin
 }
 
 KwbRun compare(const fs::path& candidate, const std::string& workload, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"compare", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--workload",
-                                   workload, "--max-minutes", "0.2", "--json"};
+  std::vector<std::string> args = {"compare",       k_rmsnorm_lite.string(),
+                                   "--candidate",   candidate.string(),
+                                   "--workload",    workload,
+                                   "--max-minutes", "0.2",
+                                   "--json"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
 }
 
 KwbRun check(const fs::path& impl, std::vector<std::string> extra = {}) {
-  std::vector<std::string> args = {"check", k_rmsnorm_lite.string(), "--impl", impl.string(), "--json",
-                                   "--timeout-seconds", "10", "--case", "zeros", "--case", "decode", "--case",
+  std::vector<std::string> args = {"check",  k_rmsnorm_lite.string(),
+                                   "--impl", impl.string(),
+                                   "--json", "--timeout-seconds",
+                                   "10",     "--case",
+                                   "zeros",  "--case",
+                                   "decode", "--case",
                                    "prefill"};
   args.insert(args.end(), extra.begin(), extra.end());
   return run_kwb(args);
@@ -108,8 +115,8 @@ TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
   EXPECT_EQ(r.exit_code, 1);
   bool named = false;
   for (const auto& f : r.json["failures"]) {
-    named = named || (f["reason"] == "sandbox_violation" &&
-                      f["detail"].get<std::string>().find("fcntl") != std::string::npos);
+    named = named ||
+            (f["reason"] == "sandbox_violation" && f["detail"].get<std::string>().find("fcntl") != std::string::npos);
   }
   EXPECT_TRUE(named) << r.json["failures"].dump();
 }
@@ -119,9 +126,9 @@ TEST(trusted_timing_test, signal_routing_on_the_protocol_socket_is_denied) {
 // rather than run workers that share a user. Simulated with util-linux unshare -Ur (root inside, one id mapped).
 TEST(trusted_timing_test, a_root_kwb_without_the_workers_ids_starts_no_worker) {
   const fs::path cache = fs::temp_directory_path() / ("kwb-ids-test-" + std::to_string(::getpid()));
-  const std::string inner = fmt::format("KWB_CACHE_DIR={} {} check {} --impl {} --case decode", cache.string(),
-                                        KWB_BINARY, k_rmsnorm_lite.string(),
-                                        (k_rmsnorm_lite / "cpu" / "fused.cpp").string());
+  const std::string inner =
+      fmt::format("KWB_CACHE_DIR={} {} check {} --impl {} --case decode", cache.string(), KWB_BINARY,
+                  k_rmsnorm_lite.string(), (k_rmsnorm_lite / "cpu" / "fused.cpp").string());
   CommandResult r = run_command({"unshare", "-Ur", "sh", "-c", "test $(id -u) = 0 || exit 98; " + inner},
                                 std::chrono::seconds(120), StderrMode::separate);
   fs::remove_all(cache);

@@ -8,11 +8,11 @@
 #include "record/bundle_writer.h"
 #include "record/decision_record.h"
 #include "record/verify.h"
+#include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
 #include "util/machine_key.h"
 #include "util/sha256.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -77,7 +77,8 @@ protected:
   }
 
   static bool mentions(const std::vector<std::string>& lines, const std::string& what) {
-    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(what) != std::string::npos; });
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& l) { return l.find(what) != std::string::npos; });
   }
 
   const test::TempDir m_tmp{"kwb-auth-test"};

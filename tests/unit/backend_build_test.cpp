@@ -2,16 +2,16 @@
 // other-stream cheat) builds with the recorded nvcc command on any machine with the CUDA toolkit, GPU or not, so a
 // broken .cu is caught in CI rather than on the first lent GPU (running them needs one: tests/gpu/run.sh).
 #include "builder/builder.h"
+#include "support/temp_dir.h"
 #include "task/task.h"
 #include "util/error.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <unistd.h>
 
 namespace kwb {
 namespace {

@@ -3,8 +3,8 @@
 // across settings, and an artifact built under one PATH is not reused under another.
 #include "builder/builder.h"
 #include "pipeline/check.h"
-#include "worker/worker_process.h"
 #include "support/temp_dir.h"
+#include "worker/worker_process.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

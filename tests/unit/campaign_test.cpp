@@ -29,7 +29,8 @@ class CampaignFile : public ::testing::Test {
 protected:
   void SetUp() override {
     fs::create_directories(m_dir / "cands");
-    for (const char* f : {"cands/a.cpp", "cands/b.cpp", "one.cpp", "cands/notes.txt"}) write_file_atomic(m_dir / f, "x\n");
+    for (const char* f : {"cands/a.cpp", "cands/b.cpp", "one.cpp", "cands/notes.txt"})
+      write_file_atomic(m_dir / f, "x\n");
   }
   Campaign load(const std::string& text) {
     write_file_atomic(m_dir / "campaign.toml", text);
@@ -52,9 +53,11 @@ protected:
 };
 
 TEST_F(CampaignFile, a_campaign_names_files_folders_and_globs_relative_to_itself) {
-  const Campaign c = load("name = \"sweep\"\nrun_limit_minutes = 10\nqueue_limit_minutes = 2\n"
-                          "[validate]\nworkloads = [\"decode\"]\nmax_minutes = 0.5\nno_profile = true\ncold = false\n"
-                          "seed = 7\n" + task_line() + "candidates = [\"one.cpp\", \"cands/\", \"cands/*.cpp\"]\n");
+  const Campaign c = load(
+      "name = \"sweep\"\nrun_limit_minutes = 10\nqueue_limit_minutes = 2\n"
+      "[validate]\nworkloads = [\"decode\"]\nmax_minutes = 0.5\nno_profile = true\ncold = false\n"
+      "seed = 7\n" +
+      task_line() + "candidates = [\"one.cpp\", \"cands/\", \"cands/*.cpp\"]\n");
   EXPECT_EQ(c.name, "sweep");
   EXPECT_EQ(c.storage, m_dir / "campaign.campaign");
   EXPECT_EQ(c.run_limit_minutes, 10.0);
@@ -74,7 +77,8 @@ TEST_F(CampaignFile, a_campaign_names_files_folders_and_globs_relative_to_itself
 TEST_F(CampaignFile, an_unknown_key_is_named_with_its_line_and_the_keys_that_exist) {
   const std::string e = error_of("name = \"x\"\nrun_limit = 5\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(e.find("campaign.toml:2: run_limit: unknown key; the keys here are name, storage, run_limit_minutes"),
-            std::string::npos) << e;
+            std::string::npos)
+      << e;
   const std::string v = error_of("[validate]\nmax_minute = 1\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(v.find("campaign.toml:2: validate.max_minute: unknown key"), std::string::npos) << v;
 }
@@ -107,12 +111,14 @@ TEST_F(CampaignFile, validate_values_are_checked_as_kwb_validate_checks_them) {
   const std::string range = error_of("[validate]\nmax_minutes = 1e9\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(range.find("campaign.toml:2: validate.max_minutes: --max-minutes must be a finite number from 0.001 to "
                        "10080"),
-            std::string::npos) << range;
+            std::string::npos)
+      << range;
   const std::string type = error_of("[validate]\nrepetitions = 2.5\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(type.find("validate.repetitions: must be a whole number"), std::string::npos) << type;
   const std::string gate = error_of("[validate]\ngate = \"median\"\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(gate.find("--gate must be one of ci, point (got median)"), std::string::npos) << gate;
-  const std::string backend = error_of("[validate]\nbackend = \"metal\"\n" + task_line() + "candidates = [\"one.cpp\"]\n");
+  const std::string backend =
+      error_of("[validate]\nbackend = \"metal\"\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(backend.find("validate.backend: unknown backend 'metal'"), std::string::npos) << backend;
   const std::string workload =
       error_of("[validate]\nworkloads = [\"prefil\"]\n" + task_line() + "candidates = [\"one.cpp\"]\n");
@@ -134,12 +140,15 @@ TEST_F(CampaignFile, executor_options_are_checked_against_the_executor) {
   const std::string local =
       error_of("[executor]\nkind = \"local\"\npartition = \"gpu\"\n" + task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(local.find("campaign.toml:3: executor.partition: is a Slurm option, but executor.kind is local"),
-            std::string::npos) << local;
+            std::string::npos)
+      << local;
   const std::string owned = error_of("[executor]\nkind = \"slurm\"\nsbatch_options = [\"--time=5\"]\n" + task_line() +
                                      "candidates = [\"one.cpp\"]\n");
   EXPECT_NE(owned.find("'--time=5' is set by the campaign itself"), std::string::npos) << owned;
-  const Campaign c = load("[executor]\nkind = \"slurm\"\npartition = \"p\"\naccount = \"a\"\nsbatch_options = "
-                          "[\"--qos=high\"]\n" + task_line() + "candidates = [\"one.cpp\"]\n");
+  const Campaign c = load(
+      "[executor]\nkind = \"slurm\"\npartition = \"p\"\naccount = \"a\"\nsbatch_options = "
+      "[\"--qos=high\"]\n" +
+      task_line() + "candidates = [\"one.cpp\"]\n");
   EXPECT_EQ(c.executor, ExecutorKind::slurm);
   EXPECT_EQ(c.slurm.partition, "p");
   EXPECT_EQ(c.slurm.sbatch_options, std::vector<std::string>{"--qos=high"});
@@ -162,7 +171,8 @@ TEST_F(CampaignFile, a_changed_setting_or_source_is_a_new_job_identity) {
   EXPECT_EQ(ja[0].id.rfind("rmsnorm-one-", 0), 0u) << ja[0].id;
 }
 
-// ---- Slurm's side ----------------------------------------------------------------------------------------------------
+// ---- Slurm's side
+// ----------------------------------------------------------------------------------------------------
 
 JobLaunch launch(BackendKind backend) {
   JobLaunch l;
@@ -180,9 +190,16 @@ TEST(campaign_slurm, sbatch_gets_the_run_limit_exclusivity_and_the_options_passe
   o.account = "lab";
   o.sbatch_options = {"--qos=high"};
   const std::vector<std::string> cpu = sbatch_argv(o, launch(BackendKind::cpu), "/s/job.sh");
-  const std::vector<std::string> want = {"sbatch", "--parsable", "--exclusive", "--job-name=kwb-sweep-job", "--time=3",
-                                         "--output=/s/jobs/x/attempt-1/slurm-%j.out", "--partition=debug",
-                                         "--account=lab", "--qos=high", "/s/job.sh"};
+  const std::vector<std::string> want = {"sbatch",
+                                         "--parsable",
+                                         "--exclusive",
+                                         "--job-name=kwb-sweep-job",
+                                         "--time=3",
+                                         "--output=/s/jobs/x/attempt-1/slurm-%j.out",
+                                         "--partition=debug",
+                                         "--account=lab",
+                                         "--qos=high",
+                                         "/s/job.sh"};
   EXPECT_EQ(cpu, want);  // 90 s: two whole minutes, plus one so that timeout(1) acts first
   const std::vector<std::string> cuda = sbatch_argv(o, launch(BackendKind::cuda), "/s/job.sh");
   EXPECT_NE(std::find(cuda.begin(), cuda.end(), "--gres=gpu:1"), cuda.end());
@@ -194,13 +211,15 @@ TEST(campaign_slurm, the_job_script_times_out_validate_and_records_its_exit_stat
   EXPECT_NE(s.find("export KWB_LEDGER=none\n"), std::string::npos) << s;
   EXPECT_NE(s.find("timeout --signal=TERM --kill-after=30 90s '/opt/kwb' 'validate' '/t/rmsnorm' '--candidate' "
                    "'/c/it'\\''s.cpp' > stdout.log 2> stderr.log"),
-            std::string::npos) << s;
+            std::string::npos)
+      << s;
   EXPECT_NE(s.find("echo \"$rc\" > exit_code.tmp && mv exit_code.tmp exit_code"), std::string::npos) << s;
 }
 
 TEST(campaign_slurm, scontrol_and_sbatch_answers_are_read_as_slurm_writes_them) {
-  const auto kv = parse_scontrol_line("JobId=7 JobName=x JobState=PENDING Reason=Resources Dependency=(null) "
-                                      "ExitCode=0:0\n");
+  const auto kv = parse_scontrol_line(
+      "JobId=7 JobName=x JobState=PENDING Reason=Resources Dependency=(null) "
+      "ExitCode=0:0\n");
   EXPECT_EQ(kv.at("JobState"), "PENDING");
   EXPECT_EQ(kv.at("Reason"), "Resources");
   EXPECT_EQ(kv.at("ExitCode"), "0:0");
@@ -293,8 +312,9 @@ public:
   JobProbe probe(const std::string& handle, const JobLaunch&) override {
     JobProbe p;
     p.where = m_cancelled.contains(handle) ? JobProbe::Where::ended : m_where;
-    p.scheduler_state = m_cancelled.contains(handle) ? "CANCELLED" : m_where == JobProbe::Where::queued ? "PENDING"
-                                                                                                       : "RUNNING";
+    p.scheduler_state = m_cancelled.contains(handle)         ? "CANCELLED"
+                        : m_where == JobProbe::Where::queued ? "PENDING"
+                                                             : "RUNNING";
     p.scheduler_reason = m_where == JobProbe::Where::queued ? "Resources" : "None";
     return p;
   }

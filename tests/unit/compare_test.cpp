@@ -1,7 +1,7 @@
 // The sequential comparison protocol on synthetic arms and a fake clock: deterministic, no processes, no timing.
 #include "pipeline/compare.h"
-#include "util/cpu_watch.h"
 #include "stats/random.h"
+#include "util/cpu_watch.h"
 
 #include <gtest/gtest.h>
 
@@ -41,7 +41,8 @@ public:
       const double aged = arm == 1 && young_calls >= 0 && i >= young_calls && ages_here ? 30.0 : 1.0;
       s.ns = static_cast<int64_t>(mean * aged * std::exp(m_noise * normal()));
       if (outside_ns >= 0) {  // a device row: its uploads and read-back, arm 1's with the extra it moved there
-        s.outside_wall_ns = static_cast<int64_t>((outside_ns + (arm == 1 ? moved_ns : 0.0)) * std::exp(m_noise * normal()));
+        s.outside_wall_ns =
+            static_cast<int64_t>((outside_ns + (arm == 1 ? moved_ns : 0.0)) * std::exp(m_noise * normal()));
       }
       v.samples.push_back(s);
     }
@@ -61,11 +62,11 @@ public:
   int warmups = 2;
   int samples = 9;
   int fail_at_block = -1;
-  int long_samples = 0;   // > 0: the visits of long blocks (stats/aging.h) have this many timed calls
-  int young_calls = -1;   // >= 0: arm 1 takes 30x as long from this call index on
+  int long_samples = 0;            // > 0: the visits of long blocks (stats/aging.h) have this many timed calls
+  int young_calls = -1;            // >= 0: arm 1 takes 30x as long from this call index on
   std::set<int> disturbed_blocks;  // not empty: only in these blocks (a burst of the machine, not the code)
-  double outside_ns = -1;  // >= 0: device rows, with this much wall time outside each window
-  double moved_ns = 0;     // arm 1's extra wall time outside the window
+  double outside_ns = -1;          // >= 0: device rows, with this much wall time outside each window
+  double moved_ns = 0;             // arm 1's extra wall time outside the window
   size_t produced = 0;
   size_t produced_samples = 0;
   size_t long_blocks_run = 0;
@@ -174,8 +175,7 @@ TEST(compare_test, a_suspicion_the_budget_cannot_settle_is_inconclusive_not_inva
   EXPECT_TRUE(r.result.aging.suspected);
   EXPECT_EQ(r.result.verdict, stats::Verdict::inconclusive) << r.result.reason;
   ASSERT_TRUE(r.result.estimate);
-  EXPECT_NE(r.result.reason.find("arm B's speed may change as its process ages"), std::string::npos)
-      << r.result.reason;
+  EXPECT_NE(r.result.reason.find("arm B's speed may change as its process ages"), std::string::npos) << r.result.reason;
   // An A/A's calibration is about the machine: the same suspicion leaves its PASS standing.
   FakeClock clock2;
   SyntheticRunner aa(clock2, 1.0, 0.01, 14);

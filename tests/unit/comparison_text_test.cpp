@@ -32,17 +32,17 @@ json workload(const std::string& name, double imp, double lo, double hi, double 
 
 json comparison() {
   json clear = workload("decode", 75.0, 71.0, 79.06, 3.2, "PASS", {9000, 9100, 8900}, {2250, 2300, 2200});
-  json loss = workload("prefill", -406.0, -450.0, -380.0, 4.0, "FAIL", {100000, 101000, 99000}, {506000, 507000, 505000});
+  json loss =
+      workload("prefill", -406.0, -450.0, -380.0, 4.0, "FAIL", {100000, 101000, 99000}, {506000, 507000, 505000});
   json noisy = workload("dram", 1.5, -20.0, 19.0, 62.0, "INCONCLUSIVE", {3.1e6, 2.2e6, 4.0e6}, {3.0e6, 2.9e6, 3.6e6});
   noisy["heavy_tailed"] = true;
   noisy["stopped_by_budget"] = true;
   // Arm A: layout matters (permutation p < 0.01) and its interval clears 10%: warned. Arm B: an interval above 10%
   // that noise alone explains (p = 0.2): not warned.
-  noisy["layout_sensitivity"] = {{{"available", true}, {"spread_pct", 14.25}, {"ci_low_pct", 11.0}, {"ci_high_pct", 30.5},
-                                  {"p_value", 0.0005}},
-                                 {{"available", true}, {"spread_pct", 40.0}, {"ci_low_pct", 12.0}, {"ci_high_pct", 80.0},
-                                  {"p_value", 0.2}}};
-  json invalid = {{"name", "zeros"}, {"verdict", "INVALID"}, {"blocks", 2}, {"improvement_pct", nullptr},
+  noisy["layout_sensitivity"] = {
+      {{"available", true}, {"spread_pct", 14.25}, {"ci_low_pct", 11.0}, {"ci_high_pct", 30.5}, {"p_value", 0.0005}},
+      {{"available", true}, {"spread_pct", 40.0}, {"ci_low_pct", 12.0}, {"ci_high_pct", 80.0}, {"p_value", 0.2}}};
+  json invalid = {{"name", "zeros"},       {"verdict", "INVALID"},   {"blocks", 2},       {"improvement_pct", nullptr},
                   {"ci_low_pct", nullptr}, {"ci_high_pct", nullptr}, {"mde_pct", nullptr}};
   return {{"workloads", {clear, loss, noisy, invalid}}};
 }
@@ -58,12 +58,13 @@ TEST(comparison_text_test, a_speedup_reads_as_a_factor_either_way) {
 TEST(comparison_text_test, per_call_medians_outside_the_paired_interval_are_warned_about) {
   // 1.89 ms and 1.50 ms (1.26x) printed beside 2.25x [2.00x, 2.50x]: the two estimators disagree, and the line says
   // which to read. Medians whose ratio lies inside the interval draw no such warning.
-  const json drifted = workload("decode", 55.6, 50.0, 60.0, 2.0, "PASS", {1.89e6, 1.89e6, 1.89e6}, {1.5e6, 1.5e6, 1.5e6});
+  const json drifted =
+      workload("decode", 55.6, 50.0, 60.0, 2.0, "PASS", {1.89e6, 1.89e6, 1.89e6}, {1.5e6, 1.5e6, 1.5e6});
   const json agreeing = workload("prefill", 55.6, 50.0, 60.0, 2.0, "PASS", {2.25e6, 2.25e6, 2.25e6}, {1e6, 1e6, 1e6});
   const std::vector<std::string> w = kwb::cli::noise_warnings({{"workloads", {drifted, agreeing}}}, "B");
   ASSERT_EQ(w.size(), 1u);
-  EXPECT_EQ(w[0].rfind("decode: the per-call medians' ratio (1.26x) lies outside the paired interval [2.00x, 2.50x]", 0),
-            0u)
+  EXPECT_EQ(
+      w[0].rfind("decode: the per-call medians' ratio (1.26x) lies outside the paired interval [2.00x, 2.50x]", 0), 0u)
       << w[0];
   EXPECT_NE(kwb::cli::comparison_table({{"workloads", {agreeing}}}, "B").find("per call: each arm's median"),
             std::string::npos);
@@ -71,7 +72,8 @@ TEST(comparison_text_test, per_call_medians_outside_the_paired_interval_are_warn
 
 TEST(comparison_text_test, table_and_warnings_match_golden) {
   const json c = comparison();
-  const std::string text = kwb::cli::comparison_table(c, "B") + kwb::cli::warning_block(kwb::cli::noise_warnings(c, "B"));
+  const std::string text =
+      kwb::cli::comparison_table(c, "B") + kwb::cli::warning_block(kwb::cli::noise_warnings(c, "B"));
   if (std::getenv("KWB_UPDATE_GOLDEN") != nullptr) kwb::write_file_atomic(k_golden_text, text);
   EXPECT_EQ(text, kwb::read_file(k_golden_text));
 }

@@ -10,8 +10,8 @@ namespace {
 using nlohmann::json;
 
 json failure(const std::string& case_name, int call, const std::string& reason, size_t elements) {
-  json f = {{"case", case_name}, {"call", call}, {"assertion", "within_tolerance:y"}, {"reason", reason},
-            {"detail", "..."}};
+  json f = {
+      {"case", case_name}, {"call", call}, {"assertion", "within_tolerance:y"}, {"reason", reason}, {"detail", "..."}};
   if (elements > 0) f["elements"] = elements;
   return f;
 }

@@ -1,8 +1,8 @@
 // The defaults table (src/pipeline/defaults.h) is what the verbs parse to when given no flags, and what their --help
 // shows: compare and validate agree on every flag they share.
+#include "pipeline/defaults.h"
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "pipeline/defaults.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -139,9 +139,9 @@ TEST(defaults_test, compare_and_validate_help_show_the_same_defaults) {
   const std::string compare_help = compare->help();
   const std::string validate_help = validate->help();
   // The flags they share through add_timing_options: the same default and the same line in --help.
-  for (const char* flag : {"--backend", "--gate", "--min-improvement-pct", "--max-aa-difference-pct", "--repetitions",
-                           "--max-blocks", "--warmups", "--samples", "--max-minutes", "--timeout-seconds", "--workload",
-                           "--cold", "--exhaustive"}) {
+  for (const char* flag :
+       {"--backend", "--gate", "--min-improvement-pct", "--max-aa-difference-pct", "--repetitions", "--max-blocks",
+        "--warmups", "--samples", "--max-minutes", "--timeout-seconds", "--workload", "--cold", "--exhaustive"}) {
     const CLI::Option* c = compare->get_option_no_throw(flag);
     const CLI::Option* v = validate->get_option_no_throw(flag);
     ASSERT_NE(c, nullptr) << flag;

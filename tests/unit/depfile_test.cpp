@@ -1,7 +1,7 @@
 // The depfile parser the builder reads every compile's dependencies with, and the identity's JSON round trip.
+#include "builder/depfile.h"
 #include "builder/build_sandbox.h"
 #include "builder/builder.h"
-#include "builder/depfile.h"
 
 #include <gtest/gtest.h>
 

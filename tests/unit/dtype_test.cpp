@@ -2,10 +2,10 @@
 // dtypes: bit patterns of known values, rounding to nearest even straight from double,
 // overflow, subnormals, NaN and infinity; generated inputs that are exactly values of their dtype; unwritten 16-bit
 // outputs found by their poison.
+#include "util/dtype.h"
 #include "oracle/tolerance.h"
 #include "task/data.h"
 #include "task/task.h"
-#include "util/dtype.h"
 
 #include <gtest/gtest.h>
 
@@ -27,10 +27,10 @@ TEST(dtype_test, f16_bit_patterns_of_known_values) {
   EXPECT_EQ(f16_bits(-2.0), 0xC000);
   EXPECT_EQ(f16_bits(0.0), 0x0000);
   EXPECT_EQ(f16_bits(-0.0), 0x8000);
-  EXPECT_EQ(f16_bits(65504.0), 0x7BFF);                 // largest finite
-  EXPECT_EQ(f16_bits(std::ldexp(1.0, -14)), 0x0400);    // smallest normal
-  EXPECT_EQ(f16_bits(std::ldexp(1.0, -24)), 0x0001);    // smallest subnormal
-  EXPECT_EQ(f16_bits(std::ldexp(1023.0, -24)), 0x03FF); // largest subnormal
+  EXPECT_EQ(f16_bits(65504.0), 0x7BFF);                  // largest finite
+  EXPECT_EQ(f16_bits(std::ldexp(1.0, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(f16_bits(std::ldexp(1.0, -24)), 0x0001);     // smallest subnormal
+  EXPECT_EQ(f16_bits(std::ldexp(1023.0, -24)), 0x03FF);  // largest subnormal
   EXPECT_EQ(f16_bits(k_inf), 0x7C00);
   EXPECT_EQ(f16_bits(-k_inf), 0xFC00);
   EXPECT_EQ(f16_bits(k_nan), 0x7E00);
@@ -116,7 +116,8 @@ TEST(dtype_table, every_name_parses_back_to_its_row_and_no_other_spelling_does) 
     EXPECT_EQ(parse_dtype(to_string(t.dtype)), t.dtype) << t.name;
     EXPECT_EQ(&dtype_info(t.dtype), &t);
   }
-  for (const char* other : {"float32", "F32", "fp16", "", "f32 ", "double"}) EXPECT_EQ(parse_dtype(other), std::nullopt);
+  for (const char* other : {"float32", "F32", "fp16", "", "f32 ", "double"})
+    EXPECT_EQ(parse_dtype(other), std::nullopt);
   EXPECT_EQ(dtype_choices(), "f16, bf16, f32, f64, i8, u8, i32, i64, bool");
 }
 
@@ -126,11 +127,11 @@ TEST(dtype_table, widths_and_dlpack_types) {
     size_t size;
     uint8_t code;
   };
-  for (const Expected& e : {Expected{DType::f16, 2, kDLFloat}, Expected{DType::bf16, 2, kDLBfloat},
-                            Expected{DType::f32, 4, kDLFloat}, Expected{DType::f64, 8, kDLFloat},
-                            Expected{DType::i8, 1, kDLInt}, Expected{DType::u8, 1, kDLUInt},
-                            Expected{DType::i32, 4, kDLInt}, Expected{DType::i64, 8, kDLInt},
-                            Expected{DType::boolean, 1, 6 /* DLPack 0.8's kDLBool */}}) {
+  for (const Expected& e :
+       {Expected{DType::f16, 2, kDLFloat}, Expected{DType::bf16, 2, kDLBfloat}, Expected{DType::f32, 4, kDLFloat},
+        Expected{DType::f64, 8, kDLFloat}, Expected{DType::i8, 1, kDLInt}, Expected{DType::u8, 1, kDLUInt},
+        Expected{DType::i32, 4, kDLInt}, Expected{DType::i64, 8, kDLInt},
+        Expected{DType::boolean, 1, 6 /* DLPack 0.8's kDLBool */}}) {
     EXPECT_EQ(dtype_size(e.t), e.size) << to_string(e.t);
     const DLDataType dl = to_dlpack(e.t);
     EXPECT_EQ(dl.code, e.code) << to_string(e.t);
@@ -256,8 +257,7 @@ TEST(dtype_test, a_law_that_cannot_fill_a_dtype_exactly_is_named) {
   r.kind = DistributionKind::randint;
   r.low = -200;
   r.high = 100;
-  EXPECT_NE(distribution_misfit(r, DType::i8, 10).find("beyond what i8 holds exactly (-128 to 127)"),
-            std::string::npos)
+  EXPECT_NE(distribution_misfit(r, DType::i8, 10).find("beyond what i8 holds exactly (-128 to 127)"), std::string::npos)
       << distribution_misfit(r, DType::i8, 10);
   EXPECT_EQ(distribution_misfit(r, DType::i32, 10), "");
   Distribution p;

@@ -49,16 +49,19 @@ protected:
   }
   static std::string arms() {
     return "[[arms]]\nname = \"a\"\ncommand = [\"python3\", \"g.py\"]\nfiles = [\"gen/g.py\", \"gen/lib\"]\n"
-           "env = { MODE = \"x\" }\n[[arms]]\nname = \"b\"\ncommand = [\"python3\", \"g.py\"]\nfiles = [\"gen/g.py\"]\n";
+           "env = { MODE = \"x\" }\n[[arms]]\nname = \"b\"\ncommand = [\"python3\", \"g.py\"]\nfiles = "
+           "[\"gen/g.py\"]\n";
   }
 
   test::TempDir m_dir{"kwb-experiment-file"};
 };
 
 TEST_F(ExperimentFile, an_experiment_names_two_arms_tasks_seeds_and_validate_options) {
-  const Experiment x = load("name = \"t\"\nseeds = [1, 2, 3]\nattempts = 4\nfinal_max_minutes = 0.5\n"
-                            "[validate]\nworkloads = [\"decode\"]\n"
-                            "max_minutes = 0.1\nno_profile = true\n" + tasks() + arms());
+  const Experiment x = load(
+      "name = \"t\"\nseeds = [1, 2, 3]\nattempts = 4\nfinal_max_minutes = 0.5\n"
+      "[validate]\nworkloads = [\"decode\"]\n"
+      "max_minutes = 0.1\nno_profile = true\n" +
+      tasks() + arms());
   EXPECT_EQ(x.name, "t");
   EXPECT_EQ(x.storage, m_dir / "x.experiment");
   EXPECT_EQ(x.seeds, (std::vector<std::int64_t>{1, 2, 3}));
@@ -78,8 +81,10 @@ TEST_F(ExperimentFile, an_experiment_names_two_arms_tasks_seeds_and_validate_opt
 TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
   const std::string base = "seeds = [1]\n" + tasks();
   EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n").find("exactly two arms"), std::string::npos);
-  EXPECT_NE(error_of("seeds = [1]\n" + tasks() + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms]]\nname = \"a\"\n"
-                     "command = [\"x\"]\n").find("arms[1].name"),
+  EXPECT_NE(error_of("seeds = [1]\n" + tasks() +
+                     "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms]]\nname = \"a\"\n"
+                     "command = [\"x\"]\n")
+                .find("arms[1].name"),
             std::string::npos);
   EXPECT_NE(error_of(base + "[[arms]]\nname = \"a b\"\ncommand = [\"x\"]\n[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n")
                 .find("arms[0].name"),
@@ -88,15 +93,18 @@ TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
                 .find("arms[0].command"),
             std::string::npos);
   EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nfiles = [\"nope.py\"]\n[[arms]]\nname = \"b\"\n"
-                            "command = [\"x\"]\n").find("nope.py"),
+                            "command = [\"x\"]\n")
+                .find("nope.py"),
             std::string::npos);
   EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { KWB_SEED = \"1\" }\n[[arms]]\n"
-                            "name = \"b\"\ncommand = [\"x\"]\n").find("arms[0].env.KWB_SEED"),
+                            "name = \"b\"\ncommand = [\"x\"]\n")
+                .find("arms[0].env.KWB_SEED"),
             std::string::npos);
   EXPECT_NE(error_of("seeds = [1, 1]\n" + tasks() + arms()).find("seed 1 is given twice"), std::string::npos);
   EXPECT_NE(error_of(tasks() + arms()).find("seeds: missing"), std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\nattempts = 2.5\n" + tasks() + arms()).find("attempts"), std::string::npos);
-  EXPECT_NE(error_of("seeds = [1]\n[validate]\nseed = 3\n" + tasks() + arms()).find("validate.seed"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n[validate]\nseed = 3\n" + tasks() + arms()).find("validate.seed"),
+            std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\n[validate]\nworkloads = [\"nope\"]\n" + tasks() + arms()).find("validate.workloads"),
             std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\n[validate]\nmax_minutes = -1\n" + tasks() + arms()).find("validate.max_minutes"),
@@ -111,8 +119,8 @@ TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
 }
 
 TEST_F(ExperimentFile, a_frozen_experiment_refuses_to_resume_once_an_arm_changed) {
-  const std::string text = "seeds = [1]\n[validate]\nworkloads = [\"decode\"]\n[[tasks]]\ndir = \"" +
-                           k_x_rmsnorm.string() + "\"\n" + arms();
+  const std::string text =
+      "seeds = [1]\n[validate]\nworkloads = [\"decode\"]\n[[tasks]]\ndir = \"" + k_x_rmsnorm.string() + "\"\n" + arms();
   const nlohmann::json first = freeze_experiment(load(text));
   EXPECT_EQ(first["schema"], "kwb.experiment");
   EXPECT_EQ(first["trajectories"].size(), 2u);
@@ -150,9 +158,8 @@ TEST(AttemptCategory, a_decision_becomes_the_category_it_names) {
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_not_built"}), {}), AttemptCategory::not_built);
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch"}), {}),
             AttemptCategory::incorrect);
-  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch",
-                                                                                      "stale_output"}),
-                                {}),
+  EXPECT_EQ(categorize_decision(
+                decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch", "stale_output"}), {}),
             AttemptCategory::cheat);
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"forbidden_symbol"}), {}),
             AttemptCategory::cheat);
@@ -214,8 +221,8 @@ nlohmann::json fake_plan(int seeds) {
   for (const char* task : {"x", "y"}) {
     for (int s = 1; s <= seeds; ++s) {
       for (int a = 0; a < 2; ++a) {
-        p["trajectories"].push_back({{"id", fmt::format("{}-{}-{}", a, task, s)}, {"arm_index", a}, {"task", task},
-                                     {"seed", s}});
+        p["trajectories"].push_back(
+            {{"id", fmt::format("{}-{}-{}", a, task, s)}, {"arm_index", a}, {"task", task}, {"seed", s}});
       }
     }
   }
@@ -257,8 +264,8 @@ TEST(ExperimentAnalysis, the_four_verdicts) {
   EXPECT_EQ(b["win_rate"]["b_wins"], 6);
   EXPECT_EQ(b["arms"][1]["fast_p"]["1.5"], 1.0);  // e^0.49 = 1.63
   EXPECT_EQ(b["arms"][1]["fast_p"]["2"], 0.0);
-  EXPECT_EQ(b["arms"][0]["fast_p"]["0"], 1.0);    // correct, ...
-  EXPECT_EQ(b["arms"][0]["fast_p"]["1"], 0.0);    // ... not faster
+  EXPECT_EQ(b["arms"][0]["fast_p"]["0"], 1.0);  // correct, ...
+  EXPECT_EQ(b["arms"][0]["fast_p"]["1"], 0.0);  // ... not faster
   const nlohmann::json s = analyze_experiment(plan, same, "d");
   EXPECT_EQ(s["verdict"], "INCONCLUSIVE");
   EXPECT_LT(s["difference"]["low"].get<double>(), 0.0);
@@ -273,14 +280,18 @@ TEST(ExperimentAnalysis, the_four_verdicts) {
   EXPECT_EQ(i["missing"].size(), 1u);
   // And the reports render it, every cell escaped.
   std::vector<nlohmann::json> records;
-  const nlohmann::json full_plan = {{"name", "t <x>"},
-                                    {"kwb", {{"version", "0"}, {"git_sha", "g"}, {"binary_sha256", "b"}}},
-                                    {"settings", {{"seeds", {1, 2, 3}}, {"attempts", 1}, {"backend", "cpu"},
-                                                  {"validate", nlohmann::json::array()},
-                                                  {"executor", {{"kind", "local"}}}}},
-                                    {"arms", {{{"name", "slow"}, {"command", {"a"}}}, {{"name", "fast"}, {"command", {"b"}}}}},
-                                    {"tasks", plan["tasks"]},
-                                    {"trajectories", plan["trajectories"]}};
+  const nlohmann::json full_plan = {
+      {"name", "t <x>"},
+      {"kwb", {{"version", "0"}, {"git_sha", "g"}, {"binary_sha256", "b"}}},
+      {"settings",
+       {{"seeds", {1, 2, 3}},
+        {"attempts", 1},
+        {"backend", "cpu"},
+        {"validate", nlohmann::json::array()},
+        {"executor", {{"kind", "local"}}}}},
+      {"arms", {{{"name", "slow"}, {"command", {"a"}}}, {{"name", "fast"}, {"command", {"b"}}}}},
+      {"tasks", plan["tasks"]},
+      {"trajectories", plan["trajectories"]}};
   const ExperimentReportInput in{&full_plan, &i, &records, "/nonexistent"};
   const std::string html = experiment_html(in);
   EXPECT_NE(html.find("data-verdict=\"INVALID\""), std::string::npos);

@@ -2,9 +2,9 @@
 // derivation, twins, and the ill-conditioned data distribution (docs/threat-model.md).
 #include "builder/elf_inspect.h"
 #include "pipeline/check.h"
+#include "support/temp_dir.h"
 #include "task/data.h"
 #include "task/task.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 

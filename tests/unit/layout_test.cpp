@@ -1,7 +1,7 @@
 // Layout randomization (stats/layout.h, builder.h): the schedule is balanced per arm, independent between arms,
 // deterministic in the seed (verify re-derives it), and its offsets keep the alignment kwb promises.
-#include "builder/builder.h"
 #include "stats/layout.h"
+#include "builder/builder.h"
 #include "stats/random.h"
 
 #include <gtest/gtest.h>
@@ -42,7 +42,8 @@ TEST(layout_test, arms_draw_independently_and_the_seed_decides_everything) {
   EXPECT_GT(same, 60u);
   EXPECT_LT(same, 140u);
   size_t differs = 0;
-  for (int b = 0; b < 64; ++b) differs += visit_layout(5, 0, b, 8, 3, true).variant != visit_layout(6, 0, b, 8, 3, true).variant;
+  for (int b = 0; b < 64; ++b)
+    differs += visit_layout(5, 0, b, 8, 3, true).variant != visit_layout(6, 0, b, 8, 3, true).variant;
   EXPECT_GT(differs, 30u);
 }
 

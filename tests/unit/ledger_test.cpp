@@ -3,8 +3,8 @@
 // stale; improvements compound from what each generation measured against its parent).
 #include "ledger/ledger.h"
 #include "cli/ledger.h"
-#include "util/error.h"
 #include "support/temp_dir.h"
+#include "util/error.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -135,8 +135,7 @@ TEST_F(LedgerTest, three_generations_compound_and_a_stale_bundle_is_refused) {
   // Nothing kept yet: the bundle must have decided against the task's baseline.
   Ledger::Promotion wrong = l.promote("rmsnorm", BackendKind::cpu, "k-other", g0, kept("k1", "/c1.cpp", 50, 50));
   EXPECT_FALSE(wrong.kept);
-  EXPECT_NE(wrong.refused.find("nothing of task rmsnorm on cpu has been kept yet"), std::string::npos)
-      << wrong.refused;
+  EXPECT_NE(wrong.refused.find("nothing of task rmsnorm on cpu has been kept yet"), std::string::npos) << wrong.refused;
   EXPECT_TRUE(l.lineage("rmsnorm", BackendKind::cpu).empty()) << "a refused promotion writes nothing";
 
   Ledger::Promotion p1 = l.promote("rmsnorm", BackendKind::cpu, "k0", g0, kept("k1", "/c1.cpp", 50, 50));
@@ -196,9 +195,10 @@ TEST_F(LedgerTest, a_lineage_row_that_keep_did_not_write_breaks_the_lineage_nami
     }
   };
   // A generation 2 planted with sqlite3.
-  tamper("INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-         "workloads, improvement_pct) VALUES ('rmsnorm', 'cpu', 2, 'k-evil', '/evil.cpp', 'x', '', "
-         "'2026-12-01T00:00:00Z', '[]', 90)");
+  tamper(
+      "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
+      "workloads, improvement_pct) VALUES ('rmsnorm', 'cpu', 2, 'k-evil', '/evil.cpp', 'x', '', "
+      "'2026-12-01T00:00:00Z', '[]', 90)");
   broken("generation 2 (/evil.cpp): it has no seal");
   // The same row with generation 1's seal copied onto it.
   tamper("UPDATE incumbents SET seal = (SELECT seal FROM incumbents WHERE generation = 1) WHERE generation = 2");
@@ -209,8 +209,7 @@ TEST_F(LedgerTest, a_lineage_row_that_keep_did_not_write_breaks_the_lineage_nami
   tamper("UPDATE incumbents SET source = '/evil.cpp' WHERE generation = 1");
   broken("generation 1 (/evil.cpp): its seal does not match");
   // And keep does not extend a broken lineage.
-  EXPECT_THROW(Ledger::open(file()).promote("rmsnorm", BackendKind::cpu, "k1", g0, kept("k2", "/c2.cpp", 5, 5)),
-               Error);
+  EXPECT_THROW(Ledger::open(file()).promote("rmsnorm", BackendKind::cpu, "k1", g0, kept("k2", "/c2.cpp", 5, 5)), Error);
   tamper("UPDATE incumbents SET source = '/c1.cpp' WHERE generation = 1");
   EXPECT_EQ(Ledger::open(file()).lineage("rmsnorm", BackendKind::cpu).size(), 2u);
   // A lineage sealed by another machine's key, which this one does not trust.
@@ -366,7 +365,8 @@ TEST(RunsTable, each_run_is_a_row_with_its_candidate_estimates_and_bundle) {
   LedgerRun v = run_of("rmsnorm", "validate", "KEEP_CANDIDATE", "2026-12-01T09:00:00Z");
   v.id = 3;
   v.finished = "2026-12-01T09:04:10Z";
-  v.arms = {{"baseline", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"}, {"candidate", "/t/cpu/fused.cpp", "bbbbbbbbbbbbbbbb"}};
+  v.arms = {{"baseline", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"},
+            {"candidate", "/t/cpu/fused.cpp", "bbbbbbbbbbbbbbbb"}};
   v.workloads = {{"decode", "PASS", 54.5512, 50.1, 58.02}, {"prefill", "PASS", -3.2, -5.0, -1.25}};
   v.bundle = "/bundles/fused";
   LedgerRun c = run_of("rmsnorm", "compare", "REFUSED", "2026-12-01T08:00:00.250Z");
@@ -374,8 +374,9 @@ TEST(RunsTable, each_run_is_a_row_with_its_candidate_estimates_and_bundle) {
   c.finished = "2026-12-01T08:00:04.750Z";
   c.arms = {{"A", "/t/cpu/baseline.cpp", "aaaaaaaaaaaaaaaa"}, {"B", "/t/cpu/no_eps.cpp", "cccccccccccccccc"}};
   c.workloads = {{"decode", "REFUSED", std::nullopt, std::nullopt, std::nullopt}};
-  c.reasons = {"arm B: /t/cpu/no_eps.cpp failed its check: numeric_mismatch (2 assertions failed); no metric is reported "
-               "for rejected code"};
+  c.reasons = {
+      "arm B: /t/cpu/no_eps.cpp failed its check: numeric_mismatch (2 assertions failed); no metric is reported "
+      "for rejected code"};
   LedgerRun k = run_of("rmsnorm", "check", "PASS", "2026-12-01T07:00:00.000Z");
   k.id = 1;
   k.finished = "2026-12-01T07:00:01.500Z";

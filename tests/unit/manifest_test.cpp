@@ -1,10 +1,10 @@
+#include "../valid_task.h"
 #include "pipeline/check.h"
+#include "support/temp_dir.h"
 #include "task/data.h"
 #include "task/task.h"
 #include "util/error.h"
 #include "util/sha256.h"
-#include "../valid_task.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -59,8 +59,7 @@ protected:
 
 // "FILE:LINE: ..." with the right line.
 void expect_location(const std::string& msg, const fs::path& dir, int line) {
-  EXPECT_NE(msg.find((fs::canonical(dir) / "task.toml").string() + ":" + std::to_string(line) + ":"),
-            std::string::npos)
+  EXPECT_NE(msg.find((fs::canonical(dir) / "task.toml").string() + ":" + std::to_string(line) + ":"), std::string::npos)
       << msg;
 }
 
@@ -92,8 +91,8 @@ TEST_F(ManifestTest, reads_declares_the_elements_a_call_reads_and_defaults_to_al
              R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], reads = "cols" })");
   const kwb::Task t = kwb::load_task(m_dir);
   ASSERT_TRUE(t.signature.inputs[0].reads.has_value());
-  EXPECT_EQ(kwb::input_reads(t.signature.inputs[0], t.cases[0]), 8u);   // cols = 8 of rows * cols = 16
-  EXPECT_EQ(kwb::input_reads(t.signature.inputs[1], t.cases[0]), 8u);   // weight: no declaration, all 8
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[0], t.cases[0]), 8u);  // cols = 8 of rows * cols = 16
+  EXPECT_EQ(kwb::input_reads(t.signature.inputs[1], t.cases[0]), 8u);  // weight: no declaration, all 8
   kwb::Case big = t.cases[0];
   big.dims["cols"] = 1000;
   big.dims["rows"] = 1;
@@ -119,8 +118,9 @@ TEST_F(ManifestTest, reads_is_capped_at_the_tensor_and_refused_when_malformed_or
 }
 
 TEST_F(ManifestTest, randint_bounds_may_follow_a_dim_at_every_shape) {
-  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
-             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "rows - 1" })");
+  write_with(
+      R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+      R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "rows - 1" })");
   const kwb::Task t = kwb::load_task(m_dir);
   const kwb::Distribution d = kwb::input_law(t.signature.inputs[1], t.cases[0]);
   EXPECT_EQ(d.kind, kwb::DistributionKind::randint);
@@ -140,13 +140,15 @@ TEST_F(ManifestTest, randint_bounds_may_follow_a_dim_at_every_shape) {
 }
 
 TEST_F(ManifestTest, a_randint_bound_naming_no_dim_or_crossing_at_a_case_is_refused) {
-  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
-             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "vocab - 1" })");
+  write_with(
+      R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+      R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 0, high = "vocab - 1" })");
   std::string e = load_error();
   EXPECT_NE(e.find("vocab"), std::string::npos) << e;
   EXPECT_NE(e.find("input 'weight'"), std::string::npos) << e;
-  write_with(R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
-             R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 5, high = "rows - 1" })");
+  write_with(
+      R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
+      R"({ name = "weight", dtype = "i32", shape = ["cols"], distribution = "randint", low = 5, high = "rows - 1" })");
   e = load_error();
   EXPECT_NE(e.find("low = 5, high = 1"), std::string::npos) << e;
 }
@@ -158,7 +160,8 @@ TEST_F(ManifestTest, a_case_needs_a_distribution_only_for_inputs_without_a_law_o
   EXPECT_NE(e.find("field 'cases[0].distribution'"), std::string::npos) << e;
   EXPECT_NE(e.find("input 'x' has no law of its own"), std::string::npos) << e;
   // With x's law in the case's inputs (weight has its own in [signature]), no case-wide distribution is needed.
-  write_with("distribution = \"normal\"\nscale = 2.0\n", "inputs = { x = { distribution = \"normal\", scale = 3.0 } }\n");
+  write_with("distribution = \"normal\"\nscale = 2.0\n",
+             "inputs = { x = { distribution = \"normal\", scale = 3.0 } }\n");
   const kwb::Task t = kwb::load_task(m_dir);
   EXPECT_EQ(kwb::input_law(t.signature.inputs[0], t.cases[0]).scale, 3.0);
   EXPECT_EQ(kwb::input_law(t.signature.inputs[1], t.cases[0]).kind, kwb::DistributionKind::uniform);
@@ -199,7 +202,9 @@ TEST_F(ManifestTest, wrong_type_names_field_line_and_types) {
 TEST_F(ManifestTest, unknown_dtype_lists_the_choices) {
   write_with("dtype = \"f32\", shape = [\"rows\", \"cols\"] }", "dtype = \"f23\", shape = [\"rows\", \"cols\"] }");
   std::string msg = load_error();
-  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64, i8, u8, i32, i64, bool)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown dtype 'f23' (expected one of f16, bf16, f32, f64, i8, u8, i32, i64, bool)"),
+            std::string::npos)
+      << msg;
   expect_location(msg, m_dir, 7);
 }
 
@@ -211,7 +216,8 @@ TEST_F(ManifestTest, unknown_key_is_an_error_not_ignored) {
 }
 
 TEST_F(ManifestTest, bad_shape_expression_points_at_the_character) {
-  write_with("shape = [\"rows\", \"cols\"] },\n  { name = \"weight\"", "shape = [\"rows\", \"cols*\"] },\n  { name = \"weight\"");
+  write_with("shape = [\"rows\", \"cols\"] },\n  { name = \"weight\"",
+             "shape = [\"rows\", \"cols*\"] },\n  { name = \"weight\"");
   std::string msg = load_error();
   EXPECT_NE(msg.find("bad shape expression 'cols*'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("signature.inputs[0].shape[1]"), std::string::npos) << msg;
@@ -252,9 +258,7 @@ TEST_F(ManifestTest, duplicate_case_names_are_rejected) {
   EXPECT_NE(load_error().find("duplicate case 'a'"), std::string::npos);
 }
 
-TEST_F(ManifestTest, not_a_folder_is_a_data_error) {
-  EXPECT_THROW(kwb::load_task(m_dir / "missing"), kwb::DataError);
-}
+TEST_F(ManifestTest, not_a_folder_is_a_data_error) { EXPECT_THROW(kwb::load_task(m_dir / "missing"), kwb::DataError); }
 
 // Issue 15, class 8: a task names sources only inside its own folder (65, naming the field).
 TEST_F(ManifestTest, control_source_outside_the_task_folder_is_refused) {
@@ -529,8 +533,8 @@ TEST_F(ManifestTest, a_task_of_integer_outputs_needs_no_tolerance_table) {
   std::string s = k_valid;
   s.replace(s.find("{ name = \"y\", dtype = \"f32\""), std::string("{ name = \"y\", dtype = \"f32\"").size(),
             "{ name = \"y\", dtype = \"i32\"");
-  s.replace(s.find("[tolerance]\nrtol = 1e-4\natol = 0.0\n"), std::string("[tolerance]\nrtol = 1e-4\natol = 0.0\n").size(),
-            "");
+  s.replace(s.find("[tolerance]\nrtol = 1e-4\natol = 0.0\n"),
+            std::string("[tolerance]\nrtol = 1e-4\natol = 0.0\n").size(), "");
   write(s);
   const kwb::Task t = kwb::load_task(m_dir);
   EXPECT_EQ(t.output_tolerance.at(0).mode, kwb::ToleranceMode::exact);
@@ -548,7 +552,8 @@ TEST_F(ManifestTest, integer_inputs_need_an_integer_law_within_their_range) {
                      "not normal"),
             std::string::npos)
       << msg;
-  s.replace(s.find("distribution = \"normal\"\nscale = 2.0"), std::string("distribution = \"normal\"\nscale = 2.0").size(),
+  s.replace(s.find("distribution = \"normal\"\nscale = 2.0"),
+            std::string("distribution = \"normal\"\nscale = 2.0").size(),
             "distribution = \"randint\"\nlow = -100\nhigh = 300");
   write(s);
   msg = load_error();

@@ -42,8 +42,8 @@ TEST(McpTools, every_verb_an_agent_needs_is_a_tool_with_a_closed_input_schema) {
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t.dump();
     EXPECT_EQ(t["inputSchema"]["additionalProperties"], false) << t.dump();
   }
-  EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify",
-                                          "history", "runs", "keep", "list_tasks"}));
+  EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify", "history",
+                                          "runs", "keep", "list_tasks"}));
 }
 
 // What a client may assume: only keep replaces state (the incumbent); the readers change nothing a later call sees.
@@ -61,26 +61,30 @@ TEST(McpTools, each_tool_says_whether_it_reads_or_replaces_state) {
 TEST(McpTools, a_call_becomes_the_command_line_the_cli_gets) {
   EXPECT_EQ(tool_argv("check", {{"task", "tasks/rmsnorm"}, {"impl", "f.cpp"}, {"cases", {"zeros", "decode"}}}),
             (Args{"check", "tasks/rmsnorm", "--impl", "f.cpp", "--case", "zeros", "--case", "decode", "--json"}));
-  EXPECT_EQ(tool_argv("validate", {{"task", "t"}, {"candidate", "c.cpp"}, {"output_dir", "b"},
-                                   {"against_incumbent", true}, {"max_minutes", 0.5}, {"seed", 7}}),
-            (Args{"validate", "t", "--candidate", "c.cpp", "--output-dir", "b", "--against=incumbent",
-                  "--max-minutes", "0.5", "--seed", "7", "--json"}));
+  EXPECT_EQ(tool_argv("validate", {{"task", "t"},
+                                   {"candidate", "c.cpp"},
+                                   {"output_dir", "b"},
+                                   {"against_incumbent", true},
+                                   {"max_minutes", 0.5},
+                                   {"seed", 7}}),
+            (Args{"validate", "t", "--candidate", "c.cpp", "--output-dir", "b", "--against=incumbent", "--max-minutes",
+                  "0.5", "--seed", "7", "--json"}));
   EXPECT_EQ(tool_argv("compare", {{"task", "t"}, {"aa", true}}), (Args{"compare", "t", "--aa", "--json"}));
   EXPECT_EQ(tool_argv("keep", {{"bundle", "b"}}), (Args{"keep", "b", "--json"}));
   EXPECT_EQ(tool_argv("check", {{"task", "t"}, {"control", "no_eps"}, {"held_out", true}, {"calls", 2}}),
             (Args{"check", "t", "--control", "no_eps", "--calls", "2", "--held-out", "--json"}));
-  EXPECT_EQ(tool_argv("compare", {{"task", "t"}, {"aa", true}, {"gate", "point"}, {"cold", true}, {"seed", 3},
-                                  {"output_dir", "o"}}),
-            (Args{"compare", "t", "--aa", "--seed", "3", "--output-dir", "o", "--gate", "point", "--cold", "--json"}));
-  EXPECT_EQ(tool_argv("validate", {{"task", "t"}, {"candidate", "c"}, {"output_dir", "b"},
-                                   {"against_incumbent", false}}),
-            (Args{"validate", "t", "--candidate", "c", "--output-dir", "b", "--json"}));
+  EXPECT_EQ(
+      tool_argv("compare",
+                {{"task", "t"}, {"aa", true}, {"gate", "point"}, {"cold", true}, {"seed", 3}, {"output_dir", "o"}}),
+      (Args{"compare", "t", "--aa", "--seed", "3", "--output-dir", "o", "--gate", "point", "--cold", "--json"}));
+  EXPECT_EQ(
+      tool_argv("validate", {{"task", "t"}, {"candidate", "c"}, {"output_dir", "b"}, {"against_incumbent", false}}),
+      (Args{"validate", "t", "--candidate", "c", "--output-dir", "b", "--json"}));
 }
 
 TEST(McpTools, arguments_that_do_not_fit_are_refused_naming_the_field) {
   EXPECT_NE(refusal("check", {{"task", "t"}}).find("argument 'impl' is required"), std::string::npos);
-  EXPECT_NE(refusal("check", {{"task", "t"}, {"impl", 3}}).find("argument 'impl' must be a string"),
-            std::string::npos);
+  EXPECT_NE(refusal("check", {{"task", "t"}, {"impl", 3}}).find("argument 'impl' must be a string"), std::string::npos);
   EXPECT_NE(refusal("check", {{"task", "t"}, {"impl", ""}}).find("'impl'"), std::string::npos);
   EXPECT_NE(refusal("check", {{"task", "t"}, {"impl", "f"}, {"imp", "g"}}).find("unknown argument 'imp'"),
             std::string::npos);
@@ -89,12 +93,12 @@ TEST(McpTools, arguments_that_do_not_fit_are_refused_naming_the_field) {
                 .find("'seed' must be a non-negative integer"),
             std::string::npos);
   EXPECT_NE(refusal("compare", {{"task", "t"}}).find("either 'candidate' or 'aa'"), std::string::npos);
-  EXPECT_NE(refusal("compare", {{"task", "t"}, {"candidate", "c"}, {"aa", true}}).find("not both"),
-            std::string::npos);
-  EXPECT_NE(refusal("validate", {{"task", "t"}, {"candidate", "c"}, {"output_dir", "b"}, {"baseline", "x"},
-                                 {"against_incumbent", true}})
-                .find("two baselines"),
-            std::string::npos);
+  EXPECT_NE(refusal("compare", {{"task", "t"}, {"candidate", "c"}, {"aa", true}}).find("not both"), std::string::npos);
+  EXPECT_NE(
+      refusal("validate",
+              {{"task", "t"}, {"candidate", "c"}, {"output_dir", "b"}, {"baseline", "x"}, {"against_incumbent", true}})
+          .find("two baselines"),
+      std::string::npos);
   EXPECT_NE(refusal("explode", nlohmann::json::object()).find("unknown tool 'explode'"), std::string::npos);
   EXPECT_NE(refusal("check", nlohmann::json::array()).find("'arguments' must be an object"), std::string::npos);
   EXPECT_NE(refusal("check", {{"task", "t"}, {"impl", "f"}, {"control", "no_eps"}}).find("give one"),
@@ -136,8 +140,8 @@ void referenced(const nlohmann::json& j, std::set<std::string>& names) {
 // kwb's command line with the verbs the tools run, as cli/run.cpp builds it.
 struct CommandLine {
   CLI::App root;
-  std::vector<Action> actions = {add_check(root),  add_compare(root),    add_validate(root), add_profile(root),
-                                 add_verify(root), add_keep(root),       add_revalidate(root), add_history(root)};
+  std::vector<Action> actions = {add_check(root),  add_compare(root), add_validate(root),   add_profile(root),
+                                 add_verify(root), add_keep(root),    add_revalidate(root), add_history(root)};
 };
 
 // The files in schemas/ are what kwb carries: an edited schema is never declared stale over MCP.
@@ -156,10 +160,11 @@ TEST(McpTools, kwb_carries_every_schema_file_as_it_is) {
 // verb's output fail its own schema (whose objects reject unknown fields).
 TEST(McpTools, every_tool_declares_its_result_with_the_verbs_own_schema) {
   const std::map<std::string, std::string> result_schema = {
-      {"check", "kwb.check"},     {"compare", "kwb.compare"}, {"validate", "kwb.decision"},
-      {"revalidate", "kwb.decision"}, {"profile", "kwb.profile"}, {"verify", "kwb.verify"},
-      {"keep", "kwb.keep"},       {"history", "kwb.history"}, {"list_tasks", "kwb.tasks"},
-      {"runs", "kwb.runs"}};
+      {"check", "kwb.check"},       {"compare", "kwb.compare"},
+      {"validate", "kwb.decision"}, {"revalidate", "kwb.decision"},
+      {"profile", "kwb.profile"},   {"verify", "kwb.verify"},
+      {"keep", "kwb.keep"},         {"history", "kwb.history"},
+      {"list_tasks", "kwb.tasks"},  {"runs", "kwb.runs"}};
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
     const nlohmann::json& o = t["outputSchema"];
@@ -265,13 +270,13 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
       if (name == "check" && arg == "control") args.erase("impl");
       if (name == "compare" && arg == "aa") args.erase("candidate");
       const std::string type = p["type"];
-      nlohmann::json value = type == "boolean" ? nlohmann::json(true)
-                             : type == "array" ? nlohmann::json::array({p["items"].contains("enum")
-                                                                            ? p["items"]["enum"].back()
-                                                                            : nlohmann::json("x")})
-                             : p.contains("enum") ? p["enum"].back()
-                             : p.contains("minimum") ? p["minimum"]
-                                                     : nlohmann::json("x");
+      nlohmann::json value =
+          type == "boolean" ? nlohmann::json(true)
+          : type == "array"
+              ? nlohmann::json::array({p["items"].contains("enum") ? p["items"]["enum"].back() : nlohmann::json("x")})
+          : p.contains("enum")    ? p["enum"].back()
+          : p.contains("minimum") ? p["minimum"]
+                                  : nlohmann::json("x");
       args[arg] = value;
       std::vector<std::string> argv = tool_argv(name, args);
       CommandLine cli;

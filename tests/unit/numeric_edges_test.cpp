@@ -2,22 +2,22 @@
 // numeric argument of a kwb mcp tool and every numeric field of task.toml is refused when it is not finite or out
 // of its stated range, naming the option and the range (exit 64 on the command line and JSON-RPC -32602 over MCP,
 // 65 for task.toml), and no timeout, however given, overflows a deadline.
+#include "../valid_task.h"
 #include "cli/commands.h"
 #include "cli/mcp_tools.h"
 #include "cli/options.h"
+#include "support/temp_dir.h"
 #include "task/task.h"
 #include "util/error.h"
-#include "../valid_task.h"
-#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,14 +46,17 @@ std::vector<Verb> verbs() {
   static CheckArgs check;
   static CompareArgs compare;
   static ValidateArgs validate;
-  const std::vector<const OptionRange*> timing = {&k_min_improvement_range, &k_max_aa_range, &k_repetitions_range,
-                                                  &k_max_blocks_range, &k_warmups_range, &k_samples_range,
-                                                  &k_max_minutes_range, &k_timeout_range, &k_layouts_range,
-                                                  &k_seed_range, &k_lock_timeout_range};
+  const std::vector<const OptionRange*> timing = {
+      &k_min_improvement_range, &k_max_aa_range,  &k_repetitions_range, &k_max_blocks_range,
+      &k_warmups_range,         &k_samples_range, &k_max_minutes_range, &k_timeout_range,
+      &k_layouts_range,         &k_seed_range,    &k_lock_timeout_range};
   return {
-      {"check", "t --impl a.cpp", {&k_timeout_range, &k_seed_range, &k_calls_range},
+      {"check",
+       "t --impl a.cpp",
+       {&k_timeout_range, &k_seed_range, &k_calls_range},
        [](CLI::App& app) { add_check_options(app, check = CheckArgs{}); }},
-      {"compare", "t --candidate a.cpp", timing, [](CLI::App& app) { add_compare_options(app, compare = CompareArgs{}); }},
+      {"compare", "t --candidate a.cpp", timing,
+       [](CLI::App& app) { add_compare_options(app, compare = CompareArgs{}); }},
       {"validate", "t --candidate a.cpp --output-dir o", timing,
        [](CLI::App& app) { add_validate_options(app, validate = ValidateArgs{}); }},
   };
@@ -83,8 +86,9 @@ TEST(NumericEdges, every_numeric_flag_of_check_compare_and_validate_refuses_what
           EXPECT_EQ(err, "") << verb.name << " " << line;
         } else {
           EXPECT_NE(err.find(r->flag), std::string::npos) << verb.name << " " << line << ": " << err;
-          EXPECT_NE(err.find(fmt::format("from {}", r->integer ? fmt::format("{:.0f}", r->min) : fmt::format("{}", r->min))),
-                    std::string::npos)
+          EXPECT_NE(
+              err.find(fmt::format("from {}", r->integer ? fmt::format("{:.0f}", r->min) : fmt::format("{}", r->min))),
+              std::string::npos)
               << verb.name << " " << line << ": " << err;
           EXPECT_NE(err.find("(got " + v + ")"), std::string::npos) << err;
         }
@@ -107,14 +111,16 @@ TEST(NumericEdges, profile_flags_are_checked_the_same_way) {
       if (belongs(*r, v)) {
         EXPECT_EQ(err, "") << r->flag << " " << v;
       } else {
-        EXPECT_NE(err.find(std::string(r->flag) + ": must be"), std::string::npos) << r->flag << " " << v << ": " << err;
+        EXPECT_NE(err.find(std::string(r->flag) + ": must be"), std::string::npos)
+            << r->flag << " " << v << ": " << err;
       }
     }
   }
 }
 
 TEST(NumericEdges, the_message_states_the_range) {
-  EXPECT_EQ(out_of_range(k_timeout_range, "nan"), "--timeout-seconds must be a finite number from 0.001 to 86400 (got nan)");
+  EXPECT_EQ(out_of_range(k_timeout_range, "nan"),
+            "--timeout-seconds must be a finite number from 0.001 to 86400 (got nan)");
   EXPECT_EQ(out_of_range(k_calls_range, "1e10"), "--calls must be an integer from 1 to 1000 (got 1e10)");
   EXPECT_EQ(out_of_range(k_seed_range, "-1"), "--seed must be an integer from 0 to 2^64 - 1 (got -1)");
   EXPECT_EQ(out_of_range(k_seed_range, "18446744073709551615"), "");
@@ -147,12 +153,10 @@ TEST(NumericEdges, mcp_arguments_are_refused_naming_the_argument_and_the_range) 
   const nlohmann::json check = {{"task", "t"}, {"impl", "a.cpp"}};
   const nlohmann::json compare = {{"task", "t"}, {"candidate", "a.cpp"}};
   const nlohmann::json validate = {{"task", "t"}, {"candidate", "a.cpp"}, {"output_dir", "o"}};
-  const std::vector<Case> cases = {{"check", check, "timeout_seconds"},
-                                   {"compare", compare, "max_minutes"},
-                                   {"compare", compare, "min_improvement_pct"},
-                                   {"validate", validate, "max_minutes"},
-                                   {"validate", validate, "min_improvement_pct"},
-                                   {"validate", validate, "max_aa_difference_pct"}};
+  const std::vector<Case> cases = {
+      {"check", check, "timeout_seconds"},           {"compare", compare, "max_minutes"},
+      {"compare", compare, "min_improvement_pct"},   {"validate", validate, "max_minutes"},
+      {"validate", validate, "min_improvement_pct"}, {"validate", validate, "max_aa_difference_pct"}};
   for (const Case& c : cases) {
     for (const double v : {1e308, 1e10, -1.0, 0.0, -1e308}) {
       nlohmann::json args = c.base;
@@ -163,9 +167,9 @@ TEST(NumericEdges, mcp_arguments_are_refused_naming_the_argument_and_the_range) 
       } catch (const mcp::InvalidParams& e) {
         err = e.what();
       }
-      const bool in_range = c.arg == std::string("min_improvement_pct") && v == -1.0 ? true
+      const bool in_range = c.arg == std::string("min_improvement_pct") && v == -1.0  ? true
                             : c.arg == std::string("min_improvement_pct") && v == 0.0 ? true
-                                                                                         : false;
+                                                                                      : false;
       if (in_range) {
         EXPECT_EQ(err, "") << c.tool << " " << c.arg << " " << v;
       } else {
@@ -214,12 +218,9 @@ TEST_F(TaskNumbers, every_numeric_field_refuses_inf_nan_and_out_of_range_values_
     std::string from, key, prefix;  // the valid text, the key it names, the replacement's text before the value
   };
   const std::vector<Field> fields = {
-      {"scale = 2.0", "scale", "scale = "},
-      {"low = 0.5", "low", "low = "},
-      {"high = 1.5", "high", "high = "},
-      {"default = 1e-6", "default", "default = "},
-      {"rtol = 1e-4", "rtol", "rtol = "},
-      {"atol = 0.0", "atol", "atol = "},
+      {"scale = 2.0", "scale", "scale = "}, {"low = 0.5", "low", "low = "},
+      {"high = 1.5", "high", "high = "},    {"default = 1e-6", "default", "default = "},
+      {"rtol = 1e-4", "rtol", "rtol = "},   {"atol = 0.0", "atol", "atol = "},
   };
   for (const Field& f : fields) {
     for (const std::string v : {"inf", "-inf", "nan", "1e308"}) {
@@ -246,8 +247,9 @@ TEST_F(TaskNumbers, every_numeric_field_refuses_inf_nan_and_out_of_range_values_
   EXPECT_EQ(load_with("oracle = \"oracle.cpp\"", "oracle = \"oracle.cpp\"\nthreads = 4"), "");
   // special_value is the one number that may be inf or nan on purpose; its fraction is a probability.
   EXPECT_EQ(load_with("scale = 2.0", "scale = 2.0\nspecial_fraction = 0.25\nspecial_value = nan"), "");
-  EXPECT_NE(load_with("scale = 2.0", "scale = 2.0\nspecial_fraction = nan\nspecial_value = nan").find("special_fraction"),
-            std::string::npos);
+  EXPECT_NE(
+      load_with("scale = 2.0", "scale = 2.0\nspecial_fraction = nan\nspecial_value = nan").find("special_fraction"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -43,9 +43,12 @@ Sample sample_of(const OptionRow& row) {
       const auto v = static_cast<uint64_t>(row.range->min) + 3;
       return {fmt::format("{}", v), fmt::format("{}", v), v};
     }
-    case OptionKind::text: return {row.choices.back(), fmt::format("\"{}\"", row.choices.back()), row.choices.back()};
-    case OptionKind::texts: return {"decode", "[\"decode\"]", nlohmann::json::array({"decode"})};
-    case OptionKind::flag: return {"", "true", true};
+    case OptionKind::text:
+      return {row.choices.back(), fmt::format("\"{}\"", row.choices.back()), row.choices.back()};
+    case OptionKind::texts:
+      return {"decode", "[\"decode\"]", nlohmann::json::array({"decode"})};
+    case OptionKind::flag:
+      return {"", "true", true};
   }
   return {};
 }

@@ -1,10 +1,10 @@
 // plan.json has one declaration (record/plan.h) that its writer and every reader walk. These tests hold the contract
 // to it generically: they derive every field from what to_json writes, so renaming, adding or retyping a field in
 // the declaration changes what they check, and never leaves a reader behind.
+#include "record/plan.h"
 #include "ledger/bundle_entry.h"
 #include "record/bundle_reader.h"
 #include "record/decision_record.h"
-#include "record/plan.h"
 #include "record/verify.h"
 #include "report/report.h"
 #include "util/error.h"
@@ -30,7 +30,8 @@ json golden_plan() { return json::parse(kwb::read_file(k_golden_bundle / "plan.j
 
 // Every field path the declaration owns in `j` (objects the plan stores whole, like an identity or the environment,
 // are one field): found by asking the reader which keys it refuses to lose.
-void declared_paths(const json& plan, const json& node, const json::json_pointer& at, std::vector<json::json_pointer>& out) {
+void declared_paths(const json& plan, const json& node, const json::json_pointer& at,
+                    std::vector<json::json_pointer>& out) {
   if (!node.is_object()) return;
   for (const auto& [k, v] : node.items()) {
     const json::json_pointer p = at / k;

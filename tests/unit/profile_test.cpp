@@ -1,7 +1,7 @@
 // The profile's arithmetic and its reader of callgrind's output, on fixed inputs: no processes, no valgrind.
+#include "profile/profile.h"
 #include "profile/bandwidth.h"
 #include "profile/callgrind_output.h"
-#include "profile/profile.h"
 #include "task/task.h"
 #include "util/error.h"
 
@@ -98,7 +98,7 @@ TEST(profile_test, callgrind_reader_separates_self_and_inclusive_costs) {
   CallgrindDump d = parse_callgrind(k_dump);
   const CallgrindFunction& run = find(d, "kwb_run");
   EXPECT_EQ(run.object, "/cache/artifacts/abc/impl.so");
-  EXPECT_EQ(d.event(run.self, "Ir"), 103u + 1 + 6);           // the lines that follow no calls=
+  EXPECT_EQ(d.event(run.self, "Ir"), 103u + 1 + 6);                // the lines that follow no calls=
   EXPECT_EQ(d.event(run.inclusive, "Ir"), 110u + 700 + 2 * 3098);  // plus every call it made
   EXPECT_EQ(run.times_called, 1u);
   const CallgrindFunction& square = find(d, "(anonymous namespace)::pass_square(float const*, float*, long)");
@@ -175,11 +175,11 @@ TEST(profile_test, min_bytes_moved_counts_every_input_and_output_once) {
 }
 
 TEST(profile_test, roofline_arithmetic) {
-  EXPECT_DOUBLE_EQ(achieved_gb_per_s(1'000'000'000, 1e9), 1.0);       // 1 GB in 1 s
-  EXPECT_DOUBLE_EQ(achieved_gb_per_s(49152, 2457.6), 20.0);           // 48 KiB in 2.4576 us
-  EXPECT_DOUBLE_EQ(achieved_gb_per_s(100, 0.0), 0.0);                 // no time, no figure (never Inf)
+  EXPECT_DOUBLE_EQ(achieved_gb_per_s(1'000'000'000, 1e9), 1.0);  // 1 GB in 1 s
+  EXPECT_DOUBLE_EQ(achieved_gb_per_s(49152, 2457.6), 20.0);      // 48 KiB in 2.4576 us
+  EXPECT_DOUBLE_EQ(achieved_gb_per_s(100, 0.0), 0.0);            // no time, no figure (never Inf)
   EXPECT_DOUBLE_EQ(roofline_fraction(15.0, 30.0), 0.5);
-  EXPECT_DOUBLE_EQ(roofline_fraction(60.0, 30.0), 2.0);               // above 1: served from caches
+  EXPECT_DOUBLE_EQ(roofline_fraction(60.0, 30.0), 2.0);  // above 1: served from caches
   EXPECT_DOUBLE_EQ(roofline_fraction(15.0, 0.0), 0.0);
 }
 
@@ -253,7 +253,6 @@ TEST(profile_test, json_and_markdown_render_unavailable_measurements_as_such) {
   EXPECT_EQ(wj["hardware_counters"]["available"], false);
   EXPECT_NEAR(wj["roofline"]["fraction_of_probe"].get<double>(), 49152.0 / 2500 / 20.0, 1e-12);
   EXPECT_EQ(wj["roofline"]["label"], "descriptive: not a verdict");
-
 }
 
 }  // namespace

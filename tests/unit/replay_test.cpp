@@ -32,7 +32,8 @@ TEST(replay_test, an_output_that_is_the_previous_calls_result_is_a_replay) {
 TEST(replay_test, a_replay_is_found_in_a_16_bit_output_within_tolerance) {
   const std::vector<double> previous = {1.001, 2.002, 3.003, 4.004};
   const std::vector<double> expected = {-1, -2, -3, -4};
-  const auto r = detect_replay(previous, expected, stored(previous, DType::bf16), DType::bf16, Tolerance{ToleranceMode::abs_rel, 1e-2, 0});
+  const auto r = detect_replay(previous, expected, stored(previous, DType::bf16), DType::bf16,
+                               Tolerance{ToleranceMode::abs_rel, 1e-2, 0});
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->replayed, 4u);
 }
@@ -89,7 +90,7 @@ TEST(replay_test, a_constant_output_is_a_wrong_value_not_a_replay) {
 TEST(replay_test, only_a_majority_of_the_differing_elements_makes_a_replay) {
   const std::vector<double> previous = {1, 2, 3, 4};
   const std::vector<double> expected = {10, 20, 30, 40};
-  EXPECT_FALSE(detect_replay(previous, expected, stored({1, 2, 0, 0}), DType::f64, k_tol));  // half: 2 of 4
+  EXPECT_FALSE(detect_replay(previous, expected, stored({1, 2, 0, 0}), DType::f64, k_tol));   // half: 2 of 4
   const auto r = detect_replay(previous, expected, stored({1, 2, 3, 0}), DType::f64, k_tol);  // 3 of 4
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->replayed, 3u);

@@ -3,9 +3,9 @@
 // change, and review the diff. The bundle's JSON files, samples.csv and checks/ come from a committed (clean) build:
 //   kwb validate tasks/rmsnorm --candidate tasks/rmsnorm/cpu/fused.cpp --workload decode --max-minutes 0.2
 //       --max-aa-difference-pct 10 --seed 7 --no-profile --output-dir D
+#include "report/report.h"
 #include "record/bundle_reader.h"
 #include "record/verify.h"
-#include "report/report.h"
 #include "report/svg.h"
 #include "util/fs.h"
 

@@ -81,7 +81,8 @@ TEST(samples_test, the_header_names_every_declared_column_once) {
 TEST(samples_test, a_header_of_another_version_and_a_malformed_row_are_named_problems) {
   std::vector<std::string> problems;
   std::string csv = kwb::samples_csv(rows());
-  const std::string old_header = "comparison,workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid\n";
+  const std::string old_header =
+      "comparison,workload,block,arm,order_position,pid,sample_index,warmup,input_set,ns,output_valid\n";
   EXPECT_TRUE(kwb::parse_samples_csv(old_header + csv.substr(csv.find('\n') + 1), problems).empty());
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_EQ(problems[0].rfind("samples.csv:1: the header is not this kwb's", 0), 0u) << problems[0];

@@ -50,10 +50,15 @@ void write_compare_folder(const fs::path& dir, double ns_b, int visits, const st
     }
   }
   write_file_atomic(dir / "samples.csv", samples_csv(samples));
-  const json arms = json::array({{{"label", "A"}, {"path", "/src/baseline.cpp"}, {"identity", {{"artifact_sha256", "aa"}}}},
-                                 {{"label", "B"}, {"path", "/src/cand.cpp"}, {"identity", {{"artifact_sha256", "bb"}}}}});
-  const json j = {{"schema", k_compare_schema}, {"schema_version", k_compare_schema_version}, {"backend", "cpu"},
-                  {"cold", false}, {"budgets", {{"warmups", warmups}, {"samples", 5}}}, {"arms", arms}};
+  const json arms =
+      json::array({{{"label", "A"}, {"path", "/src/baseline.cpp"}, {"identity", {{"artifact_sha256", "aa"}}}},
+                   {{"label", "B"}, {"path", "/src/cand.cpp"}, {"identity", {{"artifact_sha256", "bb"}}}}});
+  const json j = {{"schema", k_compare_schema},
+                  {"schema_version", k_compare_schema_version},
+                  {"backend", "cpu"},
+                  {"cold", false},
+                  {"budgets", {{"warmups", warmups}, {"samples", 5}}},
+                  {"arms", arms}};
   write_file_atomic(dir / "compare.json", j.dump());
 }
 
@@ -61,8 +66,7 @@ TEST(saved_comparison_test, finds_a_known_ratio_with_an_interval_that_holds_it) 
   const TempDir dir("kwb-saved");
   write_compare_folder(dir / "old", 1000.0, 12, {"decode", "prefill"});
   write_compare_folder(dir / "new", 800.0, 12, {"decode", "prefill"});
-  const SavedComparison c =
-      compare_saved(read_saved_result(dir / "old", ""), read_saved_result(dir / "new", ""), 1);
+  const SavedComparison c = compare_saved(read_saved_result(dir / "old", ""), read_saved_result(dir / "new", ""), 1);
   ASSERT_EQ(c.workloads.size(), 2u);
   for (const SavedWorkload& w : c.workloads) {
     ASSERT_TRUE(w.improvement_pct.has_value()) << w.name;

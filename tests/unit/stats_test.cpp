@@ -120,7 +120,7 @@ TEST(aging_test, one_disturbed_block_of_three_and_a_single_long_block_are_no_fin
   EXPECT_FALSE(three.suspected);  // 1 of 3 is under the share
   blocks.resize(1);
   const kwb::stats::AgingCheck one = kwb::stats::aging_check(blocks);
-  EXPECT_FALSE(one.ages);  // one long block, however clear, is below k_aging_min_trips
+  EXPECT_FALSE(one.ages);      // one long block, however clear, is below k_aging_min_trips
   EXPECT_TRUE(one.suspected);  // but it asks for another long block
   EXPECT_EQ(one.long_blocks, 1u);
   EXPECT_TRUE(kwb::stats::next_block_long(2, one));
@@ -168,7 +168,8 @@ kwb::stats::OutsideVisit outside_visit(double ns, double outside) {
 
 TEST(outside_window_test, a_gain_paid_for_outside_the_window_is_moved_work) {
   // The opencl attack's figures: B 305 us faster inside the window, 280 us slower outside it.
-  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10, {outside_visit(335e3, 60e3), outside_visit(30e3, 340e3)});
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10,
+                                                              {outside_visit(335e3, 60e3), outside_visit(30e3, 340e3)});
   const kwb::stats::OutsideCheck c = kwb::stats::outside_window_check(blocks);
   EXPECT_TRUE(c.moved);
   EXPECT_EQ(c.blocks, 10u);
@@ -179,7 +180,8 @@ TEST(outside_window_test, a_gain_paid_for_outside_the_window_is_moved_work) {
 }
 
 TEST(outside_window_test, an_honest_gain_with_the_same_uploads_is_not) {
-  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10, {outside_visit(335e3, 60e3), outside_visit(30e3, 61e3)});
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> blocks(10,
+                                                              {outside_visit(335e3, 60e3), outside_visit(30e3, 61e3)});
   EXPECT_FALSE(kwb::stats::outside_window_check(blocks).moved);
   // A small excess (3 us) against a small gain is below the absolute floor, whatever its share.
   blocks.assign(10, {outside_visit(100e3, 60e3), outside_visit(98e3, 63e3)});
@@ -190,7 +192,8 @@ TEST(outside_window_test, an_honest_gain_with_the_same_uploads_is_not) {
 }
 
 TEST(outside_window_test, cpu_rows_and_too_few_blocks_are_no_finding) {
-  std::vector<std::array<kwb::stats::OutsideVisit, 2>> cpu(10, {kwb::stats::OutsideVisit{}, kwb::stats::OutsideVisit{}});
+  std::vector<std::array<kwb::stats::OutsideVisit, 2>> cpu(10,
+                                                           {kwb::stats::OutsideVisit{}, kwb::stats::OutsideVisit{}});
   EXPECT_EQ(kwb::stats::outside_window_check(cpu).blocks, 0u);
   std::vector<std::array<kwb::stats::OutsideVisit, 2>> few(3, {outside_visit(335e3, 60e3), outside_visit(30e3, 340e3)});
   EXPECT_FALSE(kwb::stats::outside_window_check(few).moved);  // below k_outside_min_blocks
@@ -210,7 +213,8 @@ kwb::stats::UntimedVisit untimed_visit(double timed, double untimed) {
 }
 
 TEST(untimed_test, work_in_every_untimed_call_is_untimed_work_and_a_slow_first_call_is_not) {
-  std::vector<std::array<kwb::stats::UntimedVisit, 2>> blocks(10, {untimed_visit(7000, 8000), untimed_visit(1700, 51000)});
+  std::vector<std::array<kwb::stats::UntimedVisit, 2>> blocks(10,
+                                                              {untimed_visit(7000, 8000), untimed_visit(1700, 51000)});
   const kwb::stats::UntimedCheck c = kwb::stats::untimed_check(blocks);
   EXPECT_TRUE(c.untimed_work);
   EXPECT_TRUE(c.other);
@@ -600,8 +604,8 @@ TEST(stats_test, estimate_effect_identical_blocks_collapse_without_nan) {
   const double d0 = std::log(0.8);
   const EffectEstimate e = estimate_effect(std::vector<double>(12, d0), 0.95, 7);
   const double expected = improvement_pct_from_log_ratio(d0);  // 20%
-  for (double v : {e.improvement_pct, e.ci_low_pct, e.ci_high_pct, e.t_ci_low_pct, e.t_ci_high_pct,
-                   e.boot_ci_low_pct, e.boot_ci_high_pct}) {
+  for (double v : {e.improvement_pct, e.ci_low_pct, e.ci_high_pct, e.t_ci_low_pct, e.t_ci_high_pct, e.boot_ci_low_pct,
+                   e.boot_ci_high_pct}) {
     EXPECT_NEAR(v, expected, 1e-12);
   }
   EXPECT_EQ(e.sd_log_ratio, 0.0);
@@ -664,9 +668,9 @@ TEST(stats_test, ab_verdict_says_same_only_for_an_interval_inside_the_margin) {
     return ab_verdict(estimate_with_interval(lo, hi, (lo + hi) / 2), bar, k, 0.0, m);
   };
   EXPECT_EQ(v(-0.6, 0.7), Verdict::same);
-  EXPECT_EQ(v(-1.0, 1.0), Verdict::same);           // the margin's ends are inside
-  EXPECT_EQ(v(-1.01, 0.5), Verdict::fail);          // below the bar, not inside the margin
-  EXPECT_EQ(v(0.2, 1.3), Verdict::inconclusive);    // straddles the bar, pokes out of the margin
+  EXPECT_EQ(v(-1.0, 1.0), Verdict::same);         // the margin's ends are inside
+  EXPECT_EQ(v(-1.01, 0.5), Verdict::fail);        // below the bar, not inside the margin
+  EXPECT_EQ(v(0.2, 1.3), Verdict::inconclusive);  // straddles the bar, pokes out of the margin
   EXPECT_EQ(v(1.2, 3.0), Verdict::pass);
   EXPECT_EQ(v(-3.0, -1.5), Verdict::fail);
   EXPECT_EQ(ab_verdict(estimate_with_interval(0.1, 0.9, 0.5), 0.0, GateKind::ci, 0.0, margin), Verdict::pass);
@@ -829,9 +833,8 @@ SessionShares simulate_aa_sessions(const Rule& rule, size_t cap, Draw draw) {
 
 template <typename Rule>
 SessionShares simulate_aa_sessions(const Rule& rule) {
-  return simulate_aa_sessions(rule, 60, [](Xoshiro256StarStar& rng, size_t n) {
-    return normal_sample(rng, n, 0.0, 0.02);
-  });
+  return simulate_aa_sessions(rule, 60,
+                              [](Xoshiro256StarStar& rng, size_t n) { return normal_sample(rng, n, 0.0, 0.02); });
 }
 
 // A/A block log ratios as a loaded host gives them: symmetric (the arms are exchangeable) and heavy-tailed. Most

@@ -5,9 +5,9 @@
 // exclude and queue behind each other as two processes would. Nothing here depends on how long anything takes: a
 // test waits for a condition (a ticket in the queue, a notice), never for a duration, and its only bounds are
 // generous deadlines that fail it instead of hanging.
-#include "util/error.h"
 #include "util/timing_lock.h"
 #include "support/temp_dir.h"
+#include "util/error.h"
 
 #include <gtest/gtest.h>
 

@@ -89,7 +89,8 @@ TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chu
   expected[7000] = INFINITY;  // finite got against an infinite oracle: never within, whatever rtol * inf says
   got[9999] = static_cast<float>(expected[9999] * 1.005);  // the partial last chunk
   for (kwb::ErrorStats stats : {kwb::ErrorStats::compute, kwb::ErrorStats::skip}) {
-    const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits, stats);
+    const kwb::OutputComparison c =
+        kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits, stats);
     EXPECT_EQ(c.value_mismatches, 2u);
     EXPECT_EQ(c.nonfinite_mismatches, 2u);
     EXPECT_EQ(c.poison_left, 1u);
@@ -109,7 +110,7 @@ TEST(tolerance_test, chunked_comparison_agrees_with_the_element_rules_across_chu
   got[7000] = 1.0f;
   const kwb::OutputComparison clean = kwb::compare_output(bytes(got), kwb::DType::f32, expected, k_tol, poison_bits);
   EXPECT_EQ(clean.value_mismatches + clean.nonfinite_mismatches + clean.poison_left, 0u);
-  EXPECT_GT(clean.max_rel_error, 0.0);                // float rounding of the sines
+  EXPECT_GT(clean.max_rel_error, 0.0);               // float rounding of the sines
   EXPECT_LE(clean.max_rel_error, 0x1p-24 * 1.0001);  // and no more than float's unit roundoff
 }
 
@@ -157,14 +158,37 @@ TEST(tolerance_test, the_vector_pass_and_the_scalar_pass_agree) {
       const size_t i = rng() % n;
       const double allowed = k_tol.atol + k_tol.rtol * std::fabs(expected[i]);
       switch (rng() % 9) {
-        case 0: f32[i] = std::numeric_limits<float>::quiet_NaN(); f64[i] = std::nan(""); break;
-        case 1: f32[i] = p32; f64[i] = p64; break;
-        case 2: f32[i] = INFINITY; f64[i] = -INFINITY; break;
-        case 3: expected[i] = INFINITY; break;
-        case 4: expected[i] = std::nan(""); break;
-        case 5: f64[i] = expected[i] + allowed; f32[i] = static_cast<float>(expected[i] + 2 * allowed); break;
-        case 6: f64[i] = expected[i] - allowed * 1.0000001; f32[i] = static_cast<float>(expected[i] - allowed / 2); break;
-        case 7: expected[i] = 0.0; f64[i] = -0.0; f32[i] = -0.0f; break;
+        case 0:
+          f32[i] = std::numeric_limits<float>::quiet_NaN();
+          f64[i] = std::nan("");
+          break;
+        case 1:
+          f32[i] = p32;
+          f64[i] = p64;
+          break;
+        case 2:
+          f32[i] = INFINITY;
+          f64[i] = -INFINITY;
+          break;
+        case 3:
+          expected[i] = INFINITY;
+          break;
+        case 4:
+          expected[i] = std::nan("");
+          break;
+        case 5:
+          f64[i] = expected[i] + allowed;
+          f32[i] = static_cast<float>(expected[i] + 2 * allowed);
+          break;
+        case 6:
+          f64[i] = expected[i] - allowed * 1.0000001;
+          f32[i] = static_cast<float>(expected[i] - allowed / 2);
+          break;
+        case 7:
+          expected[i] = 0.0;
+          f64[i] = -0.0;
+          f32[i] = -0.0f;
+          break;
         case 8:
           expected[i] = std::numeric_limits<double>::max();
           f64[i] = std::numeric_limits<double>::max();
@@ -186,8 +210,8 @@ TEST(tolerance_test, the_share_of_the_tolerance_used_is_reported_where_the_relat
   const std::vector<double> expected = {1e-6, 100.0};  // allowed: 1e-6 + 1e-9 and 1e-6 + 0.1
   const kwb::OutputComparison c = kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u);
   EXPECT_EQ(c.value_mismatches, 0u);
-  EXPECT_NEAR(c.max_rel_error, 0.5, 1e-3);        // looks alarming
-  EXPECT_NEAR(c.max_tolerance_used, 0.5, 2e-3);   // both elements use about half of what they may
+  EXPECT_NEAR(c.max_rel_error, 0.5, 1e-3);       // looks alarming
+  EXPECT_NEAR(c.max_tolerance_used, 0.5, 2e-3);  // both elements use about half of what they may
   const kwb::OutputComparison skipped =
       kwb::compare_output(bytes(got), kwb::DType::f32, expected, tol, 0x7FC01234u, kwb::ErrorStats::skip);
   EXPECT_EQ(skipped.max_tolerance_used, 0.0);
@@ -205,7 +229,7 @@ TEST(tolerance_test, ulp_mode_counts_units_in_the_last_place_of_the_output_dtype
   EXPECT_DOUBLE_EQ(kwb::allowed_error(0.75, {kwb::ToleranceMode::ulp, 0, 0, 1.5}, kwb::DType::f32), 1.5 * 0x1p-24);
   EXPECT_DOUBLE_EQ(kwb::allowed_error(0.0, two_ulp, kwb::DType::f32), 2 * 0x1p-149);
   EXPECT_DOUBLE_EQ(kwb::allowed_error(-0x1p-140, two_ulp, kwb::DType::f32), 2 * 0x1p-149);  // f32 subnormal range
-  EXPECT_DOUBLE_EQ(kwb::allowed_error(1000.0, two_ulp, kwb::DType::f16), 2 * 0.5);           // f16 at 512..1024
+  EXPECT_DOUBLE_EQ(kwb::allowed_error(1000.0, two_ulp, kwb::DType::f16), 2 * 0.5);          // f16 at 512..1024
   // Counted as a share in the report: 1 ulp off under a 2-ulp tolerance is half of it.
   const std::vector<float> got = {1.0f + 0x1p-23f};
   const std::vector<double> expected = {1.0};
@@ -237,8 +261,8 @@ TEST(tolerance_test, integer_outputs_are_compared_exactly_whatever_the_tolerance
   EXPECT_EQ(c.first_value_mismatch->index, 1u);
   const std::vector<int64_t> big = {(int64_t{1} << 53) + 1};
   const std::vector<double> near = {9007199254740991.0};  // 2^53 - 1: the largest i64 the oracle may return
-  const kwb::OutputComparison b = kwb::compare_output(
-      {reinterpret_cast<const unsigned char*>(big.data()), 8}, kwb::DType::i64, near, wide, 0);
+  const kwb::OutputComparison b =
+      kwb::compare_output({reinterpret_cast<const unsigned char*>(big.data()), 8}, kwb::DType::i64, near, wide, 0);
   EXPECT_EQ(b.value_mismatches, 1u);
 }
 
@@ -249,15 +273,15 @@ TEST(tolerance_test, integer_poison_counts_as_unwritten_only_where_it_differs_fr
   const std::vector<int8_t> got = {-77, -77, 5};
   const std::vector<double> expected = {-77, 3, 5};
   const uint64_t poison = static_cast<uint8_t>(int8_t{-77});
-  const kwb::OutputComparison c = kwb::compare_output(
-      {reinterpret_cast<const unsigned char*>(got.data()), got.size()}, kwb::DType::i8, expected, exact, poison);
+  const kwb::OutputComparison c = kwb::compare_output({reinterpret_cast<const unsigned char*>(got.data()), got.size()},
+                                                      kwb::DType::i8, expected, exact, poison);
   EXPECT_EQ(c.poison_left, 1u);
   EXPECT_EQ(c.value_mismatches, 0u);
   // A boolean output holding a byte other than 0 or 1 (bool's poison is one) matches nothing.
   const std::vector<uint8_t> flags = {1, 0, 0xA7};
   const std::vector<double> want = {1, 0, 1};
-  const kwb::OutputComparison f = kwb::compare_output({flags.data(), flags.size()}, kwb::DType::boolean, want, exact,
-                                                      0xA7);
+  const kwb::OutputComparison f =
+      kwb::compare_output({flags.data(), flags.size()}, kwb::DType::boolean, want, exact, 0xA7);
   EXPECT_EQ(f.poison_left, 1u);
 }
 

@@ -79,13 +79,14 @@ std::string outside_law(const Distribution& d, double v, double w) {
     }
     case DistributionKind::randint:
       return w >= d.low && w <= d.high && std::nearbyint(w) == w ? ""
-                                                                  : fmt::format("{} outside [{}, {}]", w, d.low, d.high);
-    default: return "";  // zeros and constant never change; arange and permutation are checked as multisets
+                                                                 : fmt::format("{} outside [{}, {}]", w, d.low, d.high);
+    default:
+      return "";  // zeros and constant never change; arange and permutation are checked as multisets
   }
 }
 
 TEST(twin_law_test, every_twin_change_stays_within_its_law_and_special_values_stay) {
-  const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::f64, DType::i8,
+  const std::vector<DType> dtypes = {DType::f32, DType::f16, DType::bf16, DType::f64,    DType::i8,
                                      DType::i32, DType::i64, DType::u8,   DType::boolean};
   const std::vector<std::pair<double, double>> specials = {{0.0, 0.0}, {0.1, -k_inf}, {0.1, k_nan}, {0.1, 0.0}};
   constexpr size_t n = 200;
@@ -98,8 +99,8 @@ TEST(twin_law_test, every_twin_change_stays_within_its_law_and_special_values_st
         d.special_value = special;
         if (!distribution_misfit(d, dtype, n).empty()) continue;  // a law the dtype does not take
         ++combinations;
-        const std::string where = fmt::format("{} on {} with special {} at {}", law.name, dtype_info(dtype).name,
-                                              special, fraction);
+        const std::string where =
+            fmt::format("{} on {} with special {} at {}", law.name, dtype_info(dtype).name, special, fraction);
         std::vector<unsigned char> base(n * dtype_size(dtype));
         fill_tensor(d, dtype, base, 42);
         Rng rng(7);
@@ -119,8 +120,8 @@ TEST(twin_law_test, every_twin_change_stays_within_its_law_and_special_values_st
             if (same_value(before[k], after[k])) continue;
             ++moved;
             // A special value never moves, nor does anything move onto a special value's place.
-            EXPECT_FALSE(fraction > 0.0 && same_value(before[k], special)) << where << ": special value at " << k
-                                                                           << " became " << after[k];
+            EXPECT_FALSE(fraction > 0.0 && same_value(before[k], special))
+                << where << ": special value at " << k << " became " << after[k];
             EXPECT_EQ(outside_law(d, before[k], after[k]), "") << where << ": element " << k;
           }
           EXPECT_EQ(changed, moved > 0) << where << " at " << at << " (" << what << ")";
@@ -133,7 +134,8 @@ TEST(twin_law_test, every_twin_change_stays_within_its_law_and_special_values_st
             std::vector<double> a = before, b = after;
             std::sort(a.begin(), a.end(), nan_last);
             std::sort(b.begin(), b.end(), nan_last);
-            EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), same_value)) << where << ": a swap keeps the multiset";
+            EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), same_value))
+                << where << ": a swap keeps the multiset";
           }
           if (changed) ++changes;
         }

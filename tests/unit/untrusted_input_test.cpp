@@ -4,10 +4,10 @@
 #include "record/bundle_reader.h"
 #include "record/bundle_snapshot.h"
 #include "report/report.h"
+#include "support/temp_dir.h"
 #include "util/fs.h"
 #include "util/json_text.h"
 #include "util/text.h"
-#include "support/temp_dir.h"
 
 #include <gtest/gtest.h>
 
@@ -64,8 +64,10 @@ TEST(escape_html, markup_quotes_and_control_characters_are_shown_not_obeyed) {
 TEST(escape_terminal, control_bytes_and_broken_utf8_are_shown_not_obeyed) {
   EXPECT_EQ(kwb::escape_terminal("a\x1b[2Jb\rc\n\td"), "a\\x1b[2Jb\\x0dc\n\td");
   EXPECT_EQ(kwb::escape_terminal("\xff\xfe"), "\\xff\\xfe");
-  EXPECT_EQ(kwb::escape_terminal("\xc3\x28"), "\\xc3(");            // a sequence cut short
-  EXPECT_EQ(kwb::escape_terminal("\xc2\x9b" "2J"), "\\xc2\\x9b2J");  // C1 CSI spelled in UTF-8
+  EXPECT_EQ(kwb::escape_terminal("\xc3\x28"), "\\xc3(");  // a sequence cut short
+  EXPECT_EQ(kwb::escape_terminal("\xc2\x9b"
+                                 "2J"),
+            "\\xc2\\x9b2J");  // C1 CSI spelled in UTF-8
   EXPECT_EQ(kwb::escape_terminal("caf\xc3\xa9 \xe2\x80\x94 ok"), "caf\xc3\xa9 \xe2\x80\x94 ok");
   // Fed byte by byte, as a stream does, the result is the same.
   kwb::TerminalEscaper e;

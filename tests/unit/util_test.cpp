@@ -1,15 +1,15 @@
+#include "support/temp_dir.h"
 #include "task/data.h"
 #include "util/backend_kind.h"
 #include "util/data_secret.h"
 #include "util/elf_code.h"
-#include "util/sealed_json.h"
-#include "util/failure_reason.h"
 #include "util/error.h"
+#include "util/failure_reason.h"
 #include "util/fs.h"
+#include "util/sealed_json.h"
 #include "util/seed.h"
 #include "util/sha256.h"
 #include "worker/shared_buffer.h"
-#include "support/temp_dir.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,16 +18,17 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include <sys/mman.h>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <set>
-#include <filesystem>
-#include <sys/mman.h>
 #include <utility>
 
 TEST(util_test, sha256_known_vectors) {
   EXPECT_EQ(kwb::sha256_hex(std::string_view("")), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  EXPECT_EQ(kwb::sha256_hex(std::string_view("abc")), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(kwb::sha256_hex(std::string_view("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
 }
 
 TEST(util_test, a_backend_name_parses_to_its_kind_and_back_and_nothing_else_parses) {

@@ -50,8 +50,10 @@ int load_filter() {
     const int nr = ::seccomp_syscall_resolve_name(s.name);
     if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture (kwb skips it too)
     if ((rc = ::seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, nr, 0)) < 0) {
-      fail_rc(std::string("cannot supervise ") + s.name + " (seccomp user notification needs Linux 5.5 and "
-              "libseccomp 2.5)", rc);
+      fail_rc(std::string("cannot supervise ") + s.name +
+                  " (seccomp user notification needs Linux 5.5 and "
+                  "libseccomp 2.5)",
+              rc);
     }
   }
   if ((rc = ::seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX))) < 0) {
@@ -60,9 +62,9 @@ int load_filter() {
   for (const int nr : {SCMP_SYS(io_uring_setup), SCMP_SYS(io_uring_enter), SCMP_SYS(io_uring_register)}) {
     if ((rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), nr, 0)) < 0) fail_rc("cannot refuse io_uring", rc);
   }
-  if ((rc = ::seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(seccomp), 1,
-                               SCMP_A1(SCMP_CMP_MASKED_EQ, SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                                       SECCOMP_FILTER_FLAG_NEW_LISTENER))) < 0) {
+  if ((rc = ::seccomp_rule_add(
+           ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(seccomp), 1,
+           SCMP_A1(SCMP_CMP_MASKED_EQ, SECCOMP_FILTER_FLAG_NEW_LISTENER, SECCOMP_FILTER_FLAG_NEW_LISTENER))) < 0) {
     fail_rc("cannot refuse a second listener", rc);
   }
   if ((rc = ::seccomp_load(ctx)) < 0) {
