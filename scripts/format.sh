@@ -16,6 +16,10 @@ fi
 mapfile -t files < <(git ls-files -- 'src/*.cpp' 'src/*.h' 'tests/unit/*.cpp' 'tests/unit/*.h' \
   'tests/integration/*.cpp' 'tests/integration/*.h' 'tests/support/*.h' 'tests/*.h' 'tests/fuzz/*.cpp' \
   'bench/*.cpp' 'bench/*.h')
+if [ ${#files[@]} -eq 0 ]; then
+  echo "scripts/format.sh: git lists no C++ files here (not a git checkout?); nothing to check" >&2
+  exit 77
+fi
 if [ "${1:-}" = "--check" ]; then
   bad=()
   for f in "${files[@]}"; do
