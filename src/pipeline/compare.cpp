@@ -333,7 +333,10 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
           static_cast<int>((static_cast<double>(m_pool.size()) + allowance / per_set - m_warmups - k_extra_warmups) /
                            (1 + k_rewarm_calls));
     }
-    m_long_samples = std::max(m_samples, std::min({stats::k_long_visit_factor * m_samples, room, affordable}));
+    // Three times the turns, and never fewer than the aging test needs to count the block (stats/aging.h).
+    const int wanted =
+        std::max(stats::k_long_visit_factor * m_samples, 2 * static_cast<int>(stats::k_aging_min_half_calls));
+    m_long_samples = std::max(m_samples, std::min({wanted, room, affordable}));
     const int plain = m_warmups + m_long_samples * (1 + k_rewarm_calls);
     const int extra = k_extra_warmups + (m_long_samples + k_extra_rewarm_odds - 1) / k_extra_rewarm_odds + 1;
     grow_pool(static_cast<size_t>(std::max(plain, std::min(plain + extra, static_cast<int>(max_sets)))));

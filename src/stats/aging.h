@@ -32,6 +32,15 @@ inline constexpr double k_aging_bar = 0.25;
 inline constexpr double k_aging_share = 0.75;
 // Fewer long blocks past the bar in one direction than this: no finding, at most a suspicion (reported as such).
 inline constexpr size_t k_aging_min_trips = 3;
+// Calls in each half of a long visit for the block to be evidence at all, and so the fewest timed calls a long
+// visit gets where the pool has room (pipeline/compare.cpp). Halves of 4 calls (--samples 1, long visits of 9) made
+// an honest 6-pass baseline against its fused kernel, cold, on opencl, trip 3 long blocks running in 2 of 9 compares:
+// a median of 4 noisy calls moves by more than the bar.
+inline constexpr size_t k_aging_min_half_calls = 8;
+// A long block trips only when the drifts' difference passes the bar by this many of its standard errors, estimated
+// from the halves' own spread: with cold opencl calls scattering by a third, honest drifts of +-0.3 (log) came and
+// went, and 1 of 18 honest compares read INVALID at halves of 8 with the bar alone.
+inline constexpr double k_aging_noise_se = 2.0;
 
 // Blocks 1, 5, 9, ...: long by the schedule. Public on purpose: a worker is a fresh process per visit and cannot
 // know its block.
@@ -41,7 +50,7 @@ inline bool long_block(int block) { return block >= 0 && block % k_long_block_pe
 using AgingVisit = std::vector<std::pair<int64_t, double>>;
 
 struct AgingCheck {
-  size_t long_blocks = 0;   // long blocks with at least 4 timed calls per arm
+  size_t long_blocks = 0;   // long blocks with at least 2 x k_aging_min_half_calls timed calls per arm
   size_t aging_blocks = 0;  // of those, the ones past the bar in the majority's direction
   // Medians over the long blocks: each arm's log(late median / early median), and their difference (other - A).
   double drift_a_log = 0.0, drift_other_log = 0.0, difference_log = 0.0;

@@ -126,8 +126,16 @@ TEST(aging_test, one_disturbed_block_of_three_and_a_single_long_block_are_no_fin
   EXPECT_TRUE(kwb::stats::next_block_long(2, one));
   EXPECT_FALSE(kwb::stats::next_block_long(2, three));
   EXPECT_TRUE(kwb::stats::next_block_long(5, three));  // the schedule's own
-  // Visits with fewer than 4 timed calls are not tested at all.
-  EXPECT_EQ(kwb::stats::aging_check({{aging_visit(3, 1.0), aging_visit(3, 1.0, 30.0, 4)}}).long_blocks, 0u);
+  // Visits whose halves would hold fewer than k_aging_min_half_calls calls are not tested at all: a 30x change at
+  // the middle of a 15-call visit is no evidence, at 16 calls it trips.
+  const int enough = 2 * static_cast<int>(kwb::stats::k_aging_min_half_calls);
+  EXPECT_EQ(
+      kwb::stats::aging_check({{aging_visit(enough - 1, 1.0), aging_visit(enough - 1, 1.0, 30.0, enough)}}).long_blocks,
+      0u);
+  const kwb::stats::AgingCheck counted =
+      kwb::stats::aging_check({{aging_visit(enough, 1.0), aging_visit(enough, 1.0, 30.0, enough + 3)}});
+  EXPECT_EQ(counted.long_blocks, 1u);
+  EXPECT_EQ(counted.aging_blocks, 1u);
 }
 
 // The figures of a loaded machine's two long visits that once made an honest fused rmsnorm (1.4 us a call, against a
