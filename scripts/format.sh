@@ -13,9 +13,10 @@ if ! command -v "$clang_format" >/dev/null; then
   echo "scripts/format.sh: $clang_format is not installed; scripts/setup.sh installs it (apt install clang-format-14)" >&2
   exit 2
 fi
-mapfile -t files < <(git ls-files -- 'src/*.cpp' 'src/*.h' 'tests/unit/*.cpp' 'tests/unit/*.h' \
-  'tests/integration/*.cpp' 'tests/integration/*.h' 'tests/support/*.h' 'tests/*.h' 'tests/fuzz/*.cpp' \
-  'bench/*.cpp' 'bench/*.h')
+# Glob pathspecs: a plain 'tests/*.h' would match every header below tests/, the candidates' too.
+mapfile -t files < <(git ls-files -- ':(glob)src/**/*.cpp' ':(glob)src/**/*.h' ':(glob)tests/unit/*.cpp' \
+  ':(glob)tests/unit/*.h' ':(glob)tests/integration/*.cpp' ':(glob)tests/integration/*.h' ':(glob)tests/support/*.h' \
+  ':(glob)tests/*.h' ':(glob)tests/fuzz/*.cpp' ':(glob)bench/*.cpp' ':(glob)bench/*.h')
 if [ ${#files[@]} -eq 0 ]; then
   echo "scripts/format.sh: git lists no C++ files here (not a git checkout?); nothing to check" >&2
   exit 77

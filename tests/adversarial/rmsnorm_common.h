@@ -45,12 +45,8 @@ inline std::optional<Rmsnorm> unpack(const kwb_call& call) {
     return std::nullopt;
   }
   if (weight.shape[0] != x.shape[1] || y.shape[0] != x.shape[0] || y.shape[1] != x.shape[1]) return std::nullopt;
-  return Rmsnorm{elements<const float>(x),
-                 elements<const float>(weight),
-                 elements<float>(y),
-                 x.shape[0],
-                 x.shape[1],
-                 static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
+  return Rmsnorm{elements<const float>(x), elements<const float>(weight), elements<float>(y), x.shape[0],
+                 x.shape[1], static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
 }
 
 // Plain two-pass RMSNorm of every row into `out` (laid out like y), in double accumulation.

@@ -72,7 +72,8 @@ std::optional<size_t> max_local_size(cl_kernel kernel, cl_device_id device) {
     return std::nullopt;
   }
   size_t item_sizes[3] = {};
-  if (clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_sizes, item_sizes, nullptr) != CL_SUCCESS) {
+  if (clGetDeviceInfo(device, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof item_sizes, item_sizes, nullptr) !=
+      CL_SUCCESS) {
     return std::nullopt;
   }
   size_t local = k_max_local;
@@ -133,12 +134,8 @@ std::optional<Rmsnorm> unpack(const kwb_call& call) {
   if (weight->shape[0] != x->shape[1] || y->shape[0] != x->shape[0] || y->shape[1] != x->shape[1]) {
     return std::nullopt;
   }
-  return Rmsnorm{static_cast<cl_mem>(x->data),
-                 static_cast<cl_mem>(weight->data),
-                 static_cast<cl_mem>(y->data),
-                 x->shape[0],
-                 x->shape[1],
-                 static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
+  return Rmsnorm{static_cast<cl_mem>(x->data), static_cast<cl_mem>(weight->data), static_cast<cl_mem>(y->data),
+                 x->shape[0], x->shape[1], static_cast<float>(kwb_scalar_or(&call, "eps", 1e-6))};
 }
 
 // The honest fused kernel, built once (kwb_setup) and launched per call (kwb_run), for candidates whose cheat lies
@@ -176,7 +173,7 @@ struct Fused {
     err |= clSetKernelArg(kernel, 5, local * sizeof(float), nullptr);
     if (err != CL_SUCCESS) return 3;
     return clEnqueueNDRangeKernel(queue, kernel, 1, nullptr, &global, &local, 0, nullptr, nullptr) == CL_SUCCESS ? 0
-                                                                                                                 : 3;
+                                                                                                                : 3;
   }
 
   void release() {
