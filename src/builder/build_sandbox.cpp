@@ -210,7 +210,11 @@ std::string namespaces_refused_message(const std::string& bwrap_output) {
 }  // namespace
 
 std::string find_bubblewrap() {
-  static const std::string path = [] {
+  static const std::string path = []() -> std::string {
+    // A site's own bubblewrap (a module, a prefix off PATH): KWB_BWRAP names it; one that is not executable is none.
+    if (const char* named = std::getenv("KWB_BWRAP"); named != nullptr && *named != '\0') {
+      return ::access(named, X_OK) == 0 ? named : "";
+    }
     std::string p = find_on_path("bwrap");
     if (p.empty() && ::access("/usr/bin/bwrap", X_OK) == 0) p = "/usr/bin/bwrap";
     return p;

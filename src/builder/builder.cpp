@@ -100,6 +100,14 @@ fs::path cuda_library_dir(const std::string& nvcc) {
   return {};
 }
 
+}  // namespace
+
+std::string implementation_compiler(BackendKind backend) {
+  return backend == BackendKind::cuda ? env_or("KWB_NVCC", KWB_DEFAULT_NVCC) : env_or("KWB_CXX", "c++");
+}
+
+namespace {
+
 Toolchain toolchain_for(const fs::path& source, BackendKind backend, BuildPurpose purpose) {
   const std::string ext = source.extension().string();
   if (backend == BackendKind::cuda) {

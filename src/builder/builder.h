@@ -55,6 +55,10 @@ struct BuildRequest {
   BackendKind backend = BackendKind::cpu;  // opencl: host code linked against the ICD loader; cuda: .cu through nvcc
 };
 
+// The compiler a candidate of `backend` is built with, as kwb invokes it: $KWB_NVCC or the nvcc found at configure
+// time on cuda; $KWB_CXX or c++ otherwise (a .c source takes $KWB_CC or cc). For `kwb doctor`.
+std::string implementation_compiler(BackendKind backend);
+
 // The file in a candidate's folder that declares which files beside the source a compile may read: one path per line,
 // relative to the folder, '#' starts a comment (docs/candidate-abi.md, "Files beside the source").
 inline constexpr const char* k_declared_files = "kwb.files";

@@ -210,6 +210,23 @@ CampaignTask read_task(const Reader& r, const toml::table& t, size_t index, cons
   return ct;
 }
 
+// A candidate the backend cannot build would pass every check here and fail on the node, minutes or hours later:
+// refused now, naming it. cuda builds .cu; cpu and opencl build C and C++ (builder/builder.h, toolchain_for).
+void refuse_unbuildable(const Reader& r, const CampaignTask& t, size_t index, BackendKind backend) {
+  for (const fs::path& cand : t.candidates) {
+    const std::string ext = cand.extension().string();
+    const bool ok =
+        backend == BackendKind::cuda ? ext == ".cu" : ext == ".c" || ext == ".cpp" || ext == ".cc" || ext == ".cxx";
+    if (ok) continue;
+    fail(
+        r.file(), t.line, fmt::format("tasks[{}].candidates", index),
+        fmt::format("{}: the {} backend cannot build a '{}' source ({}): name only such sources, or set "
+                    "validate.backend",
+                    cand.string(), to_string(backend), ext,
+                    backend == BackendKind::cuda ? "a cuda candidate is a .cu file" : "it builds .c, .cpp, .cc, .cxx"));
+  }
+}
+
 ExecutorKind executor_kind(const Reader& r, const toml::table& t) {
   const std::optional<std::string> kind = r.text(t, "kind", "executor.kind");
   if (!kind || *kind == "local") return ExecutorKind::local;
@@ -219,25 +236,70 @@ ExecutorKind executor_kind(const Reader& r, const toml::table& t) {
 }
 
 ExecutorTable read_executor(const Reader& r, const toml::table& t) {
-  r.only(t, "executor", {"kind", "poll_seconds", "partition", "account", "gres", "sbatch_options"});
+  static const std::vector<std::string> slurm_keys = {
+      "partition", "account",     "gres",           "constraint",      "nodelist",    "exclude",
+      "exclusive", "array_limit", "sbatch_options", "apptainer_image", "pyxis_image", "container_mounts"};
+  std::vector<std::string> known = {"kind", "poll_seconds"};
+  known.insert(known.end(), slurm_keys.begin(), slurm_keys.end());
+  r.only(t, "executor", known);
   ExecutorTable c;
   c.kind = executor_kind(r, t);
   c.poll_seconds = r.number(t, "poll_seconds", "executor.poll_seconds", 0.05, 600.0).value_or(0.0);
-  for (const char* key : {"partition", "account", "gres", "sbatch_options"}) {
+  for (const std::string& key : slurm_keys) {
     if (c.kind == ExecutorKind::local && t.contains(key)) {
-      fail(r.file(), line_of(*t.get(key)), std::string("executor.") + key,
+      fail(r.file(), line_of(*t.get(key)), "executor." + key,
            "is a Slurm option, but executor.kind is local: remove it, or set kind = \"slurm\"");
     }
   }
   c.slurm.partition = r.text(t, "partition", "executor.partition").value_or("");
   c.slurm.account = r.text(t, "account", "executor.account").value_or("");
-  c.slurm.gres = r.text(t, "gres", "executor.gres").value_or(c.slurm.gres);
+  c.slurm.gres = r.text(t, "gres", "executor.gres").value_or("");
+  c.slurm.constraint = r.text(t, "constraint", "executor.constraint").value_or("");
+  c.slurm.nodelist = r.text(t, "nodelist", "executor.nodelist").value_or("");
+  c.slurm.exclude = r.text(t, "exclude", "executor.exclude").value_or("");
+  if (const toml::node* n = t.get("exclusive")) {
+    if (!n->is_boolean()) {
+      fail(r.file(), line_of(*n), "executor.exclusive",
+           "must be true (a job takes a whole node, the default) or false (it shares the node; kwb's timing lock "
+           "keeps timings apart)");
+    }
+    c.slurm.exclusive = n->value_or(true);
+  }
+  if (const std::optional<double> k = r.number(t, "array_limit", "executor.array_limit", 1.0, 100000.0)) {
+    if (*k != std::floor(*k)) {
+      fail(r.file(), line_of(*t.get("array_limit")), "executor.array_limit",
+           fmt::format("{} is not a whole number: give how many jobs may run at once, e.g. array_limit = 8", *k));
+    }
+    c.slurm.array_limit = static_cast<size_t>(*k);
+  }
+  c.slurm.apptainer_image = r.text(t, "apptainer_image", "executor.apptainer_image").value_or("");
+  c.slurm.pyxis_image = r.text(t, "pyxis_image", "executor.pyxis_image").value_or("");
+  if (!c.slurm.apptainer_image.empty() && !c.slurm.pyxis_image.empty()) {
+    fail(r.file(), line_of(*t.get("pyxis_image")), "executor.pyxis_image",
+         "and executor.apptainer_image both name a container: keep the one the cluster runs");
+  }
+  c.slurm.container_mounts = r.texts(t, "container_mounts", "executor.container_mounts");
+  for (const std::string& m : c.slurm.container_mounts) {
+    if (m.empty() || m.front() != '/' || m.find_first_of(",:") != std::string::npos) {
+      fail(r.file(), line_of(*t.get("container_mounts")), "executor.container_mounts",
+           fmt::format("'{}' is not an absolute folder without ',' or ':': name folders bound at the same path, e.g. "
+                       "container_mounts = [\"/scratch\"]",
+                       m));
+    }
+  }
+  if (!c.slurm.container_mounts.empty() && c.slurm.apptainer_image.empty() && c.slurm.pyxis_image.empty()) {
+    fail(r.file(), line_of(*t.get("container_mounts")), "executor.container_mounts",
+         "given without a container: add executor.apptainer_image or executor.pyxis_image, or remove it");
+  }
   c.slurm.sbatch_options = r.texts(t, "sbatch_options", "executor.sbatch_options");
   for (const std::string& o : c.slurm.sbatch_options) {
-    for (const char* owned : {"--parsable", "--output", "--error", "--job-name", "--time", "--wrap"}) {
+    for (const char* owned : {"--parsable", "--output", "--error", "--job-name", "--time", "--wrap", "--array",
+                              "--exclusive", "--constraint", "--nodelist", "--exclude", "--gres"}) {
       if (o.rfind(owned, 0) == 0) {
         fail(r.file(), line_of(*t.get("sbatch_options")), "executor.sbatch_options",
-             fmt::format("'{}' is set by the campaign itself (run_limit_minutes gives --time): remove it", o));
+             fmt::format("'{}' is set by the campaign itself (run_limit_minutes gives --time; --exclusive, "
+                         "--constraint, --nodelist, --exclude, --gres and --array are keys of [executor]): remove it",
+                         o));
       }
     }
   }
@@ -310,6 +372,7 @@ Campaign load_campaign(const fs::path& given, const FlagCheck& check) {
     const toml::table* t = tasks->get(i)->as_table();
     if (t == nullptr) fail(file, line_of(*tasks->get(i)), fmt::format("tasks[{}]", i), "must be a [[tasks]] table");
     c.tasks.push_back(read_task(r, *t, i, base, c.backend, c.validate));
+    refuse_unbuildable(r, c.tasks.back(), i, c.backend);
   }
   return c;
 }

@@ -18,12 +18,26 @@ namespace kwb {
 enum class ExecutorKind { local, slurm };
 std::string_view to_string(ExecutorKind k);
 
-// What `sbatch` is given beyond what every job gets (--parsable, --exclusive, --time, --job-name, --output, --gres
-// on cuda): passed through as the campaign names them.
+// What `sbatch` is given beyond what every job gets (--parsable, --time, --job-name, --output, --array): passed
+// through as the campaign names them.
 struct SlurmOptions {
   std::string partition;
   std::string account;
-  std::string gres = "gpu:1";  // on cuda only
+  // --gres: on cuda, gpu:1 unless given; on opencl only when given (an OpenCL device may be a CPU, PoCL); never on cpu.
+  std::string gres;
+  std::string constraint;  // --constraint: node features (e.g. "epyc9654&h200")
+  std::string nodelist;    // --nodelist: only these nodes
+  std::string exclude;     // --exclude: never these nodes
+  // --exclusive (the default): a job takes a whole node. false: it shares the node as Slurm allows, and kwb's
+  // per-node timing lock (util/timing_lock.h) keeps two timings on one node apart: for GPU nodes, where one job
+  // takes one GPU of eight.
+  bool exclusive = true;
+  size_t array_limit = 0;  // --array=...%K: at most K of a wave's jobs run at once (0: as many as Slurm gives)
+  // A container for kwb on the node (docs/threat-model.md, "Inside a container"): at most one of the two.
+  std::string apptainer_image;  // `apptainer exec --bind ... IMAGE kwb ...` (a .sif, or docker://...)
+  std::string pyxis_image;      // `srun --container-image=IMAGE --container-mounts=... kwb ...` (pyxis, enroot)
+  std::vector<std::string> container_mounts;  // more folders bound at the same path (storage, tasks, sources and
+                                              // kwb's own folder always are)
   std::vector<std::string> sbatch_options;
 };
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 namespace kwb {
 
@@ -20,13 +21,15 @@ using Table = ReportTable;
 struct TaskSection {
   std::string task;
   std::string backend;
-  Table ranking;    // decided jobs
-  Table undecided;  // every other current job
+  std::string mixed;  // a warning when the ranking's jobs were timed on different machines; "" when not
+  Table ranking;      // decided jobs
+  Table undecided;    // every other current job
   Table lineage;
 };
 
 struct Report {
   std::string name;
+  Table keys;  // the trusted keys
   std::string campaign_file;
   std::string updated;
   std::vector<std::pair<std::string, size_t>> counts;
@@ -40,7 +43,10 @@ int decision_rank(const std::string& d) {
   return static_cast<int>(it - order.begin());
 }
 
-std::string speedup_text(double f) { return f >= 1.0 ? fmt::format("{:.2f}x", f) : fmt::format("1/{:.2f}x", 1.0 / f); }
+// A factor as a person reads it: "1.06x" faster, "1.01x slower" (1/f) when below one.
+std::string speedup_text(double f) {
+  return f >= 1.0 ? fmt::format("{:.2f}x", f) : fmt::format("{:.2f}x slower", 1.0 / f);
+}
 
 std::string workload_text(const LedgerWorkload& w) {
   if (!w.improvement_pct) return fmt::format("{}: {}", w.name, w.verdict.empty() ? "no estimate" : w.verdict);
@@ -48,9 +54,9 @@ std::string workload_text(const LedgerWorkload& w) {
   if (w.ci_low_pct && w.ci_high_pct) s += fmt::format(" [{:+.2f}, {:+.2f}]", *w.ci_low_pct, *w.ci_high_pct);
   if (*w.improvement_pct < 100.0) s += ", " + speedup_text(speedup_factor(*w.improvement_pct));
   // The interval's bounds as factors, in the same order (a higher improvement is a larger factor).
+  // (plain factors: below 1x is slower).
   if (w.ci_low_pct && w.ci_high_pct && *w.ci_high_pct < 100.0) {
-    s += fmt::format(" [{}, {}]", speedup_text(speedup_factor(*w.ci_low_pct)),
-                     speedup_text(speedup_factor(*w.ci_high_pct)));
+    s += fmt::format(" [{:.2f}x, {:.2f}x]", speedup_factor(*w.ci_low_pct), speedup_factor(*w.ci_high_pct));
   }
   return s + " " + w.verdict;
 }
@@ -62,7 +68,17 @@ std::string link_of(const fs::path& storage, const std::string& bundle) {
   return target.lexically_relative(storage).string();
 }
 
-Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage) {
+// A signer as the report names it: the trusted key's name, or its first 16 hex digits when no trusted key is it.
+std::string signer_name(const std::string& key, const std::vector<std::pair<std::string, std::string>>& trusted) {
+  if (key.empty()) return "-";
+  for (const auto& [name, hex] : trusted) {
+    if (hex == key) return name;
+  }
+  return key.substr(0, 16);
+}
+
+Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage,
+              const std::vector<std::pair<std::string, std::string>>& trusted) {
   std::vector<const Job*> ranked;
   for (const Job* j : jobs) {
     if (j->outcome == JobOutcome::decided) ranked.push_back(j);
@@ -73,11 +89,10 @@ Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage) {
     }
     return summary_improvement_pct(a->workloads) > summary_improvement_pct(b->workloads);
   });
-  Table t{{"rank", "candidate", "decision", "improvement (geomean)",
-           "workloads: improvement [95% interval], speedup "
-           "[interval], verdict",
-           "bundle"},
-          {}};
+  Table t{
+      {"rank", "candidate", "decision", "improvement (geomean)",
+       "workloads: improvement [95% interval], speedup [interval], verdict", "node", "machine", "signed by", "bundle"},
+      {}};
   for (size_t i = 0; i < ranked.size(); ++i) {
     const Job& j = *ranked[i];
     std::vector<std::string> ws;
@@ -85,10 +100,29 @@ Table ranking(const std::vector<const Job*>& jobs, const fs::path& storage) {
     const double g = summary_improvement_pct(j.workloads);
     t.rows.push_back({{std::to_string(i + 1), fs::path(j.candidate).filename().string(), j.decision,
                        j.workloads.empty() ? "-" : fmt::format("{:+.2f}% ({})", g, speedup_text(speedup_factor(g))),
-                       ws.empty() ? "- (not timed)" : fmt::format("{}", fmt::join(ws, "; "))},
+                       ws.empty() ? "- (not timed)" : fmt::format("{}", fmt::join(ws, "; ")),
+                       j.node.empty() ? (j.host.empty() ? "-" : j.host) : j.node, j.machine.empty() ? "-" : j.machine,
+                       signer_name(j.signer, trusted)},
                       link_of(storage, j.bundle)});
   }
   return t;
+}
+
+// "" when every decided job was timed on one machine; else the warning, with each machine and its count. A factor
+// measured on one CPU says nothing about another's: rank within one (executor.constraint or nodelist).
+std::string mixed_machines(const std::vector<const Job*>& jobs) {
+  std::map<std::string, size_t> machines;
+  for (const Job* j : jobs) {
+    if (j->outcome == JobOutcome::decided) ++machines[j->machine.empty() ? "unknown" : j->machine];
+  }
+  if (machines.size() < 2) return "";
+  std::vector<std::string> parts;
+  for (const auto& [m, n] : machines) parts.push_back(fmt::format("{} on {}", n, m));
+  return fmt::format(
+      "WARNING: this ranking mixes machines ({}): each job compared its candidate with the baseline on its own node, "
+      "so each decision stands, but improvements from different machines are not comparable with each other; pin "
+      "the jobs to one kind of node with executor.constraint or executor.nodelist",
+      fmt::join(parts, "; "));
 }
 
 Table undecided(const std::vector<const Job*>& jobs, const fs::path& storage) {
@@ -120,7 +154,14 @@ Table lineage_table(const std::vector<Incumbent>& line, const fs::path& storage)
 
 Report build(const CampaignReportInput& in) {
   const CampaignState& s = *in.state;
-  Report r{s.name, s.campaign_file, s.updated, {}, {}, {{"candidate", "attempt", "why it was refused", "bundle"}, {}}};
+  Report r{s.name,
+           {{"name", "public key"}, {}, false},
+           s.campaign_file,
+           s.updated,
+           {},
+           {},
+           {{"candidate", "attempt", "why it was refused", "bundle"}, {}}};
+  for (const auto& [name, hex] : in.trusted_keys) r.keys.rows.push_back({{name, hex}, ""});
   std::map<std::string, size_t> counts;
   std::vector<std::string> order;
   std::map<std::string, std::vector<const Job*>> by_task;
@@ -145,7 +186,8 @@ Report build(const CampaignReportInput& in) {
     const std::vector<const Job*>& jobs = by_task[task];
     TaskSection t{task,
                   std::string(to_string(jobs.front()->backend)),
-                  ranking(jobs, in.storage),
+                  mixed_machines(jobs),
+                  ranking(jobs, in.storage, in.trusted_keys),
                   undecided(jobs, in.storage),
                   {}};
     if (const auto it = in.lineages.find(task); it != in.lineages.end())
@@ -204,6 +246,7 @@ std::string campaign_markdown(const CampaignReportInput& in) {
   out += fmt::format("jobs: {}\n", counts.empty() ? "none" : fmt::format("{}", fmt::join(counts, ", ")));
   for (const TaskSection& t : r.tasks) {
     out += fmt::format("\n## Task {} ({})\n\n### Ranking\n\n", escape_markdown(t.task), t.backend);
+    if (!t.mixed.empty()) out += "**" + escape_markdown(t.mixed) + "**\n\n";
     out += md_table(t.ranking);
     out += "\nImprovement is (A - B) / A for times per call, with its 95% interval; speedup is A / B.\n";
     out += "\n### Jobs without a decision\n\n" + md_table(t.undecided);
@@ -213,6 +256,10 @@ std::string campaign_markdown(const CampaignReportInput& in) {
       "\n## Rejected evidence\n\nBundles that failed verify or authentication, or were not their job's: never in "
       "the ledger, never kept.\n\n" +
       md_table(r.rejected);
+  out +=
+      "\n## Trusted keys\n\nThe keys whose signed bundles this machine accepts (kwb campaign trust enrols a "
+      "node's).\n\n" +
+      md_table(r.keys);
   return out;
 }
 
@@ -230,6 +277,7 @@ std::string campaign_html(const CampaignReportInput& in) {
   out += fmt::format("<p id=\"counts\">jobs: {}</p>\n", escape_html(fmt::format("{}", fmt::join(counts, ", "))));
   for (const TaskSection& t : r.tasks) {
     out += fmt::format("<h2>Task {} ({})</h2>\n<h3>Ranking</h3>\n", escape_html(t.task), escape_html(t.backend));
+    if (!t.mixed.empty()) out += "<p class=\"warning\"><strong>" + escape_html(t.mixed) + "</strong></p>\n";
     out += html_table(t.ranking);
     out += "<p>Improvement is (A - B) / A for times per call, with its 95% interval; speedup is A / B.</p>\n";
     out += "<h3>Jobs without a decision</h3>\n" + html_table(t.undecided);
@@ -239,6 +287,10 @@ std::string campaign_html(const CampaignReportInput& in) {
       "<h2>Rejected evidence</h2>\n<p>Bundles that failed verify or authentication, or were not their job's: never "
       "in the ledger, never kept.</p>\n" +
       html_table(r.rejected);
+  out +=
+      "<h2>Trusted keys</h2>\n<p>The keys whose signed bundles this machine accepts (kwb campaign trust enrols a "
+      "node's).</p>\n" +
+      html_table(r.keys);
   return out + "</body>\n</html>\n";
 }
 

@@ -20,6 +20,9 @@ struct CampaignReportInput {
   const CampaignState* state = nullptr;
   std::filesystem::path storage;                           // links are relative to it
   std::map<std::string, std::vector<Incumbent>> lineages;  // by task name
+  // The keys whose bundles this machine accepts, as (name, 64 hex digits): its own ("this machine") and each
+  // trusted/<name>.pub. Listed in the report; each decided job's signer is named from them.
+  std::vector<std::pair<std::string, std::string>> trusted_keys;
 };
 
 // One line of a report table, as plain text per column; each view escapes it its own way.

@@ -19,7 +19,7 @@ constexpr std::array<std::pair<JobPhase, std::string_view>, 4> k_phases = {{{Job
                                                                             {JobPhase::queued, "queued"},
                                                                             {JobPhase::running, "running"},
                                                                             {JobPhase::ended, "ended"}}};
-constexpr std::array<std::pair<JobOutcome, std::string_view>, 8> k_outcomes = {
+constexpr std::array<std::pair<JobOutcome, std::string_view>, 9> k_outcomes = {
     {{JobOutcome::none, "none"},
      {JobOutcome::decided, "decided"},
      {JobOutcome::rejected, "rejected"},
@@ -27,7 +27,8 @@ constexpr std::array<std::pair<JobOutcome, std::string_view>, 8> k_outcomes = {
      {JobOutcome::queue_limit, "queue_limit"},
      {JobOutcome::died, "died"},
      {JobOutcome::cancelled, "cancelled"},
-     {JobOutcome::failed, "failed"}}};
+     {JobOutcome::failed, "failed"},
+     {JobOutcome::node_unfit, "node_unfit"}}};
 
 template <typename E, size_t N>
 std::string_view name_of(const std::array<std::pair<E, std::string_view>, N>& table, E e) {
@@ -114,6 +115,12 @@ nlohmann::json to_json(const Job& j) {
           {"detail", j.detail},
           {"manifest_sha256", j.manifest_sha256},
           {"workloads", to_json(j.workloads)},
+          {"node", j.node},
+          {"host", j.host},
+          {"machine", j.machine},
+          {"signer", j.signer},
+          {"waiting", j.waiting},
+          {"accounting", j.accounting},
           {"earlier", earlier}};
 }
 
@@ -158,6 +165,16 @@ Job job_from_json(const nlohmann::json& j) {
   out.detail = field<std::string>(j, "detail");
   out.manifest_sha256 = field<std::string>(j, "manifest_sha256");
   out.workloads = workloads_from_json(j.value("workloads", nlohmann::json::array()));
+  // Where it ran and what it waits for: absent from a state written before they were recorded.
+  const std::pair<const char*, std::string*> where[] = {{"node", &out.node},
+                                                        {"host", &out.host},
+                                                        {"machine", &out.machine},
+                                                        {"signer", &out.signer},
+                                                        {"waiting", &out.waiting}};
+  for (const auto& [name, to] : where) {
+    if (j.contains(name)) *to = field<std::string>(j, name);
+  }
+  if (j.contains("accounting")) out.accounting = field<std::map<std::string, std::string>>(j, "accounting");
   for (const nlohmann::json& a : j.value("earlier", nlohmann::json::array())) {
     out.earlier.push_back(
         {field<int>(a, "attempt"), parse_job_outcome(field<std::string>(a, "outcome")).value_or(JobOutcome::none),

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,8 @@ enum class JobOutcome {
   died,         // killed (a signal, Slurm NODE_FAIL/OUT_OF_MEMORY/...), or the campaign ended while it ran
   cancelled,    // kwb campaign cancel, or the campaign interrupted
   failed,       // kwb validate exited without a decision (bad input 64/65, unavailable 69, ...), or sbatch refused it
+  node_unfit,   // the node lacked what validate needs (kwb doctor, the job's first step): the node's fault, not the
+                // candidate's; the detail names the node, the missing piece and the fix
 };
 std::string_view to_string(JobPhase p);
 std::string_view to_string(JobOutcome o);
@@ -84,6 +87,15 @@ struct Job {
   std::string detail;                             // one sentence: why it ended this way
   std::string manifest_sha256;
   std::vector<LedgerWorkload> workloads;  // the A/B's figures, decided only
+  // Where it ran: the scheduler's node (Slurm's NodeList, "" locally), and, from the accepted bundle's signed plan,
+  // the host and the machine that timed it ("AMD EPYC 9654 96-Core Processor, 2 cores[, device]").
+  std::string node, host, machine;
+  std::string signer;  // the public key that signed the accepted bundle (64 hex digits)
+  // While it runs: what it waits for, from validate's own last line ("the timing lock: held by ..."); "" when it
+  // is working.
+  std::string waiting;
+  // Slurm's accounting of the ended job (sacct: State, ExitCode, Elapsed, MaxRSS, NodeList); empty when none.
+  std::map<std::string, std::string> accounting;
   std::vector<JobAttempt> earlier;
 };
 

@@ -118,7 +118,19 @@ Evidence examine_bundle(const std::filesystem::path& bundle, const Job& job,
   e.verdict = Evidence::Verdict::accepted;
   e.decision = v.seal.decision;
   e.manifest_sha256 = v.seal.manifest_sha256;
+  e.signer = v.signature.public_key;
   if (b.ab && b.ab->contains("workloads")) e.workloads = workloads_from_json((*b.ab)["workloads"]);
+  const nlohmann::json& env = b.plan->environment;
+  if (env.is_object()) {
+    e.host = env.value("hostname", "");
+    e.machine = fmt::format("{}, {} cores", env.value("cpu_model", "unknown CPU"),
+                            env.contains("logical_cores") ? env["logical_cores"].dump() : "?");
+  }
+  if (!b.plan->device.empty()) e.machine += ", " + b.plan->device;
+  if (b.decision && !b.decision->reasons.empty()) {
+    e.reason = b.decision->reason_codes.empty() ? b.decision->reasons.front()
+                                                : b.decision->reason_codes.front() + ": " + b.decision->reasons.front();
+  }
   return e;
 }
 

@@ -27,6 +27,13 @@ struct Evidence {
   std::string manifest_sha256;  // accepted: the digest the trusted signature signs
   std::string detail;           // rejected: which test failed and why; absent: what is missing
   std::vector<LedgerWorkload> workloads;
+  // accepted: where it was timed, from the signed plan (its environment and device): the host name, and the machine
+  // as "CPU model, N cores[, device]", the unit a ranking must not mix.
+  std::string host, machine;
+  // accepted: the decision's first reason, as "code: sentence" (decision.json's reason_codes and reasons).
+  std::string reason;
+  // accepted: the public key that signed it (64 hex digits): this machine's, or a node's in trusted/.
+  std::string signer;
 };
 
 // `validate_argv`: the command line the job runs validate with (validate_command_line); the bundle's plan must

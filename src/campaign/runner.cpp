@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include <fcntl.h>
 #include <signal.h>
@@ -77,6 +78,44 @@ std::string tail_of(const fs::path& file, size_t lines) {
 
 bool decided(const Job& j) { return j.phase == JobPhase::ended && j.outcome == JobOutcome::decided; }
 
+// What a node lacked, from the doctor.json its job left ("" when it left none, or the node was fit): the node, each
+// missing piece with why and the fix.
+std::string node_unfit(const fs::path& doctor_json, const std::string& node) {
+  std::error_code ec;
+  if (!fs::is_regular_file(doctor_json, ec)) return "";
+  std::ifstream in(doctor_json);
+  const nlohmann::json d = nlohmann::json::parse(in, nullptr, false);
+  if (!d.is_object() || d.value("schema", "") != "kwb.doctor" || d.value("fit", true)) return "";
+  std::vector<std::string> pieces;
+  for (const nlohmann::json& c : d.value("checks", nlohmann::json::array())) {
+    if (!c.is_object() || c.value("ok", true) || !c.value("required", true)) continue;
+    pieces.push_back(fmt::format("{}: {} (fix: {})", c.value("piece", "?"), c.value("detail", ""), c.value("fix", "")));
+  }
+  const std::string host = d.value("host", "");
+  return fmt::format(
+      "the node {} cannot run kwb validate, the node's fault and not the candidate's: {}; the job runs again with the "
+      "next kwb campaign run (fix the node, or leave it out with executor.exclude)",
+      node.empty() ? host : node, fmt::join(pieces, "; "));
+}
+
+// What a running job waits for, from the last line its validate wrote (its stderr.log's last 4 KiB): "the timing
+// lock: held by ..." while validate waits for the node's timing lock (cli/progress.cpp's notice), else "".
+std::string waiting_for(const fs::path& stderr_log) {
+  std::ifstream in(stderr_log, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const std::string line = tail.substr(tail.rfind('\n') == std::string::npos ? 0 : tail.rfind('\n') + 1);
+  const size_t at = line.find("waiting for the timing lock");
+  if (at == std::string::npos) return "";
+  const size_t held = line.find("held by ", at);
+  return held == std::string::npos ? "the timing lock" : "the timing lock: " + line.substr(held);
+}
+
 std::string attempt_folder(const fs::path& storage, const Job& j, int attempt) {
   return (storage / "jobs" / j.id / fmt::format("attempt-{}", attempt)).string();
 }
@@ -94,7 +133,9 @@ public:
     plan();
     if (mode == RunMode::plan_only) {
       save();
-      return summary();
+      RunSummary s = summary();
+      s.submission = describe_ready();
+      return s;
     }
     adopt();
     save();
@@ -153,9 +194,7 @@ private:
   // One pass: submit what fits, poll what runs, and fill the slots that freed at once. False when nothing is left.
   bool step() {
     submit_ready();
-    for (Job& j : m_state.jobs) {
-      if (j.current && (j.phase == JobPhase::queued || j.phase == JobPhase::running)) poll(j);
-    }
+    poll_active();
     submit_ready();
     return active_count() > 0;
   }
@@ -166,17 +205,24 @@ private:
     }));
   }
 
-  // Jobs to run: current, not decided, not yet tried by this process (a job that failed here waits for the next run).
+  // Jobs to run: current, not decided, not yet tried by this process (a job that failed here waits for the next
+  // run). As many as there are free slots, submitted as one wave (on Slurm, one array).
   void submit_ready() {
+    const size_t active = active_count();
+    if (active >= m_ex.slots()) return;
+    std::vector<Job*> wave;
     for (Job& j : m_state.jobs) {
-      if (active_count() >= m_ex.slots()) return;
+      if (active + wave.size() >= m_ex.slots()) break;
       if (!j.current || decided(j) || j.phase == JobPhase::queued || j.phase == JobPhase::running ||
           m_tried.contains(j.key)) {
         continue;
       }
       m_tried.insert(j.key);
-      submit(j);
+      if (examine_leftover(j)) continue;
+      new_attempt(j);
+      wave.push_back(&j);
     }
+    if (!wave.empty()) submit(wave);
   }
 
   void new_attempt(Job& j) {
@@ -219,33 +265,55 @@ private:
     return j.outcome == JobOutcome::decided;
   }
 
-  void submit(Job& j) {
-    if (examine_leftover(j)) return;
-    new_attempt(j);
-    const JobLaunch launch = launch_of(j);
-    fs::create_directories(launch.attempt_dir);
-    j.submitted = utc_now_text();
-    j.submitted_unix = wall_seconds_now();
+  void submit(const std::vector<Job*>& wave) {
+    std::vector<JobLaunch> launches;
+    for (Job* j : wave) {
+      launches.push_back(launch_of(*j));
+      fs::create_directories(launches.back().attempt_dir);
+      j->submitted = utc_now_text();
+      j->submitted_unix = wall_seconds_now();
+    }
+    std::vector<std::string> handles;
     try {
-      j.handle = m_ex.submit(launch);
+      handles = m_ex.submit_all(launches);
     } catch (const Error& e) {
-      j.phase = JobPhase::ended;
-      j.outcome = JobOutcome::failed;
-      j.ended = utc_now_text();
-      j.detail = fmt::format("not started: {}", e.what());
-      say(fmt::format("{}: {}", j.id, j.detail));
+      for (Job* j : wave) {
+        j->phase = JobPhase::ended;
+        j->outcome = JobOutcome::failed;
+        j->ended = utc_now_text();
+        j->detail = fmt::format("not started: {}", e.what());
+        say(fmt::format("{}: {}", j->id, j->detail));
+      }
       save();
       return;
     }
-    ++m_summary.started;
-    j.phase = m_ex.kind() == ExecutorKind::local ? JobPhase::running : JobPhase::queued;
-    if (j.phase == JobPhase::running) {
-      j.started = j.submitted;
-      j.started_unix = j.submitted_unix;
+    for (size_t i = 0; i < wave.size(); ++i) {
+      Job& j = *wave[i];
+      j.handle = handles.at(i);
+      ++m_summary.started;
+      j.phase = m_ex.kind() == ExecutorKind::local ? JobPhase::running : JobPhase::queued;
+      if (j.phase == JobPhase::running) {
+        j.started = j.submitted;
+        j.started_unix = j.submitted_unix;
+      }
+      say(fmt::format("{}: attempt {} submitted ({} {}): {} against {}", j.id, j.attempt, j.executor, j.handle,
+                      j.candidate, j.baseline.empty() ? "the task's baseline" : j.baseline));
     }
-    say(fmt::format("{}: attempt {} submitted ({} {}): {} against {}", j.id, j.attempt, j.executor, j.handle,
-                    j.candidate, j.baseline.empty() ? "the task's baseline" : j.baseline));
     save();
+  }
+
+  // What the executor would submit for the jobs still to decide, as a dry run shows it (nothing is changed).
+  std::string describe_ready() const {
+    std::vector<JobLaunch> launches;
+    for (const Job& j : m_state.jobs) {
+      if (!j.current || decided(j)) continue;
+      Job next = j;
+      ++next.attempt;
+      next.bundle = (fs::path(attempt_folder(m_c.storage, next, next.attempt)) / "bundle").string();
+      next.nonce = std::string(64, 'N');  // drawn when the attempt is made: its place, shown
+      launches.push_back(launch_of(next));
+    }
+    return m_ex.describe_submission(launches);
   }
 
   JobLaunch launch_of(const Job& j) const {
@@ -255,28 +323,67 @@ private:
     l.validate = validate_command_line(m_c, j, m_kwb, j.bundle);
     l.run_limit_s = m_c.run_limit_minutes * 60.0;
     l.backend = j.backend;
+    if (m_ex.kind() == ExecutorKind::slurm) {
+      l.doctor = doctor_command_line(m_c, j, m_kwb);
+      // In a container, what the job reads and writes is bound at the same path: the storage, the task, the
+      // sources and kwb's own folder (its worker beside it).
+      std::vector<fs::path> binds = {m_c.storage, j.task_dir, fs::path(j.candidate).parent_path(), m_kwb.parent_path()};
+      if (!j.baseline.empty()) binds.push_back(fs::path(j.baseline).parent_path());
+      l.container = container_prefix(m_c.slurm, binds, l.attempt_dir);
+    }
     return l;
   }
 
-  void poll(Job& j) {
-    const JobProbe p = m_ex.probe(j.handle, launch_of(j));
+  // Every job in flight, in one query of the executor (on Slurm one squeue, and one sacct for those that ended).
+  void poll_active() {
+    std::vector<Job*> active;
+    std::vector<ActiveJob> query;
+    for (Job& j : m_state.jobs) {
+      if (!j.current || (j.phase != JobPhase::queued && j.phase != JobPhase::running)) continue;
+      active.push_back(&j);
+      query.push_back({j.handle, launch_of(j)});
+    }
+    if (active.empty()) return;
+    const std::vector<JobProbe> probes = m_ex.probe_all(query);
+    m_dirty = false;
+    for (size_t i = 0; i < active.size(); ++i) poll(*active[i], probes.at(i));
+    if (m_dirty) save();
+  }
+
+  // One job's probe: its start, its end, its limits. A start or a change of Slurm's state is saved once per poll
+  // (poll_active); an end at once.
+  void poll(Job& j, const JobProbe& p) {
     const double now = wall_seconds_now();
-    const bool changed = p.scheduler_state != j.scheduler_state || p.scheduler_reason != j.scheduler_reason;
+    if (p.stale) {  // the scheduler did not answer: nothing changed, but the limits still run on the wall clock
+      enforce_limits(j, now);
+      return;
+    }
+    const bool changed = p.scheduler_state != j.scheduler_state || p.scheduler_reason != j.scheduler_reason ||
+                         (!p.node.empty() && p.node != j.node);
     j.scheduler_state = p.scheduler_state;
     j.scheduler_reason = p.scheduler_reason;
+    if (!p.node.empty()) j.node = p.node;
     if (p.where == JobProbe::Where::ended) {
       end(j, p);
       return;
+    }
+    if (p.where == JobProbe::Where::running) {
+      const std::string waiting = waiting_for(fs::path(j.bundle).parent_path() / "stderr.log");
+      if (waiting != j.waiting) {
+        j.waiting = waiting;
+        m_dirty = true;
+      }
     }
     if (p.where == JobProbe::Where::running && j.phase == JobPhase::queued) {
       j.phase = JobPhase::running;
       j.started = utc_now_text();
       j.started_unix = now;
       j.queued_s = now - j.submitted_unix;
-      say(fmt::format("{}: running ({} {}, queued {:.1f} s)", j.id, j.executor, j.handle, j.queued_s));
-      save();
+      say(fmt::format("{}: running ({} {}{}, queued {:.1f} s)", j.id, j.executor, j.handle,
+                      j.node.empty() ? "" : " on " + j.node, j.queued_s));
+      m_dirty = true;
     } else if (changed) {
-      save();
+      m_dirty = true;
     }
     enforce_limits(j, now);
   }
@@ -312,18 +419,29 @@ private:
     if (j.started_unix > 0) j.ran_s = now - j.started_unix;
     j.phase = JobPhase::ended;
     j.ended = utc_now_text();
+    j.waiting.clear();
     j.exit_code = p.exit_code;
     if (!p.scheduler_state.empty()) j.scheduler_state = p.scheduler_state;
     if (!p.scheduler_reason.empty()) j.scheduler_reason = p.scheduler_reason;
+    if (!p.node.empty()) j.node = p.node;
+    j.accounting = p.accounting;
     const Evidence e = examine_bundle(j.bundle, j, validate_command_line(m_c, j, m_kwb, j.bundle));
     const fs::path attempt_dir = fs::path(j.bundle).parent_path();
-    const Judgement verdict = judge(p, e, j.stopping, tail_of(attempt_dir / "stderr.log", 2));
+    Judgement verdict = judge(p, e, j.stopping, tail_of(attempt_dir / "stderr.log", 2));
+    if (e.verdict == Evidence::Verdict::absent) {
+      if (const std::string unfit = node_unfit(attempt_dir / "doctor.json", j.node); !unfit.empty()) {
+        verdict = {JobOutcome::node_unfit, unfit};
+      }
+    }
     j.outcome = verdict.outcome;
     j.detail = verdict.detail;
     if (j.outcome == JobOutcome::decided) {
       j.decision = e.decision;
       j.manifest_sha256 = e.manifest_sha256;
       j.workloads = e.workloads;
+      j.machine = e.machine;
+      j.host = e.host;
+      j.signer = e.signer;
       if (m_hooks.record_accepted) m_hooks.record_accepted(j.bundle, e.manifest_sha256);
     }
     say(fmt::format("{}: {}{} — {}", j.id, to_string(j.outcome), j.decision.empty() ? "" : " " + j.decision, j.detail));
@@ -365,6 +483,7 @@ private:
   CampaignState m_state;
   RunSummary m_summary;
   std::set<std::string> m_tried;
+  bool m_dirty = false;  // a poll changed something worth saving
 };
 
 }  // namespace
@@ -417,6 +536,18 @@ std::vector<Job> plan_jobs(const Campaign& c) {
   return out;
 }
 
+std::vector<std::string> doctor_command_line(const Campaign& c, const Job& job, const fs::path& kwb) {
+  std::vector<std::string> a = {kwb.string(), "doctor",     "--backend", std::string(to_string(c.backend)),
+                                "--task",     job.task_dir, "--file",    job.candidate};
+  if (!job.baseline.empty()) a.insert(a.end(), {"--file", job.baseline});
+  a.insert(a.end(), {"--storage", c.storage.string()});
+  for (const ValidateFlag& f : c.validate) {
+    if (f.flag == "--no-profile") a.push_back("--no-profile");
+  }
+  a.push_back("--json");
+  return a;
+}
+
 std::vector<std::string> validate_command_line(const Campaign& c, const Job& job, const fs::path& kwb,
                                                const fs::path& bundle) {
   std::vector<std::string> a = {kwb.string(), "validate", job.task_dir, "--candidate", job.candidate, "--output-dir",
@@ -440,9 +571,9 @@ Judgement judge(const JobProbe& p, const Evidence& e, const std::string& stoppin
                                               p.scheduler_reason.empty() ? "None" : p.scheduler_reason);
   if (stopping == "queue_limit") return {JobOutcome::queue_limit, "waited past the queue limit, cancelled" + slurm};
   if (e.verdict == Evidence::Verdict::accepted) {
-    return {JobOutcome::decided,
-            "the bundle verifies, is signed by a trusted key and is this job's; recorded in the "
-            "ledger"};
+    // The decision's own reason: "decided" already says the bundle verified, was signed by a trusted key and was
+    // this job's, and was recorded in the ledger (docs/campaigns.md).
+    return {JobOutcome::decided, e.reason.empty() ? "recorded in the ledger" : e.reason};
   }
   if (e.verdict == Evidence::Verdict::rejected) return {JobOutcome::rejected, "rejected evidence: " + e.detail};
   const int rc = p.exit_code.value_or(-1);
@@ -515,10 +646,11 @@ size_t cancel_campaign(const fs::path& storage, Executor& slurm, const RunnerHoo
   }
   const CampaignLock lock = CampaignLock::acquire(storage);
   CampaignState state = load_state(storage);
+  std::vector<std::string> handles;  // one scancel for them all
   for (Job& j : state.jobs) {
     if (j.phase != JobPhase::queued && j.phase != JobPhase::running) continue;
     if (j.executor == "slurm") {
-      slurm.cancel(j.handle);
+      handles.push_back(j.handle);
       if (hooks.say) hooks.say(fmt::format("{}: scancel {}", j.id, j.handle));
     }
     j.phase = JobPhase::ended;
@@ -527,6 +659,7 @@ size_t cancel_campaign(const fs::path& storage, Executor& slurm, const RunnerHoo
     j.ended = utc_now_text();
     j.detail = "cancelled by kwb campaign cancel";
   }
+  slurm.cancel_all(handles);
   save_state(storage, state);
   return active;
 }

@@ -4,8 +4,10 @@
 //             depends on (job_key); a job already decided under the same key is skipped (resume);
 //   adopt     jobs an earlier campaign process left queued or running: Slurm jobs are polled again, a local job died
 //             with that process (its bundle, if it has a decision, is examined like any other);
-//   submit    as many jobs at once as the executor has slots (1 locally, all of them on Slurm);
-//   poll      every active job; one queued past the queue limit, or running past the run limit (plus the executor's
+//   submit    as many jobs at once as the executor has slots (1 locally, all of them on Slurm), as one wave (one
+//             sbatch --array on Slurm);
+//   poll      every active job, in one query of the executor (one squeue on Slurm, one sacct for the ended); one queued
+//   past the queue limit, or running past the run limit (plus the executor's
 //             grace), is cancelled and recorded as such;
 //   judge     an ended job's bundle is examined (campaign/evidence.h): verified, authenticated, bound to the job; an
 //             accepted bundle is recorded in the ledger (`record_accepted`, kwb validate's own recording), anything
@@ -39,6 +41,9 @@ struct RunSummary {
   size_t skipped = 0;                      // decided earlier under the same key
   size_t started = 0;                      // attempts submitted by this run
   std::map<std::string, size_t> outcomes;  // of the campaign's current jobs, by outcome (decided split by decision)
+  // plan_only: what the executor would submit for the jobs still to decide (the sbatch line and the scripts), ""
+  // for an executor that submits nothing a person would type (local).
+  std::string submission;
 };
 
 // The digest a job's decision depends on: the task folder's files (not its .kwb/), the backend, the baseline's and
@@ -49,6 +54,9 @@ std::string job_key(const std::string& task_digest, BackendKind backend, const s
 std::string task_digest(const std::filesystem::path& task_dir);
 // The jobs of the campaign file as they are now (not yet merged with any state).
 std::vector<Job> plan_jobs(const Campaign& c);
+// `kwb doctor` for a job's node (its first step on Slurm): the backend, the task folder, the candidate and baseline
+// sources, the storage, and whether valgrind is needed.
+std::vector<std::string> doctor_command_line(const Campaign& c, const Job& job, const std::filesystem::path& kwb);
 // kwb validate's command line for one attempt: `kwb` is kwb's own executable.
 std::vector<std::string> validate_command_line(const Campaign& c, const Job& job, const std::filesystem::path& kwb,
                                                const std::filesystem::path& bundle);

@@ -50,7 +50,7 @@ std::string summary_line(const nlohmann::json& an) {
       d.value("ratio_low", 1.0), d.value("ratio_high", 1.0));
 }
 
-int run_verb(const std::string& file, bool dry_run) {
+int run_verb(const std::string& file, bool dry_run, bool json) {
   const Experiment x = load_experiment(file, check_validate_flag);
   std::unique_ptr<Executor> executor = make_experiment_executor(x);
   std::cerr << fmt::format(
@@ -67,6 +67,10 @@ int run_verb(const std::string& file, bool dry_run) {
     return 0;
   }
   const nlohmann::json an = write_experiment_reports(x.storage);
+  if (json) {
+    std::cout << json_text(an, 2) << "\n";
+    return exit_code_of(an.value("verdict", "INVALID"));
+  }
   std::cout << fmt::format(
       "experiment {}: {} trajectories, {} done earlier, {} run now ({} without an outcome) in "
       "{:.0f} s\n{}\nanalysis: {}\nreport: {}\n",
@@ -121,9 +125,13 @@ int status_verb(const std::string& given, bool json) {
   return 0;
 }
 
-int report_verb(const std::string& given) {
+int report_verb(const std::string& given, bool json) {
   const fs::path storage = storage_of(given);
   const nlohmann::json an = write_experiment_reports(storage);
+  if (json) {
+    std::cout << json_text(an, 2) << "\n";
+    return 0;
+  }
   std::cout << summary_line(an) << "\n"
             << fmt::format("{}\n{}\n{}\n", ExperimentPaths{storage}.analysis().string(),
                            (storage / "report.md").string(), (storage / "report.html").string());
@@ -150,6 +158,7 @@ Action add_experiment(CLI::App& root) {
                                       "analyze it");
   run->add_option("file", a->target, "Experiment file (.toml)")->required();
   run->add_flag("--dry-run", a->dry_run, "Freeze the plan and say what would run; run nothing");
+  run->add_flag("--json", a->json, "Print the analysis as JSON (schema kwb.experiment_analysis)");
   CLI::App* traj = app->add_subcommand("trajectory", "Run one trajectory of a frozen experiment (what each job runs)");
   traj->add_option("storage", a->target, "The experiment's storage folder")->required();
   traj->add_option("id", a->id, "The trajectory's id (experiment.json's trajectories[].id)")->required();
@@ -158,11 +167,12 @@ Action add_experiment(CLI::App& root) {
   status->add_flag("--json", a->json, "Print as JSON");
   CLI::App* report = app->add_subcommand("report", "Analyze and write analysis.json, report.md and report.html");
   report->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
+  report->add_flag("--json", a->json, "Print the analysis as JSON (schema kwb.experiment_analysis)");
   return [a, run, traj, status, report]() {
-    if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run);
+    if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run, a->json);
     if (traj->parsed()) return experiment_verbs::trajectory_verb(a->target, a->id);
     if (status->parsed()) return experiment_verbs::status_verb(a->target, a->json);
-    if (report->parsed()) return experiment_verbs::report_verb(a->target);
+    if (report->parsed()) return experiment_verbs::report_verb(a->target, a->json);
     return static_cast<int>(ExitCode::usage);
   };
 }

@@ -28,6 +28,7 @@ using Action = std::function<int()>;
 [[nodiscard]] Action add_new_task(CLI::App& root);
 [[nodiscard]] Action add_campaign(CLI::App& root);
 [[nodiscard]] Action add_experiment(CLI::App& root);
+[[nodiscard]] Action add_doctor(CLI::App& root);
 
 struct ValidateArgs;
 // kwb validate's body, which revalidate runs too: checks the arguments, runs the workflow, prints, records the

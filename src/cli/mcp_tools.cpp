@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <iterator>
 #include <limits>
 #include <map>
 
@@ -86,8 +87,9 @@ std::vector<Param> with_options(std::vector<Param> params, const std::vector<std
 const Param k_output_dir{"output_dir", Kind::string, true, "--output-dir",
                          "Evidence bundle folder (must not exist yet)"};
 
-const std::vector<Tool>& tools() {
-  static const std::vector<Tool> t = {
+// The tools on one candidate: check, compare, validate, profile.
+std::vector<Tool> candidate_tools() {
+  return {
       {"check",
        "check",
        "kwb.check",
@@ -143,6 +145,12 @@ const std::vector<Tool>& tools() {
        "achieved bandwidth. Descriptive only; it checks the implementation first.",
        {k_task, {"impl", Kind::string, true, "--impl", "Implementation source file"}, k_backend, from_row("workloads")},
        {.read_only = true, .idempotent = true}},
+  };
+}
+
+// The tools on the record: verify, keep, revalidate, history, runs, list_tasks.
+std::vector<Tool> record_tools() {
+  return {
       {"verify",
        "verify",
        "kwb.verify",
@@ -193,6 +201,79 @@ const std::vector<Tool>& tools() {
        {{"root", Kind::string, false, "", "Folder to search (default: the current folder)"}},
        {.read_only = true, .idempotent = true}},
   };
+}
+
+// The tools on many candidates: campaigns and experiments.
+std::vector<Tool> fleet_tools() {
+  return {
+      {"campaign_run",
+       "campaign",
+       "kwb.campaign_status",
+       "Run (or resume) a campaign: many candidates, each validated in a job of its own, on this machine or through "
+       "Slurm (docs/campaigns.md); every accepted bundle is recorded in the ledger. Returns when every job has ended, "
+       "with each job's outcome, decision, node and reason. Jobs decided earlier under the same identity are skipped. "
+       "dry_run plans the jobs and submits nothing.",
+       {{"file", Kind::string, true, "", "Campaign file (.toml)"},
+        {"dry_run", Kind::boolean, false, "--dry-run", "Plan the jobs and record them in the state; submit nothing"}},
+       {},
+       {"run"}},
+      {"campaign_status",
+       "campaign",
+       "kwb.campaign_status",
+       "A campaign's jobs as they are now: queued, running, decided (with the decision) or ended without one (with "
+       "why), and whether its campaign process is running.",
+       {{"campaign", Kind::string, true, "", "Campaign file, or its storage folder"}},
+       {.read_only = true, .idempotent = true},
+       {"status"}},
+      {"campaign_cancel",
+       "campaign",
+       "kwb.campaign_status",
+       "Stop a running campaign and cancel its queued and running jobs (scancel on Slurm); what was decided stays.",
+       {{"campaign", Kind::string, true, "", "Campaign file, or its storage folder"}},
+       {.destructive = true},
+       {"cancel"}},
+      {"campaign_report",
+       "campaign",
+       "kwb.campaign_report",
+       "Write a campaign's report.md and report.html and return the Markdown: per task the candidates ranked by "
+       "decision then improvement, with the node and machine each was timed on (and a warning when a ranking mixes "
+       "machines), the jobs without a decision and why, the incumbent lineage, and the rejected evidence.",
+       {{"campaign", Kind::string, true, "", "Campaign file, or its storage folder"}},
+       {.idempotent = true},
+       {"report"}},
+      {"experiment_run",
+       "experiment",
+       "kwb.experiment_analysis",
+       "Freeze and run (or resume) a two-arm experiment (docs/experiments.md), then analyze it: which candidate "
+       "generator produces better kernels, paired by task and seed, with its interval.",
+       {{"file", Kind::string, true, "", "Experiment file (.toml)"}},
+       {},
+       {"run"}},
+      {"experiment_status",
+       "experiment",
+       "kwb.experiment_status",
+       "An experiment's trajectories: pending, running, done or invalid, with the attempts done.",
+       {{"experiment", Kind::string, true, "", "Experiment file, or its storage folder"}},
+       {.read_only = true, .idempotent = true},
+       {"status"}},
+      {"experiment_report",
+       "experiment",
+       "kwb.experiment_analysis",
+       "Analyze an experiment as it stands and write analysis.json, report.md and report.html; returns the analysis.",
+       {{"experiment", Kind::string, true, "", "Experiment file, or its storage folder"}},
+       {.idempotent = true},
+       {"report"}},
+  };
+}
+
+const std::vector<Tool>& tools() {
+  static const std::vector<Tool> t = [] {
+    std::vector<Tool> all = candidate_tools();
+    for (std::vector<Tool> more : {record_tools(), fleet_tools()}) {
+      all.insert(all.end(), std::make_move_iterator(more.begin()), std::make_move_iterator(more.end()));
+    }
+    return all;
+  }();
   return t;
 }
 
@@ -653,6 +734,31 @@ std::string summary(const std::string& tool, const nlohmann::json& args, const n
                                                 fmt::join(reasons(out, "problems"), "; "));
   }
   if (tool == "keep") return "keep: " + out.value("message", std::string());
+  if (tool.rfind("campaign_", 0) == 0) {
+    const nlohmann::json c = out.value("counts", nlohmann::json::object());
+    std::string s = fmt::format("{} {}: {} queued, {} running, {} decided, {} ended without a decision", tool,
+                                out.value("name", "?"), c.value("queued", 0), c.value("running", 0),
+                                c.value("decided", 0), c.value("failed", 0));
+    if (tool == "campaign_report") return s + fmt::format(". report: {}", out.value("report_md", std::string()));
+    for (const nlohmann::json& j : out.value("jobs", nlohmann::json::array())) {
+      const std::string decision = j.value("decision", std::string());
+      s += fmt::format("\n- {}: {}{} ({})",
+                       std::filesystem::path(j.value("candidate", std::string())).filename().string(),
+                       j.value("outcome", std::string("?")), decision.empty() ? "" : " " + decision,
+                       j.value("detail", std::string()));
+    }
+    return s;
+  }
+  if (tool == "experiment_status") {
+    std::vector<std::string> parts;
+    for (const auto& [k, n] : out.value("counts", nlohmann::json::object()).items()) {
+      parts.push_back(fmt::format("{} {}", n.dump(), k));
+    }
+    return fmt::format("experiment_status {}: {}", out.value("name", "?"), fmt::join(parts, ", "));
+  }
+  if (tool == "experiment_run" || tool == "experiment_report") {
+    return fmt::format("{}: {}", tool, out.value("verdict", std::string("?")));
+  }
   if (tool == "runs") {
     return fmt::format("runs: {} of {} recorded run(s) shown, most recent first",
                        out.value("runs", nlohmann::json::array()).size(), out.value("recorded", 0));

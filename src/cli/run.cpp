@@ -47,6 +47,7 @@ int run(int argc, char** argv) {
       {"new-task", add_new_task(app)},
       {"campaign", add_campaign(app)},
       {"experiment", add_experiment(app)},
+      {"doctor", add_doctor(app)},
   };
   // A first word that is no command would otherwise read "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {

@@ -218,7 +218,17 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
       fail(file, line_of(*n), table, fmt::format("must be a table: [{}]", table));
     }
   }
-  if (const toml::table* e = root["executor"].as_table()) x.executor = read_executor_table(file, *e);
+  if (const toml::table* e = root["executor"].as_table()) {
+    x.executor = read_executor_table(file, *e);
+    // A trajectory is one job of its own (sbatch, not an array), run as kwb is on the node: these campaign keys
+    // would be ignored here, so they are refused rather than silently dropped.
+    for (const char* key : {"array_limit", "apptainer_image", "pyxis_image", "container_mounts"}) {
+      if (const toml::node* n = e->get(key)) {
+        fail(file, line_of(*n), std::string("executor.") + key,
+             "is a campaign's key (docs/campaigns.md); an experiment's trajectories do not use it: remove it");
+      }
+    }
+  }
   if (const toml::table* v = root["validate"].as_table()) x.validate = read_validate_table(file, *v, check, x.backend);
   for (const ValidateFlag& f : x.validate) {
     if (f.flag == "--seed") {

@@ -110,8 +110,8 @@ JobLaunch trajectory_launch(const Experiment& x, const fs::path& kwb, const std:
 
 // One look at a submitted trajectory: cancelled past its queue or run limit; true once it ended, which is said (and
 // counted when the trajectory is not done, with the last error its job logged).
-bool look_at(Running& r, Executor& ex, const Experiment& x, ExperimentRunSummary& s, const Say& say) {
-  const JobProbe p = ex.probe(r.handle, r.launch);
+bool look_at(Running& r, const JobProbe& p, Executor& ex, const Experiment& x, ExperimentRunSummary& s,
+             const Say& say) {
   const double now = wall_seconds_now();
   if (p.where == JobProbe::Where::running && r.started == 0.0) r.started = now;
   if (p.where != JobProbe::Where::ended) {
@@ -203,13 +203,15 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
         running.push_back(std::move(r));
       }
       nap_seconds(poll);
-      for (size_t i = 0; i < running.size();) {
-        if (look_at(running[i], ex, x, s, say)) {
-          running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
-        } else {
-          ++i;
-        }
+      // Every trajectory in flight in one query (on Slurm one squeue, one sacct for the ended).
+      std::vector<ActiveJob> query;
+      for (const Running& r : running) query.push_back({r.handle, r.launch});
+      const std::vector<JobProbe> probes = ex.probe_all(query);
+      std::vector<Running> still;
+      for (size_t i = 0; i < running.size(); ++i) {
+        if (!look_at(running[i], probes.at(i), ex, x, s, say)) still.push_back(std::move(running[i]));
       }
+      running = std::move(still);
     }
   } catch (...) {
     // Interrupted (or an executor error): the jobs still running are cancelled; their trajectories resume later.

@@ -283,12 +283,49 @@ TrustedKeys trusted_keys() {
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
     if (from_hex(text, k_key_bytes)) {
       t.others.push_back(text);
+      t.files.push_back(e.path());
     } else {
       t.skipped.push_back(
           fmt::format("{}: not a public key (64 hex digits, as in another machine's machine.pub)", e.path().string()));
     }
   }
   return t;
+}
+
+fs::path trust_key(const std::string& given, const std::string& name) {
+  std::string key = given;
+  while (!key.empty() && (key.back() == '\n' || key.back() == ' ' || key.back() == '\r')) key.pop_back();
+  std::transform(key.begin(), key.end(), key.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (!from_hex(key, k_key_bytes)) {
+    throw DataError(
+        fmt::format("'{}' is not a public key: give 64 hex digits, the text of the node's machine.pub "
+                    "(kwb doctor on the node prints it)",
+                    given.substr(0, 80)));
+  }
+  if (name.empty() || name.size() > 64 || name.front() == '.' ||
+      name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.") !=
+          std::string::npos) {
+    throw DataError(
+        fmt::format("'{}' is not a name for a trusted key: use letters, digits, '-', '_' and '.', such as "
+                    "the node's name",
+                    name));
+  }
+  const fs::path dir = key_dir();
+  std::error_code ec;
+  if (dir.has_parent_path()) fs::create_directories(dir.parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(ExitCode::io_error,
+                fmt::format("key folder {}: cannot create it: {}", dir.string(), std::strerror(errno)));
+  }
+  require_safe_dir(dir);
+  const fs::path trusted = dir / "trusted";
+  if (::mkdir(trusted.c_str(), 0700) != 0 && errno != EEXIST) {
+    throw Error(ExitCode::io_error, fmt::format("{}: cannot create it: {}", trusted.string(), std::strerror(errno)));
+  }
+  const fs::path file = trusted / (name + ".pub");
+  write_file_atomic(file, key + "\n");
+  return file;
 }
 
 }  // namespace kwb

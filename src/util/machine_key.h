@@ -58,9 +58,16 @@ SigningKey machine_key();
 struct TrustedKeys {
   std::optional<PublicKeyHex> own;
   std::vector<PublicKeyHex> others;
+  std::vector<std::filesystem::path> files;  // the trusted/*.pub file of each of `others`, in the same order
   std::vector<std::string> skipped;
   bool trusts(const PublicKeyHex& key) const;
 };
 TrustedKeys trusted_keys();
+
+// Enrols another machine's public key: `key` is 64 hex digits (a machine.pub's text), written to
+// key_dir()/trusted/<name>.pub (the folder made 0700 when missing). `name`: letters, digits, '-', '_' and '.', as a
+// node's name. Returns the file. DataError when the key is not one or the name is not safe; Error(io_error) when the
+// key folder is unsafe or cannot be written.
+std::filesystem::path trust_key(const std::string& key, const std::string& name);
 
 }  // namespace kwb

@@ -51,11 +51,14 @@ def main():
         dom = Dom()
         dom.feed(text)
         problems = []
-        ranked = [r for r in dom.rows if len(r) == 6 and r[0].isdigit()]
+        # rank, candidate, decision, improvement, workloads, node, machine, signed by, bundle
+        ranked = [r for r in dom.rows if len(r) == 9 and r[0].isdigit()]
         if sorted(r[1] for r in ranked) != ["no_eps.cpp", "zeros.cpp"]:
             problems.append(f"the ranking rows the browser built are {ranked}, expected no_eps.cpp and zeros.cpp")
         if any(r[2] != "KEEP_BASELINE" for r in ranked):
             problems.append(f"decisions {[r[2] for r in ranked]}, expected KEEP_BASELINE")
+        if any(r[7] != "this machine" or not r[6] or r[6] == "-" for r in ranked):
+            problems.append(f"machines and signers {[(r[6], r[7]) for r in ranked]}, expected this machine's")
         if "browser <check>" not in text.replace("&lt;", "<").replace("&gt;", ">"):
             problems.append("the campaign's name did not come through as text")
         if not dom.links:

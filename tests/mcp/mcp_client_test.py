@@ -13,7 +13,9 @@ does not compile (the compiler's lines reach the result), validates it (decided 
 the compiler's lines), compares against a control (refused, never timed), validates the fused RMSNorm
 (KEEP_CANDIDATE, the bundle's path, progress notifications on the way), keeps it, reads the history, cancels a
 running validate (its kwb process ends, the server goes on, history shows the run as INTERRUPTED), and validates
-against the incumbent after its source file was overwritten (the bundle's copy of it is the baseline). Every
+against the incumbent after its source file was overwritten (the bundle's copy of it is the baseline), branches a
+loop on reason codes alone, and runs a campaign of three candidates through the campaign tools and reads its
+report. Every
 structured result, failed calls' included, must validate against the output schema its tool declares. Exits 0 when
 every step held, 1 with the step that failed.
 """
@@ -331,7 +333,38 @@ async def run(kwb, src, tmp, task):
                               "slower": "try another idea"},
                     f"reason codes alone tell the loop what to do next: {steps}")
 
-            for name in ("list_tasks", "check", "compare", "validate", "verify", "keep", "history"):
+            # A campaign of three candidates through the campaign tools, as an agent runs one and reads its report:
+            # a source that does not compile, an error control, and the baseline's own bytes (all decided untimed).
+            cdir = os.path.join(tmp, "campaign")
+            os.makedirs(cdir)
+            task_dir = os.path.join(src, task)
+            for name, path in (("broken.cpp", broken), ("no_weight.cpp", os.path.join(task_dir, "cpu/controls/no_weight.cpp")),
+                               ("baseline_copy.cpp", os.path.join(task_dir, "cpu/baseline.cpp"))):
+                shutil.copy(path, os.path.join(cdir, name))
+            with open(os.path.join(cdir, "campaign.toml"), "w") as f:
+                f.write('name = "mcp-three"\nstorage = "out"\n[validate]\nworkloads = ["decode"]\nmax_minutes = 0.1\n'
+                        'layouts = 2\nmax_aa_difference_pct = 25\nno_profile = true\n'
+                        f'[[tasks]]\ndir = "{task_dir}"\n'
+                        'candidates = ["broken.cpp", "no_weight.cpp", "baseline_copy.cpp"]\n')
+            c = await agent.call("campaign_run", {"file": os.path.join(cdir, "campaign.toml")})
+            jobs = {os.path.basename(j["candidate"]): j for j in c.structured_content["result"]["jobs"]}
+            require(not c.is_error and c.structured_content["exit_code"] == 0 and len(jobs) == 3 and
+                    all(j["outcome"] == "decided" and j["decision"] == "KEEP_BASELINE" for j in jobs.values()),
+                    f"campaign_run decides the three candidates: {c.content[0].text[:600]}")
+            require(jobs["broken.cpp"]["detail"].startswith("candidate_not_built") and
+                    jobs["no_weight.cpp"]["detail"].startswith("candidate_fails_check") and
+                    jobs["baseline_copy.cpp"]["detail"].startswith("identical_to_baseline"),
+                    f"each job says its decision's reason: {[j['detail'][:60] for j in jobs.values()]}")
+            st = await agent.call("campaign_status", {"campaign": os.path.join(cdir, "out")})
+            require(st.structured_content["result"]["counts"]["decided"] == 3, "campaign_status counts three decided")
+            rep = await agent.call("campaign_report", {"campaign": os.path.join(cdir, "out")})
+            md = rep.structured_content["result"]["markdown"]
+            require(not rep.is_error and "## Task" in md and all(n in md for n in jobs) and
+                    os.path.isfile(rep.structured_content["result"]["report_html"]),
+                    "campaign_report returns the report's Markdown, naming every candidate, and writes the page")
+
+            for name in ("list_tasks", "check", "compare", "validate", "verify", "keep", "history", "campaign_run",
+                         "campaign_status", "campaign_report"):
                 require(agent.validated.get(name, 0) > 0, f"{name}'s results were checked against its output schema")
 
 

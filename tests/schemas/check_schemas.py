@@ -203,6 +203,8 @@ def main():
             checker.error("campaign run", f"exit {p.returncode}, expected 0; stderr:\n{p.stderr[-2000:]}")
         checker.check_file("campaign state campaign.json", tmp / "campaign-out" / "campaign.json")
         run("campaign status", ["campaign", "status", str(campaign), "--json"], {0})
+        run("campaign report", ["campaign", "report", str(campaign), "--json"], {0})
+        run("doctor", ["doctor", "--task", str(task), "--storage", str(tmp), "--json"], {0, 69})
         # An experiment of one task, one seed, one attempt (nothing timed): arm a proposes the error control, which
         # fails its check; arm b writes nothing. Its plan, trajectory records, analysis and status.
         os.chmod(tmp, 0o755)  # kwb run as root runs its generators as users of their own, which must reach the arms

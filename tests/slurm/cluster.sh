@@ -6,6 +6,7 @@
 #   tests/slurm/cluster.sh stop   DIR   # cancel jobs, stop slurmd, slurmctld, munged (idempotent)
 #   tests/slurm/cluster.sh status DIR   # daemons + sinfo + squeue
 #   tests/slurm/cluster.sh env    DIR   # print the export line(s) a caller needs
+#   tests/slurm/cluster.sh install DIR  # only install the packages (tests/slurm/two_nodes.sh)
 #
 # `start` prints progress on stderr and, on success, exactly these lines on
 # stdout, so a caller can do:   eval "$(tests/slurm/cluster.sh start DIR)"
@@ -65,7 +66,7 @@ die()  { local rc=$1; shift; log "ERROR: $*"; cleanup_on_fail; exit "$rc"; }
 skip() { log "CANNOT RUN HERE: $*"; cleanup_on_fail; exit "$EXIT_SKIP"; }
 
 usage() {
-    sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 }
 
@@ -515,6 +516,10 @@ case $cmd in
         ;;
     env)
         printf 'export SLURM_CONF=%s\n' "$CONF"
+        ;;
+    install)
+        ((EUID == 0)) || skip "must run as root to install Slurm and munge"
+        install_packages
         ;;
     *) usage;;
 esac

@@ -2,8 +2,8 @@
 # tests/slurm/run.sh [BUILD_DIR]: kwb campaign through Slurm, end to end, on this machine.
 #
 # Starts a private single-node Slurm cluster (tests/slurm/cluster.sh: munge, slurmctld, slurmd under one folder),
-# runs a campaign of five candidates on the RMSNorm task (decode only, small budgets) through sbatch, one exclusive
-# job per candidate, and checks the five outcomes in the campaign's state and in the ledger:
+# runs a campaign of five candidates on the RMSNorm task (decode only, small budgets) through one sbatch --array,
+# one exclusive array task per candidate, and checks the five outcomes in the campaign's state and in the ledger:
 #   fused.cpp           the task's fused reference                       decided KEEP_CANDIDATE
 #   no_eps.cpp          one of the task's error controls                 decided KEEP_BASELINE (fails its check)
 #   input_mutation.cpp  tests/adversarial/: writes into its sealed input  decided KEEP_BASELINE (fails its check)
@@ -102,23 +102,31 @@ expected = {
     "over_run_limit.cpp": ("timeout", {""}),
 }
 recorded = {r["bundle"] for r in ledger["runs"]}
-failures, ran = [], 0.0
-print(f"{'candidate':<20} {'slurm job':>9}  {'outcome':<9} {'decision':<15} {'queued s':>8} {'ran s':>7}  why")
+failures, ran, arrays = [], 0.0, set()
+print(f"{'candidate':<20} {'slurm job':>9}  {'node':<8} {'outcome':<9} {'decision':<15} {'queued s':>8} {'ran s':>7}  why")
 for job in status["jobs"]:
     name = os.path.basename(job["candidate"])
     ran += job["ran_seconds"]
-    print(f"{name:<20} {job['handle']:>9}  {job['outcome']:<9} {job['decision'] or '-':<15} "
+    print(f"{name:<20} {job['handle']:>9}  {job.get('node') or '-':<8} {job['outcome']:<9} {job['decision'] or '-':<15} "
           f"{job['queued_seconds']:8.1f} {job['ran_seconds']:7.1f}  {job['detail']}")
     want_outcome, want_decisions = expected.pop(name, (None, None))
     if want_outcome is None:
         failures.append(f"{name}: not a candidate of this campaign")
     elif job["outcome"] != want_outcome or job["decision"] not in want_decisions:
         failures.append(f"{name}: {job['outcome']} {job['decision']}, expected {want_outcome} {sorted(want_decisions)}")
-    if job["executor"] != "slurm" or not job["handle"].isdigit():
-        failures.append(f"{name}: not run through Slurm ({job['executor']} {job['handle']})")
+    array, _, task = job["handle"].partition("_")
+    if job["executor"] != "slurm" or not array.isdigit() or not task.isdigit():
+        failures.append(f"{name}: not run as a Slurm array task ({job['executor']} {job['handle']})")
+    arrays.add(array)
+    if job["outcome"] == "decided" and not job.get("node"):
+        failures.append(f"{name}: decided, but no node recorded")
+    if job["outcome"] == "decided" and not job.get("machine"):
+        failures.append(f"{name}: decided, but no machine recorded from its bundle")
     if (job["outcome"] == "decided") != (job["bundle"] in recorded):
         failures.append(f"{name}: in the ledger: {job['bundle'] in recorded}, outcome {job['outcome']}")
 failures += [f"{name}: no job" for name in expected]
+if len(arrays) != 1:  # one wave: one sbatch --array for the five
+    failures.append(f"the jobs ran in {len(arrays)} Slurm arrays ({sorted(arrays)}), expected one")
 if campaign_rc != 1:  # one job (the run-limit one) ends without a decision
     failures.append(f"kwb campaign run exited {campaign_rc}, expected 1")
 n = len(status["jobs"])

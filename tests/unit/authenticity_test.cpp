@@ -151,6 +151,26 @@ TEST_F(BundleAuth, keys_in_the_trusted_folder_are_trusted_and_malformed_ones_are
   EXPECT_TRUE(mentions(t.skipped, "broken.pub")) << t.skipped.size();
 }
 
+TEST_F(BundleAuth, a_nodes_key_is_enrolled_under_its_name_and_a_bad_key_or_name_is_refused) {
+  const SigningKey node = SigningKey::generate();
+  const std::filesystem::path file = trust_key(node.public_key() + "\n", "n2");
+  EXPECT_EQ(file, keys() / "trusted" / "n2.pub");
+  const TrustedKeys t = trusted_keys();
+  ASSERT_EQ(t.others.size(), 1u);
+  EXPECT_EQ(t.others[0], node.public_key());
+  EXPECT_EQ(t.files[0], file);
+  EXPECT_TRUE(t.trusts(node.public_key()));
+  try {
+    (void)trust_key("not a key", "n3");
+    ADD_FAILURE() << "a malformed key was enrolled";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a public key: give 64 hex digits"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)trust_key(node.public_key(), "../escape"), DataError);
+  EXPECT_THROW((void)trust_key(node.public_key(), ""), DataError);
+  EXPECT_FALSE(std::filesystem::exists(keys() / "escape.pub"));
+}
+
 TEST_F(BundleAuth, verify_finds_this_machines_signature_and_a_rehashed_bundle_loses_it) {
   const fs::path b = m_dir / "bundle";
   const BundleSeal seal = write_bundle(b, machine_key(), "fast kernel");

@@ -114,6 +114,12 @@ TEST_F(ExperimentFile, every_bad_input_names_its_field_and_fix) {
             std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\n" + arms()).find("no [[tasks]]"), std::string::npos);
   // The line of the field is named.
+  EXPECT_NE(error_of("seeds = [1]\n[executor]\nkind = \"slurm\"\narray_limit = 4\n" + tasks() + arms())
+                .find("executor.array_limit: is a campaign's key"),
+            std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\n[executor]\nkind = \"slurm\"\napptainer_image = \"/i.sif\"\n" + tasks() + arms())
+                .find("executor.apptainer_image: is a campaign's key"),
+            std::string::npos);
   EXPECT_NE(error_of("seeds = [1]\nconfidence = 2\n" + tasks() + arms()).find("x.toml:2: confidence"),
             std::string::npos);
 }

@@ -42,8 +42,10 @@ TEST(McpTools, every_verb_an_agent_needs_is_a_tool_with_a_closed_input_schema) {
     EXPECT_EQ(t["inputSchema"]["type"], "object") << t.dump();
     EXPECT_EQ(t["inputSchema"]["additionalProperties"], false) << t.dump();
   }
-  EXPECT_EQ(names, (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify", "history",
-                                          "runs", "keep", "list_tasks"}));
+  EXPECT_EQ(names,
+            (std::set<std::string>{"check", "compare", "validate", "revalidate", "profile", "verify", "history", "runs",
+                                   "keep", "list_tasks", "campaign_run", "campaign_status", "campaign_cancel",
+                                   "campaign_report", "experiment_run", "experiment_status", "experiment_report"}));
 }
 
 // What a client may assume: only keep replaces state (the incumbent); the readers change nothing a later call sees.
@@ -54,8 +56,9 @@ TEST(McpTools, each_tool_says_whether_it_reads_or_replaces_state) {
     if (t["annotations"]["readOnlyHint"] == true) read_only.insert(t["name"].get<std::string>());
     if (t["annotations"]["destructiveHint"] == true) destructive.insert(t["name"].get<std::string>());
   }
-  EXPECT_EQ(read_only, (std::set<std::string>{"check", "profile", "verify", "history", "runs", "list_tasks"}));
-  EXPECT_EQ(destructive, std::set<std::string>{"keep"});
+  EXPECT_EQ(read_only, (std::set<std::string>{"check", "profile", "verify", "history", "runs", "list_tasks",
+                                              "campaign_status", "experiment_status"}));
+  EXPECT_EQ(destructive, (std::set<std::string>{"keep", "campaign_cancel"}));
 }
 
 TEST(McpTools, a_call_becomes_the_command_line_the_cli_gets) {
@@ -140,8 +143,9 @@ void referenced(const nlohmann::json& j, std::set<std::string>& names) {
 // kwb's command line with the verbs the tools run, as cli/run.cpp builds it.
 struct CommandLine {
   CLI::App root;
-  std::vector<Action> actions = {add_check(root),  add_compare(root), add_validate(root),   add_profile(root),
-                                 add_verify(root), add_keep(root),    add_revalidate(root), add_history(root)};
+  std::vector<Action> actions = {add_check(root),    add_compare(root),   add_validate(root),   add_profile(root),
+                                 add_verify(root),   add_keep(root),      add_revalidate(root), add_history(root),
+                                 add_campaign(root), add_experiment(root)};
 };
 
 // The files in schemas/ are what kwb carries: an edited schema is never declared stale over MCP.
@@ -159,12 +163,23 @@ TEST(McpTools, kwb_carries_every_schema_file_as_it_is) {
 // structuredContent is the verb's JSON under "result", unchanged: a field added beside it can never make the
 // verb's output fail its own schema (whose objects reject unknown fields).
 TEST(McpTools, every_tool_declares_its_result_with_the_verbs_own_schema) {
-  const std::map<std::string, std::string> result_schema = {
-      {"check", "kwb.check"},       {"compare", "kwb.compare"},
-      {"validate", "kwb.decision"}, {"revalidate", "kwb.decision"},
-      {"profile", "kwb.profile"},   {"verify", "kwb.verify"},
-      {"keep", "kwb.keep"},         {"history", "kwb.history"},
-      {"list_tasks", "kwb.tasks"},  {"runs", "kwb.runs"}};
+  const std::map<std::string, std::string> result_schema = {{"check", "kwb.check"},
+                                                            {"compare", "kwb.compare"},
+                                                            {"validate", "kwb.decision"},
+                                                            {"revalidate", "kwb.decision"},
+                                                            {"profile", "kwb.profile"},
+                                                            {"verify", "kwb.verify"},
+                                                            {"keep", "kwb.keep"},
+                                                            {"history", "kwb.history"},
+                                                            {"list_tasks", "kwb.tasks"},
+                                                            {"runs", "kwb.runs"},
+                                                            {"campaign_run", "kwb.campaign_status"},
+                                                            {"campaign_status", "kwb.campaign_status"},
+                                                            {"campaign_cancel", "kwb.campaign_status"},
+                                                            {"campaign_report", "kwb.campaign_report"},
+                                                            {"experiment_run", "kwb.experiment_analysis"},
+                                                            {"experiment_status", "kwb.experiment_status"},
+                                                            {"experiment_report", "kwb.experiment_analysis"}};
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
     const nlohmann::json& o = t["outputSchema"];
@@ -185,6 +200,22 @@ TEST(McpTools, every_tool_declares_its_result_with_the_verbs_own_schema) {
       EXPECT_EQ(d["$id"], "https://kwb.invalid/schemas/" + n + ".schema.json") << name;
     }
   }
+}
+
+TEST(McpTools, campaign_and_experiment_tools_become_their_verbs_with_json) {
+  EXPECT_EQ(tool_argv("campaign_run", {{"file", "c.toml"}, {"dry_run", true}}),
+            (std::vector<std::string>{"campaign", "run", "c.toml", "--dry-run", "--json"}));
+  EXPECT_EQ(tool_argv("campaign_status", {{"campaign", "out"}}),
+            (std::vector<std::string>{"campaign", "status", "out", "--json"}));
+  EXPECT_EQ(tool_argv("campaign_cancel", {{"campaign", "out"}}),
+            (std::vector<std::string>{"campaign", "cancel", "out", "--json"}));
+  EXPECT_EQ(tool_argv("campaign_report", {{"campaign", "out"}}),
+            (std::vector<std::string>{"campaign", "report", "out", "--json"}));
+  EXPECT_EQ(tool_argv("experiment_run", {{"file", "x.toml"}}),
+            (std::vector<std::string>{"experiment", "run", "x.toml", "--json"}));
+  EXPECT_EQ(tool_argv("experiment_report", {{"experiment", "out"}}),
+            (std::vector<std::string>{"experiment", "report", "out", "--json"}));
+  EXPECT_THROW((void)tool_argv("campaign_run", nlohmann::json::object()), InvalidParams);
 }
 
 TEST(McpTools, list_tasks_answers_with_a_schema_kwb_carries) {
@@ -259,7 +290,14 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
       {"verify", {{"bundle", "b"}}},
       {"keep", {{"bundle", "b"}}},
       {"history", {{"task", "t"}}},
-      {"runs", {{"task", "t"}}}};
+      {"runs", {{"task", "t"}}},
+      {"campaign_run", {{"file", "c.toml"}}},
+      {"campaign_status", {{"campaign", "out"}}},
+      {"campaign_cancel", {{"campaign", "out"}}},
+      {"campaign_report", {{"campaign", "out"}}},
+      {"experiment_run", {{"file", "x.toml"}}},
+      {"experiment_status", {{"experiment", "out"}}},
+      {"experiment_report", {{"experiment", "out"}}}};
   size_t arguments = 0;
   for (const auto& t : tool_list()) {
     const std::string name = t["name"];
@@ -289,7 +327,11 @@ TEST(McpTools, every_argument_is_an_option_of_its_verb) {
       }
       // The option the argument became was given (a positional argument: the verb's first option).
       // (runs is history with --runs always given.)
+      // (campaign and experiment tools: the verb's subcommand, run, status, ...)
       const CLI::App* verb = cli.root.get_subcommand(argv[0]);
+      if (argv.size() > 1 && argv[1][0] != '-' && !verb->get_subcommands({}).empty()) {
+        verb = verb->get_subcommand(argv[1]);
+      }
       size_t given = 0;
       for (const CLI::Option* o : verb->get_options()) {
         if (o->get_name() != "--json" && o->get_name() != "--runs" && o->count() > 0) ++given;
