@@ -61,6 +61,7 @@ teardown() {
     rm -rf "$WORK"
 }
 trap teardown EXIT
+[[ -n ${KWB_TWO_NODES_KEEP:-} ]] && trap - EXIT  # debugging: leave it all
 
 # ---- the network: a bridge and two namespaces -------------------------------------------------------------------
 ip link add "$BR" type bridge 2>"$WORK/ip.err" || skip "cannot create a bridge: $(cat "$WORK/ip.err")"
@@ -134,12 +135,15 @@ NodeName=n2 NodeAddr=$NET.3 $nodeline State=UNKNOWN
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
 EOF
 slurmctld -f "$CONF" >"$WORK/log/slurmctld.stderr" 2>&1 </dev/null || {
-    tail -5 "$WORK/log/slurmctld.stderr" "$WORK/log/slurmctld.log" >&2
+    tail -n 5 "$WORK/log/slurmctld.stderr" "$WORK/log/slurmctld.log" >&2
     skip "slurmctld did not start"
 }
 for i in 0 1; do
-    ip netns exec "${NS[$i]}" slurmd -f "$CONF" -N "${NODES[$i]}" >"$WORK/log/slurmd-${NODES[$i]}.stderr" 2>&1 </dev/null || {
-        tail -5 "$WORK/log/slurmd-${NODES[$i]}.stderr" "$WORK/log/slurmd-${NODES[$i]}.log" >&2
+    # nsenter, not `ip netns exec`: only the network namespace changes (ip netns exec also remounts /sys, which
+    # hides /sys/fs/cgroup from slurmd).
+    mkdir -p "$WORK/spool/${NODES[$i]}"
+    nsenter --net="/run/netns/${NS[$i]}" slurmd -f "$CONF" -N "${NODES[$i]}" >"$WORK/log/slurmd-${NODES[$i]}.stderr" 2>&1 </dev/null || {
+        tail -n 5 "$WORK/log/slurmd-${NODES[$i]}.stderr" "$WORK/log/slurmd-${NODES[$i]}.log" >&2
         skip "slurmd ${NODES[$i]} did not start in its namespace"
     }
 done
@@ -151,7 +155,7 @@ for ((t = 0; t < 60; t++)); do
 done
 if ((!up)); then
     timeout 5 sinfo -N >&2
-    tail -5 "$WORK"/log/*.log >&2
+    tail -n 5 "$WORK"/log/*.log >&2
     skip "the two nodes did not both become idle within 30 s"
 fi
 echo "two nodes up: $(timeout 5 sinfo -h -N -o '%N=%T' | tr '\n' ' ')(bridge $BR, $NET.0/24)"
