@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # bench/campaign_scale.sh [N=200] [KWB...]: what a campaign of N candidates asks of Slurm, and what its own loop
 # costs, against the fake Slurm (tests/slurm/fake_slurm.py: jobs that run nothing, PENDING -> RUNNING -> FAILED on
-# the wall clock, 50 nodes, 0.5 s pending, 2 s running, each job leaving exit status 1, so every job ends `failed`
-# without a bundle and no kwb validate runs). For each kwb binary given (default build/ci/kwb; give an older build
-# beside it for a before/after), it runs `kwb campaign run` on a campaign of N distinct candidates of the RMSNorm
-# task through that fake, with poll_seconds = 1, and prints the number of sbatch, squeue, sacct, scontrol and
-# scancel calls, the largest number of scheduler calls in one poll cycle (calls less than 0.5 s apart), the campaign's wall time, and kwb's own
-# CPU time (user + system of the campaign process alone, from /proc at its end: the loop's work, without the fake
-# scheduler's processes). Figures, not a test: exit 0 whenever kwb ran.
+# the wall clock, 50 nodes, 0.5 s pending, BENCH_RUN_S (default 2) s running, each job leaving exit status 1, so
+# every job ends `failed` without a bundle and no kwb validate runs). For each kwb binary given (default
+# build/ci/kwb; give an older build beside it for a before/after), it runs `kwb campaign run` on a campaign of N
+# distinct candidates of the RMSNorm task through that fake, with poll_seconds = 1, and prints the number of sbatch,
+# squeue, sacct, scontrol and scancel calls, the largest number of scheduler calls in one poll cycle (calls less than
+# 0.5 s apart), the campaign's wall time, and kwb's own CPU time (user + system of the campaign process alone, from
+# /proc at its end: the loop's work, without the fake scheduler's processes). Figures, not a test: exit 0 whenever
+# kwb ran.
 set -u -o pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 N=${1:-200}
@@ -23,7 +24,8 @@ mkdir -p "$WORK/cands"
 for ((i = 0; i < N; i++)); do
     { cat "$ROOT/tasks/rmsnorm/cpu/fused.cpp"; printf '\n// candidate %d\n' "$i"; } >"$WORK/cands/c$i.cpp"
 done
-printf '%-40s %6s %6s %6s %8s %7s %14s %8s %12s\n' kwb sbatch squeue sacct scontrol scancel "max calls/poll" "wall s" "kwb CPU s"
+printf '%-40s %6s %6s %6s %8s %7s %14s %8s %12s\n' kwb sbatch squeue sacct scontrol scancel "max calls/poll" \
+    "wall s" "kwb CPU s"
 for kwb in "${BINARIES[@]}"; do
     run=$WORK/run-$(basename "$(dirname "$kwb")")-$RANDOM
     mkdir -p "$run/fake"
@@ -44,7 +46,7 @@ dir = "$WORK/rmsnorm"
 candidates = ["$WORK/cands/"]
 EOF
     t0=$(date +%s.%N)
-    FAKE_SLURM_DIR=$run/fake FAKE_SLURM_NODES=50 FAKE_SLURM_PENDING_S=0.5 FAKE_SLURM_RUN_S=2 \
+    FAKE_SLURM_DIR=$run/fake FAKE_SLURM_NODES=50 FAKE_SLURM_PENDING_S=0.5 FAKE_SLURM_RUN_S=${BENCH_RUN_S:-2} \
         PATH="$run/fake/bin:$PATH" "$kwb" campaign run "$run/campaign.toml" >"$run/out.log" 2>"$run/err.log" &
     pid=$!
     cpu=0
@@ -63,7 +65,8 @@ EOF
     fi
     python3 - "$run/fake/calls.log" "$kwb" "$t0" "$t1" "$cpu" "$(getconf CLK_TCK)" <<'PY'
 import collections, sys
-log, kwb, t0, t1, ticks, hz = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+log, kwb = sys.argv[1], sys.argv[2]
+t0, t1, ticks, hz = float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 rows = [line.split() for line in open(log) if line.strip()]
 calls = [r[1] for r in rows]
 n = collections.Counter(calls)

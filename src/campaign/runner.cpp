@@ -345,9 +345,9 @@ private:
     }
     if (active.empty()) return;
     const std::vector<JobProbe> probes = m_ex.probe_all(query);
-    m_dirty = false;
     for (size_t i = 0; i < active.size(); ++i) poll(*active[i], probes.at(i));
     if (m_dirty) save();
+    m_dirty = false;
   }
 
   // One job's probe: its start, its end, its limits. A start or a change of Slurm's state is saved once per poll
@@ -445,7 +445,14 @@ private:
       if (m_hooks.record_accepted) m_hooks.record_accepted(j.bundle, e.manifest_sha256);
     }
     say(fmt::format("{}: {}{} — {}", j.id, to_string(j.outcome), j.decision.empty() ? "" : " " + j.decision, j.detail));
-    save();
+    // A decision is saved at once: its bundle is in the ledger now, and the state must say so before anything else
+    // can go wrong. Any other end is saved with the poll cycle's other changes (poll_active), so a wave of 1000 jobs
+    // ending together is not 1000 rewrites of the state; a campaign killed before that save polls those jobs again.
+    if (j.outcome == JobOutcome::decided) {
+      save();
+    } else {
+      m_dirty = true;
+    }
   }
 
   // The campaign was interrupted (kwb campaign cancel, Ctrl-C): the local job died with the handler's kill; a

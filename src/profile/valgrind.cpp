@@ -21,7 +21,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool executable(const fs::path& p) { return fs::is_regular_file(p) && ::access(p.c_str(), X_OK) == 0; }
+// A folder on PATH this user may not enter (root's, seen by an ordinary user) holds nothing for it: not an error.
+bool executable(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+}
 
 std::vector<std::string> split_on(const std::string& s, char sep) {
   std::vector<std::string> out;

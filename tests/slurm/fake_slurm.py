@@ -5,8 +5,8 @@ PATH). It runs nothing: a job is a record that moves PENDING -> RUNNING -> COMPL
 ends it writes the exit status a kwb campaign job writes (`exit_code` in the attempt's folder, found from the
 job script as kwb writes it), so `kwb campaign run` judges it as a job that ended without a bundle.
 
-Every call is one line of DIR/calls.log (the time, the command and its arguments), so a bench counts what kwb asked of the
-scheduler. The state is DIR/state.json, under an flock.
+Every call is one line of DIR/calls.log (the time, the command and its arguments), so a bench counts what kwb
+asked of the scheduler. The state is DIR/state.json, under an flock.
 
 Settings (environment, read at every call):
   FAKE_SLURM_DIR         the folder (required)

@@ -142,7 +142,8 @@ for i in 0 1; do
     # nsenter, not `ip netns exec`: only the network namespace changes (ip netns exec also remounts /sys, which
     # hides /sys/fs/cgroup from slurmd).
     mkdir -p "$WORK/spool/${NODES[$i]}"
-    nsenter --net="/run/netns/${NS[$i]}" slurmd -f "$CONF" -N "${NODES[$i]}" >"$WORK/log/slurmd-${NODES[$i]}.stderr" 2>&1 </dev/null || {
+    nsenter --net="/run/netns/${NS[$i]}" slurmd -f "$CONF" -N "${NODES[$i]}" \
+        >"$WORK/log/slurmd-${NODES[$i]}.stderr" 2>&1 </dev/null || {
         tail -n 5 "$WORK/log/slurmd-${NODES[$i]}.stderr" "$WORK/log/slurmd-${NODES[$i]}.log" >&2
         skip "slurmd ${NODES[$i]} did not start in its namespace"
     }
