@@ -747,6 +747,39 @@ TEST_F(CampaignLoop, a_wave_is_one_sbatch_array_and_each_poll_one_squeue_whateve
   for (const fs::path& a : fake.attempts) EXPECT_TRUE(fs::exists(a / "job.sh")) << a;
 }
 
+TEST_F(CampaignLoop, a_resumed_campaign_polls_its_array_tasks_in_one_squeue_and_submits_nothing) {
+  for (int i = 0; i < 3; ++i) write_file_atomic(m_dir / "cands" / fmt::format("c{}.cpp", i), fmt::format("{}\n", i));
+  const Campaign c = campaign("");
+  RunnerHooks none;
+  (void)run_campaign(c, *make_local_executor(), none, RunMode::plan_only);
+  CampaignState state = load_state(c.storage);
+  WaveSlurm fake;
+  int task = 0;
+  for (Job& j : state.jobs) {  // as a campaign process killed after its sbatch --array left them
+    j.attempt = 1;
+    j.phase = JobPhase::queued;
+    j.executor = "slurm";
+    j.handle = fmt::format("9_{}", task++);
+    j.bundle = (c.storage / "jobs" / j.id / "attempt-1" / "bundle").string();
+    fs::create_directories(fs::path(j.bundle).parent_path());
+    j.submitted_unix = wall_seconds_now();
+    fake.tasks.push_back(j.handle);
+    fake.attempts.push_back(fs::path(j.bundle).parent_path());
+  }
+  save_state(c.storage, state);
+  auto slurm = make_slurm_executor(c.slurm, fake.runner(), c.storage / "slurm");
+  const RunSummary s = run_campaign(c, *slurm, hooks());
+  EXPECT_EQ(s.started, 0u);
+  EXPECT_EQ(fake.count("sbatch"), 0u);  // nothing submitted twice
+  EXPECT_EQ(fake.count("squeue"), 3u);  // one per cycle for the four tasks: pending, running, ended
+  for (const auto& call : fake.calls) {
+    if (call[0] == "squeue") {
+      EXPECT_EQ(call[4], "--jobs=9");
+    }
+  }
+  for (const Job& j : load_state(c.storage).jobs) EXPECT_EQ(j.outcome, JobOutcome::failed) << j.detail;
+}
+
 TEST_F(CampaignLoop, a_dry_run_shows_the_sbatch_line_and_the_scripts_and_submits_nothing) {
   const Campaign c = campaign("");
   WaveSlurm fake;
