@@ -34,10 +34,14 @@ struct OracleCall {
   std::vector<TensorShape> input_shapes;
   std::vector<TensorShape> output_shapes;
   std::vector<double> scalars;
+  // Whether these inputs can come again: data from the task's published seeds (nonce 0) recurs in every check of the
+  // task, so its outputs are cached; data from a fresh secret nonce (timing pools, held-out shapes, twins, validate's
+  // checks) never recurs, and caching it would only cost a hash of every input, a write and a prune per call.
+  bool cacheable = false;
 };
 
-// The oracle's outputs (one vector of doubles per output): from the cache when this oracle has seen these inputs
-// before, else from a run in the oracle's worker.
+// The oracle's outputs (one vector of doubles per output): from the cache when the call is cacheable and this oracle
+// has seen these inputs before, else from a run in the oracle's worker.
 std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call);
 
 // The time one oracle call may take: 10 s plus 1 us per element of the call's inputs and outputs.

@@ -57,7 +57,7 @@ uint64_t fingerprint(std::span<const unsigned char> bytes) {
 namespace {
 
 // The oracle's outputs for `set`'s inputs, and the output shapes they must have.
-void compute_expected(const Task& task, InputSet& set) {
+void compute_expected(const Task& task, InputSet& set, bool cacheable) {
   const Case& c = *set.case_;
   OracleCall call;
   call.case_ = &c;
@@ -65,6 +65,7 @@ void compute_expected(const Task& task, InputSet& set) {
   call.input_shapes = set.input_shapes;
   for (const TensorSpec& out : task.signature.outputs) call.output_shapes.push_back(resolve_shape(out, c));
   call.scalars = resolve_scalars(task.signature, c);
+  call.cacheable = cacheable;
   set.expected = oracle_outputs(task, call);
   set.output_shapes = std::move(call.output_shapes);
 }
@@ -169,7 +170,7 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     set.input_shapes.push_back(shape);
     set.inputs.push_back(std::move(buf));
   }
-  compute_expected(task, set);
+  compute_expected(task, set, nonce == 0);  // the published seeds' data recurs; a fresh nonce's never does
   return set;
 }
 
@@ -213,7 +214,7 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
                             "to offer at the positions drawn)",
                             base.set_index)
                       : fmt::format("a twin of input set {} with {} changed", base.set_index, fmt::join(changed, ", "));
-  compute_expected(task, twin);
+  compute_expected(task, twin, false);  // drawn from a secret seed: never seen again
   return twin;
 }
 

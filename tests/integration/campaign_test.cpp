@@ -12,8 +12,10 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <iostream>
 
@@ -262,12 +264,18 @@ TEST(campaign_test, cancel_stops_the_campaign_and_records_its_running_job) {
 }
 
 // Timed (RUN_SERIAL): the second candidate, the fused kernel, reaches A/A and A/B (a copy of the baseline would be
-// decided at once: identical_to_baseline).
+// decided at once: identical_to_baseline). The test holds the timing lock (a lock file of its own) until the campaign
+// is killed, so the kill always lands inside fused.cpp's validate, waiting at its A/A stage, however fast the machine.
 TEST(campaign_test, timed_a_killed_campaign_resumes_only_what_was_not_decided) {
   CampaignDir dir("kwb-campaign-kill");
   dir.add("a.cpp", k_compile_error);
   dir.add("fused.cpp", k_rmsnorm_lite / "cpu" / "fused.cpp");
   dir.write({"a.cpp", "fused.cpp"});
+  const fs::path lock_file = dir.root() / "timing.lock";
+  ::setenv("KWB_TIMING_LOCK", lock_file.c_str(), 1);
+  const int lock = ::open(lock_file.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX), 0);
   const auto started = std::chrono::steady_clock::now();
   {
     BackgroundKwb campaign({"campaign", "run", dir.file().string()});
@@ -276,14 +284,16 @@ TEST(campaign_test, timed_a_killed_campaign_resumes_only_what_was_not_decided) {
         [&] {
           if (!fs::exists(dir.storage() / "campaign.json")) return false;
           const nlohmann::json a = dir.job("a.cpp"), base = dir.job("fused.cpp");
-          return a.is_object() && a["outcome"] == "decided" && base.is_object() && base["phase"] == "running";
+          return a.is_object() && a["outcome"] == "decided" && base.is_object() && base["phase"] == "running" &&
+                 !base.value("waiting", std::string()).empty();
         },
         std::chrono::seconds(300));
     ASSERT_TRUE(mid_run) << dir.state().dump(2);
-    std::this_thread::sleep_for(std::chrono::seconds(3));  // into fused.cpp's validate
     ::kill(campaign.pid(), SIGKILL);
     ASSERT_TRUE(campaign.wait(std::chrono::seconds(30)).has_value());
   }
+  ::flock(lock, LOCK_UN);
+  ::close(lock);
   EXPECT_EQ(dir.job("fused.cpp")["phase"], "running");  // as the killed process left it
   KwbRun resumed = run_kwb({"campaign", "run", dir.file().string()}, std::chrono::seconds(900));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output << resumed.errors;
@@ -298,6 +308,7 @@ TEST(campaign_test, timed_a_killed_campaign_resumes_only_what_was_not_decided) {
   EXPECT_EQ(dir.ledger_bundles().size(), 2u);
   std::cout << fmt::format("campaign of 2 with a kill and a resume: {:.1f} s\n",
                            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  ::unsetenv("KWB_TIMING_LOCK");
 }
 
 }  // namespace

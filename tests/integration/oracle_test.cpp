@@ -41,8 +41,9 @@ protected:
     m_task = load_task(k_rmsnorm_lite);
   }
 
-  // A call whose input data this fixture keeps until the test ends.
-  OracleCall call(const std::vector<float>& x, const std::vector<float>& w, int64_t rows, int64_t cols, double eps) {
+  // A call whose input data this fixture keeps until the test ends: cacheable, as data from published seeds is.
+  OracleCall call(const std::vector<float>& x, const std::vector<float>& w, int64_t rows, int64_t cols, double eps,
+                  bool cacheable = true) {
     const std::vector<float>& xs = m_data.emplace_back(x);
     const std::vector<float>& ws = m_data.emplace_back(w);
     OracleCall c;
@@ -52,6 +53,7 @@ protected:
     c.input_shapes = {{{rows, cols}}, {{cols}}};
     c.output_shapes = {{{rows, cols}}};
     c.scalars = {eps};
+    c.cacheable = cacheable;
     return c;
   }
 
@@ -117,6 +119,30 @@ TEST_F(RmsnormOracle, outputs_are_cached_by_oracle_identity_and_input_data) {
   const OracleCall other = call({3.0f, 5.0f}, {2.0f, 0.5f}, 1, 2, 0.25);
   EXPECT_NE(oracle_cache_key(oracle_artifact(m_task), m_task, other),
             oracle_cache_key(oracle_artifact(m_task), m_task, c));
+  if (old_cache.empty()) {
+    ::unsetenv("KWB_CACHE_DIR");
+  } else {
+    ::setenv("KWB_CACHE_DIR", old_cache.c_str(), 1);
+  }
+}
+
+// Data from a fresh nonce never comes again (timing pools, held-out shapes, twins): its outputs are computed and
+// never cached, and a planted entry under its key is not read.
+TEST_F(RmsnormOracle, outputs_of_data_that_never_recurs_are_neither_cached_nor_read_from_the_cache) {
+  const TempDir tmp("kwb-oracle-nocache");
+  const fs::path cache = tmp / "cache";
+  const std::string old_cache = std::getenv("KWB_CACHE_DIR") != nullptr ? std::getenv("KWB_CACHE_DIR") : "";
+  ::setenv("KWB_CACHE_DIR", cache.c_str(), 1);
+  const OracleCall c = call({3.0f, 4.0f}, {2.0f, 0.5f}, 1, 2, 0.25, false);
+  const std::vector<double> first = oracle_outputs(m_task, c).at(0);
+  const fs::path entry = cache / "oracle" / (oracle_cache_key(oracle_artifact(m_task), m_task, c) + ".f64");
+  EXPECT_FALSE(fs::exists(entry));
+  EXPECT_FALSE(fs::exists(cache / "oracle")) << "nothing was written for data that never recurs";
+  const std::vector<double> planted = {42.0, -42.0};
+  std::string payload(reinterpret_cast<const char*>(planted.data()), planted.size() * sizeof(double));
+  fs::create_directories(entry.parent_path());
+  write_file_atomic(entry, sha256_hex(payload) + payload);
+  EXPECT_EQ(oracle_outputs(m_task, c).at(0), first) << "the oracle ran; the planted entry was not read";
   if (old_cache.empty()) {
     ::unsetenv("KWB_CACHE_DIR");
   } else {
