@@ -31,9 +31,13 @@ fs::path abi_include_dir() {
   return KWB_SOURCE_INCLUDE_DIR;
 }
 
+// Always absolute: a relative KWB_CACHE_DIR reached the sandboxed compiler (which runs in another working folder) as
+// a relative path for its dependency file, and every build failed with "opening dependency file ...".
 fs::path cache_dir() {
-  if (const char* env = std::getenv("KWB_CACHE_DIR"); env != nullptr && *env != '\0') return env;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') return fs::path(xdg) / "kwb";
+  if (const char* env = std::getenv("KWB_CACHE_DIR"); env != nullptr && *env != '\0') return fs::absolute(env);
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    return fs::absolute(fs::path(xdg) / "kwb");
+  }
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     return fs::path(home) / ".cache" / "kwb";
   }

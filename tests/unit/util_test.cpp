@@ -6,6 +6,7 @@
 #include "util/error.h"
 #include "util/failure_reason.h"
 #include "util/fs.h"
+#include "util/paths.h"
 #include "util/sealed_json.h"
 #include "util/seed.h"
 #include "util/sha256.h"
@@ -73,6 +74,21 @@ TEST(util_test, atomic_write_replaces_whole_file_and_leaves_no_temporary) {
   size_t files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) files += e.is_regular_file();
   EXPECT_EQ(files, 1u);
+}
+
+// A relative KWB_CACHE_DIR is made absolute: the sandboxed compiler runs in another folder, and a relative cache path
+// made every build fail there.
+TEST(util_test, the_cache_folder_is_absolute_even_when_named_relatively) {
+  const char* old = std::getenv("KWB_CACHE_DIR");
+  const std::string saved = old != nullptr ? old : "";
+  ::setenv("KWB_CACHE_DIR", "relative/cache", 1);
+  EXPECT_TRUE(kwb::cache_dir().is_absolute());
+  EXPECT_EQ(kwb::cache_dir(), std::filesystem::current_path() / "relative" / "cache");
+  if (old != nullptr) {
+    ::setenv("KWB_CACHE_DIR", saved.c_str(), 1);
+  } else {
+    ::unsetenv("KWB_CACHE_DIR");
+  }
 }
 
 TEST(data_test, same_seed_same_bytes_different_seed_different_bytes) {
