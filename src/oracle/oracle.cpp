@@ -11,15 +11,20 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <thread>
 #include <utility>
+
+#include <unistd.h>
 
 namespace kwb {
 
@@ -124,8 +129,15 @@ uint64_t largest_case_elements(const Task& task) {
 class OracleRunner {
 public:
   explicit OracleRunner(const Task& task) : m_task(task), m_artifact(build(task)) {}
+  // Another worker of the same built oracle (oracle_outputs of many calls runs several at once).
+  OracleRunner(const Task& task, const Artifact& artifact) : m_task(task), m_artifact(artifact) {}
 
   const Artifact& artifact() const { return m_artifact; }
+
+  // Starts the worker now (on the calling thread) if it is not running.
+  void ensure_started() {
+    if (!m_worker) start();
+  }
 
   std::vector<std::vector<double>> run(const OracleCall& call) {
     if (!m_worker) start();
@@ -244,13 +256,23 @@ private:
   int m_next_id = 1;
 };
 
-// One runner per oracle source and task manifest, for the life of the process.
-OracleRunner& runner_for(const Task& task) {
-  static std::map<std::string, std::unique_ptr<OracleRunner>> runners;
-  const std::string key = task.oracle.string() + '\n' + task.manifest_sha256;
-  auto it = runners.find(key);
-  if (it == runners.end()) it = runners.emplace(key, std::make_unique<OracleRunner>(task)).first;
-  return *it->second;
+// The runners of one oracle source and task manifest, for the life of the process: the first builds the oracle,
+// the others (made by runners_for) share its artifact, each with a worker of its own.
+std::vector<std::unique_ptr<OracleRunner>>& runner_pool(const Task& task) {
+  static std::map<std::string, std::vector<std::unique_ptr<OracleRunner>>> pools;
+  std::vector<std::unique_ptr<OracleRunner>>& pool = pools[task.oracle.string() + '\n' + task.manifest_sha256];
+  if (pool.empty()) pool.push_back(std::make_unique<OracleRunner>(task));
+  return pool;
+}
+
+OracleRunner& runner_for(const Task& task) { return *runner_pool(task).front(); }
+
+std::vector<OracleRunner*> runners_for(const Task& task, size_t count) {
+  std::vector<std::unique_ptr<OracleRunner>>& pool = runner_pool(task);
+  while (pool.size() < count) pool.push_back(std::make_unique<OracleRunner>(task, pool.front()->artifact()));
+  std::vector<OracleRunner*> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(pool[i].get());
+  return out;
 }
 
 fs::path cache_file(const std::string& key) { return cache_dir() / "oracle" / (key + ".f64"); }
@@ -389,6 +411,78 @@ void require_dtype_values(const Task& task, const OracleCall& call, const std::v
 }
 
 }  // namespace
+
+namespace {
+
+// How many oracle workers make a batch of calls at once: one per CPU kwb may use, at most eight, and no more than a
+// quarter of the machine's memory holds (each worker keeps a call's tensors as doubles, twice over for its own
+// temporaries).
+constexpr size_t k_max_oracle_workers = 8;
+
+size_t oracle_workers_for(const OracleCall& call, size_t calls) {
+  uint64_t doubles = 0;  // what one worker holds of a call: every input and output as doubles
+  for (const TensorShape& s : call.input_shapes) doubles += s.elements();
+  for (const TensorShape& s : call.output_shapes) doubles += s.elements();
+  const uint64_t per_worker = std::max<uint64_t>(doubles * sizeof(double) * 2, uint64_t{1} << 20);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t memory = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+  const size_t by_memory = std::max<size_t>(1, static_cast<size_t>(memory / 4 / per_worker));
+  return std::min({calls, static_cast<size_t>(cpus_kwb_may_use()), k_max_oracle_workers, by_memory});
+}
+
+}  // namespace
+
+std::vector<std::vector<std::vector<double>>> oracle_outputs(const Task& task, std::span<const OracleCall> calls) {
+  std::vector<std::vector<std::vector<double>>> results(calls.size());
+  std::vector<size_t> missing;  // the calls the cache does not answer, in order
+  std::vector<fs::path> files(calls.size());
+  OracleRunner& first = runner_for(task);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].cacheable) {
+      files[i] = cache_file(oracle_cache_key(first.artifact(), task, calls[i]));
+      if (auto cached = read_cached(files[i], calls[i])) {
+        results[i] = std::move(*cached);
+        continue;
+      }
+    }
+    missing.push_back(i);
+  }
+  const size_t workers = missing.empty() ? 0 : oracle_workers_for(calls[missing.front()], missing.size());
+  if (workers <= 1) {
+    for (size_t i : missing) results[i] = first.run(calls[i]);
+  } else {
+    // Workers are started here, on this thread; each thread then only talks to its own worker over its own channel.
+    // A failure stops every thread from taking another call, and the failure of the earliest call is the one
+    // reported, as a sequential run would have reported it.
+    const std::vector<OracleRunner*> runners = runners_for(task, workers);
+    for (OracleRunner* r : runners) r->ensure_started();
+    std::atomic<size_t> next{0};
+    std::atomic<bool> failed{false};
+    std::vector<std::exception_ptr> errors(missing.size());
+    std::vector<std::thread> threads;
+    for (OracleRunner* r : runners) {
+      threads.emplace_back([&, r] {
+        for (size_t k = next++; k < missing.size() && !failed; k = next++) {
+          try {
+            results[missing[k]] = r->run(calls[missing[k]]);
+          } catch (...) {
+            errors[k] = std::current_exception();
+            failed = true;
+          }
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+  for (size_t i : missing) {
+    require_dtype_values(task, calls[i], results[i]);
+    if (calls[i].cacheable) write_cached(files[i], results[i]);
+  }
+  return results;
+}
 
 std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call) {
   OracleRunner& runner = runner_for(task);

@@ -44,6 +44,11 @@ struct OracleCall {
 // has seen these inputs before, else from a run in the oracle's worker.
 std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call);
 
+// The outputs of many calls, in their order: those the cache does not answer run on several oracle workers at once
+// (one per CPU kwb may use, at most eight, fewer where the calls are large), each a sandboxed worker of its own. The
+// failure of the earliest failing call is thrown, as one call at a time would have thrown it.
+std::vector<std::vector<std::vector<double>>> oracle_outputs(const Task& task, std::span<const OracleCall> calls);
+
 // The time one oracle call may take: 10 s plus 1 us per element of the call's inputs and outputs.
 std::chrono::milliseconds oracle_timeout(uint64_t elements);
 

@@ -306,9 +306,10 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   const size_t max_sets = std::max<size_t>(k_pool_bytes / std::max<size_t>(bytes_per_set, 1), k_min_pool_sets);
   m_warmups = std::max(1, m_options.warmups);
   auto grow_pool = [&](size_t sets) {
-    while (m_pool.size() < sets) {
-      m_pool.push_back(
-          std::make_unique<InputSet>(make_input_set(m_task, workload, 1000 + m_pool.size(), m_options.nonce)));
+    if (m_pool.size() >= sets) return;
+    for (InputSet& set :
+         make_input_sets(m_task, workload, 1000 + m_pool.size(), sets - m_pool.size(), m_options.nonce)) {
+      m_pool.push_back(std::make_unique<InputSet>(std::move(set)));
     }
   };
   const int room = (static_cast<int>(max_sets) - m_warmups) / (1 + k_rewarm_calls);

@@ -56,8 +56,8 @@ uint64_t fingerprint(std::span<const unsigned char> bytes) {
 
 namespace {
 
-// The oracle's outputs for `set`'s inputs, and the output shapes they must have.
-void compute_expected(const Task& task, InputSet& set, bool cacheable) {
+// The oracle call that gives `set`'s expected outputs.
+OracleCall oracle_call_for(const Task& task, const InputSet& set, bool cacheable) {
   const Case& c = *set.case_;
   OracleCall call;
   call.case_ = &c;
@@ -66,6 +66,12 @@ void compute_expected(const Task& task, InputSet& set, bool cacheable) {
   for (const TensorSpec& out : task.signature.outputs) call.output_shapes.push_back(resolve_shape(out, c));
   call.scalars = resolve_scalars(task.signature, c);
   call.cacheable = cacheable;
+  return call;
+}
+
+// The oracle's outputs for `set`'s inputs, and the output shapes they must have.
+void compute_expected(const Task& task, InputSet& set, bool cacheable) {
+  OracleCall call = oracle_call_for(task, set, cacheable);
   set.expected = oracle_outputs(task, call);
   set.output_shapes = std::move(call.output_shapes);
 }
@@ -144,9 +150,10 @@ bool change_within_law(DType dtype, const Distribution& dist, std::span<unsigned
   return describe(fmt::format("[{}]", at));
 }
 
-namespace {}  // namespace
+namespace {
 
-InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
+// A set's inputs, drawn and sealed; its expected outputs are still to come.
+InputSet make_inputs(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
   InputSet set;
   set.case_ = &c;
   set.set_index = set_index;
@@ -170,8 +177,32 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
     set.input_shapes.push_back(shape);
     set.inputs.push_back(std::move(buf));
   }
+  return set;
+}
+
+}  // namespace
+
+InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
+  InputSet set = make_inputs(task, c, set_index, nonce);
   compute_expected(task, set, nonce == 0);  // the published seeds' data recurs; a fresh nonce's never does
   return set;
+}
+
+std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t first_index, size_t count,
+                                      uint64_t nonce) {
+  std::vector<InputSet> sets;
+  sets.reserve(count);
+  std::vector<OracleCall> calls;
+  for (size_t i = 0; i < count; ++i) {
+    sets.push_back(make_inputs(task, c, first_index + i, nonce));
+    calls.push_back(oracle_call_for(task, sets.back(), nonce == 0));
+  }
+  std::vector<std::vector<std::vector<double>>> expected = oracle_outputs(task, calls);
+  for (size_t i = 0; i < count; ++i) {
+    sets[i].expected = std::move(expected[i]);
+    sets[i].output_shapes = std::move(calls[i].output_shapes);
+  }
+  return sets;
 }
 
 InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {

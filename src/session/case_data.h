@@ -30,6 +30,12 @@ struct InputSet {
 // Expected outputs from the task's oracle (oracle/oracle.h): DataError when the oracle fails.
 InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce);
 
+// The sets first_index .. first_index + count - 1 of case `c`, as make_input_set makes each, with their oracle calls
+// run on several oracle workers at once (oracle_outputs of many calls): a timing pool is made in a fraction of the
+// time on a machine of several CPUs.
+std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t first_index, size_t count,
+                                      uint64_t nonce);
+
 // A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to
 // clearly different values of the input's own law (change_within_law); expected outputs recomputed by the oracle. Shown
 // behind the same addresses as `base`, it tells an implementation that computes from an implementation that remembers

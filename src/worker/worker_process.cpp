@@ -142,6 +142,19 @@ void return_private_runtime_dir(const std::string& dir, const std::string& canon
 
 }  // namespace
 
+const cpu_set_t& cpus_at_start() {
+  // Read once, before any placement: after the first one the parent's own mask is one CPU (place_on_cpus).
+  static const cpu_set_t allowed = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (::sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
+    return set;
+  }();
+  return allowed;
+}
+
+int cpus_kwb_may_use() { return std::max(1, CPU_COUNT(&cpus_at_start())); }
+
 WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chrono::milliseconds timeout,
                              const std::vector<std::string>& wrapper)
     // At most a year: every deadline is now + m_timeout, which must not overflow steady_clock's nanoseconds (292
@@ -221,13 +234,7 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
 // CPUs or more, the parent takes the last CPU it may use and the worker (and every thread it starts) the others.
 // With one CPU there is nothing to split, and the parent yields while it waits (await_state).
 void WorkerProcess::place_on_cpus(bool apart) {
-  // The CPUs kwb was started with, read once: after the first placement the parent's own mask is one CPU.
-  static const cpu_set_t allowed = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (::sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
-    return set;
-  }();
+  const cpu_set_t& allowed = cpus_at_start();
   if (CPU_COUNT(&allowed) < 2) return;
   if (!apart) {
     // A device backend: the runtime's threads (PoCL's CPU device) may use every CPU; the parent sleeps while the

@@ -9,6 +9,7 @@
 #include "worker/protocol.h"
 #include "worker/shared_buffer.h"
 
+#include <sched.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -161,6 +162,11 @@ std::string worker_runtime_cache_key(BackendKind backend, const std::string& ide
 
 // The environment a worker starts with (documented in docs/worker-protocol.md).
 std::vector<std::string> worker_environment();
+
+// The CPUs this process was started with (its affinity mask then, a cgroup's or taskset's), read once: workers are
+// placed within them, and untimed work (the oracle's pool making) may use all of them.
+const cpu_set_t& cpus_at_start();
+int cpus_kwb_may_use();
 
 // What of that environment decides how a worker behaves: worker_environment() without KWB_PARENT_PID (which names
 // this kwb process), sorted. Every cache of what workers produce is keyed on it (the check cache, the device

@@ -150,6 +150,22 @@ TEST_F(RmsnormOracle, outputs_of_data_that_never_recurs_are_neither_cached_nor_r
   }
 }
 
+// A batch of calls (a timing pool's) runs on several oracle workers at once and answers each call exactly as one call
+// at a time does, in the calls' order; a cacheable call in the batch is answered from the cache as before.
+TEST_F(RmsnormOracle, a_batch_of_calls_answers_each_as_a_single_call_does_in_order) {
+  std::vector<OracleCall> calls;
+  for (int i = 0; i < 7; ++i) {
+    const float v = static_cast<float>(i + 1);
+    calls.push_back(call({v, 2 * v, -v, 0.5f}, {1.0f, 0.25f, 2.0f, 1.0f + v}, 1, 4, 1e-3 * (i + 1), false));
+  }
+  const std::vector<std::vector<std::vector<double>>> batch = oracle_outputs(m_task, calls);
+  ASSERT_EQ(batch.size(), calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) {
+    EXPECT_EQ(batch[i], oracle_outputs(m_task, calls[i])) << "call " << i;
+  }
+  EXPECT_NE(batch[0], batch[1]);
+}
+
 // The cache cannot fill a disk: an entry over 4 MiB of outputs is never written (its oracle runs again), and a
 // folder over 256 MiB loses its oldest entries down to 192 MiB.
 TEST_F(RmsnormOracle, the_cache_keeps_no_large_entry_and_prunes_itself_to_its_bound) {
