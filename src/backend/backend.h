@@ -113,6 +113,14 @@ public:
   virtual bool host_memory() const { return true; }
   // Device mirror of host buffer `id`; returns what goes into DLTensor::data (a cl_mem, a device pointer).
   virtual void* create_buffer(int id, size_t nbytes) = 0;
+  // The device buffer of input `id`, whose bytes lie at `host`: the worker's read-only mapping of the input, fenced by
+  // PROT_NONE pages after its data. A device that computes in host memory may use those bytes in place, so that a
+  // kernel reading past the input's end faults on the fence (out_of_bounds_read) and one writing into it faults on
+  // the read-only mapping (input_modified); such a buffer needs no upload and has no guards. By default, a mirror.
+  virtual void* create_input_buffer(int id, void* host, size_t nbytes) {
+    (void)host;
+    return create_buffer(id, nbytes);
+  }
   virtual void release_buffer(int id) = 0;
   virtual void upload(int id, const void* host, size_t nbytes) = 0;
   virtual void download(int id, void* host, size_t nbytes) = 0;

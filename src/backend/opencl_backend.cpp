@@ -11,11 +11,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -108,6 +110,7 @@ public:
       throw Error(ExitCode::unavailable, "clCreateCommandQueueWithProperties failed: " + error_name(rc));
     }
     adopt_driver(platform);
+    m_inputs_in_place = device_reads_host_memory_in_place();
     auto& s = opencl::intercept_state();
     s.call_queue = m_queue;
     s.trace = options.trace;
@@ -118,7 +121,7 @@ public:
     const Api& a = cl();
     for (auto& [id, b] : m_buffers) {
       a.ReleaseMemObject(b.view);
-      a.ReleaseMemObject(b.whole);
+      if (b.whole != nullptr) a.ReleaseMemObject(b.whole);
     }
     if (m_flush != nullptr) a.ReleaseMemObject(m_flush);
     if (m_queue != nullptr) a.ReleaseCommandQueue(m_queue);
@@ -184,19 +187,41 @@ public:
     return b.view;
   }
 
+  // On a device that computes in host memory (PoCL's CPU device: probed at start, device_reads_host_memory_in_place),
+  // an input's buffer is the worker's fenced, read-only mapping itself (CL_MEM_USE_HOST_PTR), where the mapping is
+  // aligned for any OpenCL type (128 bytes): an over-read faults on the PROT_NONE pages after it, a write faults on the
+  // mapping. Elsewhere, or at an address less aligned (a timing layout's offset), a guarded mirror as for outputs.
+  void* create_input_buffer(int id, void* host, size_t nbytes) override {
+    if (!m_inputs_in_place || nbytes == 0 || reinterpret_cast<uintptr_t>(host) % k_in_place_alignment != 0) {
+      return create_buffer(id, nbytes);
+    }
+    release_buffer(id);
+    cl_int rc = CL_SUCCESS;
+    DeviceBuffer b;
+    b.nbytes = nbytes;
+    b.in_place = true;
+    b.view = cl().CreateBuffer(m_context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, nbytes, host, &rc);
+    if (b.view == nullptr) return create_buffer(id, nbytes);
+    m_buffers[id] = b;
+    return b.view;
+  }
+
   void release_buffer(int id) override {
     if (auto it = m_buffers.find(id); it != m_buffers.end()) {
       cl().ReleaseMemObject(it->second.view);
-      cl().ReleaseMemObject(it->second.whole);
+      if (it->second.whole != nullptr) cl().ReleaseMemObject(it->second.whole);
       m_buffers.erase(it);
     }
   }
 
   // Not blocking: the parent's buffer stays put until prepare_call finishes the queue, and one wait for all of a
-  // call's uploads is less of kwb's own time (and noise) before go than one per tensor.
+  // call's uploads is less of kwb's own time (and noise) before go than one per tensor. An input used in place holds
+  // the bytes already: `host` is its own memory.
   void upload(int id, const void* host, size_t nbytes) override {
     if (nbytes == 0) return;
-    KWB_CL(cl().EnqueueWriteBuffer(m_queue, buffer(id).view, CL_FALSE, 0, nbytes, host, 0, nullptr, nullptr));
+    const DeviceBuffer& b = buffer(id);
+    if (b.in_place) return;
+    KWB_CL(cl().EnqueueWriteBuffer(m_queue, b.view, CL_FALSE, 0, nbytes, host, 0, nullptr, nullptr));
   }
 
   void download(int id, void* host, size_t nbytes) override {
@@ -206,6 +231,7 @@ public:
 
   bool guards_intact(int id) override {
     const DeviceBuffer& b = buffer(id);
+    if (b.in_place) return true;  // fenced by the mapping's PROT_NONE pages instead: a stray access faults
     const size_t g = m_guard.size();
     m_scratch.resize(2 * g);
     KWB_CL(cl().EnqueueReadBuffer(m_queue, b.whole, CL_TRUE, 0, g, m_scratch.data(), 0, nullptr, nullptr));
@@ -218,6 +244,8 @@ public:
   }
 
   bool matches(int id, const void* host, size_t nbytes) override {
+    // An input used in place is the read-only mapping: a write to it faulted during the call (input_modified).
+    if (buffer(id).in_place) return true;
     m_scratch.resize(nbytes);
     download(id, m_scratch.data(), nbytes);
     return nbytes == 0 || std::memcmp(m_scratch.data(), host, nbytes) == 0;
@@ -333,10 +361,43 @@ private:
   static const Api& cl() { return *opencl::api(); }
 
   struct DeviceBuffer {
-    cl_mem whole = nullptr;  // guard + tensor + guard
+    cl_mem whole = nullptr;  // guard + tensor + guard; null for an input used in place
     cl_mem view = nullptr;   // the tensor: what the implementation gets
     size_t nbytes = 0;
+    bool in_place = false;  // an input whose buffer is the worker's fenced mapping (create_input_buffer)
   };
+
+  // The alignment an input's mapping needs to be used in place: a cache line, the most any x86 load asks for
+  // (AVX-512), and what check's placement of an input flush with its last page keeps.
+  static constexpr uintptr_t k_in_place_alignment = 64;
+
+  // Whether a CL_MEM_USE_HOST_PTR buffer is the host memory itself, not a copy the runtime made: a CPU device that
+  // shares memory with the host, and a probe that changes the host bytes after the buffer is made and reads the buffer
+  // back. (PoCL's CPU device: the driver's allocation is mem_host_ptr.) A copying runtime reads the old bytes.
+  bool device_reads_host_memory_in_place() const {
+    cl_device_type type = 0;
+    cl_bool unified = CL_FALSE;
+    if (cl().GetDeviceInfo(m_device, CL_DEVICE_TYPE, sizeof type, &type, nullptr) != CL_SUCCESS ||
+        (type & CL_DEVICE_TYPE_CPU) == 0) {
+      return false;
+    }
+    if (cl().GetDeviceInfo(m_device, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, nullptr) != CL_SUCCESS ||
+        unified != CL_TRUE) {
+      return false;
+    }
+    // At an address aligned to k_in_place_alignment and no more (the device's base alignment is larger, 128 bytes).
+    alignas(2 * k_in_place_alignment) std::array<unsigned char, 3 * k_in_place_alignment> memory{};
+    const std::span<unsigned char> host(memory.data() + k_in_place_alignment, k_in_place_alignment);
+    std::fill(host.begin(), host.end(), 0x11);
+    cl_int rc = CL_SUCCESS;
+    cl_mem probe = cl().CreateBuffer(m_context, CL_MEM_READ_ONLY | CL_MEM_USE_HOST_PTR, host.size(), host.data(), &rc);
+    if (probe == nullptr) return false;
+    std::fill(host.begin(), host.end(), 0x22);
+    std::array<unsigned char, k_in_place_alignment> back{};
+    rc = cl().EnqueueReadBuffer(m_queue, probe, CL_TRUE, 0, back.size(), back.data(), 0, nullptr, nullptr);
+    cl().ReleaseMemObject(probe);
+    return rc == CL_SUCCESS && std::equal(back.begin(), back.end(), host.begin());
+  }
 
   const DeviceBuffer& buffer(int id) const {
     auto it = m_buffers.find(id);
@@ -402,6 +463,7 @@ private:
   cl_command_queue m_queue = nullptr;
   std::string m_description;
   std::map<int, DeviceBuffer> m_buffers;
+  bool m_inputs_in_place = false;  // device_reads_host_memory_in_place, probed once at start
   std::vector<unsigned char> m_guard;
   std::vector<unsigned char> m_scratch;
   cl_event m_begin = nullptr;

@@ -26,6 +26,7 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -116,7 +117,15 @@ size_t format_u64(char* out, uint64_t v) {
   return n;
 }
 
+// The first thread to fault reports; a device runtime's threads may fault at the same instant (every work-item of a
+// kernel writing a read-only input), and a second fault must neither kill the worker before the first report is sent
+// nor send a report of its own: it waits here until the first thread's re-raised signal ends the process.
+std::atomic<int> g_faulting{0};
+
 void on_fault(int sig, siginfo_t* info, void* context) {
+  if (sig != SIGSYS && g_faulting.exchange(1) != 0) {
+    for (;;) (void)g_faulting.load(std::memory_order_relaxed);  // no system call: the sandbox may deny any
+  }
   char msg[128];
   size_t n = 0;
   auto put = [&](const char* s) {
@@ -141,8 +150,9 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   }
   put("}");
   (void)!::send(k_channel_fd, msg, n, MSG_NOSIGNAL);
-  // SA_RESETHAND already restored the default action. SIGSYS's disposition must not be touched (the sandbox denies
-  // it); the re-raised signal stays pending until this handler returns, then kills.
+  // SIGSYS's handler is one-shot (SA_RESETHAND), and its disposition must not be touched (the sandbox denies it);
+  // the others go back to the default action here, after the report. The re-raised signal stays pending until this
+  // handler returns, then kills.
   if (sig != SIGSYS) ::signal(sig, SIG_DFL);
   ::raise(sig);
 }
@@ -162,8 +172,12 @@ void install_fault_handlers() {
   ::sigaltstack(&ss, nullptr);
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
+  // Not one-shot: a second thread faulting while the first reports must reach on_fault (which holds it), not the
+  // default action (which would end the worker before the report is out).
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ::sigaction(sig, &sa, nullptr);
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGSYS}) ::sigaction(sig, &sa, nullptr);
+  ::sigaction(SIGSYS, &sa, nullptr);
   std::set_new_handler(on_out_of_memory);
 }
 
@@ -479,7 +493,10 @@ private:
                       0)) {
         throw std::runtime_error("map: cannot map buffer " + std::to_string(id));
       }
-      if (!m_backend->host_memory()) mp->device = m_backend->create_buffer(id, mp->nbytes);
+      if (!m_backend->host_memory()) {
+        mp->device = writable ? m_backend->create_buffer(id, mp->nbytes)
+                              : m_backend->create_input_buffer(id, mp->data, mp->nbytes);
+      }
       mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);
     }

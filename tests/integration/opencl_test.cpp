@@ -114,6 +114,25 @@ TEST(opencl_test, a_write_past_a_device_tensor_is_caught_by_its_guards) {
   for (const auto& f : r.json["failures"]) EXPECT_EQ(f["assertion"], "no_write_outside_on_device:y") << f.dump();
 }
 
+// A read just past x on the device (issue 42): on PoCL's CPU device an input's buffer is the worker's fenced,
+// read-only mapping, so the read faults; check names the input, and compare refuses the candidate before timing.
+TEST(opencl_test, a_read_past_a_device_input_is_out_of_bounds_read_in_check_and_compare) {
+  const std::filesystem::path candidate = k_source_dir / "tests" / "adversarial" / "opencl" / "read_past_input.cpp";
+  KwbRun r = run_kwb(check_args(candidate, {"--case", "prefill", "--case", "odd_row_length"}));
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(reasons_of(r.json), std::set<std::string>{"out_of_bounds_read"}) << r.output;
+  for (const auto& f : r.json["failures"]) {
+    EXPECT_NE(f["detail"].get<std::string>().find("past the end of input 'x'"), std::string::npos) << f.dump();
+  }
+  KwbRun c = run_kwb({"compare", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate", candidate.string(),
+                      "--workload", "decode", "--json"});
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_EQ(c.json["verdict"], "REFUSED") << c.output;
+  ASSERT_EQ(c.json["refused"].size(), 1u) << c.output;
+  EXPECT_NE(c.json["refused"][0].get<std::string>().find("out_of_bounds_read"), std::string::npos) << c.output;
+}
+
 // PoCL's threads start with the context, before the sandbox: the implementation itself is held to the task's
 // thread limit (one), and a thread it starts to enqueue work after kwb_run returns is a sandbox violation.
 TEST(opencl_test, the_task_thread_limit_holds_for_opencl_implementations) {

