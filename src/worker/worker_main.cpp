@@ -165,17 +165,27 @@ void on_out_of_memory() {
   ::abort();
 }
 
-void install_fault_handlers() {
-  stack_t ss{};
-  ss.ss_sp = g_fault_stack;
-  ss.ss_size = sizeof g_fault_stack;
-  ::sigaltstack(&ss, nullptr);
+// kwb's handler for the faults, (re)installed: a device runtime may put its own in front (PoCL's LLVM registers
+// handlers that remove its temporary files when it first compiles a kernel, inside a call), and a fault must reach
+// on_fault directly, whichever thread takes it. Called before every call, outside the timed window; the sandbox
+// allows rt_sigaction for every signal but SIGSYS.
+void claim_fault_handlers() {
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
   // Not one-shot: a second thread faulting while the first reports must reach on_fault (which holds it), not the
   // default action (which would end the worker before the report is out).
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) ::sigaction(sig, &sa, nullptr);
+}
+
+void install_fault_handlers() {
+  stack_t ss{};
+  ss.ss_sp = g_fault_stack;
+  ss.ss_size = sizeof g_fault_stack;
+  ::sigaltstack(&ss, nullptr);
+  claim_fault_handlers();
+  struct sigaction sa {};
+  sa.sa_sigaction = on_fault;
   sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESETHAND;
   ::sigaction(SIGSYS, &sa, nullptr);
   std::set_new_handler(on_out_of_memory);
@@ -534,6 +544,7 @@ private:
   // implementation's failure, reported as such; the parent then ends this worker (a CUDA context is unusable after a
   // fault).
   nlohmann::json run(const nlohmann::json& m) {
+    claim_fault_handlers();
     try {
       return run_call(m);
     } catch (const Error& e) {
