@@ -189,8 +189,9 @@ public:
 
   // On a device that computes in host memory (PoCL's CPU device: probed at start, device_reads_host_memory_in_place),
   // an input's buffer is the worker's fenced, read-only mapping itself (CL_MEM_USE_HOST_PTR), where the mapping is
-  // aligned for any OpenCL type (128 bytes): an over-read faults on the PROT_NONE pages after it, a write faults on the
-  // mapping. Elsewhere, or at an address less aligned (a timing layout's offset), a guarded mirror as for outputs.
+  // aligned to k_in_place_alignment (every input in check and in timing: device backends get no data offsets): an
+  // over-read faults on the PROT_NONE pages after it, a write faults on the mapping. Elsewhere, or at an address less
+  // aligned, a guarded mirror as for outputs.
   void* create_input_buffer(int id, void* host, size_t nbytes) override {
     if (!m_inputs_in_place || nbytes == 0 || reinterpret_cast<uintptr_t>(host) % k_in_place_alignment != 0) {
       return create_buffer(id, nbytes);

@@ -485,18 +485,7 @@ std::vector<std::vector<std::vector<double>>> oracle_outputs(const Task& task, s
 }
 
 std::vector<std::vector<double>> oracle_outputs(const Task& task, const OracleCall& call) {
-  OracleRunner& runner = runner_for(task);
-  if (!call.cacheable) {
-    std::vector<std::vector<double>> outputs = runner.run(call);
-    require_dtype_values(task, call, outputs);
-    return outputs;
-  }
-  const fs::path file = cache_file(oracle_cache_key(runner.artifact(), task, call));
-  if (auto cached = read_cached(file, call)) return std::move(*cached);
-  std::vector<std::vector<double>> outputs = runner.run(call);
-  require_dtype_values(task, call, outputs);
-  write_cached(file, outputs);
-  return outputs;
+  return std::move(oracle_outputs(task, std::span<const OracleCall>(&call, 1)).front());
 }
 
 }  // namespace kwb
