@@ -16,9 +16,9 @@ inline const std::filesystem::path k_source_dir = KWB_SOURCE_DIR;
 // The shipped RMSNorm task, and the copy most tests run (tests/CMakeLists.txt): the same minus its DRAM-sized case.
 inline const std::filesystem::path k_rmsnorm = k_source_dir / "tasks" / "rmsnorm";
 inline const std::filesystem::path k_rmsnorm_lite = KWB_RMSNORM_LITE;
+inline const std::filesystem::path k_gemm_lite = KWB_GEMM_LITE;  // tests/CMakeLists.txt says what it lacks
 inline const std::filesystem::path k_softmax = k_source_dir / "tasks" / "softmax";
 inline const std::filesystem::path k_softmax_bf16 = k_source_dir / "tasks" / "softmax_bf16";
-inline const std::filesystem::path k_gemm = k_source_dir / "tasks" / "gemm";
 inline const std::filesystem::path k_adversarial = k_source_dir / "tests" / "adversarial";
 
 struct KwbRun {
