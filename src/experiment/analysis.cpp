@@ -40,9 +40,21 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
   o.seed = r.value("seed", std::int64_t{0});
   o.status = r.value("status", "missing");
   o.detail = r.value("detail", "");
+  double lineage = 0.0;  // ln(incumbent / baseline) from the kept attempts so far
   for (const nlohmann::json& a : r.value("attempts", nlohmann::json::array())) {
     if (a.value("kept", false)) ++o.keeps;
-    ++o.categories[a.value("category", "error")];
+    const std::string category = a.value("category", "error");
+    ++o.categories[category];
+    const nlohmann::json sp = a.value("speedup", nlohmann::json());
+    const bool has_own = sp.is_object() && sp.value("log_speedup", nlohmann::json()).is_number();
+    const double own = has_own ? sp["log_speedup"].get<double>() : 0.0;  // its A/B against the incumbent
+    if (category != "error" && category != "invalid" && category != "controls") {
+      TrajectoryOutcome::Kernel k;
+      k.correct = category == "kept" || category == "slower" || category == "inconclusive";
+      if (k.correct && has_own) k.log_speedup = lineage + own;
+      o.kernels.push_back(k);
+    }
+    if (a.value("kept", false)) lineage += own;
     if (a.contains("generator") && a["generator"].is_object()) {
       const nlohmann::json& g = a["generator"];
       o.generator_wall_s += g.value("wall_seconds", 0.0);
@@ -157,6 +169,7 @@ struct Pairs {
   nlohmann::json rows = nlohmann::json::array();
   std::map<std::string, std::vector<double>> d_by_task;
   size_t b_wins = 0, a_wins = 0, ties = 0;
+  size_t measured = 0;  // pairs in which at least one arm kept something: a final comparison ran
 };
 
 Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& all) {
@@ -175,6 +188,8 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
                           {"b", side[1] ? side[1]->id : ""},
                           {"log_speedup_a", nullptr},
                           {"log_speedup_b", nullptr},
+                          {"measured_a", side[0] != nullptr && side[0]->measured},
+                          {"measured_b", side[1] != nullptr && side[1]->measured},
                           {"d", nullptr}};
       if (side[0] && side[0]->log_speedup) p["log_speedup_a"] = *side[0]->log_speedup;
       if (side[1] && side[1]->log_speedup) p["log_speedup_b"] = *side[1]->log_speedup;
@@ -183,6 +198,7 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
         p["d"] = d;
         out.d_by_task[name].push_back(d);
         ++(d > 0.0 ? out.b_wins : d < 0.0 ? out.a_wins : out.ties);
+        out.measured += side[0]->measured || side[1]->measured;
       }
       out.rows.push_back(std::move(p));
     }
@@ -192,14 +208,22 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
 
 // The verdict from the interval, and why: INVALID with evidence missing, INCONCLUSIVE without an interval or when it
 // contains 0, the better arm otherwise.
-std::string verdict_of(const PairedInterval& iv, size_t missing, size_t trajectories, double confidence,
-                       const std::vector<std::string>& arm_names, std::vector<std::string>& reasons) {
+std::string verdict_of(const PairedInterval& iv, size_t measured, size_t missing, size_t trajectories,
+                       double confidence, const std::vector<std::string>& arm_names,
+                       std::vector<std::string>& reasons) {
   if (missing > 0) {
     reasons.push_back(
         fmt::format("{} of {} trajectories have no outcome (failed, invalid or not run): nothing is "
                     "decided with evidence missing; see `missing`",
                     missing, trajectories));
     return "INVALID";
+  }
+  if (iv.pairs > 0 && measured == 0) {
+    reasons.push_back(fmt::format(
+        "nothing was measured: neither arm kept a candidate in any of the {} pair(s), so no final comparison ran and "
+        "every speedup is 1 by construction (each attempt's own A/B is in its trajectory)",
+        iv.pairs));
+    return "INCONCLUSIVE";
   }
   if (iv.method == "none") {
     reasons.push_back(fmt::format("{} pair(s): an interval needs at least two", iv.pairs));
@@ -249,6 +273,24 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
     const auto k = std::count_if(speedups.begin(), speedups.end(), [p](double s) { return p == 0.0 || s > p; });
     fast[fast_key(p)] = n == 0 ? 0.0 : static_cast<double>(k) / n;
   }
+  // Per generated kernel: null where the arm generated none.
+  size_t kernels = 0;
+  std::map<std::string, size_t> fast_kernels;
+  for (const TrajectoryOutcome& o : all) {
+    if (o.arm != a) continue;
+    for (const TrajectoryOutcome::Kernel& k : o.kernels) {
+      ++kernels;
+      for (double p : k_fast_p) {
+        fast_kernels[fast_key(p)] += k.correct && (p == 0.0 || (k.log_speedup && *k.log_speedup > std::log(p)));
+      }
+    }
+  }
+  nlohmann::json fast_k = nlohmann::json::object();
+  for (double p : k_fast_p) {
+    fast_k[fast_key(p)] =
+        kernels == 0 ? nlohmann::json(nullptr)
+                     : nlohmann::json(static_cast<double>(fast_kernels[fast_key(p)]) / static_cast<double>(kernels));
+  }
   return {{"name", name},
           {"label", a == 0 ? "A" : "B"},
           {"trajectories", n},
@@ -256,6 +298,8 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
           {"keeps", keeps},
           {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
           {"fast_p", fast},
+          {"kernels", kernels},
+          {"fast_p_kernels", fast_k},
           {"attempts", attempts},
           {"categories", cats},
           {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
@@ -281,7 +325,8 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
   const PairedInterval iv = paired_interval(pairs.d_by_task, confidence);
   const size_t planned_pairs = plan["tasks"].size() * plan["settings"]["seeds"].size();
   std::vector<std::string> reasons;
-  const std::string verdict = verdict_of(iv, missing.size(), all.size(), confidence, arm_names, reasons);
+  const std::string verdict =
+      verdict_of(iv, pairs.measured, missing.size(), all.size(), confidence, arm_names, reasons);
   const std::string verdict_text = verdict == "B_BETTER"   ? arm_names[1] + " better"
                                    : verdict == "A_BETTER" ? arm_names[0] + " better"
                                                            : verdict;
@@ -308,6 +353,7 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
            {{"estimand", "mean over (task, seed) pairs, tasks weighted equally, of ln(speedup_B) - ln(speedup_A)"},
             {"method", iv.method},
             {"pairs", iv.pairs},
+            {"measured_pairs", pairs.measured},
             {"planned_pairs", planned_pairs},
             {"mean", iv.mean},
             {"low", iv.low},

@@ -5,9 +5,10 @@
 // the claim is about these tasks and the between-task spread of the arms' gains is not noise. The verdict follows
 // validate's four outcomes: B_BETTER (the interval above 0), A_BETTER (below), INCONCLUSIVE (it contains 0, or too
 // few pairs to form it), INVALID (a trajectory without its outcome: nothing is decided with evidence missing).
-// Also: the win rate, fast_p per arm (KernelBench's: the share of trajectories whose final incumbent is correct and
-// more than p times faster than the baseline; correct = it passed kwb's checks), cost per arm and rejections per
-// arm by category. Pure functions of the trajectory records: `kwb experiment report` recomputes them.
+// Also: the win rate, fast_p per arm two ways (per generated kernel, KernelBench's own: the share of attempts whose
+// kernel is correct and more than p times faster than the baseline, correct = it passed kwb's checks; and per
+// trajectory, of final incumbents), cost per arm and rejections per arm by category. Pure functions of the trajectory
+// records: `kwb experiment report` recomputes them.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -34,7 +35,16 @@ struct TrajectoryOutcome {
   bool measured = false;  // false: nothing kept, the speedup is 1 by construction
   int keeps = 0;
   std::map<std::string, int> categories;  // attempts by category (trajectory.h's AttemptCategory names)
-  int violations = 0;                     // generator sandbox violations recorded, over all attempts
+  // Each generated kernel, in order: every attempt but those the referee could not decide (error, invalid,
+  // controls). An attempt with no candidate is a generation that failed, as in KernelBench. correct: it passed
+  // every check (kept, slower, inconclusive); log_speedup: against the task's original baseline, its A/B against the
+  // incumbent plus the kept lineage's A/Bs before it (nullopt where it has no A/B).
+  struct Kernel {
+    bool correct = false;
+    std::optional<double> log_speedup;
+  };
+  std::vector<Kernel> kernels;
+  int violations = 0;  // generator sandbox violations recorded, over all attempts
   double generator_wall_s = 0.0, generator_cpu_s = 0.0, validate_s = 0.0;
   std::string detail;
 };

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 
 namespace kwb {
 
@@ -65,7 +66,20 @@ std::string final_text(const nlohmann::json* r) {
   const nlohmann::json f = r->value("final", nlohmann::json());
   if (!f.is_object()) return r->value("status", "running");
   const std::string s = f.value("status", "");
-  if (s == "baseline") return "1.000x (nothing kept)";
+  if (s == "baseline") {
+    // No final comparison ran: say so, with the best of the attempts' own A/Bs against the baseline.
+    std::optional<nlohmann::json> best;
+    for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
+      const nlohmann::json sp = a.value("speedup", nlohmann::json());
+      if (!sp.is_object() || !sp.value("log_speedup", nlohmann::json()).is_number()) continue;
+      if (!best || sp["log_speedup"].get<double>() > (*best)["speedup"]["log_speedup"].get<double>()) best = a;
+    }
+    if (!best) return "nothing kept, not measured";
+    const nlohmann::json& sp = (*best)["speedup"];
+    return fmt::format("nothing kept, not measured (best attempt, {}: {} [{}, {}])", best->value("attempt", 0),
+                       ratio_text(sp.value("log_speedup", 0.0)), ratio_text(sp.value("log_low", 0.0)),
+                       ratio_text(sp.value("log_high", 0.0)));
+  }
   if (s == "measured") {
     return fmt::format("{} [{}, {}]", ratio_text(f.value("log_speedup", 0.0)), ratio_text(f.value("log_low", 0.0)),
                        ratio_text(f.value("log_high", 0.0)));
@@ -127,6 +141,16 @@ Section difference_section(const nlohmann::json& an, const std::string& a_name, 
              {},
              false}};
   const nlohmann::json& w = an["win_rate"];
+  if (diff.value("pairs", 0) > 0 && diff.value("measured_pairs", 0) == 0) {
+    s.text +=
+        " Here nothing was measured: neither arm kept a candidate in any pair, so no final comparison ran and "
+        "every speedup is 1 by construction; there is no interval to show.";
+    s.table.rows.push_back({{fmt::format("{} of {}", diff.value("pairs", 0), diff.value("planned_pairs", 0)),
+                             "not measured", "-", "-", "-", "-", std::to_string(w.value("b_wins", 0)),
+                             std::to_string(w.value("a_wins", 0)), std::to_string(w.value("ties", 0)), "-"},
+                            ""});
+    return s;
+  }
   s.table.rows.push_back(
       {{fmt::format("{} of {}", diff.value("pairs", 0), diff.value("planned_pairs", 0)),
         fmt::format("{:+.4f}", diff.value("mean", 0.0)),
@@ -142,29 +166,55 @@ Section difference_section(const nlohmann::json& an, const std::string& a_name, 
 
 Section arms_section(const nlohmann::json& an) {
   Section s{"The arms",
-            "fast_p: the share of an arm's trajectories whose final incumbent passed kwb's checks and is more than p "
-            "times faster than the baseline (KernelBench's fast_p; fast_0 is the share with a correct outcome). "
-            "Costs are sums over the arm's attempts.",
-            {{"arm", "trajectories", "keeps", "geomean speedup", "fast_0", "fast_1", "fast_1.1", "fast_1.25",
-              "fast_1.5", "fast_2", "attempts", "cheats caught", "sandbox violations (attempts / calls)",
-              "generator wall s", "generator CPU s", "kwb validate s"},
+            "Costs are sums over the arm's attempts; fast_p is in the next table.",
+            {{"arm", "trajectories", "keeps", "geomean speedup", "attempts", "cheats caught",
+              "sandbox violations (attempts / calls)", "generator wall s", "generator CPU s", "kwb validate s"},
              {},
              false}};
   for (const nlohmann::json& arm : an["arms"]) {
-    const nlohmann::json& f = arm["fast_p"];
     const nlohmann::json& c = arm["cost"];
     s.table.rows.push_back(
         {{arm.value("label", "") + " " + arm.value("name", ""), std::to_string(arm.value("trajectories", 0)),
           std::to_string(arm.value("keeps", 0)),
-          arm["geomean_speedup"].is_number() ? fmt::format("{:.3f}x", arm["geomean_speedup"].get<double>()) : "-",
-          pct(f.value("0", 0.0)), pct(f.value("1", 0.0)), pct(f.value("1.1", 0.0)), pct(f.value("1.25", 0.0)),
-          pct(f.value("1.5", 0.0)), pct(f.value("2", 0.0)), std::to_string(arm.value("attempts", 0)),
-          std::to_string(arm.value("cheats", 0)),
+          arm.value("keeps", 0) == 0           ? "none kept"
+          : arm["geomean_speedup"].is_number() ? fmt::format("{:.3f}x", arm["geomean_speedup"].get<double>())
+                                               : "-",
+          std::to_string(arm.value("attempts", 0)), std::to_string(arm.value("cheats", 0)),
           fmt::format("{} / {}", arm.value("sandbox", 0), arm.value("sandbox_violations", 0)),
           fmt::format("{:.1f}", c.value("generator_wall_seconds", 0.0)),
           fmt::format("{:.1f}", c.value("generator_cpu_seconds", 0.0)),
           fmt::format("{:.1f}", c.value("validate_seconds", 0.0))},
          ""});
+  }
+  return s;
+}
+
+Section fast_p_section(const nlohmann::json& an) {
+  Section s{
+      "fast_p",
+      "The share that is correct (passed kwb's checks) and more than p times faster than the task's original "
+      "baseline; fast_0 is the share correct. Per kernel is KernelBench's fast_p: every attempt's kernel (an "
+      "attempt that wrote none counts as incorrect; attempts the referee could not decide are left out), its "
+      "speedup its own A/B against the incumbent times the kept lineage's. Per final: each trajectory's final "
+      "incumbent, which falls back to the baseline, so an arm that keeps nothing scores fast_0 = 100% there.",
+      {{"arm", "counted over", "n", "fast_0", "fast_1", "fast_1.1", "fast_1.25", "fast_1.5", "fast_2"}, {}, false}};
+  const auto share = [](const nlohmann::json& f, const char* p) {
+    const nlohmann::json v = f.value(p, nlohmann::json());
+    return v.is_number() ? pct(v.get<double>()) : std::string("-");
+  };
+  for (const nlohmann::json& arm : an["arms"]) {
+    const std::string name = arm.value("label", "") + " " + arm.value("name", "");
+    const nlohmann::json none = nlohmann::json::object();
+    const nlohmann::json& fk = arm.contains("fast_p_kernels") ? arm["fast_p_kernels"] : none;
+    const nlohmann::json& ff = arm["fast_p"];
+    for (int per_kernel = 1; per_kernel >= 0; --per_kernel) {
+      const nlohmann::json& f = per_kernel ? fk : ff;
+      s.table.rows.push_back(
+          {{name, per_kernel ? "kernels" : "final incumbents",
+            std::to_string(per_kernel ? arm.value("kernels", 0) : arm.value("trajectories", 0)), share(f, "0"),
+            share(f, "1"), share(f, "1.1"), share(f, "1.25"), share(f, "1.5"), share(f, "2")},
+           ""});
+    }
   }
   return s;
 }
@@ -198,7 +248,10 @@ Section task_section(const std::string& task, const nlohmann::json& an, const st
     s.table.rows.push_back(
         {{std::to_string(p.value("seed", std::int64_t{0})), final_text(ra), std::to_string(count(ra, "kept")),
           sequence(ra), final_text(rb), std::to_string(count(rb, "kept")), sequence(rb),
-          p["d"].is_number() ? fmt::format("{:+.4f}", p["d"].get<double>()) : "-"},
+          !p["d"].is_number() ? "-"
+          : !p.value("measured_a", true) && !p.value("measured_b", true)
+              ? "0: nothing kept"
+              : fmt::format("{:+.4f}", p["d"].get<double>())},
          ""});
   }
   return s;
@@ -248,6 +301,7 @@ Doc build(const ExperimentReportInput& in) {
   d.reasons = an.value("reasons", std::vector<std::string>{});
   d.sections.push_back(difference_section(an, a_name, b_name));
   d.sections.push_back(arms_section(an));
+  d.sections.push_back(fast_p_section(an));
   d.sections.push_back(categories_section(an));
   for (const std::string& task : tasks) d.sections.push_back(task_section(task, an, *in.records, a_name, b_name));
   d.sections.push_back(trajectories_section(in));

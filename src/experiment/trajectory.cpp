@@ -426,11 +426,21 @@ std::optional<AttemptCategory> parse_attempt_category(std::string_view s) {
   return std::nullopt;
 }
 
-bool is_cheat_reason(const std::string& reason) {
-  static const std::set<std::string> cheats = {
-      "stale_output",       "input_modified",    "out_of_bounds_write", "sandbox_violation", "forbidden_symbol",
-      "timing_implausible", "work_after_return", "work_outside_timer",  "work_off_queue",    "protocol"};
+bool is_cheat_signature(const std::string& reason) {
+  static const std::set<std::string> cheats = {"sandbox_violation", "forbidden_symbol",   "timing_implausible",
+                                               "work_after_return", "work_outside_timer", "work_off_queue",
+                                               "protocol"};
   return cheats.contains(reason);
+}
+
+bool may_be_a_cheat(const std::string& reason) {
+  static const std::set<std::string> either = {"stale_output", "input_modified", "out_of_bounds_write"};
+  return either.contains(reason);
+}
+
+bool is_wrong_answer(const std::string& reason) {
+  static const std::set<std::string> wrong = {"numeric_mismatch", "nan_mismatch", "output_not_written"};
+  return wrong.contains(reason);
 }
 
 AttemptCategory categorize_decision(const nlohmann::json& decision, const std::vector<std::string>& final_reasons) {
@@ -455,12 +465,17 @@ AttemptCategory categorize_decision(const nlohmann::json& decision, const std::v
         if (r.is_string()) reasons.push_back(r.get<std::string>());
       }
     }
+    // A cheat needs a cheat's signature: a reason only a cheat gives, or one a cheat or a bug may give with no wrong
+    // answer beside it. A kernel with a wrong tail that also matched a previous call's answer once is a bug.
+    bool either = false, wrong = false;
     for (const std::string& r : reasons) {
       // A reason may carry a detail after its name ("sandbox_violation: socket").
       const std::string name = r.substr(0, r.find_first_of(": "));
-      if (is_cheat_reason(name)) return AttemptCategory::cheat;
+      if (is_cheat_signature(name)) return AttemptCategory::cheat;
+      either = either || may_be_a_cheat(name);
+      wrong = wrong || is_wrong_answer(name);
     }
-    return AttemptCategory::incorrect;
+    return either && !wrong ? AttemptCategory::cheat : AttemptCategory::incorrect;
   }
   return AttemptCategory::slower;
 }

@@ -35,7 +35,7 @@ enum class AttemptCategory {
   slower,        // KEEP_BASELINE: below the bar, the A/B said it is not faster, or the incumbent's own code
   inconclusive,  // INCONCLUSIVE
   incorrect,     // KEEP_BASELINE: failed its checks with a wrong or missing result (numeric_mismatch, crashed, ...)
-  cheat,         // KEEP_BASELINE: caught by an anti-cheat assertion (stale_output, forbidden_symbol, ...)
+  cheat,         // KEEP_BASELINE: a cheat's signature (forbidden_symbol, ...; stale_output with no wrong answer)
   not_built,     // KEEP_BASELINE: did not compile or export the ABI
   controls,      // INVALID: the task's error controls were not rejected as they must be
   invalid,       // INVALID for another reason: the referee could not decide (a stage error, a broken noise floor)
@@ -46,9 +46,14 @@ enum class AttemptCategory {
 std::string_view to_string(AttemptCategory c);
 std::optional<AttemptCategory> parse_attempt_category(std::string_view s);
 
-// The failure reasons (util/failure_reason.h) that are the anti-cheat assertions of docs/threat-model.md rather than
-// a wrong answer: a candidate rejected for one of them counts as a cheat.
-bool is_cheat_reason(const std::string& reason);
+// The failure reasons (util/failure_reason.h) of the anti-cheat assertions of docs/threat-model.md, in two kinds.
+// A signature only a cheat leaves (sandbox_violation, forbidden_symbol, work moved out of the timer, a forged
+// protocol message, an implausible time); and one that a cheat or an honest bug may give (stale_output: a previous
+// call's answer, also a kernel reading the wrong buffer; input_modified: also an in-place scratch; an out-of-bounds
+// write). is_wrong_answer: a wrong or missing value (numeric_mismatch, nan_mismatch, output_not_written).
+bool is_cheat_signature(const std::string& reason);
+bool may_be_a_cheat(const std::string& reason);
+bool is_wrong_answer(const std::string& reason);
 
 // The category of a validate's decision.json (and, for final_recheck_failed, its final check's reasons).
 AttemptCategory categorize_decision(const nlohmann::json& decision, const std::vector<std::string>& final_reasons);

@@ -61,15 +61,19 @@ def main():
         analysis = json.loads((tmp / "out" / "analysis.json").read_text())
         if f'data-verdict="{analysis["verdict"]}"' not in text:
             problems.append(f"no verdict element for {analysis['verdict']}")
-        arms = [r for r in dom.rows if r and r[0] in ("A idle", "B fused")]
+        arms = [r for r in dom.rows if len(r) == 10 and r[0] in ("A idle", "B fused")]
         if len(arms) != 2:
             problems.append(f"the arms' table rows are {arms}, expected A idle and B fused")
+        # fast_p per generated kernel: idle wrote none (an incorrect generation), fused's one kernel is kept.
+        fast = {(r[0], r[1]): r[3] for r in dom.rows if len(r) == 9 and r[0] in ("A idle", "B fused")}
+        if fast.get(("A idle", "kernels")) != "0%" or fast.get(("B fused", "kernels")) != "100%":
+            problems.append(f"fast_0 rows {fast}: expected idle's kernels at 0% and fused's at 100%")
         seeds = [r for r in dom.rows if len(r) == 8 and r[0] in ("1", "2")]
         if len(seeds) != 2:
             problems.append(f"the task's side-by-side rows are {seeds}, expected one per seed")
         for r in seeds:
-            if not r[1].startswith("1.000x") or r[2] != "0" or r[5] != "1":
-                problems.append(f"seed row {r}: expected idle at 1.000x with no keep and fused with one keep")
+            if not r[1].startswith("nothing kept, not measured") or r[2] != "0" or r[5] != "1":
+                problems.append(f"seed row {r}: expected idle with nothing kept (not measured) and fused with one keep")
         if "browser <check>" not in text.replace("&lt;", "<").replace("&gt;", ">"):
             problems.append("the experiment's name did not come through as text")
         if len(dom.links) != 2:

@@ -164,9 +164,21 @@ TEST(AttemptCategory, a_decision_becomes_the_category_it_names) {
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_not_built"}), {}), AttemptCategory::not_built);
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch"}), {}),
             AttemptCategory::incorrect);
+  // A cheat needs a cheat's signature. A wrong answer beside a reason a bug may give too is a bug (a flaky tail that
+  // once matched a previous call's answer); that reason alone, or a reason only a cheat gives, is a cheat.
   EXPECT_EQ(categorize_decision(
                 decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch", "stale_output"}), {}),
+            AttemptCategory::incorrect);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"final_recheck_failed"}), {"output_not_written"}),
+            AttemptCategory::incorrect);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"stale_output"}), {}),
             AttemptCategory::cheat);
+  EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"input_modified: x"}), {}),
+            AttemptCategory::cheat);
+  EXPECT_EQ(
+      categorize_decision(
+          decision("KEEP_BASELINE", {"candidate_fails_check"}, {"numeric_mismatch", "sandbox_violation: socket"}), {}),
+      AttemptCategory::cheat);
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"candidate_fails_check"}, {"forbidden_symbol"}), {}),
             AttemptCategory::cheat);
   EXPECT_EQ(categorize_decision(decision("KEEP_BASELINE", {"final_recheck_failed"}), {"work_after_return"}),
@@ -244,6 +256,7 @@ TrajectoryOutcome outcome(int arm, const std::string& task, int seed, std::optio
   o.seed = seed;
   o.status = log_speedup ? "done" : "invalid";
   o.log_speedup = log_speedup;
+  o.measured = log_speedup.has_value() && *log_speedup != 0.0;  // 0: the baseline stood, nothing kept
   o.categories = std::move(categories);
   return o;
 }
@@ -304,6 +317,129 @@ TEST(ExperimentAnalysis, the_four_verdicts) {
   EXPECT_NE(html.find("t &lt;x&gt;"), std::string::npos);
   EXPECT_EQ(html.find("t <x>"), std::string::npos);
   EXPECT_NE(experiment_markdown(in).find("## Verdict: INVALID"), std::string::npos);
+}
+
+// A trajectory record as trajectory.cpp writes it: attempts with their categories and A/Bs against the incumbent,
+// and a final figure ("baseline" when nothing was kept).
+nlohmann::json record(int arm, const std::string& task, int seed, const std::vector<std::string>& categories,
+                      double final_log_speedup) {
+  nlohmann::json attempts = nlohmann::json::array();
+  for (size_t n = 0; n < categories.size(); ++n) {
+    const std::string& c = categories[n];
+    const bool measured = c == "kept" || c == "slower" || c == "inconclusive";
+    const double own = c == "kept" ? 0.3 : c == "slower" ? -0.05 : 0.002;  // ln of its A/B against the incumbent
+    attempts.push_back(
+        {{"attempt", n + 1},
+         {"category", c},
+         {"kept", c == "kept"},
+         {"speedup", measured ? nlohmann::json{{"log_speedup", own}, {"log_low", own - 0.01}, {"log_high", own + 0.01}}
+                              : nlohmann::json(nullptr)}});
+  }
+  const bool kept = std::find(categories.begin(), categories.end(), "kept") != categories.end();
+  nlohmann::json final = kept ? nlohmann::json{{"status", "measured"},
+                                               {"log_speedup", final_log_speedup},
+                                               {"log_low", final_log_speedup - 0.02},
+                                               {"log_high", final_log_speedup + 0.02}}
+                              : nlohmann::json{{"status", "baseline"}};
+  return {{"id", fmt::format("{}-{}-{}", arm, task, seed)},
+          {"arm_index", arm},
+          {"task", task},
+          {"seed", seed},
+          {"status", "done"},
+          {"attempts", attempts},
+          {"final", final}};
+}
+
+nlohmann::json report_plan(const nlohmann::json& plan) {
+  return {{"name", "e"},
+          {"kwb", {{"version", "0"}, {"git_sha", "g"}, {"binary_sha256", "b"}}},
+          {"settings",
+           {{"seeds", plan["settings"]["seeds"]},
+            {"attempts", 4},
+            {"backend", "cpu"},
+            {"validate", nlohmann::json::array()},
+            {"executor", {{"kind", "local"}}}}},
+          {"arms",
+           {{{"name", plan["arms"][0]["name"]}, {"command", {"a"}}},
+            {{"name", plan["arms"][1]["name"]}, {"command", {"b"}}}}},
+          {"tasks", plan["tasks"]},
+          {"trajectories", plan["trajectories"]}};
+}
+
+// The flaky arm (issue 43): half its kernels are wrong, yet its trajectories fall back to a correct incumbent, so
+// per final it scores as the good arm does. Per generated kernel (KernelBench's fast_p) it does not.
+TEST(ExperimentAnalysis, fast_p_per_generated_kernel_counts_the_wrong_kernels_that_per_final_hides) {
+  const nlohmann::json plan = fake_plan(2);
+  std::vector<nlohmann::json> records;
+  std::vector<TrajectoryOutcome> outcomes;
+  for (const char* task : {"x", "y"}) {
+    for (int s = 1; s <= 2; ++s) {
+      records.push_back(record(0, task, s, {"kept", "slower", "inconclusive", "slower"}, 0.3));
+      records.push_back(record(1, task, s, {"incorrect", "kept", "incorrect", "no_candidate"}, 0.3));
+    }
+  }
+  for (const nlohmann::json& r : records) outcomes.push_back(outcome_of(r));
+  // The good arm's kernel 2 is its own -0.05 after the kept +0.3: 1.28x the baseline, per kernel.
+  ASSERT_EQ(outcomes[0].kernels.size(), 4u);
+  ASSERT_TRUE(outcomes[0].kernels[1].log_speedup.has_value());
+  EXPECT_NEAR(*outcomes[0].kernels[1].log_speedup, 0.25, 1e-12);
+  EXPECT_FALSE(outcomes[1].kernels[0].correct);
+  const nlohmann::json an = analyze_experiment(plan, outcomes, "d");
+  const nlohmann::json& good = an["arms"][0];
+  const nlohmann::json& flaky = an["arms"][1];
+  EXPECT_EQ(good["fast_p"]["0"], 1.0);
+  EXPECT_EQ(flaky["fast_p"]["0"], 1.0);  // per final: the same
+  EXPECT_EQ(good["kernels"], 16);
+  EXPECT_EQ(flaky["kernels"], 16);  // the attempt that wrote no kernel counts, as an incorrect one
+  EXPECT_EQ(good["fast_p_kernels"]["0"], 1.0);
+  EXPECT_EQ(flaky["fast_p_kernels"]["0"], 0.25);
+  EXPECT_LT(flaky["fast_p_kernels"]["1"].get<double>(), good["fast_p_kernels"]["1"].get<double>());
+  EXPECT_EQ(good["fast_p_kernels"]["1.25"], 1.0);  // 1.35x, 1.28x, 1.35x, 1.28x
+  EXPECT_EQ(good["fast_p_kernels"]["1.5"], 0.0);
+  const nlohmann::json full_plan = report_plan(plan);
+  const std::string md = experiment_markdown({&full_plan, &an, &records, "/nonexistent"});
+  // fake_plan's arms are named "slow" (A, here the good one) and "fast" (B, the flaky one).
+  EXPECT_NE(md.find("| A slow | kernels | 16 | 100% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| B fast | kernels | 16 | 25% |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| B fast | final incumbents | 4 | 100% |"), std::string::npos) << md;
+}
+
+// Neither arm kept anything: every speedup is 1 by construction, d = 0 in every pair. That is no measurement, and
+// neither the verdict nor the report may read as one.
+TEST(ExperimentAnalysis, an_experiment_where_nothing_was_kept_is_not_shown_as_a_measured_interval) {
+  const nlohmann::json plan = fake_plan(2);
+  std::vector<nlohmann::json> records;
+  std::vector<TrajectoryOutcome> outcomes;
+  for (const char* task : {"x", "y"}) {
+    for (int s = 1; s <= 2; ++s) {
+      records.push_back(record(0, task, s, {"slower", "inconclusive"}, 0.0));
+      records.push_back(record(1, task, s, {"no_candidate", "no_candidate"}, 0.0));
+    }
+  }
+  for (const nlohmann::json& r : records) outcomes.push_back(outcome_of(r));
+  const nlohmann::json an = analyze_experiment(plan, outcomes, "d");
+  EXPECT_EQ(an["verdict"], "INCONCLUSIVE");
+  EXPECT_EQ(an["difference"]["pairs"], 4);
+  EXPECT_EQ(an["difference"]["measured_pairs"], 0);
+  ASSERT_EQ(an["reasons"].size(), 1u);
+  EXPECT_NE(an["reasons"][0].get<std::string>().find("nothing was measured"), std::string::npos) << an["reasons"];
+  EXPECT_FALSE(an["pairs"][0]["measured_a"].get<bool>());
+  EXPECT_TRUE(an["arms"][1]["fast_p_kernels"]["0"].is_number());
+  EXPECT_EQ(an["arms"][1]["fast_p_kernels"]["0"], 0.0);  // four attempts, no kernel: none correct
+  const nlohmann::json full_plan = report_plan(plan);
+  const std::string md = experiment_markdown({&full_plan, &an, &records, "/nonexistent"});
+  EXPECT_EQ(md.find("1.000x"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 4 of 4 | not measured |"), std::string::npos) << md;
+  // Each side's cell says nothing was kept, with the best attempt's own A/B where it had one.
+  EXPECT_NE(md.find("nothing kept, not measured (best attempt, 2: 1.002x \\[0.992x, 1.012x\\])"), std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| S? | nothing kept, not measured | 0 | NN | 0: nothing kept |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| A slow | 4 | 0 | none kept |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| nothing kept, not measured |"), std::string::npos) << md;
+  // One pair measured is a measurement again.
+  records[1] = record(1, "x", 1, {"kept"}, 0.4);
+  outcomes[1] = outcome_of(records[1]);
+  EXPECT_EQ(analyze_experiment(plan, outcomes, "d")["difference"]["measured_pairs"], 1);
 }
 
 }  // namespace
