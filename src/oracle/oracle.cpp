@@ -141,34 +141,54 @@ public:
 
   std::vector<std::vector<double>> run(const OracleCall& call) {
     if (!m_worker) start();
-    std::vector<SharedBuffer> buffers;
+    std::vector<std::shared_ptr<SharedBuffer>> buffers;
     std::vector<int> ids;
+    std::vector<bool> kept;  // by buffer: a converted input that stays mapped in the worker for the next call
     RunRequest request;
+    m_converted.resize(call.inputs.size());
     for (size_t i = 0; i < call.inputs.size(); ++i) {
       const TensorSpec& spec = m_task.signature.inputs[i];
       const size_t n = call.input_shapes[i].elements();
-      SharedBuffer buf(fmt::format("kwb-oracle-in-{}", spec.name), n * sizeof(double));
-      auto to = buf.data();
-      for (size_t k = 0; k < n; ++k) {
-        const double v = load_element(spec.dtype, call.inputs[i].data(), k);
-        std::memcpy(to.data() + 8 * k, &v, 8);
+      const std::shared_ptr<const void> owner = i < call.input_owners.size() ? call.input_owners[i] : nullptr;
+      Converted& cached = m_converted[i];
+      const std::shared_ptr<const void> cached_owner = cached.owner.lock();
+      if (owner == nullptr || cached_owner != owner || cached.doubles->layout().nbytes != n * sizeof(double)) {
+        auto buf = std::make_shared<SharedBuffer>(fmt::format("kwb-oracle-in-{}", spec.name), n * sizeof(double));
+        // The mapping is page-aligned memory with no declared type: doubles may be written into it directly.
+        load_elements(spec.dtype, call.inputs[i].data(), n, reinterpret_cast<double*>(buf->data().data()));
+        buf->seal();
+        if (cached.id >= 0 && !m_worker->unmap({cached.id})) fail(*call.case_, describe(m_worker->death()));
+        const int id = next_id();
+        // Kept, and left mapped in the worker, for the next call only while its owner lives; a call without one
+        // lets the last copy go.
+        cached = owner != nullptr ? Converted{owner, buf, id} : Converted{};
+        request.inputs.push_back({spec.name, id, DType::f64, call.input_shapes[i].dims});
+        buffers.push_back(std::move(buf));
+        kept.push_back(owner != nullptr);
+      } else {
+        request.inputs.push_back({spec.name, cached.id, DType::f64, call.input_shapes[i].dims});
+        buffers.push_back(nullptr);  // mapped already
+        kept.push_back(true);
       }
-      buf.seal();
-      request.inputs.push_back({spec.name, next_id(), DType::f64, call.input_shapes[i].dims});
-      buffers.push_back(std::move(buf));
     }
     for (size_t i = 0; i < call.output_shapes.size(); ++i) {
       const TensorSpec& spec = m_task.signature.outputs[i];
-      SharedBuffer buf(fmt::format("kwb-oracle-out-{}", spec.name), call.output_shapes[i].elements() * sizeof(double));
-      buf.fill_pattern(std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN()), sizeof(double));
+      auto buf = std::make_shared<SharedBuffer>(fmt::format("kwb-oracle-out-{}", spec.name),
+                                                call.output_shapes[i].elements() * sizeof(double));
+      buf->fill_pattern(std::bit_cast<uint64_t>(std::numeric_limits<double>::quiet_NaN()), sizeof(double));
       request.outputs.push_back({spec.name, next_id(), DType::f64, call.output_shapes[i].dims});
       buffers.push_back(std::move(buf));
+      kept.push_back(false);
     }
+    std::vector<int> all_ids;
     for (const auto* list : {&request.inputs, &request.outputs}) {
-      for (const TensorArg& t : *list) ids.push_back(t.buffer);
+      for (const TensorArg& t : *list) all_ids.push_back(t.buffer);
     }
     for (size_t b = 0; b < buffers.size(); ++b) {
-      if (!m_worker->map(ids[b], buffers[b])) fail(*call.case_, describe(m_worker->death()));
+      if (buffers[b] != nullptr && !m_worker->map(all_ids[b], *buffers[b])) {
+        fail(*call.case_, describe(m_worker->death()));
+      }
+      if (!kept[b]) ids.push_back(all_ids[b]);  // unmapped after the call
     }
     const std::vector<std::string> names = scalar_names();
     for (size_t s = 0; s < call.scalars.size(); ++s) request.scalars.emplace_back(names.at(s), call.scalars[s]);
@@ -178,7 +198,7 @@ public:
     if (!m_worker->unmap(ids)) fail(*call.case_, describe(m_worker->death()));
     std::vector<std::vector<double>> outputs;
     for (size_t i = 0; i < call.output_shapes.size(); ++i) {
-      const auto bytes = std::as_const(buffers[call.inputs.size() + i]).data();
+      const auto bytes = std::as_const(*buffers[call.inputs.size() + i]).data();
       std::vector<double> values(bytes.size() / sizeof(double));
       std::memcpy(values.data(), bytes.data(), values.size() * sizeof(double));
       outputs.push_back(std::move(values));
@@ -200,6 +220,7 @@ private:
 
   void start() {
     const uint64_t elements = largest_case_elements(m_task);
+    m_converted.clear();
     m_worker = std::make_unique<WorkerProcess>(worker_executable(), oracle_timeout(elements));
     WorkerLimits limits;
     // The worker, the f64 copies of the largest case's tensors several times over (the oracle's own temporaries,
@@ -246,6 +267,7 @@ private:
 
   [[noreturn]] void fail(const Case& c, const std::string& what) {
     m_worker.reset();
+    m_converted.clear();  // their ids were the dead worker's
     throw OracleError(fmt::format("{}: the task's oracle failed on case '{}' ({}): {}", m_task.oracle.string(), c.name,
                                   m_task.manifest.string(), what));
   }
@@ -253,6 +275,13 @@ private:
   const Task m_task;  // a copy: the runner outlives the verb's Task
   Artifact m_artifact;
   std::unique_ptr<WorkerProcess> m_worker;
+  // Per input: the doubles of the last call's input when it came with an owner (OracleCall::input_owners).
+  struct Converted {
+    std::weak_ptr<const void> owner;
+    std::shared_ptr<SharedBuffer> doubles;
+    int id = -1;  // its buffer id in the worker, mapped there until replaced
+  };
+  std::vector<Converted> m_converted;
   int m_next_id = 1;
 };
 

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,10 @@ struct OracleCall {
   // task, so its outputs are cached; data from a fresh secret nonce (timing pools, held-out shapes, twins, validate's
   // checks) never recurs, and caching it would only cost a hash of every input, a write and a prune per call.
   bool cacheable = false;
+  // For an input that stays the same across calls (a timing pool's `shared` input): the object that owns its bytes,
+  // by which a runner knows it converted them to doubles before and maps that copy again instead of converting
+  // 131 M elements of a 250 MiB table per call. Empty, or null for an input: converted every call.
+  std::vector<std::shared_ptr<const void>> input_owners;
 };
 
 // The oracle's outputs (one vector of doubles per output): from the cache when the call is cacheable and this oracle

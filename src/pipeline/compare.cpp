@@ -275,20 +275,29 @@ WorkerArmRunner::~WorkerArmRunner() = default;
 
 size_t input_set_bytes(const Task& task, const Case& workload) {
   size_t bytes = 0;
-  for (const TensorSpec& s : task.signature.inputs)
-    bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
+  for (const TensorSpec& s : task.signature.inputs) {
+    if (!s.shared) bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
+  }
   for (const TensorSpec& s : task.signature.outputs) bytes += resolve_shape(s, workload).elements() * sizeof(double);
+  return bytes;
+}
+
+size_t shared_input_bytes(const Task& task, const Case& workload) {
+  size_t bytes = 0;
+  for (const TensorSpec& s : task.signature.inputs) {
+    if (s.shared) bytes += resolve_shape(s, workload).elements() * dtype_size(s.dtype);
+  }
   return bytes;
 }
 
 std::string pool_misfit(const Task& task, const Case& workload, uint64_t machine_bytes) {
   const size_t per_set = input_set_bytes(task, workload);
-  const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set;
+  const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set + shared_input_bytes(task, workload);
   if (least <= machine_bytes / 2) return "";
   constexpr double mib = 1024.0 * 1024.0;
   return fmt::format(
       "{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as "
-      "doubles), and timing keeps at least {} sets at once ({:.1f} MiB), more than half of this "
+      "doubles), and timing keeps at least {} sets at once ({:.1f} MiB with its shared inputs), more than half of this "
       "machine's {:.1f} MiB of memory; time it on a larger machine, or give the workload smaller dims",
       task.manifest.string(), workload.name, static_cast<double>(per_set) / mib, WorkerArmRunner::k_min_pool_sets,
       static_cast<double>(least) / mib, static_cast<double>(machine_bytes) / mib);
@@ -303,12 +312,14 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   // inside a worker. The pool is bounded in memory (k_pool_bytes): where a workload's sets are large, visits get
   // fewer calls instead (docs/timing.md).
   const size_t bytes_per_set = input_set_bytes(m_task, workload);
-  const size_t max_sets = std::max<size_t>(k_pool_bytes / std::max<size_t>(bytes_per_set, 1), k_min_pool_sets);
+  const size_t shared_bytes = shared_input_bytes(m_task, workload);
+  const size_t room_bytes = k_pool_bytes > shared_bytes ? k_pool_bytes - shared_bytes : 0;
+  const size_t max_sets = std::max<size_t>(room_bytes / std::max<size_t>(bytes_per_set, 1), k_min_pool_sets);
   m_warmups = std::max(1, m_options.warmups);
   auto grow_pool = [&](size_t sets) {
     if (m_pool.size() >= sets) return;
-    for (InputSet& set :
-         make_input_sets(m_task, workload, 1000 + m_pool.size(), sets - m_pool.size(), m_options.nonce)) {
+    for (InputSet& set : make_input_sets(m_task, workload, 1000 + m_pool.size(), sets - m_pool.size(), m_options.nonce,
+                                         m_pool.empty() ? nullptr : m_pool.front().get())) {
       m_pool.push_back(std::make_unique<InputSet>(std::move(set)));
     }
   };

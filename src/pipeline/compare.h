@@ -175,7 +175,9 @@ struct TimingOptions {
 
 // What one input set of `workload` holds in the parent: its inputs, and its expected outputs as doubles (the
 // oracle's). Timing keeps a pool of such sets (WorkerArmRunner::k_pool_bytes, at least k_min_pool_sets of them).
+// Inputs declared `shared` are one buffer for the whole pool: not in a set's bytes, but in shared_input_bytes.
 size_t input_set_bytes(const Task& task, const Case& workload);
+size_t shared_input_bytes(const Task& task, const Case& workload);
 
 // Why timing `workload` cannot fit a machine of `machine_bytes` of memory ("" when it can): its smallest pool
 // (k_min_pool_sets sets) would take more than half of it. The message gives the figures and the ways out.

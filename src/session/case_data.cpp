@@ -3,16 +3,20 @@
 #include "oracle/oracle.h"
 #include "task/data.h"
 #include "util/error.h"
+#include "worker/worker_process.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -61,7 +65,11 @@ OracleCall oracle_call_for(const Task& task, const InputSet& set, bool cacheable
   const Case& c = *set.case_;
   OracleCall call;
   call.case_ = &c;
-  for (const SharedBuffer& in : set.inputs) call.inputs.push_back(in.data());
+  for (size_t i = 0; i < set.inputs.size(); ++i) {
+    call.inputs.push_back(set.inputs[i]->data());
+    // A shared input is the same buffer in every set of its pool: the oracle's runner converts it once.
+    call.input_owners.push_back(task.signature.inputs[i].shared ? std::shared_ptr<const void>(set.inputs[i]) : nullptr);
+  }
   call.input_shapes = set.input_shapes;
   for (const TensorSpec& out : task.signature.outputs) call.output_shapes.push_back(resolve_shape(out, c));
   call.scalars = resolve_scalars(task.signature, c);
@@ -152,13 +160,21 @@ bool change_within_law(DType dtype, const Distribution& dist, std::span<unsigned
 
 namespace {
 
-// A set's inputs, drawn and sealed; its expected outputs are still to come.
-InputSet make_inputs(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce) {
+// A set's inputs, drawn and sealed; its expected outputs are still to come. An input declared `shared` is taken
+// from `share_from` when given (the same buffer: one copy of it in a pool), else drawn as this set's own.
+InputSet make_inputs(const Task& task, const Case& c, uint64_t set_index, uint64_t nonce,
+                     const InputSet* share_from = nullptr) {
   InputSet set;
   set.case_ = &c;
   set.set_index = set_index;
   for (size_t i = 0; i < task.signature.inputs.size(); ++i) {
     const TensorSpec& spec = task.signature.inputs[i];
+    if (spec.shared && share_from != nullptr) {
+      set.input_fingerprints.push_back(share_from->input_fingerprints.at(i));
+      set.input_shapes.push_back(share_from->input_shapes.at(i));
+      set.inputs.push_back(share_from->inputs.at(i));
+      continue;
+    }
     TensorShape shape = resolve_shape(spec, c);
     SharedBuffer buf(fmt::format("kwb-in-{}", spec.name), shape.elements() * dtype_size(spec.dtype));
     const Distribution& dist = input_law(spec, c);
@@ -175,7 +191,7 @@ InputSet make_inputs(const Task& task, const Case& c, uint64_t set_index, uint64
     buf.seal();
     set.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
     set.input_shapes.push_back(shape);
-    set.inputs.push_back(std::move(buf));
+    set.inputs.push_back(std::make_shared<const SharedBuffer>(std::move(buf)));
   }
   return set;
 }
@@ -189,14 +205,48 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
 }
 
 std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t first_index, size_t count,
-                                      uint64_t nonce) {
-  std::vector<InputSet> sets;
-  sets.reserve(count);
-  std::vector<OracleCall> calls;
-  for (size_t i = 0; i < count; ++i) {
-    sets.push_back(make_inputs(task, c, first_index + i, nonce));
-    calls.push_back(oracle_call_for(task, sets.back(), nonce == 0));
+                                      uint64_t nonce, const InputSet* share_from) {
+  // The inputs first, on as many threads as the oracle gets workers (drawing a large input is a pseudo-random
+  // stream and a dtype conversion per element: 2-3 s a set for a 250 MiB f16 table here, one CPU idle when drawn
+  // in turn). Each set comes from its own seeds, so the data are the same in any order; the earliest set's error
+  // is the one thrown, as a loop would have thrown it.
+  std::vector<InputSet> sets(count);
+  // With a shared input and nothing to share it from, the first set draws it and the others take it from there.
+  const bool shares = std::any_of(task.signature.inputs.begin(), task.signature.inputs.end(),
+                                  [](const TensorSpec& s) { return s.shared; });
+  size_t first = 0;
+  if (shares && share_from == nullptr && count > 0) {
+    sets[0] = make_inputs(task, c, first_index, nonce);
+    share_from = &sets[0];
+    first = 1;
   }
+  const size_t threads = std::min<size_t>({count - first, static_cast<size_t>(std::max(1, cpus_kwb_may_use())), 8});
+  if (threads <= 1) {
+    for (size_t i = first; i < count; ++i) sets[i] = make_inputs(task, c, first_index + i, nonce, share_from);
+  } else {
+    std::atomic<size_t> next{first};
+    std::atomic<bool> failed{false};
+    std::vector<std::exception_ptr> errors(count);
+    std::vector<std::thread> pool;
+    for (size_t t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        for (size_t i = next++; i < count && !failed; i = next++) {
+          try {
+            sets[i] = make_inputs(task, c, first_index + i, nonce, share_from);
+          } catch (...) {
+            errors[i] = std::current_exception();
+            failed = true;
+          }
+        }
+      });
+    }
+    for (std::thread& t : pool) t.join();
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+  }
+  std::vector<OracleCall> calls;
+  for (InputSet& set : sets) calls.push_back(oracle_call_for(task, set, nonce == 0));
   std::vector<std::vector<std::vector<double>>> expected = oracle_outputs(task, calls);
   for (size_t i = 0; i < count; ++i) {
     sets[i].expected = std::move(expected[i]);
@@ -210,12 +260,14 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
   twin.case_ = base.case_;
   twin.set_index = base.set_index;
   twin.input_shapes = base.input_shapes;
+  twin.inputs.resize(base.inputs.size());
+  twin.input_fingerprints.resize(base.inputs.size());
   Rng rng(seed);
   std::vector<std::string> changed;
-  for (size_t i = 0; i < base.inputs.size(); ++i) {
+  auto changed_copy = [&](size_t i) {
     const TensorSpec& spec = task.signature.inputs[i];
     const size_t width = dtype_size(spec.dtype);
-    const auto from = base.inputs[i].data();
+    const auto from = base.inputs[i]->data();
     SharedBuffer buf(fmt::format("kwb-twin-{}", spec.name), from.size());
     auto to = buf.data();
     std::memcpy(to.data(), from.data(), from.size());
@@ -236,8 +288,24 @@ InputSet make_twin(const Task& task, const InputSet& base, uint64_t seed) {
       }
     }
     buf.seal();
-    twin.input_fingerprints.push_back(fingerprint(std::as_const(buf).data()));
-    twin.inputs.push_back(std::move(buf));
+    twin.input_fingerprints[i] = fingerprint(std::as_const(buf).data());
+    twin.inputs[i] = std::make_shared<const SharedBuffer>(std::move(buf));
+  };
+  // The inputs a pool varies first. A `shared` input (the same in every call, a model's weights) stays the base's
+  // own buffer when another input changed: a replayed output is wrong already, and the 250 MiB table is neither
+  // copied nor converted again for the oracle. Only when nothing else could change does a shared input change.
+  for (size_t i = 0; i < base.inputs.size(); ++i) {
+    if (!task.signature.inputs[i].shared) changed_copy(i);
+  }
+  const bool varied = !changed.empty();
+  for (size_t i = 0; i < base.inputs.size(); ++i) {
+    if (!task.signature.inputs[i].shared) continue;
+    if (varied) {
+      twin.inputs[i] = base.inputs[i];
+      twin.input_fingerprints[i] = base.input_fingerprints[i];
+    } else {
+      changed_copy(i);
+    }
   }
   twin.twin_detail =
       changed.empty() ? fmt::format(

@@ -17,7 +17,8 @@ namespace kwb {
 struct InputSet {
   const Case* case_ = nullptr;
   uint64_t set_index = 0;
-  std::vector<SharedBuffer> inputs;          // sealed: no process can write them
+  // Sealed: no process can write them. Shared: an input declared `shared` is one buffer in every set of a pool.
+  std::vector<std::shared_ptr<const SharedBuffer>> inputs;
   std::vector<uint64_t> input_fingerprints;  // to prove after each call that nothing changed them
   std::vector<TensorShape> input_shapes;
   std::vector<TensorShape> output_shapes;
@@ -33,8 +34,10 @@ InputSet make_input_set(const Task& task, const Case& c, uint64_t set_index, uin
 // The sets first_index .. first_index + count - 1 of case `c`, as make_input_set makes each, with their oracle calls
 // run on several oracle workers at once (oracle_outputs of many calls): a timing pool is made in a fraction of the
 // time on a machine of several CPUs.
+// Inputs declared `shared` are one buffer in every set: `share_from`'s (a set of the same case, nonce and pool) when
+// given, else the first set's.
 std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t first_index, size_t count,
-                                      uint64_t nonce);
+                                      uint64_t nonce, const InputSet* share_from = nullptr);
 
 // A near copy of `base`: the same data except a few elements of each input, at positions drawn from `seed`, set to
 // clearly different values of the input's own law (change_within_law); expected outputs recomputed by the oracle. Shown

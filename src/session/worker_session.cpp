@@ -131,7 +131,7 @@ std::string WorkerSession::fault_tensor(const WorkerDeath& d) const {
 bool WorkerSession::ensure_slots(const InputSet& set) {
   bool same = m_slots.case_name == set.case_->name && m_slots.buffers.size() == set.inputs.size();
   for (size_t i = 0; same && i < set.inputs.size(); ++i) {
-    same = m_slots.buffers[i]->layout().nbytes == set.inputs[i].layout().nbytes;
+    same = m_slots.buffers[i]->layout().nbytes == set.inputs[i]->layout().nbytes;
   }
   if (same) return true;
   if (!m_slots.ids.empty() && alive()) m_worker->unmap(m_slots.ids);
@@ -140,7 +140,7 @@ bool WorkerSession::ensure_slots(const InputSet& set) {
     // Without a layout's offsets (check), an input ends flush with a page, within the cache line timing's offsets
     // keep (64 bytes): the worker fences the pages after it, so an over-read past the end faults
     // (out_of_bounds_read) rather than reading canaries.
-    const size_t nbytes = set.inputs[i].layout().nbytes;
+    const size_t nbytes = set.inputs[i]->layout().nbytes;
     const size_t offset =
         m_options.tensor_offsets.empty() ? (k_page - nbytes % k_page) % k_page / 64 * 64 : tensor_offset(i);
     auto buf =
@@ -156,9 +156,12 @@ bool WorkerSession::ensure_slots(const InputSet& set) {
 }
 
 void WorkerSession::fill_slots(const InputSet& set) {
+  m_slots.sources.resize(set.inputs.size());
   for (size_t i = 0; i < set.inputs.size(); ++i) {
-    const auto from = set.inputs[i].data();
+    if (m_slots.sources[i] == set.inputs[i]) continue;
+    const auto from = set.inputs[i]->data();
     std::memcpy(m_slots.buffers[i]->data().data(), from.data(), from.size());
+    m_slots.sources[i] = set.inputs[i];
   }
   m_slots.content = &set;
 }
@@ -532,7 +535,7 @@ std::string WorkerSession::implausible_timing(const RunOutcome& out, const Input
   uint64_t bytes = 0;
   for (size_t i = 0; i < set.inputs.size() && i < m_task.signature.inputs.size(); ++i) {
     const TensorSpec& spec = m_task.signature.inputs[i];
-    bytes += spec.reads ? input_reads(spec, *set.case_) * dtype_size(spec.dtype) : set.inputs[i].layout().nbytes;
+    bytes += spec.reads ? input_reads(spec, *set.case_) * dtype_size(spec.dtype) : set.inputs[i]->layout().nbytes;
   }
   for (const auto& b : m_outputs.buffers) bytes += b->layout().nbytes;
   const double floor_ns = static_cast<double>(bytes) / (k_max_bytes_per_ns_per_thread * threads);
@@ -664,7 +667,7 @@ CallResult WorkerSession::verify_inputs(const InputSet& set, int call_index) {
   const bool in_slots = m_slots.content == &set && m_slots.buffers.size() == set.inputs.size();
   for (size_t i = 0; i < set.inputs.size(); ++i) {
     const std::string& name = m_task.signature.inputs[i].name;
-    const auto bytes = in_slots ? std::as_const(*m_slots.buffers[i]).data() : set.inputs[i].data();
+    const auto bytes = in_slots ? std::as_const(*m_slots.buffers[i]).data() : set.inputs[i]->data();
     if (fingerprint(bytes) == set.input_fingerprints[i]) {
       ++res.passed;
     } else {

@@ -179,6 +179,10 @@ private:
     std::vector<std::unique_ptr<SharedBuffer>> buffers;
     std::vector<int> ids;
     const InputSet* content = nullptr;  // the set whose data they hold now
+    // Per slot, the buffer its bytes were copied from (kept alive, so no other buffer can take its address). The
+    // worker cannot write a slot (sealed for others): a slot whose source is the next set's own buffer, a pool's
+    // `shared` input, already holds its bytes and is not copied again (250 MiB a call for a model's table).
+    std::vector<std::shared_ptr<const SharedBuffer>> sources;
   };
   struct Checks;
   struct Guards;

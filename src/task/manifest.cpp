@@ -328,6 +328,7 @@ private:
                                                              "mode",
                                                              "ulp",
                                                              "reads",
+                                                             "shared",
                                                              "same_margin_pct"};
 
   const toml::table& m_table;
@@ -530,6 +531,17 @@ std::vector<TensorSpec> read_tensors(const toml::array& arr, const std::string& 
                  "or a non-negative integer");
         }
       }
+      if (const toml::node* n = r.get("shared")) {
+        if (!n->is_boolean()) {
+          r.fail(n, "shared",
+                 fmt::format("expected true or false (true: the same data in every call of a timing pool, as a "
+                             "model's weights), got {}",
+                             TableReader::type_name(*n)));
+        }
+        t.shared = *n->value<bool>();
+      }
+    } else if (const toml::node* n = r.get("shared")) {
+      r.fail(n, "shared", "only an input can be shared across calls; remove it from this output");
     }
     r.reject_unknown_keys();
     out.push_back(std::move(t));

@@ -51,6 +51,12 @@ struct TensorSpec {
   // of a [vocab, dim] table): the operator's traffic, which the plausibility floor counts (docs/task-format.md).
   // Absent: every element.
   std::optional<ShapeExpr> reads;
+  // The same data in every call of a timing pool, as a model's weights are in every forward pass (`shared = true`,
+  // docs/task-format.md): drawn once per pool from the run's secret instead of once per set, so a pool of large sets
+  // costs one copy of it. What varies between a pool's calls is then the other inputs alone; an implementation may
+  // keep what it derives from this one across calls, as a real model's weights are packed once. Checks still draw it
+  // afresh for every call.
+  bool shared = false;
 };
 
 struct ScalarSpec {

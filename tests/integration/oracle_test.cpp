@@ -207,9 +207,9 @@ TEST_F(RmsnormOracle, a_twin_differs_from_its_base_in_a_few_elements_and_has_its
   const InputSet twin = make_twin(task, base, 99);
   ASSERT_EQ(twin.inputs.size(), base.inputs.size());
   for (size_t i = 0; i < base.inputs.size(); ++i) {
-    EXPECT_TRUE(twin.inputs[i].sealed());
-    const auto a = base.inputs[i].data();
-    const auto b = twin.inputs[i].data();
+    EXPECT_TRUE(twin.inputs[i]->sealed());
+    const auto a = base.inputs[i]->data();
+    const auto b = twin.inputs[i]->data();
     ASSERT_EQ(a.size(), b.size());
     size_t changed = 0;
     for (size_t k = 0; k < a.size(); k += 4) changed += std::memcmp(&a[k], &b[k], 4) != 0;
@@ -460,6 +460,55 @@ TEST_F(OwnOracle, an_oracle_that_does_not_compile_is_a_task_error_with_the_compi
   KwbRun r = check_with_oracle("int kwb_oracle(const kwb_oracle_args* args) { return oops; }\n");
   expect_task_error(r, "does not build");
   EXPECT_NE(r.errors.find("oops"), std::string::npos) << r.errors;
+}
+
+// A `shared` input (tasks/embedding's table, a model's weights) is one buffer in every set of a pool, drawn once
+// from the pool's nonce; the other inputs are each set's own. A later batch of the same pool shares it too (given
+// the pool's first set), every set's expected output is the oracle's for its own ids, and a trap's twin changes the
+// ids and keeps the table.
+TEST(SharedInputs, a_pool_draws_a_shared_input_once_and_its_twins_change_only_the_others) {
+  ::setenv("KWB_WORKER", KWB_WORKER_BINARY, 1);
+  const Task task = load_task(k_source_dir / "tasks" / "embedding");
+  ASSERT_TRUE(task.signature.inputs[0].shared);
+  ASSERT_FALSE(task.signature.inputs[1].shared);
+  const Case* workload = nullptr;
+  for (const Case& c : task.cases) {
+    if (c.name == "prefill") workload = &c;
+  }
+  ASSERT_NE(workload, nullptr);
+  const uint64_t nonce = 0x5EED5EEDull;
+  std::vector<InputSet> pool = make_input_sets(task, *workload, 1000, 3, nonce);
+  std::vector<InputSet> more = make_input_sets(task, *workload, 1003, 2, nonce, &pool.front());
+  for (InputSet& s : more) pool.push_back(std::move(s));
+  ASSERT_EQ(pool.size(), 5u);
+  for (size_t k = 0; k < pool.size(); ++k) {
+    EXPECT_EQ(pool[k].inputs[0], pool[0].inputs[0]) << "set " << k << ": the table is not the pool's one buffer";
+    EXPECT_EQ(pool[k].input_fingerprints[0], pool[0].input_fingerprints[0]);
+    if (k > 0) {
+      EXPECT_NE(pool[k].input_fingerprints[1], pool[0].input_fingerprints[1]) << "set " << k;
+    }
+    // Each set's outputs are its own: the oracle's for this table and these ids, as one call computes them.
+    OracleCall one;
+    one.case_ = workload;
+    one.inputs = {pool[k].inputs[0]->data(), pool[k].inputs[1]->data()};
+    one.input_shapes = pool[k].input_shapes;
+    one.output_shapes = pool[k].output_shapes;
+    EXPECT_EQ(pool[k].expected, oracle_outputs(task, one)) << "set " << k;
+  }
+  EXPECT_NE(pool[1].expected, pool[0].expected);
+  // Not shared: a set of its own, whose table is drawn for it.
+  const InputSet alone = make_input_set(task, *workload, 1000, nonce);
+  EXPECT_NE(alone.inputs[0], pool[0].inputs[0]);
+  EXPECT_EQ(alone.input_fingerprints[0], pool[0].input_fingerprints[0]);  // the same draw: set 1000's
+  const InputSet other = make_input_set(task, *workload, 1001, nonce);
+  EXPECT_NE(other.input_fingerprints[0], pool[0].input_fingerprints[0]);
+  // A twin: the ids change, the table stays the base's buffer, and its expected output is its own.
+  const InputSet twin = make_twin(task, pool[2], 77);
+  EXPECT_EQ(twin.inputs[0], pool[2].inputs[0]);
+  EXPECT_NE(twin.input_fingerprints[1], pool[2].input_fingerprints[1]);
+  EXPECT_NE(twin.twin_detail.find("ids["), std::string::npos) << twin.twin_detail;
+  EXPECT_EQ(twin.twin_detail.find("table["), std::string::npos) << twin.twin_detail;
+  EXPECT_NE(twin.expected, pool[2].expected);
 }
 
 }  // namespace

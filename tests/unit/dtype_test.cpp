@@ -71,6 +71,38 @@ TEST(dtype_test, values_of_bit_patterns_are_exact) {
   }
 }
 
+// The bulk conversion the oracle's inputs go through is load_element, bit for bit: every pattern of the 16-bit
+// formats (NaNs included), and a spread of patterns of every other dtype.
+TEST(dtype_test, load_elements_is_load_element_of_each_element) {
+  std::vector<unsigned char> halves(2 * 65536);
+  for (uint32_t b = 0; b < 65536; ++b) std::memcpy(halves.data() + 2 * b, &b, 2);
+  for (DType d : {DType::f16, DType::bf16}) {
+    std::vector<double> out(65536);
+    load_elements(d, halves.data(), out.size(), out.data());
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint64_t>(out[i]), std::bit_cast<uint64_t>(load_element(d, halves.data(), i)))
+          << to_string(d) << " pattern " << i;
+    }
+  }
+  std::vector<unsigned char> bytes(8 * 4096);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (unsigned char& c : bytes) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    c = static_cast<unsigned char>(x >> 56);
+  }
+  for (const DTypeInfo& t : k_dtypes) {
+    const size_t n = bytes.size() / t.size;
+    std::vector<double> out(n);
+    load_elements(t.dtype, bytes.data(), n, out.data());
+    for (size_t i = 0; i < n; ++i) {
+      const double want = load_element(t.dtype, bytes.data(), i);
+      ASSERT_TRUE(std::bit_cast<uint64_t>(out[i]) == std::bit_cast<uint64_t>(want) ||
+                  (std::isnan(out[i]) && std::isnan(want)))
+          << t.name << " element " << i;
+    }
+  }
+}
+
 TEST(dtype_test, ties_round_to_even) {
   // Halfway between 1 (0x3C00, even) and 1 + 2^-10 (0x3C01): to 0x3C00; halfway between 0x3C01 and 0x3C02: up.
   EXPECT_EQ(f16_bits(1.0 + std::ldexp(1.0, -11)), 0x3C00);

@@ -117,6 +117,23 @@ TEST_F(ManifestTest, reads_is_capped_at_the_tensor_and_refused_when_malformed_or
   EXPECT_NE(load_error().find("reads"), std::string::npos);
 }
 
+TEST_F(ManifestTest, shared_marks_an_input_as_the_same_in_every_timed_call_and_only_an_input) {
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], shared = true })");
+  const kwb::Task t = kwb::load_task(m_dir);
+  EXPECT_TRUE(t.signature.inputs[0].shared);
+  EXPECT_FALSE(t.signature.inputs[1].shared);  // the default
+  write_with(R"({ name = "x", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "x", dtype = "f32", shape = ["rows", "cols"], shared = "yes" })");
+  const std::string e = load_error();
+  EXPECT_NE(e.find("shared"), std::string::npos) << e;
+  EXPECT_NE(e.find("true or false"), std::string::npos) << e;
+  write_with(R"({ name = "y", dtype = "f32", shape = ["rows", "cols"] })",
+             R"({ name = "y", dtype = "f32", shape = ["rows", "cols"], shared = true })");
+  const std::string o = load_error();
+  EXPECT_NE(o.find("only an input"), std::string::npos) << o;
+}
+
 TEST_F(ManifestTest, randint_bounds_may_follow_a_dim_at_every_shape) {
   write_with(
       R"({ name = "weight", dtype = "f32", shape = ["cols"], distribution = "uniform", low = 0.5, high = 1.5 })",
