@@ -292,15 +292,19 @@ size_t shared_input_bytes(const Task& task, const Case& workload) {
 
 std::string pool_misfit(const Task& task, const Case& workload, uint64_t machine_bytes) {
   const size_t per_set = input_set_bytes(task, workload);
-  const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set + shared_input_bytes(task, workload);
+  const size_t shared = shared_input_bytes(task, workload);
+  const uint64_t least = uint64_t{WorkerArmRunner::k_min_pool_sets} * per_set + shared;
   if (least <= machine_bytes / 2) return "";
   constexpr double mib = 1024.0 * 1024.0;
   return fmt::format(
-      "{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as "
-      "doubles), and timing keeps at least {} sets at once ({:.1f} MiB with its shared inputs), more than half of this "
-      "machine's {:.1f} MiB of memory; time it on a larger machine, or give the workload smaller dims",
-      task.manifest.string(), workload.name, static_cast<double>(per_set) / mib, WorkerArmRunner::k_min_pool_sets,
-      static_cast<double>(least) / mib, static_cast<double>(machine_bytes) / mib);
+      "{}: workload '{}': an input set takes {:.1f} MiB (its inputs, and its expected outputs as doubles){}, and "
+      "timing keeps at least {} sets at once ({:.1f} MiB), more than half of this machine's {:.1f} MiB of memory; "
+      "time it on a larger machine, or give the workload smaller dims",
+      task.manifest.string(), workload.name, static_cast<double>(per_set) / mib,
+      shared == 0 ? std::string()
+                  : fmt::format(", beside {:.1f} MiB of shared inputs, one copy for the pool",
+                                static_cast<double>(shared) / mib),
+      WorkerArmRunner::k_min_pool_sets, static_cast<double>(least) / mib, static_cast<double>(machine_bytes) / mib);
 }
 
 std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t workload_seed) {
