@@ -277,6 +277,17 @@ AttemptCategory validate_and_keep(const Trajectory& t, int n, const fs::path& ad
   return category;
 }
 
+// The kinds of failure an attempt's checks found, its final (held-out) re-check's included: each reason's name once,
+// sorted, without its detail (which may describe held-out shapes or data). What an agent's harness gets from a
+// failed test run: which kind of wrong, not the test.
+nlohmann::json failure_kinds(const nlohmann::json& a) {
+  std::set<std::string> kinds;
+  for (const nlohmann::json& r : a.value("check_reasons", nlohmann::json::array())) {
+    if (r.is_string()) kinds.insert(r.get<std::string>().substr(0, r.get<std::string>().find_first_of(": ")));
+  }
+  return nlohmann::json(std::vector<std::string>(kinds.begin(), kinds.end()));
+}
+
 // The public result, beside the candidate, for this trajectory's later attempts: no evidence, no seeds.
 void publish_result(const Trajectory& t, int n, const std::string& out_name, const std::optional<std::string>& source,
                     const nlohmann::json& a) {
@@ -292,6 +303,7 @@ void publish_result(const Trajectory& t, int n, const std::string& out_name, con
                         {"ci_low_pct", nullptr},
                         {"ci_high_pct", nullptr},
                         {"candidate_sha256", a["candidate_sha256"]},
+                        {"failure_kinds", failure_kinds(a)},
                         {"meta", a["meta"]}};
   if (a["speedup"].is_object()) {
     for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct"}) pub[k] = a["speedup"][k];

@@ -138,6 +138,9 @@ TEST(experiment_test, generators_out_of_view_are_stopped_and_an_attempt_takes_on
         read_file(dir.storage() / "trajectories" / wrong["id"].get<std::string>() / "history" / "1" / "result.json"));
     EXPECT_EQ(pub["category"], "incorrect");
     EXPECT_FALSE(pub.contains("check_reasons"));
+    // The kind of failure, without its detail: what a harness's failed test tells an agent.
+    // no_eps: wrong values, and NaN where a row is all zeros.
+    EXPECT_EQ(pub["failure_kinds"], nlohmann::json({"nan_mismatch", "numeric_mismatch"})) << pub.dump(2);
   }
   // The reader an attempt and a final judge their bundle with (experiment/trajectory.h), given wrong's genuine,
   // verifying bundle of attempt 1 and a command line: its own is taken; the same with another run's nonce (a lucky
