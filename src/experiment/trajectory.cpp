@@ -280,10 +280,13 @@ AttemptCategory validate_and_keep(const Trajectory& t, int n, const fs::path& ad
 // The kinds of failure an attempt's checks found, its final (held-out) re-check's included: each reason's name once,
 // sorted, without its detail (which may describe held-out shapes or data). What an agent's harness gets from a
 // failed test run: which kind of wrong, not the test.
+// A reason's name: a reason may carry a detail after it ("sandbox_violation: socket").
+std::string reason_name(const std::string& reason) { return reason.substr(0, reason.find_first_of(": ")); }
+
 nlohmann::json failure_kinds(const nlohmann::json& a) {
   std::set<std::string> kinds;
   for (const nlohmann::json& r : a.value("check_reasons", nlohmann::json::array())) {
-    if (r.is_string()) kinds.insert(r.get<std::string>().substr(0, r.get<std::string>().find_first_of(": ")));
+    if (r.is_string()) kinds.insert(reason_name(r.get<std::string>()));
   }
   return nlohmann::json(std::vector<std::string>(kinds.begin(), kinds.end()));
 }
@@ -481,8 +484,7 @@ AttemptCategory categorize_decision(const nlohmann::json& decision, const std::v
     // answer beside it. A kernel with a wrong tail that also matched a previous call's answer once is a bug.
     bool either = false, wrong = false;
     for (const std::string& r : reasons) {
-      // A reason may carry a detail after its name ("sandbox_violation: socket").
-      const std::string name = r.substr(0, r.find_first_of(": "));
+      const std::string name = reason_name(r);
       if (is_cheat_signature(name)) return AttemptCategory::cheat;
       either = either || may_be_a_cheat(name);
       wrong = wrong || is_wrong_answer(name);

@@ -3,6 +3,7 @@
 #include "task/data.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/parallel.h"
 #include "util/paths.h"
 #include "util/sha256.h"
 #include "worker/shared_buffer.h"
@@ -11,7 +12,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -21,7 +21,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include <unistd.h>
@@ -485,26 +484,8 @@ std::vector<std::vector<std::vector<double>>> oracle_outputs(const Task& task, s
     // reported, as a sequential run would have reported it.
     const std::vector<OracleRunner*> runners = runners_for(task, workers);
     for (OracleRunner* r : runners) r->ensure_started();
-    std::atomic<size_t> next{0};
-    std::atomic<bool> failed{false};
-    std::vector<std::exception_ptr> errors(missing.size());
-    std::vector<std::thread> threads;
-    for (OracleRunner* r : runners) {
-      threads.emplace_back([&, r] {
-        for (size_t k = next++; k < missing.size() && !failed; k = next++) {
-          try {
-            results[missing[k]] = r->run(calls[missing[k]]);
-          } catch (...) {
-            errors[k] = std::current_exception();
-            failed = true;
-          }
-        }
-      });
-    }
-    for (std::thread& t : threads) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    for_each_index(missing.size(), runners.size(),
+                   [&](size_t t, size_t k) { results[missing[k]] = runners[t]->run(calls[missing[k]]); });
   }
   for (size_t i : missing) {
     require_dtype_values(task, calls[i], results[i]);

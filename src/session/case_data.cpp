@@ -3,20 +3,18 @@
 #include "oracle/oracle.h"
 #include "task/data.h"
 #include "util/error.h"
+#include "util/parallel.h"
 #include "worker/worker_process.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <exception>
 #include <optional>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -221,30 +219,9 @@ std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t 
     first = 1;
   }
   const size_t threads = std::min<size_t>({count - first, static_cast<size_t>(std::max(1, cpus_kwb_may_use())), 8});
-  if (threads <= 1) {
-    for (size_t i = first; i < count; ++i) sets[i] = make_inputs(task, c, first_index + i, nonce, share_from);
-  } else {
-    std::atomic<size_t> next{first};
-    std::atomic<bool> failed{false};
-    std::vector<std::exception_ptr> errors(count);
-    std::vector<std::thread> pool;
-    for (size_t t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        for (size_t i = next++; i < count && !failed; i = next++) {
-          try {
-            sets[i] = make_inputs(task, c, first_index + i, nonce, share_from);
-          } catch (...) {
-            errors[i] = std::current_exception();
-            failed = true;
-          }
-        }
-      });
-    }
-    for (std::thread& t : pool) t.join();
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
-  }
+  for_each_index(count - first, threads, [&](size_t, size_t k) {
+    sets[first + k] = make_inputs(task, c, first_index + first + k, nonce, share_from);
+  });
   std::vector<OracleCall> calls;
   for (InputSet& set : sets) calls.push_back(oracle_call_for(task, set, nonce == 0));
   std::vector<std::vector<std::vector<double>>> expected = oracle_outputs(task, calls);

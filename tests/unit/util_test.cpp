@@ -6,6 +6,7 @@
 #include "util/error.h"
 #include "util/failure_reason.h"
 #include "util/fs.h"
+#include "util/parallel.h"
 #include "util/paths.h"
 #include "util/sealed_json.h"
 #include "util/seed.h"
@@ -24,6 +25,7 @@
 #include <filesystem>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <utility>
 
 TEST(util_test, sha256_known_vectors) {
@@ -320,4 +322,25 @@ TEST(sealed_json_test, a_record_verifies_as_written_and_not_after_an_edit_or_und
   EXPECT_NE(kwb::sealed_json_problem(kwb::sealed_json(edited, "kwb.campaign", other), "kwb.campaign", trusted)
                 .find("does not trust"),
             std::string::npos);
+}
+
+// The loop timing pools are made with: every index once, whatever the threads; after failures, the earliest
+// failing index's exception, as a loop in order would throw it, and no index past a failure is started late.
+TEST(util_test, for_each_index_visits_every_index_once_and_rethrows_the_earliest_failure) {
+  for (size_t threads : {size_t{1}, size_t{2}, size_t{5}}) {
+    std::vector<int> seen(100, 0);
+    kwb::for_each_index(seen.size(), threads, [&](size_t t, size_t i) {
+      ++seen[i];
+      ASSERT_LT(t, threads);
+    });
+    EXPECT_EQ(seen, std::vector<int>(100, 1)) << threads << " threads";
+    try {
+      kwb::for_each_index(50, threads, [&](size_t, size_t i) {
+        if (i == 7 || i == 30) throw std::runtime_error(std::to_string(i));
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "7") << threads << " threads";
+    }
+  }
 }
