@@ -8,7 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libssl-dev libseccomp-dev libdlpack-dev
-  libsqlite3-dev libgtest-dev libgmock-dev python3-jsonschema
+  libsqlite3-dev libcurl4-openssl-dev libgtest-dev libgmock-dev python3-jsonschema
   valgrind bubblewrap python3-venv clang-format-14
   ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
   chromium-headless-shell

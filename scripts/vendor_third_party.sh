@@ -29,7 +29,7 @@ copy_headers() {  # the header paths a Debian package installs under /usr/includ
 }
 
 for pkg in libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libseccomp-dev libssl-dev \
-           opencl-c-headers libsqlite3-dev; do
+           opencl-c-headers libsqlite3-dev libcurl4-openssl-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || { echo "vendor: $pkg is not installed (bash scripts/setup.sh)" >&2; exit 69; }
   copy_headers "$pkg"
 done
@@ -50,7 +50,7 @@ for lib in libselinux.so.1 libcap.so.2 libpcre2-8.so.0; do cp -L "$libdir/$lib" 
 {
   echo "# Collected by scripts/vendor_third_party.sh on $(hostname) at $(date -u +%FT%TZ)"
   for pkg in libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libfmt-dev libdlpack-dev libseccomp-dev libssl-dev \
-             opencl-c-headers libsqlite3-dev libseccomp2 libssl3 libsqlite3-0 bubblewrap; do
+             opencl-c-headers libsqlite3-dev libcurl4-openssl-dev libseccomp2 libssl3 libsqlite3-0 bubblewrap; do
     dpkg-query -W -f='${Package} ${Version}\n' "$pkg" 2>/dev/null || true
   done
 } > "$out/VERSIONS"

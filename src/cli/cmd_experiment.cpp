@@ -50,8 +50,16 @@ std::string summary_line(const nlohmann::json& an) {
       d.value("ratio_low", 1.0), d.value("ratio_high", 1.0));
 }
 
-int run_verb(const std::string& file, bool dry_run, bool json) {
-  const Experiment x = load_experiment(file, check_validate_flag);
+int run_verb(const std::string& file, bool dry_run, bool json, const std::string& storage, const std::string& replay) {
+  Experiment x = load_experiment(file, check_validate_flag);
+  if (!storage.empty()) x.storage = fs::absolute(storage).lexically_normal();
+  if (!replay.empty()) {
+    x.replay_from = fs::absolute(replay).lexically_normal();
+    if (!fs::is_regular_file(ExperimentPaths{x.replay_from}.plan())) {
+      throw UsageError(
+          fmt::format("--replay {}: not an experiment's storage folder (it holds no experiment.json)", replay));
+    }
+  }
   std::unique_ptr<Executor> executor = make_experiment_executor(x);
   std::cerr << fmt::format(
       "kwb experiment: {} ({} x {} task(s) x {} seed(s) x {} attempt(s), executor {}, storage "
@@ -146,6 +154,8 @@ Action add_experiment(CLI::App& root) {
     std::string id;
     bool json = false;
     bool dry_run = false;
+    std::string storage;
+    std::string replay;
   };
   auto a = std::make_shared<Args>();
   CLI::App* app = root.add_subcommand("experiment",
@@ -159,6 +169,10 @@ Action add_experiment(CLI::App& root) {
   run->add_option("file", a->target, "Experiment file (.toml)")->required();
   run->add_flag("--dry-run", a->dry_run, "Freeze the plan and say what would run; run nothing");
   run->add_flag("--json", a->json, "Print the analysis as JSON (schema kwb.experiment_analysis)");
+  run->add_option("--storage", a->storage, "Storage folder to use instead of the file's `storage`");
+  run->add_option("--replay", a->replay,
+                  "A recorded experiment's storage folder: every arm's model proxy serves its recorded answers in "
+                  "order instead of calling a model (no key needed; docs/arms.md)");
   CLI::App* traj = app->add_subcommand("trajectory", "Run one trajectory of a frozen experiment (what each job runs)");
   traj->add_option("storage", a->target, "The experiment's storage folder")->required();
   traj->add_option("id", a->id, "The trajectory's id (experiment.json's trajectories[].id)")->required();
@@ -169,7 +183,7 @@ Action add_experiment(CLI::App& root) {
   report->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
   report->add_flag("--json", a->json, "Print the analysis as JSON (schema kwb.experiment_analysis)");
   return [a, run, traj, status, report]() {
-    if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run, a->json);
+    if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run, a->json, a->storage, a->replay);
     if (traj->parsed()) return experiment_verbs::trajectory_verb(a->target, a->id);
     if (status->parsed()) return experiment_verbs::status_verb(a->target, a->json);
     if (report->parsed()) return experiment_verbs::report_verb(a->target, a->json);

@@ -63,6 +63,13 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
           static_cast<int>(g.value("violations", nlohmann::json::array()).size()) + g.value("violations_dropped", 0);
     }
     o.validate_s += a.value("validate_seconds", 0.0);
+    if (a.contains("model") && a["model"].is_object()) {
+      const nlohmann::json& m = a["model"];
+      o.model_requests += m.value("requests", std::uint64_t{0});
+      o.model_input_tokens += m.value("input_tokens", std::uint64_t{0});
+      o.model_output_tokens += m.value("output_tokens", std::uint64_t{0});
+      o.model_usd += m.value("usd", 0.0);
+    }
   }
   if (const nlohmann::json f = r.value("final", nlohmann::json()); f.is_object()) {
     o.validate_s += f.value("validate_seconds", 0.0);
@@ -247,7 +254,8 @@ std::string verdict_of(const PairedInterval& iv, size_t measured, size_t missing
 // One arm's summary: outcomes, keeps, fast_p, attempts by category, sandbox violations and cost.
 nlohmann::json arm_summary(int a, const std::string& name, const std::vector<TrajectoryOutcome>& all) {
   int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
-  double gw = 0, gc = 0, vs = 0, log_sum = 0;
+  double gw = 0, gc = 0, vs = 0, log_sum = 0, usd = 0;
+  std::uint64_t requests = 0, input_tokens = 0, output_tokens = 0;
   std::map<std::string, int> cats;
   std::vector<double> speedups;
   for (const TrajectoryOutcome& o : all) {
@@ -258,6 +266,10 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
     gw += o.generator_wall_s;
     gc += o.generator_cpu_s;
     vs += o.validate_s;
+    requests += o.model_requests;
+    input_tokens += o.model_input_tokens;
+    output_tokens += o.model_output_tokens;
+    usd += o.model_usd;
     for (const auto& [c, k] : o.categories) {
       cats[c] += k;
       attempts += k;
@@ -309,7 +321,13 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
            {{"generator_wall_seconds", gw},
             {"generator_cpu_seconds", gc},
             {"validate_seconds", vs},
-            {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts}}}};
+            {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts},
+            {"model_requests", requests},
+            {"model_input_tokens", input_tokens},
+            {"model_output_tokens", output_tokens},
+            {"model_usd", usd},
+            {"model_usd_per_attempt", attempts == 0 ? 0.0 : usd / attempts},
+            {"model_usd_per_keep", keeps == 0 ? nlohmann::json(nullptr) : nlohmann::json(usd / keeps)}}}};
 }
 
 }  // namespace

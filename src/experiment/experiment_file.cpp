@@ -20,9 +20,103 @@ bool is_name(const std::string& s) {
                      [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-' || c == '_'; });
 }
 
+bool is_env_name(const std::string& s) {
+  return !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) == 0 &&
+         std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isupper(static_cast<unsigned char>(c)) != 0 ||
+                  std::isdigit(static_cast<unsigned char>(c)) != 0 || c == '_';
+         });
+}
+
+// A variable's name that says it holds a secret: its value would be stored in experiment.json and seen by the
+// generator, so it goes through an endpoint's key_env instead.
+bool names_a_secret(const std::string& key) {
+  std::string upper = key;
+  std::transform(upper.begin(), upper.end(), upper.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  for (const char* word : {"KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL"}) {
+    if (upper.find(word) != std::string::npos) return true;
+  }
+  return false;
+}
+
+ModelBudget read_budget(const Reader& r, const toml::table& root, const std::string& key, const std::string& where) {
+  ModelBudget b;
+  const toml::node* n = root.get(key);
+  if (n == nullptr) return b;
+  const toml::table* t = n->as_table();
+  if (t == nullptr) {
+    fail(r.file(), line_of(*n), where, "must be a table, e.g. { requests = 20, output_tokens = 100000, usd = 2.5 }");
+  }
+  r.only(*t, where, {"requests", "input_tokens", "output_tokens", "usd"});
+  for (const char* k : {"requests", "input_tokens", "output_tokens"}) {
+    const toml::node* v = t->get(k);
+    if (v == nullptr) continue;
+    if (!v->is_integer() || *v->value<std::int64_t>() < 1) {
+      fail(r.file(), line_of(*v), where + "." + k, "must be a whole number from 1");
+    }
+    const auto count = static_cast<std::uint64_t>(*v->value<std::int64_t>());
+    (std::string_view(k) == "requests"       ? b.requests
+     : std::string_view(k) == "input_tokens" ? b.input_tokens
+                                             : b.output_tokens) = count;
+  }
+  b.usd = r.number(*t, "usd", where + ".usd", 0.0, 1e6);
+  return b;
+}
+
+std::vector<ModelEndpoint> read_endpoints(const Reader& r, const toml::table& arm, const std::string& where) {
+  std::vector<ModelEndpoint> out;
+  const toml::node* n = arm.get("endpoints");
+  if (n == nullptr) return out;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) fail(r.file(), line_of(*n), where, "must be [[arms.endpoints]] tables (docs/arms.md)");
+  std::set<std::string> names;
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", where, i);
+    const toml::table* t = a->get(i)->as_table();
+    if (t == nullptr) fail(r.file(), line_of(*a->get(i)), at, "must be a table with name and url");
+    r.only(*t, at, {"name", "url", "key_env", "key_header"});
+    ModelEndpoint e;
+    e.name = r.text(*t, "name", at + ".name").value_or("");
+    if (!is_name(e.name) || !names.insert(e.name).second) {
+      fail(r.file(), line_of(*t), at + ".name",
+           fmt::format("'{}' is not a new endpoint name: give 1 to 32 letters, digits, '-' or '_', once per arm, "
+                       "e.g. name = \"anthropic\" (the path a generator calls starts with it)",
+                       e.name));
+    }
+    e.url = r.text(*t, "url", at + ".url").value_or("");
+    while (e.url.ends_with('/')) e.url.pop_back();
+    if (!(e.url.starts_with("https://") || e.url.starts_with("http://")) ||
+        e.url.find_first_of(" \t\r\n") != std::string::npos) {
+      fail(r.file(), line_of(*t), at + ".url",
+           fmt::format("'{}' is not an http:// or https:// address, e.g. url = \"https://api.anthropic.com\"", e.url));
+    }
+    e.key_env = r.text(*t, "key_env", at + ".key_env").value_or("");
+    if (!e.key_env.empty() && !is_env_name(e.key_env)) {
+      fail(r.file(), line_of(*t), at + ".key_env",
+           fmt::format("'{}' is not an environment variable's name: give the name of the variable that holds the key "
+                       "where kwb runs (e.g. key_env = \"ANTHROPIC_API_KEY\"), never the key itself",
+                       e.key_env));
+    }
+    e.key_header = r.text(*t, "key_header", at + ".key_header").value_or("authorization");
+    std::transform(e.key_header.begin(), e.key_header.end(), e.key_header.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    if (e.key_header.empty() || !std::all_of(e.key_header.begin(), e.key_header.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '-';
+        })) {
+      fail(r.file(), line_of(*t), at + ".key_header",
+           "must be a header's name: \"authorization\" (sent as 'Bearer KEY') or e.g. \"x-api-key\"");
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, const fs::path& base) {
   const std::string where = fmt::format("arms[{}]", index);
-  r.only(t, where, {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds", "work_quota_mib"});
+  r.only(t, where,
+         {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds", "work_quota_mib", "address_space_gib",
+          "endpoints", "budget_per_attempt", "budget_per_arm"});
   ExperimentArm a;
   a.line = line_of(t);
   a.name = r.text(t, "name", where + ".name").value_or("");
@@ -46,6 +140,12 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
         fail(r.file(), line_of(v), where + ".env." + key,
              "is set by kwb for every generator (docs/arms.md, The protocol): remove it");
       }
+      if (names_a_secret(key)) {
+        fail(r.file(), line_of(v), where + ".env." + key,
+             "looks like a secret, and an arm's env is stored in experiment.json and seen by the generator: name "
+             "the variable in an endpoint's key_env instead ([[arms.endpoints]], docs/arms.md), and kwb's proxy adds "
+             "the key to each request without the generator or any record holding it");
+      }
       a.env.emplace_back(key, *v.value<std::string>());
     }
     std::sort(a.env.begin(), a.env.end());
@@ -68,6 +168,10 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
   a.timeout_seconds = r.number(t, "timeout_seconds", where + ".timeout_seconds", 1.0, 86400.0).value_or(300.0);
   a.cpu_seconds = r.number(t, "cpu_seconds", where + ".cpu_seconds", 1.0, 86400.0).value_or(600.0);
   a.work_quota_mib = r.number(t, "work_quota_mib", where + ".work_quota_mib", 1.0, 1048576.0).value_or(256.0);
+  a.address_space_gib = r.number(t, "address_space_gib", where + ".address_space_gib", 0.25, 4096.0).value_or(4.0);
+  a.endpoints = read_endpoints(r, t, where + ".endpoints");
+  a.budget_per_attempt = read_budget(r, t, "budget_per_attempt", where + ".budget_per_attempt");
+  a.budget_per_arm = read_budget(r, t, "budget_per_arm", where + ".budget_per_arm");
   return a;
 }
 
@@ -192,6 +296,35 @@ std::vector<ExperimentTask> read_tasks(const Reader& r, const fs::path& file, co
   return out;
 }
 
+// [[prices]]: a model (or a prefix ending in '*') and its dollars per million input and output tokens.
+std::vector<ModelPrice> read_prices(const Reader& r, const fs::path& file, const toml::table& root) {
+  std::vector<ModelPrice> out;
+  const toml::node* n = root.get("prices");
+  if (n == nullptr) return out;
+  const toml::array* a = n->as_array();
+  if (a == nullptr) fail(file, line_of(*n), "prices", "must be [[prices]] tables (docs/arms.md)");
+  for (size_t i = 0; i < a->size(); ++i) {
+    const std::string at = fmt::format("prices[{}]", i);
+    const toml::table* t = a->get(i)->as_table();
+    if (t == nullptr)
+      fail(file, line_of(*a->get(i)), at, "must be a table: model, input_usd_per_mtok, output_usd_per_mtok");
+    r.only(*t, at, {"model", "input_usd_per_mtok", "output_usd_per_mtok"});
+    ModelPrice p;
+    p.model = r.text(*t, "model", at + ".model").value_or("");
+    if (p.model.empty()) fail(file, line_of(*t), at + ".model", "missing: the model's name, or a prefix ending in '*'");
+    const std::optional<double> in = r.number(*t, "input_usd_per_mtok", at + ".input_usd_per_mtok", 0.0, 1e6);
+    const std::optional<double> out_price = r.number(*t, "output_usd_per_mtok", at + ".output_usd_per_mtok", 0.0, 1e6);
+    if (!in || !out_price) {
+      fail(file, line_of(*t), at,
+           "give both input_usd_per_mtok and output_usd_per_mtok (US dollars per million tokens)");
+    }
+    p.input_usd_per_mtok = *in;
+    p.output_usd_per_mtok = *out_price;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
@@ -204,7 +337,7 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   const toml::table root = parse_toml_file(file);
   r.only(root, "",
          {"name", "storage", "seeds", "attempts", "confidence", "final_max_minutes", "run_limit_minutes",
-          "queue_limit_minutes", "executor", "validate", "tasks", "arms"});
+          "queue_limit_minutes", "executor", "validate", "tasks", "arms", "prices"});
   const fs::path base = file.parent_path();
   Experiment x;
   x.file = file;
@@ -238,6 +371,17 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
     }
   }
   x.arms = read_arms(r, file, root, base);
+  x.prices = read_prices(r, file, root);
+  for (size_t i = 0; i < x.arms.size(); ++i) {
+    for (const auto& [budget, key] : {std::pair{&x.arms[i].budget_per_attempt, "budget_per_attempt"},
+                                      std::pair{&x.arms[i].budget_per_arm, "budget_per_arm"}}) {
+      if (budget->usd && x.prices.empty()) {
+        fail(file, x.arms[i].line, fmt::format("arms[{}].{}.usd", i, key),
+             "a money budget needs the models' prices: add [[prices]] rows (model, input_usd_per_mtok, "
+             "output_usd_per_mtok)");
+      }
+    }
+  }
   x.tasks = read_tasks(r, file, root, base, x);
   return x;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "campaign/campaign_file.h"
+#include "experiment/model_proxy.h"
 #include "util/backend_kind.h"
 
 #include <cstdint>
@@ -27,6 +28,13 @@ struct ExperimentArm {
   // Its work folder's quota (every regular file's bytes together), checked after each run: past it the attempt is
   // a violation and the folder is reset (GeneratorSpec::work_quota_bytes).
   double work_quota_mib = 256.0;
+  // Each process's address space (RLIMIT_AS): a local model needs more than the default.
+  double address_space_gib = 4.0;
+  // The model endpoints it may call through kwb's proxy (experiment/model_proxy.h; docs/arms.md, "Calling a
+  // model"), and its budgets there, per attempt and over all its trajectories. Empty: no way out at all.
+  std::vector<ModelEndpoint> endpoints;
+  ModelBudget budget_per_attempt;
+  ModelBudget budget_per_arm;
   int line = 0;
 };
 
@@ -51,6 +59,10 @@ struct Experiment {
   BackendKind backend = BackendKind::cpu;
   std::vector<ValidateFlag> validate;  // passed to every kwb validate of the experiment
   ExecutorTable executor;
+  // `kwb experiment run --replay DIR`: the recorded experiment (its storage folder) whose model exchanges every arm's
+  // proxy serves instead of calling a model. Not from the file.
+  std::filesystem::path replay_from;
+  std::vector<ModelPrice> prices;   // [[prices]]: what a model's tokens cost, for money budgets and the report
   std::vector<ExperimentArm> arms;  // exactly two: A (the first) and B
   std::vector<ExperimentTask> tasks;
 };

@@ -18,9 +18,9 @@ namespace {
 
 // One letter per attempt category, for the attempt sequences.
 const std::vector<std::pair<std::string, std::string>> k_letters = {
-    {"kept", "K"},    {"slower", "S"},       {"inconclusive", "?"}, {"incorrect", "X"},
-    {"cheat", "C"},   {"not_built", "B"},    {"controls", "T"},     {"invalid", "I"},
-    {"sandbox", "V"}, {"no_candidate", "N"}, {"error", "E"}};
+    {"kept", "K"},    {"slower", "S"},    {"inconclusive", "?"}, {"incorrect", "X"},
+    {"cheat", "C"},   {"not_built", "B"}, {"controls", "T"},     {"invalid", "I"},
+    {"sandbox", "V"}, {"budget", "$"},    {"no_candidate", "N"}, {"error", "E"}};
 
 std::string letter(const std::string& category) {
   for (const auto& [c, l] : k_letters) {
@@ -168,7 +168,8 @@ Section arms_section(const nlohmann::json& an) {
   Section s{"The arms",
             "Costs are sums over the arm's attempts; fast_p is in the next table.",
             {{"arm", "trajectories", "keeps", "geomean speedup", "attempts", "cheats caught",
-              "sandbox violations (attempts / calls)", "generator wall s", "generator CPU s", "kwb validate s"},
+              "sandbox violations (attempts / calls)", "generator wall s", "generator CPU s", "kwb validate s",
+              "model requests", "model tokens (in / out)", "model USD"},
              {},
              false}};
   for (const nlohmann::json& arm : an["arms"]) {
@@ -184,6 +185,35 @@ Section arms_section(const nlohmann::json& an) {
           fmt::format("{:.1f}", c.value("generator_wall_seconds", 0.0)),
           fmt::format("{:.1f}", c.value("generator_cpu_seconds", 0.0)),
           fmt::format("{:.1f}", c.value("validate_seconds", 0.0))},
+         ""});
+  }
+  return s;
+}
+
+// What the arms' model calls cost (arms.md, "Calling a model"); nullopt when neither arm called a model.
+std::optional<Section> model_section(const nlohmann::json& an) {
+  bool any = false;
+  for (const nlohmann::json& arm : an["arms"]) {
+    any = any || arm["cost"].value("model_requests", 0) > 0 || arm["categories"].contains("budget");
+  }
+  if (!any) return std::nullopt;
+  Section s{"Model calls",
+            "Requests through kwb's proxy and what they cost, summed over the arm's attempts; dollars from the "
+            "experiment's [[prices]]. Each attempt's exchanges are in its trajectory's attempts/<n>/model/.",
+            {{"arm", "requests", "input tokens", "output tokens", "USD", "USD per attempt", "USD per keep",
+              "attempts ended by a budget"},
+             {},
+             false}};
+  for (const nlohmann::json& arm : an["arms"]) {
+    const nlohmann::json& c = arm["cost"];
+    s.table.rows.push_back(
+        {{arm.value("label", "") + " " + arm.value("name", ""), std::to_string(c.value("model_requests", 0)),
+          std::to_string(c.value("model_input_tokens", 0)), std::to_string(c.value("model_output_tokens", 0)),
+          fmt::format("{:.4f}", c.value("model_usd", 0.0)),
+          fmt::format("{:.4f}", c.value("model_usd_per_attempt", 0.0)),
+          c["model_usd_per_keep"].is_number() ? fmt::format("{:.4f}", c["model_usd_per_keep"].get<double>())
+                                              : "none kept",
+          std::to_string(arm["categories"].value("budget", 0))},
          ""});
   }
   return s;
@@ -286,6 +316,35 @@ Section trajectories_section(const ExperimentReportInput& in) {
   return s;
 }
 
+// Every attempt that called a model, linked to its recorded exchanges; nullopt when none did.
+std::optional<Section> transcripts_section(const ExperimentReportInput& in) {
+  Section s{
+      "Model exchanges",
+      "Each attempt that called a model through kwb's proxy: the link is its exchanges.jsonl, one line per "
+      "request (time, endpoint, path, status, sizes, usage, price), each body beside it; kwb experiment run "
+      "--replay serves them again.",
+      {{"trajectory", "attempt", "category", "requests", "tokens (in / out)", "USD", "budget passed", "exchanges"},
+       {},
+       true}};
+  for (const nlohmann::json& t : (*in.plan)["trajectories"]) {
+    const nlohmann::json* r = record_of(*in.records, t["id"].get<std::string>());
+    if (r == nullptr) continue;
+    for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
+      if (!a.contains("model") || !a["model"].is_object()) continue;
+      const nlohmann::json& m = a["model"];
+      const std::string file = m.value("exchanges", "");
+      s.table.rows.push_back({{t["id"].get<std::string>(), std::to_string(a.value("attempt", 0)),
+                               a.value("category", ""), std::to_string(m.value("requests", 0)),
+                               fmt::format("{} / {}", m.value("input_tokens", 0), m.value("output_tokens", 0)),
+                               fmt::format("{:.4f}", m.value("usd", 0.0)), m.value("over_budget", "")},
+                              !file.empty() && fs::exists(in.storage / file) ? file : "",
+                              "exchanges"});
+    }
+  }
+  if (s.table.rows.empty()) return std::nullopt;
+  return s;
+}
+
 Doc build(const ExperimentReportInput& in) {
   const nlohmann::json& plan = *in.plan;
   const nlohmann::json& an = *in.analysis;
@@ -302,9 +361,11 @@ Doc build(const ExperimentReportInput& in) {
   d.sections.push_back(difference_section(an, a_name, b_name));
   d.sections.push_back(arms_section(an));
   d.sections.push_back(fast_p_section(an));
+  if (std::optional<Section> m = model_section(an)) d.sections.push_back(std::move(*m));
   d.sections.push_back(categories_section(an));
   for (const std::string& task : tasks) d.sections.push_back(task_section(task, an, *in.records, a_name, b_name));
   d.sections.push_back(trajectories_section(in));
+  if (std::optional<Section> x = transcripts_section(in)) d.sections.push_back(std::move(*x));
   if (!an["missing"].empty()) {
     Section sm{
         "Trajectories without an outcome", "Why the verdict is INVALID.", {{"trajectory", "status", "why"}, {}, false}};

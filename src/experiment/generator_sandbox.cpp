@@ -726,7 +726,8 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
   Supervisor supervisor(prep.view, result);
   UniqueFd notify;
   UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
-  bool output_open = true, dropped = false, exited = false, supervised = false;
+  bool output_open = true, dropped = false, exited = false, supervised = false, stop_now = false;
+  std::optional<std::chrono::steady_clock::time_point> killed_at;  // when the generator was killed
   const auto deadline = start + spec.wall;
   char buffer[4096];
   const auto read_output = [&] {
@@ -759,7 +760,7 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
     // generator that closes its output and runs on is still ended by the deadline.
     while (!exited) {
       const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline && !result.timed_out) {
+      if ((now >= deadline || stop_now) && !killed_at) {
         // The generator first: the namespace ends with it and bwrap reaps it, its CPU included. Should that not end
         // bwrap within a second (the generator not started yet), bwrap's group: --die-with-parent takes the rest.
         if (supervisor.main_pidfd() >= 0) {
@@ -767,8 +768,10 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
         } else {
           ::kill(-pid, SIGKILL);
         }
-        result.timed_out = true;
-      } else if (result.timed_out && now >= deadline + std::chrono::seconds(1)) {
+        result.timed_out = !stop_now;
+        result.stopped = stop_now;
+        killed_at = now;
+      } else if (killed_at && now >= *killed_at + std::chrono::seconds(1)) {
         ::kill(-pid, SIGKILL);
       }
       std::vector<pollfd> polls;
@@ -776,9 +779,10 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
       polls.push_back({notify.valid() ? notify.get() : -1, POLLIN, 0});
       polls.push_back({control.valid() ? control.get() : -1, POLLIN, 0});
       polls.push_back({output_open ? output.get() : -1, POLLIN, 0});
-      auto left = result.timed_out ? std::chrono::milliseconds(100)
-                                   : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
-                                         std::chrono::milliseconds(1);
+      polls.push_back({spec.stop_fd >= 0 && !killed_at ? spec.stop_fd : -1, POLLIN, 0});
+      auto left = killed_at ? std::chrono::milliseconds(100)
+                            : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                                  std::chrono::milliseconds(1);
       // Without a pidfd (pidfd_open is older than seccomp notification: not expected) the exit is looked for often.
       if (!pidfd.valid()) left = std::min(left, std::chrono::milliseconds(50));
       const int pr = ::poll(polls.data(), polls.size(), static_cast<int>(left.count()));
@@ -792,6 +796,7 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
         }
         if (polls[3].revents != 0) read_output();
         if (polls[0].revents != 0) exited = true;
+        if (polls[4].revents != 0) stop_now = true;
       }
       if (!pidfd.valid()) {
         siginfo_t info{};

@@ -55,6 +55,10 @@ struct GeneratorSpec {
   // RLIMIT_NPROC (a fork bomb), applied only when kwb is root: then the generator's user is its own, and the count
   // is the sandbox's alone (otherwise it would count every process of the invoking user).
   std::uint64_t max_processes = 4096;
+  // A descriptor (an eventfd) that becomes readable when the run must end before its time: the arm's model proxy
+  // (experiment/model_proxy.h) once a budget is passed. The generator is then killed as at the wall-clock limit, and
+  // the result says `stopped`. -1: none.
+  int stop_fd = -1;
 };
 
 struct SandboxViolation {
@@ -73,7 +77,8 @@ struct GeneratorResult {
   int exit_code = -1;
   int signal = 0;  // the signal that ended bwrap itself (kwb's kill, when the generator had not started yet)
   bool timed_out = false;
-  std::string output;  // merged stdout+stderr, capped at max_output_bytes (a last line says so when cut)
+  bool stopped = false;  // ended through GeneratorSpec::stop_fd
+  std::string output;    // merged stdout+stderr, capped at max_output_bytes (a last line says so when cut)
   double wall_seconds = 0.0;
   // user+sys of every process in the sandbox (wait4 rusage of the sandbox's root process, bwrap, which waits for the
   // generator, which as PID 1 reaps everything it leaves).

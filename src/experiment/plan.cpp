@@ -123,6 +123,14 @@ nlohmann::json freeze_tasks(const Experiment& x, const fs::path& staging) {
   return tasks;
 }
 
+nlohmann::json budget_json(const ModelBudget& b) {
+  const auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  return {{"requests", opt(b.requests)},
+          {"input_tokens", opt(b.input_tokens)},
+          {"output_tokens", opt(b.output_tokens)},
+          {"usd", opt(b.usd)}};
+}
+
 // The arms' files into staging/arms/<name>, and their plan entries.
 nlohmann::json freeze_arms(const Experiment& x, const fs::path& staging) {
   nlohmann::json arms = nlohmann::json::array();
@@ -133,13 +141,25 @@ nlohmann::json freeze_arms(const Experiment& x, const fs::path& staging) {
     make_world_readable(dir);
     nlohmann::json env = nlohmann::json::object();
     for (const auto& [k, v] : a.env) env[k] = v;
-    arms.push_back({{"name", a.name},
-                    {"command", a.command},
-                    {"env", env},
-                    {"timeout_seconds", a.timeout_seconds},
-                    {"cpu_seconds", a.cpu_seconds},
-                    {"work_quota_mib", a.work_quota_mib},
-                    {"files", frozen_file_list(dir)}});
+    nlohmann::json arm = {{"name", a.name},
+                          {"command", a.command},
+                          {"env", env},
+                          {"timeout_seconds", a.timeout_seconds},
+                          {"cpu_seconds", a.cpu_seconds},
+                          {"work_quota_mib", a.work_quota_mib},
+                          {"files", frozen_file_list(dir)}};
+    // Only where set, so that a plan frozen before these existed still freezes to itself.
+    if (a.address_space_gib != 4.0) arm["address_space_gib"] = a.address_space_gib;
+    if (!a.endpoints.empty()) {
+      arm["endpoints"] = nlohmann::json::array();
+      for (const ModelEndpoint& e : a.endpoints) {
+        arm["endpoints"].push_back(
+            {{"name", e.name}, {"url", e.url}, {"key_env", e.key_env}, {"key_header", e.key_header}});
+      }
+      arm["budget_per_attempt"] = budget_json(a.budget_per_attempt);
+      arm["budget_per_arm"] = budget_json(a.budget_per_arm);
+    }
+    arms.push_back(std::move(arm));
   }
   return arms;
 }
@@ -154,15 +174,50 @@ nlohmann::json plan_settings(const Experiment& x) {
     executor["account"] = x.executor.slurm.account;
     executor["sbatch_options"] = x.executor.slurm.sbatch_options;
   }
-  return {{"backend", std::string(to_string(x.backend))},
-          {"validate", validate},
-          {"seeds", x.seeds},
-          {"attempts", x.attempts},
-          {"confidence", x.confidence},
-          {"final_max_minutes", x.final_max_minutes},
-          {"run_limit_minutes", x.run_limit_minutes},
-          {"queue_limit_minutes", x.queue_limit_minutes},
-          {"executor", executor}};
+  nlohmann::json settings = {{"backend", std::string(to_string(x.backend))},
+                             {"validate", validate},
+                             {"seeds", x.seeds},
+                             {"attempts", x.attempts},
+                             {"confidence", x.confidence},
+                             {"final_max_minutes", x.final_max_minutes},
+                             {"run_limit_minutes", x.run_limit_minutes},
+                             {"queue_limit_minutes", x.queue_limit_minutes},
+                             {"executor", executor}};
+  if (!x.prices.empty()) {
+    settings["prices"] = nlohmann::json::array();
+    for (const ModelPrice& p : x.prices) {
+      settings["prices"].push_back({{"model", p.model},
+                                    {"input_usd_per_mtok", p.input_usd_per_mtok},
+                                    {"output_usd_per_mtok", p.output_usd_per_mtok}});
+    }
+  }
+  if (!x.replay_from.empty()) {
+    settings["replay"] = {{"from", x.replay_from.string()}, {"plan_sha256", plan_digest(x.replay_from)}};
+  }
+  return settings;
+}
+
+// A replay re-runs the recorded experiment: its tasks, arms, settings and trajectories must be the recorded ones
+// (kwb's own identity and the replay's own storage aside), or the recorded answers belong to other questions.
+void check_replay_plan(const Experiment& x, const nlohmann::json& plan) {
+  if (fs::weakly_canonical(x.replay_from) == fs::weakly_canonical(x.storage)) {
+    throw DataError(
+        fmt::format("--replay {}: that is this experiment's own storage folder: replay into another "
+                    "(set storage in a copy of the file, or give --storage)",
+                    x.replay_from.string()));
+  }
+  nlohmann::json recorded = load_frozen_plan(x.replay_from);
+  nlohmann::json mine = plan;
+  for (nlohmann::json* j : {&recorded, &mine}) {
+    for (const char* k : {"created", "file", "kwb", "name"}) j->erase(k);
+    (*j)["settings"].erase("replay");
+  }
+  if (recorded != mine) {
+    throw DataError(fmt::format(
+        "--replay {}: the recorded experiment was frozen under another plan ({} differs): a replay answers the "
+        "recorded requests only for the same tasks, arms and settings",
+        x.replay_from.string(), first_difference(recorded, mine)));
+  }
 }
 
 }  // namespace
@@ -196,6 +251,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
       {"trajectories", trajectories},
   };
 
+  if (!x.replay_from.empty()) check_replay_plan(x, plan);
   if (fs::is_regular_file(paths.plan())) {
     const nlohmann::json old = load_frozen_plan(x.storage);
     if (without_time(old) != without_time(plan)) {

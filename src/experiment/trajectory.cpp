@@ -3,6 +3,7 @@
 
 #include "campaign/runner.h"
 #include "experiment/generator_sandbox.h"
+#include "experiment/model_proxy.h"
 #include "record/bundle_reader.h"
 #include "record/bundle_snapshot.h"
 #include "record/verify.h"
@@ -23,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace kwb {
@@ -31,9 +33,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::string_view k_category_names[] = {"kept",    "slower",       "inconclusive", "incorrect",
-                                                 "cheat",   "not_built",    "controls",     "invalid",
-                                                 "sandbox", "no_candidate", "error"};
+constexpr std::string_view k_category_names[] = {"kept",    "slower",    "inconclusive", "incorrect",
+                                                 "cheat",   "not_built", "controls",     "invalid",
+                                                 "sandbox", "budget",    "no_candidate", "error"};
 
 // A candidate larger than this is not a kernel source.
 constexpr size_t k_max_candidate_bytes = 1 << 20;
@@ -76,6 +78,14 @@ struct Trajectory {
   fs::path ledger;
   std::int64_t seed = 0;
   int attempts = 0;
+  // The arm's way out (experiment/model_proxy.h): its endpoints and budgets, the prices, the keys read from kwb's
+  // environment once (and then removed from it, so that no validate or candidate kwb starts inherits them), and the
+  // recorded experiment a replay serves.
+  std::vector<ModelEndpoint> endpoints;
+  ModelBudget attempt_budget, arm_budget;
+  std::vector<ModelPrice> prices;
+  std::vector<Secret> secrets;
+  fs::path replay_from;
 
   fs::path work() const { return dir / "work"; }
   fs::path history() const { return dir / "history"; }
@@ -195,7 +205,97 @@ GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbe
            {"KWB_OUTPUT", (t.work() / out_name).string()},
            {"KWB_INCLUDE_DIR", abi_include_dir().string()}};
   for (auto it = t.arm["env"].begin(); it != t.arm["env"].end(); ++it) g.env.emplace_back(it.key(), it.value());
+  g.address_space_bytes = static_cast<std::uint64_t>(t.arm.value("address_space_gib", 4.0) * double(1ull << 30));
   return g;
+}
+
+ModelBudget budget_from_json(const nlohmann::json& j) {
+  ModelBudget b;
+  if (!j.is_object()) return b;
+  for (const auto& [key, field] : {std::pair{"requests", &b.requests}, std::pair{"input_tokens", &b.input_tokens},
+                                   std::pair{"output_tokens", &b.output_tokens}}) {
+    if (j.contains(key) && j[key].is_number_unsigned()) *field = j[key].get<std::uint64_t>();
+  }
+  if (j.contains("usd") && j["usd"].is_number()) b.usd = j["usd"].get<double>();
+  return b;
+}
+
+// The arm's endpoints, budgets and prices from the plan; the keys from the environment, which then forgets them. A
+// key the plan names and the environment lacks stops the trajectory before any attempt (a replay needs none).
+void read_model_settings(Trajectory& t) {
+  for (const nlohmann::json& e : t.arm.value("endpoints", nlohmann::json::array())) {
+    t.endpoints.push_back({e["name"].get<std::string>(), e["url"].get<std::string>(), e.value("key_env", ""),
+                           e.value("key_header", "authorization")});
+  }
+  t.attempt_budget = budget_from_json(t.arm.value("budget_per_attempt", nlohmann::json()));
+  t.arm_budget = budget_from_json(t.arm.value("budget_per_arm", nlohmann::json()));
+  for (const nlohmann::json& p : t.plan["settings"].value("prices", nlohmann::json::array())) {
+    t.prices.push_back(
+        {p["model"].get<std::string>(), p["input_usd_per_mtok"].get<double>(), p["output_usd_per_mtok"].get<double>()});
+  }
+  if (t.plan["settings"].contains("replay")) t.replay_from = t.plan["settings"]["replay"]["from"].get<std::string>();
+  for (const ModelEndpoint& e : t.endpoints) {
+    if (e.key_env.empty()) continue;
+    const char* value = std::getenv(e.key_env.c_str());
+    if ((value == nullptr || *value == '\0') && t.replay_from.empty()) {
+      throw DataError(fmt::format(
+          "arm {}'s endpoint {} takes its key from {}, which is not set where this trajectory runs: export it in the "
+          "environment kwb experiment run (and its jobs) start with, or run it with --replay (docs/arms.md)",
+          t.arm["name"].get<std::string>(), e.name, e.key_env));
+    }
+    if (value != nullptr) t.secrets.push_back({e.key_env, value});
+  }
+  for (const Secret& s : t.secrets) ::unsetenv(s.name.c_str());
+}
+
+// The proxy of one attempt, when the arm names endpoints: listening before the generator starts, in a folder of its
+// own under /tmp (a Unix socket's path is at most 107 bytes; the storage's may be longer) that the sandbox binds.
+struct SocketFolder {
+  fs::path path;
+  SocketFolder() {
+    std::string pattern = "/tmp/kwb-model-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr) {
+      throw Error(ExitCode::io_error, fmt::format("cannot make {}: {}", pattern, std::strerror(errno)));
+    }
+    path = pattern;
+    ::chmod(path.c_str(), 0755);  // the generator's user reaches the socket through it
+  }
+  ~SocketFolder() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  SocketFolder(const SocketFolder&) = delete;
+  SocketFolder& operator=(const SocketFolder&) = delete;
+};
+
+struct AttemptProxy {
+  std::optional<SocketFolder> folder;  // outlives the proxy, which removes its socket first
+  std::optional<ModelProxy> proxy;
+};
+
+void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec& g, AttemptProxy& out) {
+  if (t.endpoints.empty()) return;
+  out.folder.emplace();
+  ModelProxyConfig c;
+  c.endpoints = t.endpoints;
+  c.prices = t.prices;
+  c.attempt_budget = t.attempt_budget;
+  c.arm_budget = t.arm_budget;
+  c.arm_spend_file = t.storage / "model_spend" / (t.arm["name"].get<std::string>() + ".json");
+  c.record_dir = adir / "model";
+  c.socket_dir = out.folder->path;
+  if (!t.replay_from.empty()) {
+    c.replay_dir = ExperimentPaths{t.replay_from}.trajectory(t.spec["id"].get<std::string>()) / "attempts" /
+                   std::to_string(n) / "model";
+  }
+  c.secrets = t.secrets;
+  out.proxy.emplace(std::move(c));
+  g.read_only.push_back(out.folder->path);
+  g.stop_fd = out.proxy->stop_fd();
+  std::vector<std::string> names;
+  for (const ModelEndpoint& e : t.endpoints) names.push_back(e.name);
+  g.env.emplace_back("KWB_MODEL_SOCKET", out.proxy->socket_path().string());
+  g.env.emplace_back("KWB_MODEL_ENDPOINTS", fmt::format("{}", fmt::join(names, ",")));
 }
 
 nlohmann::json generator_json(const GeneratorResult& gr) {
@@ -340,9 +440,17 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
                       {"speedup", nullptr},
                       {"validate_seconds", 0.0},
                       {"detail", ""}};
-  const GeneratorSpec g = generator_spec(t, n, incumbent_public, out_name);
+  GeneratorSpec g = generator_spec(t, n, incumbent_public, out_name);
+  AttemptProxy proxy;
+  start_proxy(t, n, adir, g, proxy);
   const GeneratorResult gr = run_generator(g);
-  write_file_atomic(adir / "generator.log", gr.output);
+  std::optional<ModelProxyReport> model;
+  if (proxy.proxy) {
+    model = proxy.proxy->finish();
+    a["model"] = model->json();
+    a["model"]["exchanges"] = (adir / "model" / "exchanges.jsonl").lexically_relative(t.storage).string();
+  }
+  write_file_atomic(adir / "generator.log", redact(gr.output, t.secrets));
   a["generator"] = generator_json(gr);
 
   std::string why;
@@ -361,7 +469,19 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   }
 
   AttemptCategory category = AttemptCategory::no_candidate;
-  if (std::string failed = generator_failure(gr, g, source.has_value(), why, category); !failed.empty()) {
+  std::string failed = generator_failure(gr, g, source.has_value(), why, category);
+  if (model && category != AttemptCategory::sandbox) {
+    // Past a budget, the attempt ends there and its candidate is not judged: what it wrote cost more than allowed.
+    // A replay that could not answer as recorded re-ran another experiment: not this attempt's result.
+    if (!model->over_budget.empty()) {
+      category = AttemptCategory::budget;
+      failed = "the generator went past its model budget (" + model->over_budget + "): its candidate is discarded";
+    } else if (!model->replay_problem.empty()) {
+      category = AttemptCategory::error;
+      failed = "the replay could not answer the generator as recorded: " + model->replay_problem;
+    }
+  }
+  if (!failed.empty()) {
     a["detail"] = std::move(failed);
   } else {
     category = validate_and_keep(t, n, adir, out_name, a);
@@ -587,6 +707,7 @@ nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, co
   t.ledger = t.dir / "ledger.sqlite";
   t.seed = t.spec["seed"].get<std::int64_t>();
   t.attempts = t.plan["settings"]["attempts"].get<int>();
+  read_model_settings(t);
   for (const fs::path& d : {t.dir, t.work(), t.history(), t.dir / "attempts"}) fs::create_directories(d);
   ::chmod(t.dir.c_str(), 0755);
   ::chmod(t.history().c_str(), 0755);

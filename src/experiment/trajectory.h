@@ -40,6 +40,7 @@ enum class AttemptCategory {
   controls,      // INVALID: the task's error controls were not rejected as they must be
   invalid,       // INVALID for another reason: the referee could not decide (a stage error, a broken noise floor)
   sandbox,       // the generator reached outside its sandbox: candidate discarded, nothing validated
+  budget,        // the generator went past its model budget (experiment/model_proxy.h): candidate discarded
   no_candidate,  // the generator failed, timed out or wrote nothing
   error,         // kwb itself failed on the attempt (validate or keep exited with an error)
 };

@@ -7,16 +7,25 @@
 // its work folder has them recorded against its attempt, and the experiment goes on (item 6). (The fused-against-idle
 // run that times, and its report in a browser, is tests/experiment/report_in_browser.py.)
 #include "cli_helpers.h"
+#include "experiment/model_proxy.h"
 #include "experiment/trajectory.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <algorithm>
 
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <thread>
+
+extern char** environ;
 
 namespace kwb::test {
 namespace {
@@ -213,6 +222,217 @@ TEST(experiment_test, a_bad_experiment_file_is_exit_65_naming_the_file_and_field
   EXPECT_NE(r.errors.find("experiment.toml:9: tasks[0].dir"), std::string::npos) << r.errors;
   const KwbRun s = run_kwb({"experiment", "status", (dir.root() / "nothing").string()});
   EXPECT_EQ(s.exit_code, 64) << s.errors;
+}
+
+}  // namespace
+}  // namespace kwb::test
+
+namespace kwb::test {
+namespace {
+
+// A model endpoint as a test can run one (issue 43): an OpenAI-compatible chat completion on 127.0.0.1, outside the
+// sandbox, whose answer is the task's baseline source with a usage block. It logs every request's path, its
+// Authorization header and any x-api-key, one JSON line each, so the test sees what reached it.
+const char* k_fake_model = R"(import http.server, json, sys
+baseline, log_path, port_file = sys.argv[1], sys.argv[2], sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with open(log_path, "a") as log:
+            log.write(json.dumps({"path": self.path, "authorization": self.headers.get("Authorization"),
+                                  "x_api_key": self.headers.get("x-api-key"), "body": body.decode()}) + "\n")
+        out = json.dumps({"model": "fake-1", "choices": [{"message": {"role": "assistant",
+                          "content": open(baseline).read()}}],
+                          "usage": {"prompt_tokens": 1000, "completion_tokens": 50}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+open(port_file + ".tmp", "w").write(str(s.server_address[1]))
+import os; os.rename(port_file + ".tmp", port_file)
+s.serve_forever()
+)";
+
+// The agent: one chat completion through kwb's socket (HTTP over a Unix socket, as httpx's uds transport or
+// curl --unix-socket send it), with a key of its own it must not be able to use, then the answer's text as its
+// candidate.
+const char* k_agent = R"(import http.client, json, os, socket
+class Conn(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(os.environ["KWB_MODEL_SOCKET"])
+c = Conn("kwb")
+prompt = "optimize " + os.environ["KWB_TASK"] + ", attempt " + os.environ["KWB_ATTEMPT"]
+c.request("POST", "/fake/v1/chat/completions", body=json.dumps({"model": "fake-1", "messages": [
+          {"role": "user", "content": prompt}]}), headers={"Content-Type": "application/json", "x-api-key": "stolen"})
+r = c.getresponse()
+answer = json.loads(r.read())
+print("status", r.status, "endpoints", os.environ["KWB_MODEL_ENDPOINTS"])
+open(os.environ["KWB_OUTPUT"], "w").write(answer["choices"][0]["message"]["content"])
+)";
+
+constexpr const char* k_key_env = "KWB_TEST_FAKE_MODEL_KEY";
+constexpr const char* k_key = "sk-fake-7f3a9c21e5d04b6b";
+
+// Every regular file below `dir` that holds `text`.
+std::vector<std::string> files_holding(const fs::path& dir, const std::string& text) {
+  std::vector<std::string> out;
+  if (!fs::exists(dir)) return out;
+  for (const auto& e : fs::recursive_directory_iterator(dir, fs::directory_options::skip_permission_denied)) {
+    if (e.is_regular_file() && !e.is_symlink() && read_file(e.path()).find(text) != std::string::npos) {
+      out.push_back(e.path().string());
+    }
+  }
+  return out;
+}
+
+// The fake model, running until stopped.
+class FakeModel {
+public:
+  FakeModel(const fs::path& root, const fs::path& baseline) {
+    write_file_atomic(root / "fake_model.py", k_fake_model);
+    const fs::path port_file = root / "port";
+    std::vector<std::string> args = {"/usr/bin/python3", (root / "fake_model.py").string(), baseline.string(),
+                                     (root / "model.log").string(), port_file.string()};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (::posix_spawn(&m_pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) m_pid = -1;
+    for (int i = 0; i < 400 && !fs::exists(port_file); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (fs::exists(port_file)) url = "http://127.0.0.1:" + read_file(port_file);
+  }
+  ~FakeModel() { stop(); }
+  FakeModel(const FakeModel&) = delete;
+  FakeModel& operator=(const FakeModel&) = delete;
+  void stop() {
+    if (m_pid <= 0) return;
+    ::kill(m_pid, SIGKILL);
+    (void)::waitpid(m_pid, nullptr, 0);
+    m_pid = -1;
+  }
+  std::string url;  // "" when it did not start
+
+private:
+  pid_t m_pid = -1;
+};
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    if (end > at) out.push_back(text.substr(at, end - at));
+    at = end + 1;
+  }
+  return out;
+}
+
+TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_within_its_budget_and_replays_without_it) {
+  TempDir root("kwb-experiment-model");
+  ::chmod(root.path().c_str(), 0755);
+  ::setenv("KWB_KEY_DIR", (root / "keys").c_str(), 1);
+  fs::create_directories(root / "arms");
+  write_file_atomic(root / "arms" / "agent.py", k_agent);
+  const fs::path baseline = k_rmsnorm_lite / "cpu" / "baseline.cpp";
+  ASSERT_TRUE(fs::is_regular_file(baseline));
+  FakeModel server(root.path(), baseline);
+  ASSERT_FALSE(server.url.empty()) << "the fake model did not start";
+
+  // TOML: an arm's own keys come before its [[arms.endpoints]] tables.
+  const std::string endpoint =
+      fmt::format("[[arms.endpoints]]\nname = \"fake\"\nurl = \"{}\"\nkey_env = \"{}\"\n", server.url, k_key_env);
+  const std::string arm_keys = "command = [\"python3\", \"agent.py\"]\nfiles = [\"arms/agent.py\"]\n";
+  write_file_atomic(root / "experiment.toml",
+                    fmt::format("name = \"model\"\nseeds = [1]\nattempts = 1\n"
+                                "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
+                                "[[tasks]]\ndir = \"{}\"\n"
+                                "[[prices]]\nmodel = \"fake-*\"\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n"
+                                "[[arms]]\nname = \"agent\"\n{}{}"
+                                "[[arms]]\nname = \"thrifty\"\n{}budget_per_attempt = {{ output_tokens = 10 }}\n{}",
+                                k_rmsnorm_lite.string(), arm_keys, endpoint, arm_keys, endpoint));
+  const fs::path storage = root / "experiment.experiment";  // the file's stem
+
+  // Without the key where it runs, a trajectory says which variable to set.
+  {
+    const KwbRun run =
+        run_kwb({"experiment", "run", (root / "experiment.toml").string(), "--storage", (root / "nokey").string()},
+                std::chrono::seconds(300));
+    EXPECT_NE(run.exit_code, 0);
+    EXPECT_FALSE(files_holding(root / "nokey", std::string(k_key_env) + ", which is not set").empty()) << run.errors;
+  }
+
+  ::setenv(k_key_env, k_key, 1);
+  const KwbRun run = run_kwb({"experiment", "run", (root / "experiment.toml").string()}, std::chrono::seconds(600));
+  ::unsetenv(k_key_env);
+  ASSERT_EQ(run.exit_code, 2) << run.output << run.errors;
+
+  const auto record = [&](const fs::path& s, const std::string& id) {
+    return nlohmann::json::parse(read_file(s / "trajectories" / id / "trajectory.json"));
+  };
+  const nlohmann::json agent = record(storage, "agent--rmsnorm--s1")["attempts"][0];
+  EXPECT_EQ(agent["category"], "slower") << agent.dump(2);  // the baseline's own code: KEEP_BASELINE
+  EXPECT_EQ(agent["model"]["requests"], 1) << agent.dump(2);
+  EXPECT_EQ(agent["model"]["input_tokens"], 1000);
+  EXPECT_EQ(agent["model"]["output_tokens"], 50);
+  EXPECT_NEAR(agent["model"]["usd"].get<double>(), (1000 * 3.0 + 50 * 15.0) / 1e6, 1e-12);
+  EXPECT_EQ(agent["candidate_sha256"], sha256_file(baseline));
+  const nlohmann::json thrifty = record(storage, "thrifty--rmsnorm--s1")["attempts"][0];
+  EXPECT_EQ(thrifty["category"], "budget") << thrifty.dump(2);
+  EXPECT_EQ(thrifty["decision"], nullptr);
+  EXPECT_NE(thrifty["model"]["over_budget"].get<std::string>().find("output_tokens: 50 of 10"), std::string::npos);
+
+  // The analysis counts what each arm's calls cost, and the attempt past its budget by its category.
+  const nlohmann::json an = nlohmann::json::parse(read_file(storage / "analysis.json"));
+  EXPECT_EQ(an["arms"][0]["cost"]["model_requests"], 1) << an["arms"].dump(2);
+  EXPECT_EQ(an["arms"][0]["cost"]["model_output_tokens"], 50);
+  EXPECT_NEAR(an["arms"][1]["cost"]["model_usd"].get<double>(), 0.00375, 1e-12);
+  EXPECT_EQ(an["arms"][1]["categories"]["budget"], 1);
+
+  // The report shows the calls' cost per arm and links every attempt's exchanges.
+  const std::string report = read_file(storage / "report.md");
+  EXPECT_NE(report.find("| A agent | 1 | 1000 | 50 | 0.0037 |"), std::string::npos) << report;
+  EXPECT_NE(report.find("(trajectories/agent--rmsnorm--s1/attempts/1/model/exchanges.jsonl)"), std::string::npos)
+      << report;
+
+  // What reached the model: the proxy's key, never the generator's; the prompt as the agent wrote it.
+  std::vector<nlohmann::json> seen;
+  for (const std::string& line : lines_of(read_file(root / "model.log"))) seen.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(seen.size(), 2u);
+  for (const nlohmann::json& s : seen) {
+    EXPECT_EQ(s["path"], "/v1/chat/completions");
+    EXPECT_EQ(s["authorization"], std::string("Bearer ") + k_key);
+    EXPECT_EQ(s["x_api_key"], nullptr);
+    EXPECT_NE(s["body"].get<std::string>().find("optimize rmsnorm, attempt 1"), std::string::npos);
+  }
+  // Recorded, and nowhere in the storage: the plan names the variable, not its value.
+  const std::vector<nlohmann::json> ex =
+      read_model_exchanges(storage / "trajectories" / "agent--rmsnorm--s1" / "attempts" / "1" / "model");
+  ASSERT_EQ(ex.size(), 1u);
+  EXPECT_EQ(ex[0]["status"], 200);
+  EXPECT_EQ(files_holding(storage, k_key), std::vector<std::string>{});
+  EXPECT_NE(read_file(storage / "experiment.json").find(k_key_env), std::string::npos);
+
+  // The replay: no model (the server is stopped) and no key; the same candidates, categories and costs.
+  server.stop();
+  const fs::path replayed = root / "replayed";
+  const KwbRun again = run_kwb({"experiment", "run", (root / "experiment.toml").string(), "--storage",
+                                replayed.string(), "--replay", storage.string()},
+                               std::chrono::seconds(600));
+  ASSERT_EQ(again.exit_code, 2) << again.output << again.errors;
+  for (const char* id : {"agent--rmsnorm--s1", "thrifty--rmsnorm--s1"}) {
+    const nlohmann::json a = record(storage, id)["attempts"][0];
+    const nlohmann::json b = record(replayed, id)["attempts"][0];
+    EXPECT_EQ(a["candidate_sha256"], b["candidate_sha256"]) << id;
+    EXPECT_EQ(a["category"], b["category"]) << id;
+    EXPECT_EQ(a["model"]["output_tokens"], b["model"]["output_tokens"]) << id;
+    EXPECT_EQ(b["model"]["replay_problem"], "") << b.dump(2);
+  }
+  ::unsetenv("KWB_KEY_DIR");
 }
 
 }  // namespace

@@ -444,3 +444,58 @@ TEST(ExperimentAnalysis, an_experiment_where_nothing_was_kept_is_not_shown_as_a_
 
 }  // namespace
 }  // namespace kwb
+
+namespace kwb {
+namespace {
+
+TEST_F(ExperimentFile, an_arm_names_its_model_endpoints_by_key_variable_with_budgets_and_prices) {
+  const std::string agent =
+      "[[arms]]\nname = \"a\"\ncommand = [\"python3\", \"g.py\"]\naddress_space_gib = 16\n"
+      "budget_per_attempt = { requests = 20, output_tokens = 100000 }\nbudget_per_arm = { usd = 5.5 }\n"
+      "[[arms.endpoints]]\nname = \"anthropic\"\nurl = \"https://api.anthropic.com/\"\nkey_env = "
+      "\"ANTHROPIC_API_KEY\"\n"
+      "key_header = \"X-Api-Key\"\n[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n";
+  const std::string prices = "[[prices]]\nmodel = \"claude-*\"\ninput_usd_per_mtok = 3\noutput_usd_per_mtok = 15\n";
+  const Experiment x = load("seeds = [1]\n" + tasks() + prices + agent);
+  ASSERT_EQ(x.arms[0].endpoints.size(), 1u);
+  const ModelEndpoint& e = x.arms[0].endpoints[0];
+  EXPECT_EQ(e.name, "anthropic");
+  EXPECT_EQ(e.url, "https://api.anthropic.com");  // no trailing '/': the generator's path follows it
+  EXPECT_EQ(e.key_env, "ANTHROPIC_API_KEY");
+  EXPECT_EQ(e.key_header, "x-api-key");
+  EXPECT_EQ(x.arms[0].budget_per_attempt.requests, 20u);
+  EXPECT_EQ(x.arms[0].budget_per_attempt.output_tokens, 100000u);
+  EXPECT_FALSE(x.arms[0].budget_per_attempt.usd);
+  EXPECT_EQ(x.arms[0].budget_per_arm.usd, 5.5);
+  EXPECT_EQ(x.arms[0].address_space_gib, 16.0);
+  ASSERT_EQ(x.prices.size(), 1u);
+  EXPECT_EQ(x.prices[0].model, "claude-*");
+  EXPECT_TRUE(x.arms[1].endpoints.empty());
+
+  // A key in env would be stored in experiment.json and seen by the generator: refused, pointing at key_env.
+  const std::string base = "seeds = [1]\n" + tasks();
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nenv = { OPENAI_API_KEY = \"sk-1\" }\n[[arms]]\n"
+                            "name = \"b\"\ncommand = [\"x\"]\n")
+                .find("arms[0].env.OPENAI_API_KEY: looks like a secret"),
+            std::string::npos);
+  EXPECT_NE(error_of(base + agent).find("arms[0].budget_per_arm.usd: a money budget needs the models' prices"),
+            std::string::npos);
+  const auto endpoint_error = [&](const std::string& endpoint) {
+    return error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\n[[arms.endpoints]]\n" + endpoint +
+                    "[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n");
+  };
+  EXPECT_NE(endpoint_error("name = \"m\"\nurl = \"ftp://x\"\n").find("arms[0].endpoints[0].url"), std::string::npos);
+  EXPECT_NE(endpoint_error("name = \"m\"\nurl = \"https://x\"\nkey_env = \"sk-abc123\"\n")
+                .find("arms[0].endpoints[0].key_env: 'sk-abc123' is not an environment variable's name"),
+            std::string::npos);
+  EXPECT_NE(endpoint_error("name = \"a b\"\nurl = \"https://x\"\n").find("arms[0].endpoints[0].name"),
+            std::string::npos);
+  EXPECT_NE(endpoint_error("name = \"m\"\nurl = \"https://x\"\nkey = \"sk-1\"\n").find("key"), std::string::npos);
+  EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nbudget_per_attempt = { requests = 0 }\n"
+                            "[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n")
+                .find("arms[0].budget_per_attempt.requests"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwb
