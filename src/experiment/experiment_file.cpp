@@ -78,11 +78,13 @@ std::vector<ModelEndpoint> read_endpoints(const Reader& r, const toml::table& ar
     r.only(*t, at, {"name", "url", "key_env", "key_header"});
     ModelEndpoint e;
     e.name = r.text(*t, "name", at + ".name").value_or("");
-    if (!is_name(e.name) || !names.insert(e.name).second) {
+    if (!is_name(e.name) || e.name == "kwb" || !names.insert(e.name).second) {
       fail(r.file(), line_of(*t), at + ".name",
-           fmt::format("'{}' is not a new endpoint name: give 1 to 32 letters, digits, '-' or '_', once per arm, "
-                       "e.g. name = \"anthropic\" (the path a generator calls starts with it)",
-                       e.name));
+           fmt::format(
+               "'{}' is not a new endpoint name: give 1 to 32 letters, digits, '-' or '_', once per arm, "
+               "and not \"kwb\" (kwb's own: the feedback check), e.g. name = \"anthropic\" (the path a generator calls "
+               "starts with it)",
+               e.name));
     }
     e.url = r.text(*t, "url", at + ".url").value_or("");
     while (e.url.ends_with('/')) e.url.pop_back();

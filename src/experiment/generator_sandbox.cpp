@@ -780,6 +780,7 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
       polls.push_back({control.valid() ? control.get() : -1, POLLIN, 0});
       polls.push_back({output_open ? output.get() : -1, POLLIN, 0});
       polls.push_back({spec.stop_fd >= 0 && !killed_at ? spec.stop_fd : -1, POLLIN, 0});
+      polls.push_back({spec.service_fd >= 0 && spec.service ? spec.service_fd : -1, POLLIN, 0});
       auto left = killed_at ? std::chrono::milliseconds(100)
                             : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                                   std::chrono::milliseconds(1);
@@ -797,6 +798,7 @@ GeneratorResult run_generator(const GeneratorSpec& spec) {
         if (polls[3].revents != 0) read_output();
         if (polls[0].revents != 0) exited = true;
         if (polls[4].revents != 0) stop_now = true;
+        if (polls[5].revents != 0) spec.service();
       }
       if (!pidfd.valid()) {
         siginfo_t info{};

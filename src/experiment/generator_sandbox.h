@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,6 +60,11 @@ struct GeneratorSpec {
   // (experiment/model_proxy.h) once a budget is passed. The generator is then killed as at the wall-clock limit, and
   // the result says `stopped`. -1: none.
   int stop_fd = -1;
+  // Work that must run on kwb's main thread while the generator runs (a check the generator asked for through the
+  // proxy starts a kwb process, and children start only from the main thread: util/subprocess.h): when service_fd
+  // becomes readable, run_generator calls service() from its loop. -1: none.
+  int service_fd = -1;
+  std::function<void()> service;
 };
 
 struct SandboxViolation {

@@ -49,16 +49,26 @@ std::string_view trim(std::string_view s) {
 
 const char* reason_phrase(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 429: return "Too Many Requests";
-    case 502: return "Bad Gateway";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Content Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 502:
+      return "Bad Gateway";
+    default:
+      return "Status";
   }
 }
 
@@ -74,10 +84,21 @@ void write_all(int fd, std::string_view data) {
 // The headers the generator may not set on a forwarded request: hop-by-hop ones, the length (libcurl sets it), and
 // every place a key goes (the proxy's to set).
 bool is_dropped_header(const std::string& name) {
-  static const char* const k_dropped[] = {"host",          "content-length", "connection", "keep-alive",
-                                          "transfer-encoding", "te",         "upgrade",    "proxy-authorization",
-                                          "proxy-connection",  "expect",     "accept-encoding", "authorization",
-                                          "x-api-key",         "api-key",    "x-goog-api-key"};
+  static const char* const k_dropped[] = {"host",
+                                          "content-length",
+                                          "connection",
+                                          "keep-alive",
+                                          "transfer-encoding",
+                                          "te",
+                                          "upgrade",
+                                          "proxy-authorization",
+                                          "proxy-connection",
+                                          "expect",
+                                          "accept-encoding",
+                                          "authorization",
+                                          "x-api-key",
+                                          "api-key",
+                                          "x-goog-api-key"};
   return std::any_of(std::begin(k_dropped), std::end(k_dropped), [&](const char* d) { return name == d; });
 }
 
@@ -228,8 +249,8 @@ UpstreamResponse forward_with_curl(const ModelEndpoint& endpoint, const HttpRequ
   }
   headers = c.slist_append(headers, "Expect:");
   if (!key.empty()) {
-    const std::string line = endpoint.key_header == "authorization" ? "Authorization: Bearer " + key
-                                                                     : endpoint.key_header + ": " + key;
+    const std::string line =
+        endpoint.key_header == "authorization" ? "Authorization: Bearer " + key : endpoint.key_header + ": " + key;
     headers = c.slist_append(headers, line.c_str());
   }
   const std::string url = endpoint.url + path;
@@ -304,7 +325,8 @@ ModelSpend locked_spend(const fs::path& file, const std::function<void(ModelSpen
   if (add) {
     add(s);
     const std::string out = json_text(spend_json(s), 2) + "\n";
-    if (::ftruncate(fd.get(), 0) != 0 || ::pwrite(fd.get(), out.data(), out.size(), 0) != static_cast<ssize_t>(out.size())) {
+    if (::ftruncate(fd.get(), 0) != 0 ||
+        ::pwrite(fd.get(), out.data(), out.size(), 0) != static_cast<ssize_t>(out.size())) {
       throw Error(ExitCode::io_error, fmt::format("{}: cannot write: {}", file.string(), std::strerror(errno)));
     }
   }
@@ -322,6 +344,7 @@ ModelSpend ArmSpendFile::add(const ModelUsage& usage, const std::vector<ModelPri
 nlohmann::json ModelProxyReport::json() const {
   nlohmann::json j = spend_json(spend);
   j["refused"] = refused;
+  j["checks"] = checks;
   j["over_budget"] = over_budget;
   j["replay_problem"] = replay_problem;
   return j;
@@ -344,7 +367,6 @@ std::vector<nlohmann::json> read_model_exchanges(const fs::path& record_dir) {
 
 ModelProxy::ModelProxy(ModelProxyConfig config) : m_config(std::move(config)) {
   if (!m_config.forward) m_config.forward = forward_with_curl;
-  fs::create_directories(m_config.record_dir);
   if (m_config.replay_dir) {
     for (nlohmann::json& e : read_model_exchanges(*m_config.replay_dir)) {
       if (e.value("forwarded", false)) m_replay.push_back(std::move(e));
@@ -363,11 +385,12 @@ ModelProxy::ModelProxy(ModelProxyConfig config) : m_config(std::move(config)) {
   m_listen = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   m_wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   m_stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (m_listen < 0 || m_wake < 0 || m_stop < 0 ||
+  m_service = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (m_listen < 0 || m_wake < 0 || m_stop < 0 || m_service < 0 ||
       ::bind(m_listen, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(m_listen, 16) != 0 ||
       ::chmod(path.c_str(), 0666) != 0) {
     const std::string why = std::strerror(errno);
-    for (int fd : {m_listen, m_wake, m_stop}) {
+    for (int fd : {m_listen, m_wake, m_stop, m_service}) {
       if (fd >= 0) ::close(fd);
     }
     throw Error(ExitCode::io_error, fmt::format("the model proxy cannot listen on {}: {}", path, why));
@@ -377,7 +400,7 @@ ModelProxy::ModelProxy(ModelProxyConfig config) : m_config(std::move(config)) {
 
 ModelProxy::~ModelProxy() {
   (void)finish();
-  for (int fd : {m_listen, m_wake, m_stop}) {
+  for (int fd : {m_listen, m_wake, m_stop, m_service}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -385,6 +408,16 @@ ModelProxy::~ModelProxy() {
 ModelProxyReport ModelProxy::finish() {
   if (!m_finished) {
     m_finished = true;
+    {
+      // A check still waiting for the main thread will not get it: answered, so that the thread can end.
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_main_gone = true;
+      for (CheckJob* job : m_jobs) {
+        job->result = refuse(503, "kwb_attempt_over", "the attempt ended before its check ran");
+      }
+      m_jobs.clear();
+    }
+    m_job_done.notify_all();
     const std::uint64_t one = 1;
     (void)!::write(m_wake, &one, sizeof one);
     if (m_thread.joinable()) m_thread.join();
@@ -483,8 +516,8 @@ std::optional<UpstreamResponse> ModelProxy::replayed(const HttpRequest& request,
                                                      std::string& problem) {
   const std::string request_sha = sha256_hex(request.body);
   if (m_replay_next >= m_replay.size()) {
-    problem = fmt::format("request {} has no recorded answer: the recording holds {}", m_replay_next + 1,
-                          m_replay.size());
+    problem =
+        fmt::format("request {} has no recorded answer: the recording holds {}", m_replay_next + 1, m_replay.size());
     return std::nullopt;
   }
   const nlohmann::json& e = m_replay[m_replay_next];
@@ -537,14 +570,9 @@ std::pair<int, UpstreamResponse> ModelProxy::answer(const HttpRequest& request) 
   const auto endpoint = std::find_if(m_config.endpoints.begin(), m_config.endpoints.end(),
                                      [&](const ModelEndpoint& e) { return e.name == name; });
   const auto refused = [&](int status, const std::string& type, const std::string& why) {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      ++m_report.refused;
-    }
-    UpstreamResponse r = refuse(status, type, why);
-    record(request, name, r, {}, std::nullopt, 0.0, why);
-    return std::pair{status, r};
+    return this->refused(request, name, status, type, why);
   };
+  if (name == "kwb") return answer_kwb(request, path);
   if (target.empty() || target.front() != '/' || endpoint == m_config.endpoints.end()) {
     std::vector<std::string> names;
     for (const ModelEndpoint& e : m_config.endpoints) names.push_back("/" + e.name + "/...");
@@ -581,8 +609,101 @@ std::pair<int, UpstreamResponse> ModelProxy::answer(const HttpRequest& request) 
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   account(request, name, response, seconds);
-  if (response.status == 0) return {502, refuse(502, "kwb_upstream_error", "the endpoint did not answer: " + response.error)};
+  if (response.status == 0)
+    return {502, refuse(502, "kwb_upstream_error", "the endpoint did not answer: " + response.error)};
   return {response.status, response};
+}
+
+std::pair<int, UpstreamResponse> ModelProxy::refused(const HttpRequest& request, const std::string& endpoint,
+                                                     int status, const std::string& type, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ++m_report.refused;
+  }
+  UpstreamResponse r = refuse(status, type, why);
+  record(request, endpoint, r, {}, std::nullopt, 0.0, why);
+  return {status, r};
+}
+
+std::pair<int, UpstreamResponse> ModelProxy::answer_kwb(const HttpRequest& request, const std::string& path) {
+  if (path != "/check" || request.method != "POST" || !m_config.check) {
+    return refused(request, "kwb", 404, "kwb_unknown_endpoint",
+                   "kwb's own endpoint answers POST /kwb/check, a candidate's whole source as the body, with "
+                   "kwb check's result on the task's published cases");
+  }
+  bool over = false;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    over = m_report.checks >= m_config.max_checks;
+  }
+  if (over) {
+    return refused(
+        request, "kwb", 429, "kwb_check_limit",
+        fmt::format("{} checks per attempt already run: write the candidate to KWB_OUTPUT", m_config.max_checks));
+  }
+  const auto started = std::chrono::steady_clock::now();
+  UpstreamResponse response;
+  if (m_config.replay_dir) {
+    std::string problem;
+    std::optional<UpstreamResponse> r = replayed(request, "kwb", problem);
+    if (!r) {
+      {
+        std::lock_guard<std::mutex> lock(m_mutex);
+        if (m_report.replay_problem.empty()) m_report.replay_problem = problem;
+      }
+      stop_attempt();
+      return refused(request, "kwb", 409, "kwb_replay_diverged", "the replay diverged: " + problem);
+    }
+    response = std::move(*r);
+  } else {
+    response = check_on_main_thread(request.body);
+  }
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    ++m_report.checks;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  record(request, "kwb", response, {}, std::nullopt, seconds, "");
+  return {response.status == 0 ? 502 : response.status, response};
+}
+
+UpstreamResponse ModelProxy::check_on_main_thread(const std::string& source) {
+  CheckJob job{source, std::nullopt};
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    if (m_main_gone) return refuse(503, "kwb_attempt_over", "the attempt is over: no check runs any more");
+    m_jobs.push_back(&job);
+  }
+  const std::uint64_t one = 1;
+  (void)!::write(m_service, &one, sizeof one);
+  std::unique_lock<std::mutex> lock(m_mutex);
+  m_job_done.wait(lock, [&] { return job.result.has_value(); });
+  return *job.result;
+}
+
+void ModelProxy::serve_main_thread() {
+  std::uint64_t count = 0;
+  (void)!::read(m_service, &count, sizeof count);
+  for (;;) {
+    CheckJob* job = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      if (m_jobs.empty()) return;
+      job = m_jobs.front();
+      m_jobs.pop_front();
+    }
+    UpstreamResponse r;
+    try {
+      r = m_config.check(job->source);
+    } catch (const std::exception& e) {
+      r = refuse(502, "kwb_check_error", std::string("kwb could not run the check: ") + e.what());
+    }
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      job->result = std::move(r);
+    }
+    m_job_done.notify_all();
+  }
 }
 
 void ModelProxy::account(const HttpRequest& request, const std::string& endpoint, const UpstreamResponse& response,
@@ -608,6 +729,7 @@ void ModelProxy::record(const HttpRequest& request, const std::string& endpoint,
                         const ModelUsage& usage, std::optional<double> usd, double seconds,
                         const std::string& refused) {
   const std::uint64_t n = ++m_sequence;
+  fs::create_directories(m_config.record_dir);
   const std::string request_file = fmt::format("{:04}.request", n);
   const std::string response_file = fmt::format("{:04}.response", n);
   const std::string request_body = redact(request.body, m_config.secrets);

@@ -16,6 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <mutex>
@@ -90,20 +92,26 @@ struct ModelProxyConfig {
   std::vector<ModelPrice> prices;
   ModelBudget attempt_budget;
   ModelBudget arm_budget;
-  std::filesystem::path arm_spend_file;  // ArmSpendFile's
-  std::filesystem::path record_dir;      // exchanges.jsonl and each exchange's bodies; made when absent
-  std::filesystem::path socket_dir;      // a folder of its own, made by the caller; the socket is made in it
+  std::filesystem::path arm_spend_file;             // ArmSpendFile's
+  std::filesystem::path record_dir;                 // exchanges.jsonl and each exchange's bodies; made when absent
+  std::filesystem::path socket_dir;                 // a folder of its own, made by the caller; the socket is made in it
   std::optional<std::filesystem::path> replay_dir;  // a recorded attempt's record_dir: serve it instead of calling
   std::vector<Secret> secrets;                      // the endpoints' keys, by key_env (absent ones: no key)
   size_t max_request_bytes = 32u << 20;
   ModelForward forward;  // empty: forward_with_curl
+  // The feedback channel: `POST /kwb/check` with a candidate's source as its body is answered with what this returns
+  // (the trajectory's: kwb check on the task's published cases). It runs on kwb's main thread, from
+  // serve_main_thread. Empty: the kwb endpoint answers 404.
+  std::function<UpstreamResponse(const std::string& source)> check;
+  std::uint64_t max_checks = 20;  // per attempt; past it a check is answered 429 and the attempt goes on
 };
 
 // What an attempt's proxy saw, for its trajectory record.
 struct ModelProxyReport {
-  ModelSpend spend;           // this attempt's
-  std::uint64_t refused = 0;  // requests answered without forwarding (unknown endpoint, budget, malformed)
-  std::string over_budget;    // the first budget passed or refused at ("" when none)
+  ModelSpend spend;            // this attempt's
+  std::uint64_t refused = 0;   // requests answered without forwarding (unknown endpoint, budget, malformed)
+  std::uint64_t checks = 0;    // feedback checks run (POST /kwb/check)
+  std::string over_budget;     // the first budget passed or refused at ("" when none)
   std::string replay_problem;  // the first request a replay could not answer as recorded ("" when none)
   nlohmann::json json() const;
 };
@@ -120,6 +128,9 @@ public:
 
   std::filesystem::path socket_path() const { return m_config.socket_dir / "model.sock"; }
   int stop_fd() const { return m_stop; }
+  // Readable while a check waits for kwb's main thread; serve_main_thread (on that thread) runs what waits.
+  int service_fd() const { return m_service; }
+  void serve_main_thread();
   // Stops serving (a request being served is finished first) and returns the attempt's account.
   ModelProxyReport finish();
 
@@ -128,6 +139,10 @@ private:
   void handle(int connection);
   // Answers one request: forwarded, replayed or refused; records it.
   std::pair<int, UpstreamResponse> answer(const HttpRequest& request);
+  std::pair<int, UpstreamResponse> answer_kwb(const HttpRequest& request, const std::string& path);
+  std::pair<int, UpstreamResponse> refused(const HttpRequest& request, const std::string& endpoint, int status,
+                                           const std::string& type, const std::string& why);
+  UpstreamResponse check_on_main_thread(const std::string& source);
   std::string budget_refusal();  // why the next request may not go ("" when it may)
   std::optional<UpstreamResponse> replayed(const HttpRequest& request, const std::string& endpoint,
                                            std::string& problem);
@@ -142,12 +157,20 @@ private:
 
   ModelProxyConfig m_config;
   int m_listen = -1;
-  int m_wake = -1;  // eventfd: finish() wakes the thread
-  int m_stop = -1;  // eventfd: the attempt must end
+  int m_wake = -1;     // eventfd: finish() wakes the thread
+  int m_stop = -1;     // eventfd: the attempt must end
+  int m_service = -1;  // eventfd: a check waits for the main thread
+  struct CheckJob {
+    std::string source;
+    std::optional<UpstreamResponse> result;
+  };
+  std::deque<CheckJob*> m_jobs;  // under m_mutex
+  std::condition_variable m_job_done;
+  bool m_main_gone = false;  // finish() was called: no check will run any more
   std::thread m_thread;
   std::mutex m_mutex;  // m_report
   ModelProxyReport m_report;
-  std::uint64_t m_sequence = 0;  // exchanges recorded
+  std::uint64_t m_sequence = 0;          // exchanges recorded
   std::vector<nlohmann::json> m_replay;  // the recorded exchanges that were forwarded, in order
   size_t m_replay_next = 0;
   bool m_finished = false;

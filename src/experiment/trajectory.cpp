@@ -273,8 +273,67 @@ struct AttemptProxy {
   std::optional<ModelProxy> proxy;
 };
 
+// The feedback channel's check (POST /kwb/check): kwb check of the generator's source on the task's published cases,
+// what the generator could run itself were kwb inside its sandbox, in a ledger of the attempt's own. Its answer is the
+// check's verdict, failures and cases, with the attempt's folder taken out of the paths.
+UpstreamResponse feedback_check(const Trajectory& t, const fs::path& adir, int k, const std::string& source) {
+  UpstreamResponse out;
+  out.content_type = "application/json";
+  if (source.size() > k_max_candidate_bytes) {
+    out.status = 413;
+    out.body = json_text({{"error", {{"type", "kwb_too_large"}, {"message", "a candidate is at most 1 MiB"}}}});
+    return out;
+  }
+  const fs::path dir = adir / "checks" / std::to_string(k);
+  fs::create_directories(dir);
+  const fs::path file = dir / ("candidate" + t.ext);
+  write_file_atomic(file, source);
+  const CommandResult r = run_command({"/usr/bin/env", "KWB_LEDGER=" + (adir / "checks" / "ledger.sqlite").string(),
+                                       t.kwb.string(), "check", t.task_dir.string(), "--impl", file.string(),
+                                       "--backend", t.plan["settings"]["backend"].get<std::string>(), "--json"},
+                                      std::chrono::minutes(5), StderrMode::separate);
+  write_file_atomic(dir / "check.json", r.output);
+  const nlohmann::json c = nlohmann::json::parse(r.output, nullptr, false);
+  if (!c.is_object() || !c.contains("verdict")) {
+    out.status = 502;
+    out.body = json_text(
+        {{"error",
+          {{"type", "kwb_check_error"},
+           {"message", fmt::format("kwb check exited {} without a result: {}", r.exit_code, tail(r.errors, 1000))}}}});
+    return out;
+  }
+  const auto local = [&](std::string text) {
+    for (const std::string& prefix : {dir.string() + "/", dir.string()}) {
+      for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at))
+        text.erase(at, prefix.size());
+    }
+    return tail(text, 4000);
+  };
+  nlohmann::json failures = nlohmann::json::array(), cases = nlohmann::json::array();
+  for (const nlohmann::json& f : c.value("failures", nlohmann::json::array())) {
+    failures.push_back({{"case", f.value("case", "")},
+                        {"call", f.value("call", -1)},
+                        {"reason", f.value("reason", "")},
+                        {"detail", local(f.value("detail", ""))}});
+  }
+  for (const nlohmann::json& k2 : c.value("cases", nlohmann::json::array())) {
+    cases.push_back({{"name", k2.value("name", "")},
+                     {"role", k2.value("role", "")},
+                     {"dims", k2.value("dims", "")},
+                     {"passed", k2.value("passed", 0)},
+                     {"failed", k2.value("failed", 0)},
+                     {"max_rel_error", k2.value("max_rel_error", 0.0)}});
+  }
+  out.status = 200;
+  out.body = json_text({{"verdict", c["verdict"]},
+                        {"failures", failures},
+                        {"cases", cases},
+                        {"not_run", c.value("not_run", nlohmann::json::array())}},
+                       2);
+  return out;
+}
+
 void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec& g, AttemptProxy& out) {
-  if (t.endpoints.empty()) return;
   out.folder.emplace();
   ModelProxyConfig c;
   c.endpoints = t.endpoints;
@@ -289,9 +348,12 @@ void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec
                    std::to_string(n) / "model";
   }
   c.secrets = t.secrets;
+  c.check = [&t, adir, k = 0](const std::string& source) mutable { return feedback_check(t, adir, ++k, source); };
   out.proxy.emplace(std::move(c));
   g.read_only.push_back(out.folder->path);
   g.stop_fd = out.proxy->stop_fd();
+  g.service_fd = out.proxy->service_fd();
+  g.service = [p = &*out.proxy] { p->serve_main_thread(); };
   std::vector<std::string> names;
   for (const ModelEndpoint& e : t.endpoints) names.push_back(e.name);
   g.env.emplace_back("KWB_MODEL_SOCKET", out.proxy->socket_path().string());
@@ -445,8 +507,9 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   start_proxy(t, n, adir, g, proxy);
   const GeneratorResult gr = run_generator(g);
   std::optional<ModelProxyReport> model;
-  if (proxy.proxy) {
-    model = proxy.proxy->finish();
+  if (proxy.proxy) model = proxy.proxy->finish();
+  // Recorded for an arm that may call a model, and for any that used the proxy (a feedback check).
+  if (model && (!t.endpoints.empty() || model->checks + model->refused + model->spend.requests > 0)) {
     a["model"] = model->json();
     a["model"]["exchanges"] = (adir / "model" / "exchanges.jsonl").lexically_relative(t.storage).string();
   }

@@ -266,6 +266,11 @@ class Conn(http.client.HTTPConnection):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(os.environ["KWB_MODEL_SOCKET"])
 c = Conn("kwb")
+# The feedback channel first: kwb check of a source that does not build, as an agent checks its draft.
+c.request("POST", "/kwb/check", body="int x = ;\n")
+check = json.loads(c.getresponse().read())
+print("check", check["verdict"], [f["reason"] for f in check["failures"]])
+c = Conn("kwb")
 prompt = "optimize " + os.environ["KWB_TASK"] + ", attempt " + os.environ["KWB_ATTEMPT"]
 c.request("POST", "/fake/v1/chat/completions", body=json.dumps({"model": "fake-1", "messages": [
           {"role": "user", "content": prompt}]}), headers={"Content-Type": "application/json", "x-api-key": "stolen"})
@@ -381,6 +386,10 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   EXPECT_EQ(agent["model"]["output_tokens"], 50);
   EXPECT_NEAR(agent["model"]["usd"].get<double>(), (1000 * 3.0 + 50 * 15.0) / 1e6, 1e-12);
   EXPECT_EQ(agent["candidate_sha256"], sha256_file(baseline));
+  EXPECT_EQ(agent["model"]["checks"], 1);
+  const std::string agent_log =
+      read_file(storage / "trajectories" / "agent--rmsnorm--s1" / "attempts" / "1" / "generator.log");
+  EXPECT_NE(agent_log.find("check FAIL ['build_failed']"), std::string::npos) << agent_log;
   const nlohmann::json thrifty = record(storage, "thrifty--rmsnorm--s1")["attempts"][0];
   EXPECT_EQ(thrifty["category"], "budget") << thrifty.dump(2);
   EXPECT_EQ(thrifty["decision"], nullptr);
@@ -412,8 +421,9 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   // Recorded, and nowhere in the storage: the plan names the variable, not its value.
   const std::vector<nlohmann::json> ex =
       read_model_exchanges(storage / "trajectories" / "agent--rmsnorm--s1" / "attempts" / "1" / "model");
-  ASSERT_EQ(ex.size(), 1u);
-  EXPECT_EQ(ex[0]["status"], 200);
+  ASSERT_EQ(ex.size(), 2u);
+  EXPECT_EQ(ex[0]["endpoint"], "kwb");
+  EXPECT_EQ(ex[1]["status"], 200);
   EXPECT_EQ(files_holding(storage, k_key), std::vector<std::string>{});
   EXPECT_NE(read_file(storage / "experiment.json").find(k_key_env), std::string::npos);
 

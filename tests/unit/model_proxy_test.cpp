@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -254,6 +256,59 @@ TEST_F(ModelProxyTest, a_replay_answers_the_recorded_requests_in_order_without_c
     EXPECT_TRUE(readable(proxy.stop_fd()));
     EXPECT_NE(proxy.finish().replay_problem.find("another body"), std::string::npos);
   }
+}
+
+TEST_F(ModelProxyTest, a_feedback_check_runs_on_the_main_thread_is_recorded_and_limited_per_attempt) {
+  ModelProxyConfig c = config("1");
+  c.max_checks = 1;
+  std::thread::id ran_on;
+  c.check = [&](const std::string& source) {
+    ran_on = std::this_thread::get_id();
+    UpstreamResponse r;
+    r.status = 200;
+    r.content_type = "application/json";
+    r.body = nlohmann::json({{"verdict", "FAIL"}, {"bytes", source.size()}}).dump();
+    return r;
+  };
+  ModelProxy proxy(std::move(c));
+  // The generator's call waits while kwb's main thread (this one, as run_generator's loop) runs the check.
+  Reply first;
+  std::thread generator([&] { first = call(proxy.socket_path(), "POST", "/kwb/check", "int x = ;"); });
+  pollfd p{proxy.service_fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10000), 1) << "no check asked for the main thread";
+  proxy.serve_main_thread();
+  generator.join();
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(nlohmann::json::parse(first.body)["bytes"], 9);
+  // One per attempt here: the second is refused, and the attempt goes on.
+  EXPECT_EQ(call(proxy.socket_path(), "POST", "/kwb/check", "x").status, 429);
+  EXPECT_FALSE(readable(proxy.stop_fd()));
+  EXPECT_EQ(call(proxy.socket_path(), "GET", "/kwb/other", "").status, 404);
+  const ModelProxyReport report = proxy.finish();
+  EXPECT_EQ(report.checks, 1u);
+  EXPECT_EQ(report.spend.requests, 0u);  // a check is not a model request
+  const std::vector<nlohmann::json> ex = read_model_exchanges(m_dir / "1" / "model");
+  ASSERT_EQ(ex.size(), 3u);
+  EXPECT_EQ(ex[0]["endpoint"], "kwb");
+  EXPECT_EQ(ex[0]["forwarded"], true);  // a replay serves it as recorded
+  EXPECT_EQ(ex[1]["status"], 429);
+}
+
+TEST_F(ModelProxyTest, a_check_still_waiting_when_the_attempt_ends_is_answered_and_the_proxy_stops) {
+  ModelProxyConfig c = config("1");
+  c.check = [](const std::string&) {
+    ADD_FAILURE() << "no check may run once the attempt is over";
+    return UpstreamResponse{};
+  };
+  ModelProxy proxy(std::move(c));
+  Reply r;
+  std::thread generator([&] { r = call(proxy.socket_path(), "POST", "/kwb/check", "int x;"); });
+  pollfd p{proxy.service_fd(), POLLIN, 0};
+  ASSERT_EQ(::poll(&p, 1, 10000), 1);
+  (void)proxy.finish();  // the generator's run ended (its limit) before the main thread served the check
+  generator.join();
+  EXPECT_EQ(r.status, 503);
 }
 
 }  // namespace
