@@ -346,6 +346,7 @@ nlohmann::json ModelProxyReport::json() const {
   j["refused"] = refused;
   j["checks"] = checks;
   j["over_budget"] = over_budget;
+  j["unnamed"] = unnamed;
   j["replay_problem"] = replay_problem;
   return j;
 }
@@ -574,6 +575,13 @@ std::pair<int, UpstreamResponse> ModelProxy::answer(const HttpRequest& request) 
   };
   if (name == "kwb") return answer_kwb(request, path);
   if (target.empty() || target.front() != '/' || endpoint == m_config.endpoints.end()) {
+    // Asking for a host the arm did not name is a reach outside what it may see, as a network socket is: refused,
+    // recorded, and the attempt ends.
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      if (m_report.unnamed.empty()) m_report.unnamed = target;
+    }
+    stop_attempt();
     std::vector<std::string> names;
     for (const ModelEndpoint& e : m_config.endpoints) names.push_back("/" + e.name + "/...");
     return refused(404, "kwb_unknown_endpoint",

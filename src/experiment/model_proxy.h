@@ -112,6 +112,7 @@ struct ModelProxyReport {
   std::uint64_t refused = 0;   // requests answered without forwarding (unknown endpoint, budget, malformed)
   std::uint64_t checks = 0;    // feedback checks run (POST /kwb/check)
   std::string over_budget;     // the first budget passed or refused at ("" when none)
+  std::string unnamed;         // the first path that named no endpoint of the arm ("" when none): the attempt ends
   std::string replay_problem;  // the first request a replay could not answer as recorded ("" when none)
   nlohmann::json json() const;
 };

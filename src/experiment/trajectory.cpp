@@ -536,7 +536,13 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   if (model && category != AttemptCategory::sandbox) {
     // Past a budget, the attempt ends there and its candidate is not judged: what it wrote cost more than allowed.
     // A replay that could not answer as recorded re-ran another experiment: not this attempt's result.
-    if (!model->over_budget.empty()) {
+    if (!model->unnamed.empty()) {
+      category = AttemptCategory::sandbox;
+      failed = fmt::format(
+          "the generator asked kwb's proxy for '{}', which names no endpoint of its arm: a reach outside its "
+          "sandbox; its candidate is discarded",
+          model->unnamed);
+    } else if (!model->over_budget.empty()) {
       category = AttemptCategory::budget;
       failed = "the generator went past its model budget (" + model->over_budget + "): its candidate is discarded";
     } else if (!model->replay_problem.empty()) {

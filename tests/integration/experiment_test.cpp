@@ -243,7 +243,8 @@ class H(http.server.BaseHTTPRequestHandler):
                                   "x_api_key": self.headers.get("x-api-key"), "body": body.decode()}) + "\n")
         out = json.dumps({"model": "fake-1", "choices": [{"message": {"role": "assistant",
                           "content": open(baseline).read()}}],
-                          "usage": {"prompt_tokens": 1000, "completion_tokens": 50}}).encode()
+                          "usage": {"prompt_tokens": 1000, "completion_tokens": 50},
+                          "echo": self.headers.get("Authorization")}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(out)))
@@ -270,13 +271,20 @@ c = Conn("kwb")
 c.request("POST", "/kwb/check", body="int x = ;\n")
 check = json.loads(c.getresponse().read())
 print("check", check["verdict"], [f["reason"] for f in check["failures"]])
+if os.environ.get("SNEAK") and os.environ["KWB_ATTEMPT"] == "2":
+    # A host the arm did not name, through the proxy: refused, and the attempt ends.
+    c = Conn("kwb")
+    c.request("POST", "/elsewhere/v1/chat/completions", body="{}")
+    print("elsewhere", c.getresponse().status)
+    raise SystemExit(5)
 c = Conn("kwb")
 prompt = "optimize " + os.environ["KWB_TASK"] + ", attempt " + os.environ["KWB_ATTEMPT"]
 c.request("POST", "/fake/v1/chat/completions", body=json.dumps({"model": "fake-1", "messages": [
           {"role": "user", "content": prompt}]}), headers={"Content-Type": "application/json", "x-api-key": "stolen"})
 r = c.getresponse()
 answer = json.loads(r.read())
-print("status", r.status, "endpoints", os.environ["KWB_MODEL_ENDPOINTS"])
+print("status", r.status, "endpoints", os.environ["KWB_MODEL_ENDPOINTS"], "echo", answer.get("echo"))
+print("key in my environment:", any("sk-fake" in v for v in os.environ.values()))
 open(os.environ["KWB_OUTPUT"], "w").write(answer["choices"][0]["message"]["content"])
 )";
 
@@ -353,12 +361,13 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
       fmt::format("[[arms.endpoints]]\nname = \"fake\"\nurl = \"{}\"\nkey_env = \"{}\"\n", server.url, k_key_env);
   const std::string arm_keys = "command = [\"python3\", \"agent.py\"]\nfiles = [\"arms/agent.py\"]\n";
   write_file_atomic(root / "experiment.toml",
-                    fmt::format("name = \"model\"\nseeds = [1]\nattempts = 1\n"
+                    fmt::format("name = \"model\"\nseeds = [1]\nattempts = 2\n"
                                 "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
                                 "[[tasks]]\ndir = \"{}\"\n"
                                 "[[prices]]\nmodel = \"fake-*\"\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n"
                                 "[[arms]]\nname = \"agent\"\n{}{}"
-                                "[[arms]]\nname = \"thrifty\"\n{}budget_per_attempt = {{ output_tokens = 10 }}\n{}",
+                                "[[arms]]\nname = \"thrifty\"\n{}budget_per_attempt = {{ output_tokens = 10 }}\n"
+                                "env = {{ SNEAK = \"1\" }}\n{}",
                                 k_rmsnorm_lite.string(), arm_keys, endpoint, arm_keys, endpoint));
   const fs::path storage = root / "experiment.experiment";  // the file's stem
 
@@ -390,33 +399,44 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   const std::string agent_log =
       read_file(storage / "trajectories" / "agent--rmsnorm--s1" / "attempts" / "1" / "generator.log");
   EXPECT_NE(agent_log.find("check FAIL ['build_failed']"), std::string::npos) << agent_log;
+  // It cannot read the key: not in its environment, and an endpoint that echoes the Authorization header it got has
+  // it redacted before the generator sees the answer.
+  EXPECT_NE(agent_log.find("key in my environment: False"), std::string::npos) << agent_log;
+  EXPECT_NE(agent_log.find(std::string("echo Bearer [redacted:") + k_key_env + "]"), std::string::npos) << agent_log;
+  EXPECT_EQ(record(storage, "agent--rmsnorm--s1")["attempts"][1]["category"], "slower");
   const nlohmann::json thrifty = record(storage, "thrifty--rmsnorm--s1")["attempts"][0];
   EXPECT_EQ(thrifty["category"], "budget") << thrifty.dump(2);
   EXPECT_EQ(thrifty["decision"], nullptr);
   EXPECT_NE(thrifty["model"]["over_budget"].get<std::string>().find("output_tokens: 50 of 10"), std::string::npos);
+  // Its second attempt asks the proxy for a host it did not name: refused, recorded, and the attempt ends.
+  const nlohmann::json sneak = record(storage, "thrifty--rmsnorm--s1")["attempts"][1];
+  EXPECT_EQ(sneak["category"], "sandbox") << sneak.dump(2);
+  EXPECT_EQ(sneak["model"]["unnamed"], "/elsewhere/v1/chat/completions");
+  EXPECT_NE(sneak["detail"].get<std::string>().find("names no endpoint of its arm"), std::string::npos);
 
   // The analysis counts what each arm's calls cost, and the attempt past its budget by its category.
   const nlohmann::json an = nlohmann::json::parse(read_file(storage / "analysis.json"));
-  EXPECT_EQ(an["arms"][0]["cost"]["model_requests"], 1) << an["arms"].dump(2);
-  EXPECT_EQ(an["arms"][0]["cost"]["model_output_tokens"], 50);
+  EXPECT_EQ(an["arms"][0]["cost"]["model_requests"], 2) << an["arms"].dump(2);
+  EXPECT_EQ(an["arms"][0]["cost"]["model_output_tokens"], 100);
   EXPECT_NEAR(an["arms"][1]["cost"]["model_usd"].get<double>(), 0.00375, 1e-12);
   EXPECT_EQ(an["arms"][1]["categories"]["budget"], 1);
+  EXPECT_EQ(an["arms"][1]["categories"]["sandbox"], 1);
 
   // The report shows the calls' cost per arm and links every attempt's exchanges.
   const std::string report = read_file(storage / "report.md");
-  EXPECT_NE(report.find("| A agent | 1 | 1000 | 50 | 0.0037 |"), std::string::npos) << report;
+  EXPECT_NE(report.find("| A agent | 2 | 2000 | 100 | 0.0075 |"), std::string::npos) << report;
   EXPECT_NE(report.find("(trajectories/agent--rmsnorm--s1/attempts/1/model/exchanges.jsonl)"), std::string::npos)
       << report;
 
   // What reached the model: the proxy's key, never the generator's; the prompt as the agent wrote it.
   std::vector<nlohmann::json> seen;
   for (const std::string& line : lines_of(read_file(root / "model.log"))) seen.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(seen.size(), 2u);
+  ASSERT_EQ(seen.size(), 3u);  // the agent's two attempts, the thrifty arm's first
   for (const nlohmann::json& s : seen) {
     EXPECT_EQ(s["path"], "/v1/chat/completions");
     EXPECT_EQ(s["authorization"], std::string("Bearer ") + k_key);
     EXPECT_EQ(s["x_api_key"], nullptr);
-    EXPECT_NE(s["body"].get<std::string>().find("optimize rmsnorm, attempt 1"), std::string::npos);
+    EXPECT_NE(s["body"].get<std::string>().find("optimize rmsnorm, attempt "), std::string::npos);
   }
   // Recorded, and nowhere in the storage: the plan names the variable, not its value.
   const std::vector<nlohmann::json> ex =
@@ -434,9 +454,10 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
                                 replayed.string(), "--replay", storage.string()},
                                std::chrono::seconds(600));
   ASSERT_EQ(again.exit_code, 2) << again.output << again.errors;
-  for (const char* id : {"agent--rmsnorm--s1", "thrifty--rmsnorm--s1"}) {
-    const nlohmann::json a = record(storage, id)["attempts"][0];
-    const nlohmann::json b = record(replayed, id)["attempts"][0];
+  for (const auto& [id, n] : {std::pair{"agent--rmsnorm--s1", 0}, std::pair{"agent--rmsnorm--s1", 1},
+                              std::pair{"thrifty--rmsnorm--s1", 0}, std::pair{"thrifty--rmsnorm--s1", 1}}) {
+    const nlohmann::json a = record(storage, id)["attempts"][n];
+    const nlohmann::json b = record(replayed, id)["attempts"][n];
     EXPECT_EQ(a["candidate_sha256"], b["candidate_sha256"]) << id;
     EXPECT_EQ(a["category"], b["category"]) << id;
     EXPECT_EQ(a["model"]["output_tokens"], b["model"]["output_tokens"]) << id;

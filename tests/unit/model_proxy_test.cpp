@@ -135,8 +135,10 @@ TEST_F(ModelProxyTest, a_named_endpoint_gets_the_key_from_the_proxy_and_nothing_
   EXPECT_NE(r.body.find("[redacted:FAKE_API_KEY]"), std::string::npos) << r.body;
   EXPECT_NE(r.body.find("kernel v1"), std::string::npos);
 
-  // Not an endpoint of the arm: 404, nothing sent.
+  // Not an endpoint of the arm: 404, nothing sent, and the attempt is told to end (a reach outside its view).
+  EXPECT_FALSE(readable(proxy.stop_fd()));
   EXPECT_EQ(call(proxy.socket_path(), "POST", "/anthropic/v1/messages", "{}").status, 404);
+  EXPECT_TRUE(readable(proxy.stop_fd()));
   EXPECT_EQ(call(proxy.socket_path(), "GET", "/", "").status, 404);
   EXPECT_EQ(m_sent.size(), 1u);
 
@@ -146,6 +148,7 @@ TEST_F(ModelProxyTest, a_named_endpoint_gets_the_key_from_the_proxy_and_nothing_
   EXPECT_EQ(report.spend.output_tokens, 50u);
   EXPECT_DOUBLE_EQ(report.spend.usd, (100 * 1.0 + 50 * 10.0) / 1e6);
   EXPECT_EQ(report.refused, 2u);
+  EXPECT_EQ(report.unnamed, "/anthropic/v1/messages");
   EXPECT_TRUE(report.over_budget.empty());
   EXPECT_FALSE(fs::exists(proxy.socket_path()));
 
