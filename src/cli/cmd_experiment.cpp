@@ -5,11 +5,15 @@
 #include "experiment/experiment_file.h"
 #include "experiment/plan.h"
 #include "experiment/runner.h"
+#include "experiment/study_plan.h"
 #include "experiment/trajectory.h"
 #include "util/error.h"
 #include "util/json_text.h"
 
 #include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
 
 #include <iostream>
 
@@ -146,6 +150,129 @@ int report_verb(const std::string& given, bool json) {
   return 0;
 }
 
+// "1.2x", "1.2" or "20%": a ratio above 1.
+double parse_effect(const std::string& text) {
+  std::string t = text;
+  double scale = 1.0, offset = 0.0;
+  if (!t.empty() && (t.back() == 'x' || t.back() == 'X')) {
+    t.pop_back();
+  } else if (!t.empty() && t.back() == '%') {
+    t.pop_back();
+    scale = 0.01;
+    offset = 1.0;
+  }
+  double v = 0.0;
+  const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+  const double ratio = offset + scale * v;
+  if (ec != std::errc() || p != t.data() + t.size() || !(ratio > 1.0) || !std::isfinite(ratio)) {
+    throw UsageError(
+        fmt::format("--effect {}: give the smallest B/A worth finding as a ratio above 1 (1.2x) or a "
+                    "gain in percent (20%)",
+                    text));
+  }
+  return ratio;
+}
+
+int plan_verb(const std::string& given, const std::string& effect_text, double sd, const std::string& pilot,
+              double power, bool json) {
+  // The experiment: its tasks and confidence, from the file or its frozen plan.
+  int tasks = 0;
+  double confidence = 0.95;
+  fs::path storage;
+  if (fs::is_regular_file(given)) {
+    const Experiment x = load_experiment(given, check_validate_flag);
+    tasks = static_cast<int>(x.tasks.size());
+    confidence = x.confidence;
+    storage = x.storage;
+  } else {
+    storage = storage_of(given);
+    const nlohmann::json plan = load_frozen_plan(storage);
+    tasks = static_cast<int>(plan["tasks"].size());
+    confidence = plan["settings"].value("confidence", 0.95);
+  }
+  // sigma: stated, or from a pilot's analysis (--pilot, else the experiment's own storage when it has run).
+  const fs::path pilot_dir = pilot.empty() ? storage : fs::path(pilot);
+  std::optional<nlohmann::json> pilot_analysis;
+  if (sd <= 0.0 || !pilot.empty()) {
+    if (!fs::is_regular_file(ExperimentPaths{pilot_dir}.plan())) {
+      throw UsageError(
+          fmt::format("no pilot to take the spread of d from ({} holds no experiment): run a pilot "
+                      "(a few seeds) and give --pilot ITS_STORAGE, or state --sd",
+                      pilot_dir.string()));
+    }
+    pilot_analysis = write_experiment_reports(pilot_dir);
+  }
+  std::string sd_from = "stated (--sd)";
+  if (sd <= 0.0) {
+    const std::optional<PilotSpread> spread = pilot_spread(*pilot_analysis);
+    if (!spread || !(spread->sd > 0.0)) {
+      throw UsageError(
+          fmt::format("the pilot {} has fewer than two measured pairs, or they are all equal: its spread "
+                      "of d says nothing; run more seeds, or state --sd",
+                      pilot_dir.string()));
+    }
+    sd = spread->sd;
+    sd_from = fmt::format("pilot {}: {} pairs, {} ({} df)", pilot_dir.string(),
+                          (*pilot_analysis)["difference"].value("pairs", 0), spread->from, spread->df);
+  }
+  StudyPlanInput in;
+  in.effect_ratio = parse_effect(effect_text);
+  in.sd = sd;
+  in.tasks = tasks;
+  in.confidence = confidence;
+  in.power = power;
+  const StudyPlan p = plan_study(in);
+  // What a pair costs, from the pilot: its trajectories' generator and validate seconds, and model dollars.
+  nlohmann::json per_pair = nullptr;
+  if (pilot_analysis) {
+    double seconds = 0.0, usd = 0.0;
+    int pairs = std::max(1, (*pilot_analysis)["difference"].value("planned_pairs", 1));
+    for (const nlohmann::json& arm : (*pilot_analysis)["arms"]) {
+      const nlohmann::json& c = arm["cost"];
+      seconds += c.value("generator_wall_seconds", 0.0) + c.value("validate_seconds", 0.0);
+      usd += c.value("model_usd", 0.0);
+    }
+    per_pair = {{"seconds", seconds / pairs}, {"usd", usd / pairs}};
+  }
+  const nlohmann::json out = {
+      {"schema", "kwb.experiment_study_plan"},
+      {"schema_version", 1},
+      {"effect_ratio", in.effect_ratio},
+      {"delta", std::log(in.effect_ratio)},
+      {"sd", sd},
+      {"sd_from", sd_from},
+      {"confidence", confidence},
+      {"power", power},
+      {"tasks", tasks},
+      {"seeds", p.seeds},
+      {"pairs", p.pairs},
+      {"df", p.df},
+      {"achieved_power", p.power},
+      {"half_width", p.half_width},
+      {"capped", p.capped},
+      {"per_pair", per_pair},
+  };
+  if (json) {
+    std::cout << json_text(out, 2) << "\n";
+    return p.capped ? static_cast<int>(ExitCode::inconclusive) : 0;
+  }
+  std::cout << fmt::format(
+      "to show B/A >= {:.3g}x (d = {:.4f}) at {:.0f}% confidence with {:.0f}% power, sigma of d {:.4f} ({}):\n"
+      "  {} task(s) x {} seed(s) = {} pairs ({} trajectories){}; achieved power {:.0f}%, expected interval "
+      "half-width {:.4f} in d (x{:.3f})\n",
+      in.effect_ratio, std::log(in.effect_ratio), confidence * 100.0, power * 100.0, sd, sd_from, tasks, p.seeds,
+      p.pairs, 2 * p.pairs, p.capped ? " (capped: the effect is too small for this sigma)" : "", p.power * 100.0,
+      p.half_width, std::exp(p.half_width));
+  if (per_pair.is_object()) {
+    std::cout << fmt::format(
+        "  from the pilot: about {:.1f} h of generators and validates and {:.2f} USD of model "
+        "calls in all\n",
+        per_pair["seconds"].get<double>() * p.pairs / 3600.0, per_pair["usd"].get<double>() * p.pairs);
+  }
+  std::cout << fmt::format("  give the experiment file {} seeds: seeds = [1, 2, ..., {}]\n", p.seeds, p.seeds);
+  return p.capped ? static_cast<int>(ExitCode::inconclusive) : 0;
+}
+
 }  // namespace experiment_verbs
 
 Action add_experiment(CLI::App& root) {
@@ -156,6 +283,10 @@ Action add_experiment(CLI::App& root) {
     bool dry_run = false;
     std::string storage;
     std::string replay;
+    std::string effect;
+    double sd = 0.0;
+    std::string pilot;
+    double power = 0.8;
   };
   auto a = std::make_shared<Args>();
   CLI::App* app = root.add_subcommand("experiment",
@@ -179,10 +310,22 @@ Action add_experiment(CLI::App& root) {
   CLI::App* status = app->add_subcommand("status", "Each trajectory: pending, running, done or invalid");
   status->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
   status->add_flag("--json", a->json, "Print as JSON");
+  CLI::App* plan = app->add_subcommand(
+      "plan", "How many seeds an experiment needs to show an effect, from a pilot's spread or a stated one");
+  plan->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
+  plan->add_option("--effect", a->effect, "The smallest B/A worth finding: 1.2x, or 20%")->required();
+  plan->add_option("--sd", a->sd, "The standard deviation of d within a task (instead of a pilot's)")
+      ->check(CLI::PositiveNumber);
+  plan->add_option("--pilot", a->pilot,
+                   "A pilot experiment's storage folder to take the spread of d and the costs from (default: the "
+                   "experiment's own, when it has run)");
+  plan->add_option("--power", a->power, "The chance of showing an effect of that size")->check(CLI::Range(0.5, 0.999));
+  plan->add_flag("--json", a->json, "Print as JSON (schema kwb.experiment_study_plan)");
   CLI::App* report = app->add_subcommand("report", "Analyze and write analysis.json, report.md and report.html");
   report->add_option("experiment", a->target, "Experiment file, or its storage folder")->required();
   report->add_flag("--json", a->json, "Print the analysis as JSON (schema kwb.experiment_analysis)");
-  return [a, run, traj, status, report]() {
+  return [a, run, traj, status, plan, report]() {
+    if (plan->parsed()) return experiment_verbs::plan_verb(a->target, a->effect, a->sd, a->pilot, a->power, a->json);
     if (run->parsed()) return experiment_verbs::run_verb(a->target, a->dry_run, a->json, a->storage, a->replay);
     if (traj->parsed()) return experiment_verbs::trajectory_verb(a->target, a->id);
     if (status->parsed()) return experiment_verbs::status_verb(a->target, a->json);

@@ -230,6 +230,7 @@ def main():
         for record in sorted(out.glob("trajectories/*/trajectory.json")):
             checker.check_file(f"experiment {record.parent.name}/trajectory.json", record)
         run("experiment status", ["experiment", "status", str(out), "--json"], {0})
+        run("experiment plan", ["experiment", "plan", str(out), "--effect", "1.2x", "--sd", "0.25", "--json"], {0})
         # kwb mcp's list_tasks runs in the server, not as a verb: its result (kwb.tasks), from one exchange.
         messages = [
             {"jsonrpc": "2.0", "id": 1, "method": "initialize",
