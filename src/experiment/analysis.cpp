@@ -63,6 +63,7 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
           static_cast<int>(g.value("violations", nlohmann::json::array()).size()) + g.value("violations_dropped", 0);
     }
     o.validate_s += a.value("validate_seconds", 0.0);
+    o.validate_lock_wait_s += a.value("validate_lock_wait_seconds", 0.0);
     if (a.contains("model") && a["model"].is_object()) {
       const nlohmann::json& m = a["model"];
       o.model_requests += m.value("requests", std::uint64_t{0});
@@ -73,6 +74,7 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
   }
   if (const nlohmann::json f = r.value("final", nlohmann::json()); f.is_object()) {
     o.validate_s += f.value("validate_seconds", 0.0);
+    o.validate_lock_wait_s += f.value("validate_lock_wait_seconds", 0.0);
     const std::string s = f.value("status", "");
     if (o.status == "done" && (s == "measured" || s == "baseline")) {
       o.measured = s == "measured";
@@ -254,7 +256,7 @@ std::string verdict_of(const PairedInterval& iv, size_t measured, size_t missing
 // One arm's summary: outcomes, keeps, fast_p, attempts by category, sandbox violations and cost.
 nlohmann::json arm_summary(int a, const std::string& name, const std::vector<TrajectoryOutcome>& all) {
   int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
-  double gw = 0, gc = 0, vs = 0, log_sum = 0, usd = 0;
+  double gw = 0, gc = 0, vs = 0, lw = 0, log_sum = 0, usd = 0;
   std::uint64_t requests = 0, input_tokens = 0, output_tokens = 0;
   std::map<std::string, int> cats;
   std::vector<double> speedups;
@@ -266,6 +268,7 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
     gw += o.generator_wall_s;
     gc += o.generator_cpu_s;
     vs += o.validate_s;
+    lw += o.validate_lock_wait_s;
     requests += o.model_requests;
     input_tokens += o.model_input_tokens;
     output_tokens += o.model_output_tokens;
@@ -303,31 +306,38 @@ nlohmann::json arm_summary(int a, const std::string& name, const std::vector<Tra
         kernels == 0 ? nlohmann::json(nullptr)
                      : nlohmann::json(static_cast<double>(fast_kernels[fast_key(p)]) / static_cast<double>(kernels));
   }
-  return {{"name", name},
-          {"label", a == 0 ? "A" : "B"},
-          {"trajectories", n},
-          {"with_outcome", correct},
-          {"keeps", keeps},
-          {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
-          {"fast_p", fast},
-          {"kernels", kernels},
-          {"fast_p_kernels", fast_k},
-          {"attempts", attempts},
-          {"categories", cats},
-          {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
-          {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
-          {"sandbox_violations", violations},
-          {"cost",
-           {{"generator_wall_seconds", gw},
-            {"generator_cpu_seconds", gc},
-            {"validate_seconds", vs},
-            {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts},
-            {"model_requests", requests},
-            {"model_input_tokens", input_tokens},
-            {"model_output_tokens", output_tokens},
-            {"model_usd", usd},
-            {"model_usd_per_attempt", attempts == 0 ? 0.0 : usd / attempts},
-            {"model_usd_per_keep", keeps == 0 ? nlohmann::json(nullptr) : nlohmann::json(usd / keeps)}}}};
+  return {
+      {"name", name},
+      {"label", a == 0 ? "A" : "B"},
+      {"trajectories", n},
+      {"with_outcome", correct},
+      {"keeps", keeps},
+      {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
+      {"fast_p", fast},
+      {"kernels", kernels},
+      {"fast_p_kernels", fast_k},
+      {"attempts", attempts},
+      {"categories", cats},
+      {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
+      {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
+      {"sandbox_violations", violations},
+      {"cost",
+       {{"generator_wall_seconds", gw},
+        {"generator_cpu_seconds", gc},
+        {"validate_seconds", vs},
+        {"validate_lock_wait_seconds", lw},
+        {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts},
+        {"model_requests", requests},
+        {"model_input_tokens", input_tokens},
+        {"model_output_tokens", output_tokens},
+        {"model_usd", usd},
+        {"model_usd_per_attempt", attempts == 0 ? 0.0 : usd / attempts},
+        {"model_usd_per_keep", keeps == 0 ? nlohmann::json(nullptr) : nlohmann::json(usd / keeps)},
+        // Speedup per unit of cost: the arm's summed ln(final speedup) over its trajectories per dollar of
+        // model calls and per hour of generator wall time (null where that cost is zero or nothing was measured).
+        {"log_speedup_per_usd", correct == 0 || usd <= 0.0 ? nlohmann::json(nullptr) : nlohmann::json(log_sum / usd)},
+        {"log_speedup_per_generator_hour",
+         correct == 0 || gw <= 0.0 ? nlohmann::json(nullptr) : nlohmann::json(log_sum / (gw / 3600.0))}}}};
 }
 
 }  // namespace
@@ -350,7 +360,18 @@ nlohmann::json analyze_experiment(const nlohmann::json& plan, const std::vector<
                                                            : verdict;
   nlohmann::json by_task = nlohmann::json::array();
   for (const auto& [task, d] : pairs.d_by_task) {
-    by_task.push_back({{"task", task}, {"pairs", d.size()}, {"mean_d", mean_of(d)}, {"d", d}});
+    // The task's own interval beside the pooled one: the paired t over its seeds (none with fewer than two).
+    const PairedInterval t = paired_interval({{task, d}}, confidence);
+    const bool has = t.df > 0.0;
+    by_task.push_back({{"task", task},
+                       {"pairs", d.size()},
+                       {"mean_d", mean_of(d)},
+                       {"low", has ? nlohmann::json(t.low) : nlohmann::json(nullptr)},
+                       {"high", has ? nlohmann::json(t.high) : nlohmann::json(nullptr)},
+                       {"ratio", std::exp(mean_of(d))},
+                       {"ratio_low", has ? nlohmann::json(std::exp(t.low)) : nlohmann::json(nullptr)},
+                       {"ratio_high", has ? nlohmann::json(std::exp(t.high)) : nlohmann::json(nullptr)},
+                       {"d", d}});
   }
   nlohmann::json arms = nlohmann::json::array();
   for (int a = 0; a < 2; ++a) arms.push_back(arm_summary(a, arm_names[static_cast<size_t>(a)], all));

@@ -46,6 +46,7 @@ struct TrajectoryOutcome {
   std::vector<Kernel> kernels;
   int violations = 0;  // generator sandbox violations recorded, over all attempts
   double generator_wall_s = 0.0, generator_cpu_s = 0.0, validate_s = 0.0;
+  double validate_lock_wait_s = 0.0;  // of validate_s: waiting for the timing lock (others' timing)
   // What its attempts' model calls cost (experiment/model_proxy.h), over every attempt, refused or past a budget too.
   std::uint64_t model_requests = 0, model_input_tokens = 0, model_output_tokens = 0;
   double model_usd = 0.0;

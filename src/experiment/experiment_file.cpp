@@ -118,7 +118,7 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
   const std::string where = fmt::format("arms[{}]", index);
   r.only(t, where,
          {"name", "command", "env", "files", "timeout_seconds", "cpu_seconds", "work_quota_mib", "address_space_gib",
-          "endpoints", "budget_per_attempt", "budget_per_arm"});
+          "endpoints", "budget_per_attempt", "budget_per_arm", "mounts"});
   ExperimentArm a;
   a.line = line_of(t);
   a.name = r.text(t, "name", where + ".name").value_or("");
@@ -170,6 +170,16 @@ ExperimentArm read_arm(const Reader& r, const toml::table& t, size_t index, cons
   a.timeout_seconds = r.number(t, "timeout_seconds", where + ".timeout_seconds", 1.0, 86400.0).value_or(300.0);
   a.cpu_seconds = r.number(t, "cpu_seconds", where + ".cpu_seconds", 1.0, 86400.0).value_or(600.0);
   a.work_quota_mib = r.number(t, "work_quota_mib", where + ".work_quota_mib", 1.0, 1048576.0).value_or(256.0);
+  for (const std::string& m : r.texts(t, "mounts", where + ".mounts")) {
+    const fs::path p = fs::absolute(base / m).lexically_normal();
+    if (!fs::exists(p)) {
+      fail(r.file(), line_of(*t.get("mounts")), where + ".mounts",
+           fmt::format("'{}' ({}) does not exist: name folders or files (a local model's weights) relative to the "
+                       "experiment file's folder, or absolute",
+                       m, p.string()));
+    }
+    a.mounts.push_back(p);
+  }
   a.address_space_gib = r.number(t, "address_space_gib", where + ".address_space_gib", 0.25, 4096.0).value_or(4.0);
   a.endpoints = read_endpoints(r, t, where + ".endpoints");
   a.budget_per_attempt = read_budget(r, t, "budget_per_attempt", where + ".budget_per_attempt");

@@ -28,6 +28,9 @@ struct ExperimentArm {
   // Its work folder's quota (every regular file's bytes together), checked after each run: past it the attempt is
   // a violation and the folder is reset (GeneratorSpec::work_quota_bytes).
   double work_quota_mib = 256.0;
+  // Folders or files bound read-only into the sandbox at their own paths, not copied (a local model's weights):
+  // frozen by the SHA-256 of every file in them, each trajectory checks their sizes and times (plan.h).
+  std::vector<std::filesystem::path> mounts;  // absolute
   // Each process's address space (RLIMIT_AS): a local model needs more than the default.
   double address_space_gib = 4.0;
   // The model endpoints it may call through kwb's proxy (experiment/model_proxy.h; docs/arms.md, "Calling a

@@ -168,8 +168,8 @@ Section arms_section(const nlohmann::json& an) {
   Section s{"The arms",
             "Costs are sums over the arm's attempts; fast_p is in the next table.",
             {{"arm", "trajectories", "keeps", "geomean speedup", "attempts", "cheats caught",
-              "sandbox violations (attempts / calls)", "generator wall s", "generator CPU s", "kwb validate s",
-              "model requests", "model tokens (in / out)", "model USD"},
+              "sandbox violations (attempts / calls)", "generator wall s", "generator CPU s",
+              "kwb validate s (of it, lock wait)", "model requests", "model tokens (in / out)", "model USD"},
              {},
              false}};
   for (const nlohmann::json& arm : an["arms"]) {
@@ -184,7 +184,7 @@ Section arms_section(const nlohmann::json& an) {
           fmt::format("{} / {}", arm.value("sandbox", 0), arm.value("sandbox_violations", 0)),
           fmt::format("{:.1f}", c.value("generator_wall_seconds", 0.0)),
           fmt::format("{:.1f}", c.value("generator_cpu_seconds", 0.0)),
-          fmt::format("{:.1f}", c.value("validate_seconds", 0.0))},
+          fmt::format("{:.1f} ({:.1f})", c.value("validate_seconds", 0.0), c.value("validate_lock_wait_seconds", 0.0))},
          ""});
   }
   return s;
@@ -201,7 +201,7 @@ std::optional<Section> model_section(const nlohmann::json& an) {
             "Requests through kwb's proxy and what they cost, summed over the arm's attempts; dollars from the "
             "experiment's [[prices]]. Each attempt's exchanges are in its trajectory's attempts/<n>/model/.",
             {{"arm", "requests", "input tokens", "output tokens", "USD", "USD per attempt", "USD per keep",
-              "attempts ended by a budget"},
+              "ln speedup per USD", "attempts ended by a budget"},
              {},
              false}};
   for (const nlohmann::json& arm : an["arms"]) {
@@ -213,6 +213,7 @@ std::optional<Section> model_section(const nlohmann::json& an) {
           fmt::format("{:.4f}", c.value("model_usd_per_attempt", 0.0)),
           c["model_usd_per_keep"].is_number() ? fmt::format("{:.4f}", c["model_usd_per_keep"].get<double>())
                                               : "none kept",
+          c["log_speedup_per_usd"].is_number() ? fmt::format("{:.2f}", c["log_speedup_per_usd"].get<double>()) : "-",
           std::to_string(arm["categories"].value("budget", 0))},
          ""});
   }
@@ -264,8 +265,26 @@ Section categories_section(const nlohmann::json& an) {
 
 Section task_section(const std::string& task, const nlohmann::json& an, const std::vector<nlohmann::json>& records,
                      const std::string& a_name, const std::string& b_name) {
+  std::string pooled = "";
+  bool measured = false;  // a pair of this task where either arm kept something and measured it
+  for (const nlohmann::json& p : an["pairs"]) {
+    measured =
+        measured || (p.value("task", "") == task && (p.value("measured_a", true) || p.value("measured_b", true)));
+  }
+  for (const nlohmann::json& t : an["by_task"]) {
+    if (t.value("task", "") != task) continue;
+    pooled = !measured ? std::string("Neither arm kept anything on this task: nothing was measured. ")
+             : t["ratio_low"].is_number()
+                 ? fmt::format(
+                       "This task's B/A over its seeds: {:.3f}x [{:.3f}x, {:.3f}x] (its own paired t, beside "
+                       "the pooled interval above). ",
+                       t["ratio"].get<double>(), t["ratio_low"].get<double>(), t["ratio_high"].get<double>())
+                 : fmt::format("This task's B/A: {:.3f}x (one seed: no interval of its own). ", t.value("ratio", 1.0));
+  }
   Section s{"Task " + task,
-            "Final speedup over the original baseline [its interval], keeps, and each attempt's outcome in order (" +
+            pooled +
+                "Final speedup over the original baseline [its interval], keeps, and each attempt's outcome in "
+                "order (" +
                 legend() + ").",
             {{"seed", a_name + ": final", a_name + ": keeps", a_name + ": attempts", b_name + ": final",
               b_name + ": keeps", b_name + ": attempts", "d"},

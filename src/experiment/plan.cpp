@@ -79,6 +79,29 @@ nlohmann::json frozen_file_list(const fs::path& dir) {
   return out;
 }
 
+nlohmann::json mounted_file_list(const fs::path& mount, bool hash) {
+  std::vector<fs::path> files;
+  if (fs::is_regular_file(mount)) {
+    files.push_back(mount);
+  } else {
+    for (auto it = fs::recursive_directory_iterator(mount); it != fs::recursive_directory_iterator(); ++it) {
+      if (it->is_regular_file()) files.push_back(it->path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  nlohmann::json list = nlohmann::json::array();
+  for (const fs::path& f : files) {
+    nlohmann::json e = {
+        {"path", f == mount ? "" : f.lexically_relative(mount).string()},
+        {"bytes", fs::file_size(f)},
+        {"mtime_ns",
+         std::chrono::duration_cast<std::chrono::nanoseconds>(fs::last_write_time(f).time_since_epoch()).count()}};
+    if (hash) e["sha256"] = sha256_file(f);
+    list.push_back(std::move(e));
+  }
+  return {{"path", mount.string()}, {"files", list}};
+}
+
 std::vector<TrajectoryPlan> plan_trajectories(const Experiment& x) {
   std::vector<TrajectoryPlan> out;
   for (const ExperimentTask& t : x.tasks) {
@@ -150,6 +173,10 @@ nlohmann::json freeze_arms(const Experiment& x, const fs::path& staging) {
                           {"files", frozen_file_list(dir)}};
     // Only where set, so that a plan frozen before these existed still freezes to itself.
     if (a.address_space_gib != 4.0) arm["address_space_gib"] = a.address_space_gib;
+    if (!a.mounts.empty()) {
+      arm["mounts"] = nlohmann::json::array();
+      for (const fs::path& m : a.mounts) arm["mounts"].push_back(mounted_file_list(m, true));
+    }
     if (!a.endpoints.empty()) {
       arm["endpoints"] = nlohmann::json::array();
       for (const ModelEndpoint& e : a.endpoints) {

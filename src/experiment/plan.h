@@ -47,6 +47,11 @@ std::vector<std::filesystem::path> public_task_files(const std::filesystem::path
 // Every regular file below `dir` as the plan lists it: [{path (relative), sha256}], sorted by path.
 nlohmann::json frozen_file_list(const std::filesystem::path& dir);
 
+// A mounted folder or file (ExperimentArm::mounts) as the plan lists it: {path, files: [{path (relative; "" for the
+// mount itself when it is a file), bytes, mtime_ns, sha256}]}, sorted by path. With hash false the SHA-256s are
+// left out: what a trajectory compares before it starts (sizes and times, not gigabytes read again).
+nlohmann::json mounted_file_list(const std::filesystem::path& mount, bool hash);
+
 // Freezes `x` into its storage folder (creating it), or, when it was frozen before, checks that it freezes to the
 // same plan: DataError (65) naming what changed otherwise. Returns the plan as written.
 nlohmann::json freeze_experiment(const Experiment& x);

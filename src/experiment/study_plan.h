@@ -30,9 +30,9 @@ struct StudyPlan {
   int seeds = 0;  // per task
   int pairs = 0;  // tasks x seeds
   double df = 0.0;
-  double power = 0.0;  // achieved at that many seeds
+  double power = 0.0;       // achieved at that many seeds
   double half_width = 0.0;  // the interval's expected half-width in d (log) units at that size
-  bool capped = false;  // 10 000 seeds were not enough: the effect is too small for this sigma
+  bool capped = false;      // 10 000 seeds were not enough: the effect is too small for this sigma
 };
 
 // Throws std::invalid_argument for an effect not above 1, a sigma not above 0, power or confidence outside (0, 1).

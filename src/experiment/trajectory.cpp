@@ -186,6 +186,9 @@ GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbe
   const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
   g.cwd = arm_dir;
   g.read_only = {arm_dir, t.public_dir, t.history(), abi_include_dir()};
+  for (const nlohmann::json& m : t.arm.value("mounts", nlohmann::json::array())) {
+    g.read_only.emplace_back(m["path"].get<std::string>());
+  }
   g.writable = t.work();
   g.wall = std::chrono::milliseconds(static_cast<std::int64_t>(t.arm["timeout_seconds"].get<double>() * 1000.0));
   g.cpu_seconds = static_cast<std::uint64_t>(std::ceil(t.arm["cpu_seconds"].get<double>()));
@@ -412,6 +415,7 @@ AttemptCategory validate_and_keep(const Trajectory& t, int n, const fs::path& ad
       validate_argv(t, (adir / out_name).string(), attempt_seed(t.seed, n), adir / "bundle", true);
   const ValidateOutcome v = run_validate(t, argv, adir);
   a["validate_seconds"] = v.seconds;
+  a["validate_lock_wait_seconds"] = v.lock_wait_seconds;
   if (!v.decision) {
     a["detail"] = v.error;
     return AttemptCategory::error;
@@ -581,6 +585,7 @@ nlohmann::json run_final(const Trajectory& t, const nlohmann::json& record) {
                                          fdir);
   nlohmann::json f = {{"incumbent_attempt", *kept},
                       {"validate_seconds", v.seconds},
+                      {"validate_lock_wait_seconds", v.lock_wait_seconds},
                       {"bundle", (fdir / "bundle").lexically_relative(t.storage).string()}};
   if (!v.decision) {
     f["status"] = "invalid";
@@ -615,6 +620,18 @@ std::string changed_since_freeze(const Trajectory& t) {
   const fs::path arm_dir = ExperimentPaths{t.storage}.arm(t.arm["name"].get<std::string>());
   if (frozen_file_list(arm_dir) != t.arm["files"]) {
     return fmt::format("the arm's frozen files in {} changed", arm_dir.string());
+  }
+  // Mounts are not copied: their sizes and times must be those frozen (their SHA-256s were taken at the freeze).
+  for (const nlohmann::json& m : t.arm.value("mounts", nlohmann::json::array())) {
+    nlohmann::json frozen = m;
+    for (nlohmann::json& f : frozen["files"]) f.erase("sha256");
+    const fs::path path = m["path"].get<std::string>();
+    if (!fs::exists(path) || mounted_file_list(path, false) != frozen) {
+      return fmt::format(
+          "the arm's mount {} changed since the experiment was frozen (a file added, removed, resized "
+          "or rewritten)",
+          path.string());
+    }
   }
   return "";
 }
@@ -754,6 +771,11 @@ AttemptBundle read_attempt_bundle(const fs::path& bundle, const std::vector<std:
     return o;
   }
   if (b.ab) o.ab = comparison_log_speedup(*b.ab);
+  for (const std::optional<nlohmann::json>* c : {&b.aa, &b.ab}) {
+    if (*c && (**c).contains("timing_lock") && (**c)["timing_lock"].is_object()) {
+      o.lock_wait_seconds += (**c)["timing_lock"].value("waited_seconds", 0.0);
+    }
+  }
   o.final_reasons = final_check_reasons(snapshot->path());
   return o;
 }

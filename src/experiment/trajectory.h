@@ -80,7 +80,8 @@ struct AttemptBundle {
   std::optional<nlohmann::json> decision;
   std::optional<LogSpeedup> ab;
   std::vector<std::string> final_reasons;  // the final check's failure reasons (categorize_decision)
-  std::string error;                       // why there is no decision
+  double lock_wait_seconds = 0.0;  // its comparisons' waits for the timing lock (others' timing, not this validate's)
+  std::string error;               // why there is no decision
 };
 AttemptBundle read_attempt_bundle(const std::filesystem::path& bundle, const std::vector<std::string>& argv);
 

@@ -150,7 +150,7 @@ def main():
             text, outside, error = load_page(chrome, page, tmp)
             dom = Dom()
             dom.feed(text or "")
-            model_rows = [r for r in dom.rows if len(r) == 8 and r[0] in ("A no-skill", "B skill")]
+            model_rows = [r for r in dom.rows if len(r) == 9 and r[0] in ("A no-skill", "B skill") and r[1].isdigit()]
             if [r[1] for r in model_rows] != ["6", "3"]:
                 problems.append(f"the model calls table's rows are {model_rows}")
             links = [h for h in dom.links if h.endswith("exchanges.jsonl")]

@@ -285,6 +285,7 @@ r = c.getresponse()
 answer = json.loads(r.read())
 print("status", r.status, "endpoints", os.environ["KWB_MODEL_ENDPOINTS"], "echo", answer.get("echo"))
 print("key in my environment:", any("sk-fake" in v for v in os.environ.values()))
+print("mounted:", open(os.environ["MOUNTED"]).read())
 open(os.environ["KWB_OUTPUT"], "w").write(answer["choices"][0]["message"]["content"])
 )";
 
@@ -359,16 +360,25 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   // TOML: an arm's own keys come before its [[arms.endpoints]] tables.
   const std::string endpoint =
       fmt::format("[[arms.endpoints]]\nname = \"fake\"\nurl = \"{}\"\nkey_env = \"{}\"\n", server.url, k_key_env);
-  const std::string arm_keys = "command = [\"python3\", \"agent.py\"]\nfiles = [\"arms/agent.py\"]\n";
-  write_file_atomic(root / "experiment.toml",
-                    fmt::format("name = \"model\"\nseeds = [1]\nattempts = 2\n"
-                                "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
-                                "[[tasks]]\ndir = \"{}\"\n"
-                                "[[prices]]\nmodel = \"fake-*\"\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n"
-                                "[[arms]]\nname = \"agent\"\n{}{}"
-                                "[[arms]]\nname = \"thrifty\"\n{}budget_per_attempt = {{ output_tokens = 10 }}\n"
-                                "env = {{ SNEAK = \"1\" }}\n{}",
-                                k_rmsnorm_lite.string(), arm_keys, endpoint, arm_keys, endpoint));
+  // A local model's files, mounted read-only and not copied.
+  fs::create_directories(root / "weights");
+  write_file_atomic(root / "weights" / "w.bin", "weights-v1");
+  const auto arm_keys = [&](const std::string& more_env) {
+    return fmt::format(
+        "command = [\"python3\", \"agent.py\"]\nfiles = [\"arms/agent.py\"]\nmounts = [\"weights\"]\n"
+        "env = {{ MOUNTED = \"{}\"{} }}\n",
+        (root / "weights" / "w.bin").string(), more_env);
+  };
+  write_file_atomic(
+      root / "experiment.toml",
+      fmt::format("name = \"model\"\nseeds = [1]\nattempts = 2\n"
+                  "[validate]\nworkloads = [\"decode\"]\nlayouts = 2\nno_profile = true\n"
+                  "[[tasks]]\ndir = \"{}\"\n"
+                  "[[prices]]\nmodel = \"fake-*\"\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n"
+                  "[[arms]]\nname = \"agent\"\n{}{}"
+                  "[[arms]]\nname = \"thrifty\"\n{}budget_per_attempt = {{ output_tokens = 10 }}\n"
+                  "{}",
+                  k_rmsnorm_lite.string(), arm_keys(""), endpoint, arm_keys(", SNEAK = \"1\""), endpoint));
   const fs::path storage = root / "experiment.experiment";  // the file's stem
 
   // Without the key where it runs, a trajectory says which variable to set.
@@ -402,6 +412,8 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   // It cannot read the key: not in its environment, and an endpoint that echoes the Authorization header it got has
   // it redacted before the generator sees the answer.
   EXPECT_NE(agent_log.find("key in my environment: False"), std::string::npos) << agent_log;
+  EXPECT_NE(agent_log.find("mounted: weights-v1"), std::string::npos) << agent_log;
+  EXPECT_FALSE(fs::exists(storage / "arms" / "agent" / "weights")) << "a mount is not copied";
   EXPECT_NE(agent_log.find(std::string("echo Bearer [redacted:") + k_key_env + "]"), std::string::npos) << agent_log;
   EXPECT_EQ(record(storage, "agent--rmsnorm--s1")["attempts"][1]["category"], "slower");
   const nlohmann::json thrifty = record(storage, "thrifty--rmsnorm--s1")["attempts"][0];

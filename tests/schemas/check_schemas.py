@@ -206,7 +206,7 @@ def main():
         run("campaign report", ["campaign", "report", str(campaign), "--json"], {0})
         run("doctor", ["doctor", "--task", str(task), "--storage", str(tmp), "--json"], {0, 69})
         # An experiment of one task, one seed, one attempt (nothing timed): arm a proposes the error control, which
-        # fails its check; arm b writes nothing. Its plan, trajectory records, analysis and status.
+        # fails its check; arm b writes nothing (it may call a model it never calls, and sees a folder mounted). Its plan, trajectory records, analysis and status.
         os.chmod(tmp, 0o755)  # kwb run as root runs its generators as users of their own, which must reach the arms
         (tmp / "arm").mkdir()
         (tmp / "arm" / "control.cpp").write_text(control.read_text())
@@ -216,7 +216,10 @@ def main():
                               f'[[tasks]]\ndir = "{task}"\n'
                               f'[[arms]]\nname = "a"\ncommand = ["sh", "-c", "cp control.cpp \\"$KWB_OUTPUT\\""]\n'
                               f'files = ["arm/control.cpp"]\n'
-                              f'[[arms]]\nname = "b"\ncommand = ["sh", "-c", "exit 3"]\n')
+                              f'[[prices]]\nmodel = "m-*"\ninput_usd_per_mtok = 1\noutput_usd_per_mtok = 2\n'
+                              f'[[arms]]\nname = "b"\ncommand = ["sh", "-c", "exit 3"]\naddress_space_gib = 2\n'
+                              f'mounts = ["arm"]\nbudget_per_attempt = {{ requests = 3, usd = 0.5 }}\n'
+                              f'[[arms.endpoints]]\nname = "m"\nurl = "http://127.0.0.1:9"\n')
         started = time.monotonic()
         p = subprocess.run([kwb, "experiment", "run", str(experiment)], cwd=tmp, env=env, capture_output=True,
                            text=True, timeout=900)

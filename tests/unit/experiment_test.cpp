@@ -10,6 +10,7 @@
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 
 #include <gtest/gtest.h>
 
@@ -494,6 +495,44 @@ TEST_F(ExperimentFile, an_arm_names_its_model_endpoints_by_key_variable_with_bud
   EXPECT_NE(error_of(base + "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nbudget_per_attempt = { requests = 0 }\n"
                             "[[arms]]\nname = \"b\"\ncommand = [\"x\"]\n")
                 .find("arms[0].budget_per_attempt.requests"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwb
+
+namespace kwb {
+namespace {
+
+TEST_F(ExperimentFile, a_mount_is_frozen_by_hash_and_a_trajectory_sees_any_change_in_size_or_time) {
+  fs::create_directories(m_dir / "model" / "shards");
+  write_file_atomic(m_dir / "model" / "config.json", "{}");
+  write_file_atomic(m_dir / "model" / "shards" / "0.bin", std::string(1000, 'w'));
+  const Experiment x = load("seeds = [1]\n" + tasks() +
+                            "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nmounts = [\"model\"]\n[[arms]]\nname = \"b\"\n"
+                            "command = [\"x\"]\n");
+  ASSERT_EQ(x.arms[0].mounts.size(), 1u);
+  EXPECT_EQ(x.arms[0].mounts[0], m_dir / "model");
+  const nlohmann::json frozen = mounted_file_list(m_dir / "model", true);
+  ASSERT_EQ(frozen["files"].size(), 2u);
+  EXPECT_EQ(frozen["files"][1]["path"], "shards/0.bin");
+  EXPECT_EQ(frozen["files"][1]["bytes"], 1000);
+  EXPECT_EQ(frozen["files"][1]["sha256"], sha256_hex(std::string(1000, 'w')));
+  const auto unhashed = [](nlohmann::json j) {
+    for (nlohmann::json& f : j["files"]) f.erase("sha256");
+    return j;
+  };
+  EXPECT_EQ(mounted_file_list(m_dir / "model", false), unhashed(frozen));
+  // Rewritten with the same bytes' count, a file has another time; a file added is another list.
+  const fs::path shard = m_dir / "model" / "shards" / "0.bin";
+  fs::last_write_time(shard, fs::last_write_time(shard) + std::chrono::seconds(5));
+  EXPECT_NE(mounted_file_list(m_dir / "model", false), unhashed(frozen));
+  write_file_atomic(m_dir / "model" / "extra", "x");
+  EXPECT_EQ(mounted_file_list(m_dir / "model", false)["files"].size(), 3u);
+  EXPECT_NE(error_of("seeds = [1]\n" + tasks() +
+                     "[[arms]]\nname = \"a\"\ncommand = [\"x\"]\nmounts = [\"nope\"]\n[[arms]]\nname = \"b\"\n"
+                     "command = [\"x\"]\n")
+                .find("arms[0].mounts: 'nope'"),
             std::string::npos);
 }
 

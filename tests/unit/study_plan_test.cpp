@@ -85,7 +85,8 @@ TEST(StudyPlan, a_simulated_experiment_at_the_planned_size_shows_the_effect_abou
 }
 
 TEST(StudyPlan, a_pilots_spread_is_pooled_within_tasks_and_falls_back_to_all_pairs) {
-  const nlohmann::json two_tasks = {{"by_task", {{{"task", "a"}, {"d", {0.1, 0.3}}}, {{"task", "b"}, {"d", {1.0, 1.4, 1.2}}}}}};
+  const nlohmann::json two_tasks = {
+      {"by_task", {{{"task", "a"}, {"d", {0.1, 0.3}}}, {{"task", "b"}, {"d", {1.0, 1.4, 1.2}}}}}};
   const std::optional<PilotSpread> s = pilot_spread(two_tasks);
   ASSERT_TRUE(s);
   // ss: a 0.02, b 0.08 over 1 + 2 df: the task means' difference does not count.
