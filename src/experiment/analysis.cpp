@@ -38,6 +38,7 @@ TrajectoryOutcome outcome_of(const nlohmann::json& r) {
   o.arm = r.value("arm_index", 0);
   o.task = r.value("task", "");
   o.seed = r.value("seed", std::int64_t{0});
+  o.repeat = r.value("repeat", 1);
   o.status = r.value("status", "missing");
   o.detail = r.value("detail", "");
   double lineage = 0.0;  // ln(incumbent / baseline) from the kept attempts so far
@@ -163,6 +164,7 @@ std::vector<TrajectoryOutcome> planned_outcomes(const nlohmann::json& plan,
       o.arm = t["arm_index"].get<int>();
       o.task = t["task"].get<std::string>();
       o.seed = t["seed"].get<std::int64_t>();
+      o.repeat = t.value("repeat", 1);
       o.status = "missing";
       o.detail = "no trajectory record";
     }
@@ -187,27 +189,44 @@ Pairs pair_up(const nlohmann::json& plan, const std::vector<TrajectoryOutcome>& 
     const std::string name = task["name"].get<std::string>();
     for (const nlohmann::json& seed_j : plan["settings"]["seeds"]) {
       const std::int64_t seed = seed_j.get<std::int64_t>();
-      const TrajectoryOutcome* side[2] = {nullptr, nullptr};
+      // Each arm's side of the pair: its repeats' mean ln(speedup), known when every repeat has one.
+      struct Side {
+        std::string id;  // the first repeat's (the report's row)
+        int repeats = 0, known = 0;
+        double log_sum = 0.0;
+        bool measured = false;
+      } side[2];
       for (const TrajectoryOutcome& o : all) {
-        if (o.task == name && o.seed == seed && o.arm >= 0 && o.arm < 2) side[o.arm] = &o;
+        if (o.task != name || o.seed != seed || o.arm < 0 || o.arm > 1) continue;
+        Side& s = side[o.arm];
+        if (s.id.empty() || o.repeat == 1) s.id = o.id;
+        ++s.repeats;
+        s.measured = s.measured || o.measured;
+        if (o.log_speedup) {
+          ++s.known;
+          s.log_sum += *o.log_speedup;
+        }
       }
+      const auto mean = [](const Side& s) {
+        return s.repeats > 0 && s.known == s.repeats ? std::optional<double>(s.log_sum / s.repeats) : std::nullopt;
+      };
+      const std::optional<double> la = mean(side[0]), lb = mean(side[1]);
       nlohmann::json p = {{"task", name},
                           {"seed", seed},
-                          {"a", side[0] ? side[0]->id : ""},
-                          {"b", side[1] ? side[1]->id : ""},
-                          {"log_speedup_a", nullptr},
-                          {"log_speedup_b", nullptr},
-                          {"measured_a", side[0] != nullptr && side[0]->measured},
-                          {"measured_b", side[1] != nullptr && side[1]->measured},
+                          {"a", side[0].id},
+                          {"b", side[1].id},
+                          {"repeats", std::max(side[0].repeats, side[1].repeats)},
+                          {"log_speedup_a", la ? nlohmann::json(*la) : nlohmann::json(nullptr)},
+                          {"log_speedup_b", lb ? nlohmann::json(*lb) : nlohmann::json(nullptr)},
+                          {"measured_a", side[0].measured},
+                          {"measured_b", side[1].measured},
                           {"d", nullptr}};
-      if (side[0] && side[0]->log_speedup) p["log_speedup_a"] = *side[0]->log_speedup;
-      if (side[1] && side[1]->log_speedup) p["log_speedup_b"] = *side[1]->log_speedup;
-      if (side[0] && side[1] && side[0]->log_speedup && side[1]->log_speedup) {
-        const double d = *side[1]->log_speedup - *side[0]->log_speedup;
+      if (la && lb) {
+        const double d = *lb - *la;
         p["d"] = d;
         out.d_by_task[name].push_back(d);
         ++(d > 0.0 ? out.b_wins : d < 0.0 ? out.a_wins : out.ties);
-        out.measured += side[0]->measured || side[1]->measured;
+        out.measured += side[0].measured || side[1].measured;
       }
       out.rows.push_back(std::move(p));
     }

@@ -29,6 +29,7 @@ struct TrajectoryOutcome {
   int arm = 0;  // 0: A, 1: B
   std::string task;
   std::int64_t seed = 0;
+  int repeat = 1;
   std::string status;                 // "done", "invalid", "running", or "missing" (no record)
   std::optional<double> log_speedup;  // ln(baseline time / final incumbent time); 0 when nothing was kept
   std::optional<double> log_low, log_high;

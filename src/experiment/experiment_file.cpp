@@ -251,6 +251,10 @@ void read_limits(const Reader& r, const fs::path& file, const toml::table& root,
   if (const toml::node* n = root.get("attempts"); n != nullptr && !n->is_integer()) {
     fail(file, line_of(*n), "attempts", "must be a whole number, e.g. attempts = 5");
   }
+  x.repeats = static_cast<int>(r.number(root, "repeats", "repeats", 1, 100).value_or(1));
+  if (const toml::node* n = root.get("repeats"); n != nullptr && !n->is_integer()) {
+    fail(file, line_of(*n), "repeats", "must be a whole number, e.g. repeats = 3");
+  }
   x.confidence = r.number(root, "confidence", "confidence", 0.5, 0.999).value_or(0.95);
   if (const std::optional<double> m = r.number(root, "final_max_minutes", "final_max_minutes", 0.001, 10080.0)) {
     if (const std::string why = check("--max-minutes", fmt::format("{}", *m)); !why.empty()) {
@@ -348,7 +352,7 @@ Experiment load_experiment(const fs::path& given, const FlagCheck& check) {
   const Reader r(file);
   const toml::table root = parse_toml_file(file);
   r.only(root, "",
-         {"name", "storage", "seeds", "attempts", "confidence", "final_max_minutes", "run_limit_minutes",
+         {"name", "storage", "seeds", "attempts", "repeats", "confidence", "final_max_minutes", "run_limit_minutes",
           "queue_limit_minutes", "executor", "validate", "tasks", "arms", "prices"});
   const fs::path base = file.parent_path();
   Experiment x;

@@ -53,7 +53,10 @@ struct Experiment {
   std::filesystem::path storage;    // absolute: the frozen plan, the arms, every trajectory, the analysis, the reports
   std::vector<std::int64_t> seeds;  // replicates: one trajectory per (arm, task, seed)
   int attempts = 5;                 // generator runs per trajectory
-  double confidence = 0.95;         // of the interval over pairs
+  // Trajectories per (arm, task, seed): an arm that is not deterministic is run this many times on the same data,
+  // and a pair's outcome per arm is the mean of its repeats' ln(speedup) (docs/experiments.md, "Repeats").
+  int repeats = 1;
+  double confidence = 0.95;  // of the interval over pairs
   // The budget per workload of each trajectory's final comparison (kwb validate's --max-minutes there), which is the
   // experiment's measurement; 0: the [validate] table's.
   double final_max_minutes = 0.0;

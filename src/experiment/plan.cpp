@@ -106,14 +106,18 @@ std::vector<TrajectoryPlan> plan_trajectories(const Experiment& x) {
   std::vector<TrajectoryPlan> out;
   for (const ExperimentTask& t : x.tasks) {
     for (const std::int64_t seed : x.seeds) {
-      for (size_t a = 0; a < x.arms.size(); ++a) {
-        TrajectoryPlan p;
-        p.arm = x.arms[a].name;
-        p.arm_index = static_cast<int>(a);
-        p.task = t.name;
-        p.seed = seed;
-        p.id = fmt::format("{}--{}--s{}", p.arm, p.task, seed);
-        out.push_back(std::move(p));
+      for (int r = 1; r <= x.repeats; ++r) {
+        for (size_t a = 0; a < x.arms.size(); ++a) {
+          TrajectoryPlan p;
+          p.arm = x.arms[a].name;
+          p.arm_index = static_cast<int>(a);
+          p.task = t.name;
+          p.seed = seed;
+          p.repeat = r;
+          p.id = fmt::format("{}--{}--s{}", p.arm, p.task, seed);
+          if (x.repeats > 1) p.id += fmt::format("--r{}", r);
+          out.push_back(std::move(p));
+        }
       }
     }
   }
@@ -210,6 +214,7 @@ nlohmann::json plan_settings(const Experiment& x) {
                              {"run_limit_minutes", x.run_limit_minutes},
                              {"queue_limit_minutes", x.queue_limit_minutes},
                              {"executor", executor}};
+  if (x.repeats > 1) settings["repeats"] = x.repeats;
   if (!x.prices.empty()) {
     settings["prices"] = nlohmann::json::array();
     for (const ModelPrice& p : x.prices) {
@@ -257,8 +262,9 @@ nlohmann::json freeze_experiment(const Experiment& x) {
   fs::create_directories(staging);
   nlohmann::json trajectories = nlohmann::json::array();
   for (const TrajectoryPlan& p : plan_trajectories(x)) {
-    trajectories.push_back(
-        {{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task}, {"seed", p.seed}});
+    nlohmann::json t = {{"id", p.id}, {"arm", p.arm}, {"arm_index", p.arm_index}, {"task", p.task}, {"seed", p.seed}};
+    if (x.repeats > 1) t["repeat"] = p.repeat;  // absent otherwise: an earlier plan freezes to itself
+    trajectories.push_back(std::move(t));
   }
   const Provenance built = build_provenance();
   nlohmann::json plan = {

@@ -21,11 +21,12 @@ inline constexpr int k_experiment_schema_version = 1;
 
 // One arm on one task with one seed.
 struct TrajectoryPlan {
-  std::string id;  // "<arm>--<task>--s<seed>", a path component
+  std::string id;  // "<arm>--<task>--s<seed>" (and "--r<repeat>" with repeats), a path component
   std::string arm;
   int arm_index = 0;  // 0: A, 1: B
   std::string task;
   std::int64_t seed = 0;
+  int repeat = 1;  // 1..repeats; the id ends in "--r<repeat>" when the experiment repeats
 };
 
 std::vector<TrajectoryPlan> plan_trajectories(const Experiment& x);

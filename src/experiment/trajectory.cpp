@@ -200,6 +200,7 @@ GeneratorSpec generator_spec(const Trajectory& t, int n, const fs::path& incumbe
            {"KWB_BASELINE", t.baseline_public.string()},
            {"KWB_INCUMBENT", incumbent_public.string()},
            {"KWB_SEED", std::to_string(t.seed)},
+           {"KWB_REPEAT", std::to_string(t.spec.value("repeat", 1))},
            {"KWB_ATTEMPT", std::to_string(n)},
            {"KWB_ATTEMPTS", std::to_string(t.attempts)},
            {"KWB_ARM", t.arm["name"].get<std::string>()},
@@ -811,12 +812,19 @@ nlohmann::json run_trajectory(const fs::path& storage, const std::string& id, co
     }
     record = *old;
   } else {
-    record = {{"schema", "kwb.trajectory"}, {"schema_version", k_trajectory_schema_version},
-              {"plan_digest", t.digest},    {"id", id},
-              {"arm", t.spec["arm"]},       {"arm_index", t.spec["arm_index"]},
-              {"task", t.spec["task"]},     {"seed", t.seed},
-              {"status", "running"},        {"attempts", nlohmann::json::array()},
-              {"final", nullptr},           {"detail", ""}};
+    record = {{"schema", "kwb.trajectory"},
+              {"schema_version", k_trajectory_schema_version},
+              {"plan_digest", t.digest},
+              {"id", id},
+              {"arm", t.spec["arm"]},
+              {"arm_index", t.spec["arm_index"]},
+              {"task", t.spec["task"]},
+              {"seed", t.seed},
+              {"repeat", t.spec.value("repeat", 1)},
+              {"status", "running"},
+              {"attempts", nlohmann::json::array()},
+              {"final", nullptr},
+              {"detail", ""}};
   }
   if (record["status"] == "done") return record;
   if (const std::string changed = changed_since_freeze(t); !changed.empty()) {

@@ -538,3 +538,58 @@ TEST_F(ExperimentFile, a_mount_is_frozen_by_hash_and_a_trajectory_sees_any_chang
 
 }  // namespace
 }  // namespace kwb
+
+namespace kwb {
+namespace {
+
+// Repeats (issue 43): an arm that is not deterministic runs each (task, seed) several times on the same data; the
+// pair's side is its repeats' mean ln(speedup), so the pairs and their count are the seeds', not the repeats'.
+TEST(ExperimentAnalysis, repeats_of_a_pair_are_averaged_into_one_side_and_a_missing_repeat_leaves_it_unknown) {
+  nlohmann::json plan = fake_plan(2);
+  plan["trajectories"] = nlohmann::json::array();
+  std::vector<TrajectoryOutcome> outcomes;
+  const double fast[] = {0.5, 0.1, 0.3};  // the nondeterministic arm's three repeats
+  for (const char* task : {"x", "y"}) {
+    for (int s = 1; s <= 2; ++s) {
+      for (int r = 1; r <= 3; ++r) {
+        for (int a = 0; a < 2; ++a) {
+          const std::string id = fmt::format("{}-{}-{}-r{}", a, task, s, r);
+          plan["trajectories"].push_back({{"id", id}, {"arm_index", a}, {"task", task}, {"seed", s}, {"repeat", r}});
+          TrajectoryOutcome o = outcome(a, task, s, a == 0 ? 0.0 : fast[r - 1] + 0.01 * s);
+          o.id = id;
+          o.repeat = r;
+          outcomes.push_back(o);
+        }
+      }
+    }
+  }
+  const nlohmann::json an = analyze_experiment(plan, outcomes, "d");
+  EXPECT_EQ(an["difference"]["pairs"], 4);  // 2 tasks x 2 seeds, whatever the repeats
+  ASSERT_EQ(an["pairs"].size(), 4u);
+  EXPECT_EQ(an["pairs"][0]["repeats"], 3);
+  EXPECT_NEAR(an["pairs"][0]["d"].get<double>(), 0.3 + 0.01, 1e-12);  // the mean of 0.51, 0.11, 0.31
+  EXPECT_EQ(an["pairs"][0]["a"], "0-x-1-r1");
+  EXPECT_EQ(an["verdict"], "B_BETTER");
+  // One repeat without an outcome: that pair's side is unknown (and the experiment INVALID, as any missing one).
+  outcomes[1] = outcome(1, "x", 1, std::nullopt);
+  outcomes[1].id = "1-x-1-r1";
+  const nlohmann::json missing = analyze_experiment(plan, outcomes, "d");
+  EXPECT_EQ(missing["pairs"][0]["log_speedup_b"], nullptr);
+  EXPECT_EQ(missing["difference"]["pairs"], 3);
+  EXPECT_EQ(missing["verdict"], "INVALID");
+}
+
+TEST_F(ExperimentFile, repeats_multiply_the_trajectories_and_name_them_apart) {
+  const Experiment x = load("seeds = [1, 2]\nrepeats = 3\n" + tasks() + arms());
+  EXPECT_EQ(x.repeats, 3);
+  const std::vector<TrajectoryPlan> t = plan_trajectories(x);
+  EXPECT_EQ(t.size(), 2u * 2u * 3u * 2u);  // tasks x seeds x repeats x arms
+  EXPECT_EQ(t[0].id, "a--rmsnorm--s1--r1");
+  EXPECT_EQ(t[3].id, "b--rmsnorm--s1--r2");
+  EXPECT_EQ(plan_trajectories(load("seeds = [1]\n" + tasks() + arms()))[0].id, "a--rmsnorm--s1");
+  EXPECT_NE(error_of("seeds = [1]\nrepeats = 1.5\n" + tasks() + arms()).find("repeats"), std::string::npos);
+  EXPECT_NE(error_of("seeds = [1]\nrepeats = 0\n" + tasks() + arms()).find("repeats"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kwb
