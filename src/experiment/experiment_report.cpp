@@ -335,6 +335,43 @@ Section trajectories_section(const ExperimentReportInput& in) {
   return s;
 }
 
+// Every attempt, linked to the candidate it wrote (the trajectory's private copy, which its validate judged).
+Section attempts_section(const ExperimentReportInput& in) {
+  Section s{"Attempts",
+            "Every attempt in order: its category, its decision, its A/B against its incumbent, and the candidate "
+            "it wrote (a link, where it wrote one).",
+            {{"trajectory", "attempt", "category", "decision", "against its incumbent", "candidate"}, {}, true}};
+  for (const nlohmann::json& t : (*in.plan)["trajectories"]) {
+    const std::string id = t["id"].get<std::string>();
+    const nlohmann::json* r = record_of(*in.records, id);
+    if (r == nullptr) continue;
+    for (const nlohmann::json& a : r->value("attempts", nlohmann::json::array())) {
+      const int n = a.value("attempt", 0);
+      std::string link;
+      if (a.value("candidate_sha256", nlohmann::json()).is_string() &&
+          fs::is_directory(in.storage / "trajectories" / id / "attempts" / std::to_string(n))) {
+        const fs::path dir = fs::path("trajectories") / id / "attempts" / std::to_string(n);
+        for (const auto& e :
+             fs::directory_iterator(in.storage / dir, std::filesystem::directory_options::skip_permission_denied)) {
+          if (e.is_regular_file() && e.path().stem() == "candidate" && e.path().extension() != ".json") {
+            link = (dir / e.path().filename()).string();
+          }
+        }
+      }
+      const nlohmann::json& sp = a.value("speedup", nlohmann::json());
+      s.table.rows.push_back(
+          {{id, std::to_string(n), a.value("category", ""),
+            a.value("decision", nlohmann::json()).is_string() ? a["decision"].get<std::string>() : "-",
+            sp.is_object() ? fmt::format("{:+.1f}% [{:+.1f}, {:+.1f}]", sp.value("improvement_pct", 0.0),
+                                         sp.value("ci_low_pct", 0.0), sp.value("ci_high_pct", 0.0))
+                           : "-"},
+           link,
+           "candidate"});
+    }
+  }
+  return s;
+}
+
 // Every attempt that called a model, linked to its recorded exchanges; nullopt when none did.
 std::optional<Section> transcripts_section(const ExperimentReportInput& in) {
   Section s{
@@ -384,6 +421,7 @@ Doc build(const ExperimentReportInput& in) {
   d.sections.push_back(categories_section(an));
   for (const std::string& task : tasks) d.sections.push_back(task_section(task, an, *in.records, a_name, b_name));
   d.sections.push_back(trajectories_section(in));
+  d.sections.push_back(attempts_section(in));
   if (std::optional<Section> x = transcripts_section(in)) d.sections.push_back(std::move(*x));
   if (!an["missing"].empty()) {
     Section sm{

@@ -8,7 +8,8 @@ Runs a small experiment on the RMSNorm task (one workload, short budgets; its ow
 fused arm's trajectories keep their candidate and measure it against the baseline at the end, and the idle arm's
 stay at the baseline. Then loads report.html in headless Chromium with every network name unresolvable, and checks
 the DOM the browser built: the verdict element, the arms' table with both arms, a row per seed in the task's
-side-by-side table, links that are relative and name files that exist (the final bundles' reports), and no request
+side-by-side table, links that are relative and name files that exist (the final bundles' reports, the attempts'
+candidates), and no request
 outside the page. Exit 77 when no headless Chromium is installed (Debian: chromium-headless-shell or chromium).
 """
 import json
@@ -76,8 +77,11 @@ def main():
                 problems.append(f"seed row {r}: expected idle with nothing kept (not measured) and fused with one keep")
         if "browser <check>" not in text.replace("&lt;", "<").replace("&gt;", ">"):
             problems.append("the experiment's name did not come through as text")
-        if len(dom.links) != 2:
-            problems.append(f"links {dom.links}: expected the two fused trajectories' final bundles")
+        bundles = [h for h in dom.links if h.endswith("report.html")]
+        candidates = [h for h in dom.links if h.endswith("candidate.cpp")]
+        if len(bundles) != 2 or len(candidates) != 2 or len(dom.links) != 4:
+            problems.append(f"links {dom.links}: expected the two fused trajectories' final bundles and their two "
+                            "attempts' candidates (idle wrote none)")
         for href in dom.links:
             if "://" in href or href.startswith("/") or not (page.parent / href).exists():
                 problems.append(f"link {href!r} is not a relative link to a file that exists")
