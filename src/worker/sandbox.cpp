@@ -350,6 +350,20 @@ void add_signal_routing_rules(FilterBuilder& f, uint32_t action) {
   for (scmp_datum_t req : {FIOASYNC, FIOSETOWN, SIOCSPGRP}) f.add(action, "ioctl", {SCMP_A1(SCMP_CMP_EQ, req)});
 }
 
+// The fault handlers are the worker's too (worker_main.cpp's on_fault reports a fault's address, which is how an
+// over-read into an input's fence becomes out_of_bounds_read): an implementation that set its own could catch the
+// fault and jump back, hiding the read. Once the worker's handlers are installed, setting an action for SIGSEGV,
+// SIGBUS, SIGILL or SIGFPE fails with EPERM in both phases (asking for the current one, a null new action, does
+// not): not a violation, since a device runtime does it in good faith (PoCL's LLVM registers cleanup handlers when it
+// first compiles a kernel), and the fault it would have caught reaches on_fault all the same. In the run filter these
+// rules sit beside a broader allow for rt_sigaction; libseccomp acts on the most restrictive matching rule.
+void add_fault_handler_rules(FilterBuilder& f) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
+    f.add(SCMP_ACT_ERRNO(EPERM), "rt_sigaction",
+          {SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(sig)), SCMP_A1(SCMP_CMP_NE, 0)});
+  }
+}
+
 void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool landlock) {
   for (const char* name : k_always_denied) {
     if (p.runtime.spawn && is_in(name, k_spawn_calls)) continue;
@@ -391,6 +405,7 @@ void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool l
   f.add(k_deny, "rt_tgsigqueueinfo", {SCMP_A0(SCMP_CMP_NE, me)});
   // The SIGSYS handler is the worker's: the implementation may neither replace nor ignore it.
   f.add(k_deny, "rt_sigaction", {SCMP_A0(SCMP_CMP_EQ, SIGSYS)});
+  add_fault_handler_rules(f);
   for (scmp_datum_t option : {PR_SET_DUMPABLE, PR_SET_PTRACER, PR_SET_MM, PR_SET_SECUREBITS, PR_CAP_AMBIENT}) {
     f.add(k_deny, "prctl", {SCMP_A0(SCMP_CMP_EQ, option)});
   }
@@ -459,6 +474,7 @@ void add_run_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self) {
   // Memory, but never executable: no code can be created or changed after setup.
   f.add(allow, "mmap", {SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)});
   f.add(allow, "rt_sigaction", {SCMP_A0(SCMP_CMP_NE, SIGSYS)});
+  add_fault_handler_rules(f);
   const auto me = static_cast<scmp_datum_t>(self);
   f.add(allow, "kill", {SCMP_A0(SCMP_CMP_EQ, me)});
   f.add(allow, "tgkill", {SCMP_A0(SCMP_CMP_EQ, me)});

@@ -152,8 +152,10 @@ void on_fault(int sig, siginfo_t* info, void* context) {
   (void)!::send(k_channel_fd, msg, n, MSG_NOSIGNAL);
   // SIGSYS's handler is one-shot (SA_RESETHAND), and its disposition must not be touched (the sandbox denies it);
   // the others go back to the default action here, after the report. The re-raised signal stays pending until this
-  // handler returns, then kills.
-  if (sig != SIGSYS) ::signal(sig, SIG_DFL);
+  // handler returns, then kills. Inside the sandbox no fault's action can be changed, not even back to the default
+  // (worker/sandbox.cpp, add_fault_handler_rules): the worker then ends by SIGKILL, and the parent takes the signal
+  // from the report it already has (worker_process.cpp).
+  if (sig != SIGSYS && ::signal(sig, SIG_DFL) == SIG_ERR) ::kill(::getpid(), SIGKILL);
   ::raise(sig);
 }
 

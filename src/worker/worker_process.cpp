@@ -404,6 +404,14 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   if (!classified) {
     if (WIFSIGNALED(wstatus)) {
       d.signal = WTERMSIG(wstatus);
+      // A fault inside the sandbox ends the worker by SIGKILL after its report (its action cannot be reset to the
+      // default there: worker_main.cpp's on_fault); the report names the fault's signal.
+      if (d.signal == SIGKILL && m_fault) {
+        const std::optional<std::uint64_t> reported = protocol::unsigned_field(*m_fault, "signal");
+        if (reported && (*reported == SIGSEGV || *reported == SIGBUS || *reported == SIGILL || *reported == SIGFPE)) {
+          d.signal = static_cast<int>(*reported);
+        }
+      }
       d.reason = d.signal == SIGABRT ? FailureReason::aborted : FailureReason::crashed;
       d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
       if (d.signal == SIGSYS) {

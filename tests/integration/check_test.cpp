@@ -151,12 +151,35 @@ INSTANTIATE_TEST_SUITE_P(candidates, MisbehaviourTest,
                                            Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                                            Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
                                            Misbehaviour{"read_past_input.cpp", "out_of_bounds_read"},
+                                           // The same over-read under a SIGSEGV handler of its own (issue 42).
+                                           Misbehaviour{"read_past_input_hidden.cpp", "out_of_bounds_read"},
                                            Misbehaviour{"run_fails.cpp", "run_failed"},
                                            Misbehaviour{"setup_fails.cpp", "setup_failed"}),
                          [](const auto& p) {
                            std::string n = p.param.file;
                            return n.substr(0, n.find('.'));
                          });
+
+// An over-read that catches its own fault (issue 42): setting a SIGSEGV or SIGBUS action fails inside the sandbox,
+// so the fence's fault reaches the worker's handler. read_past_input_hidden.cpp is caught by check (the Misbehaviour
+// list above); its _late twin over-reads only from its 100th call, a page out, so check passes it and only compare's
+// timed calls meet the fence. Without the defense it was timed as honest (PASS, +7.5% here); now its timed call is
+// out_of_bounds_read naming x, and nothing is measured of it.
+TEST(check_test, a_candidate_that_catches_its_own_fault_cannot_hide_an_over_read_from_timed_calls) {
+  const std::filesystem::path late = k_candidates / "read_past_input_hidden_late.cpp";
+  KwbRun r = check(late);
+  EXPECT_EQ(r.json["verdict"], "PASS") << r.output;
+  KwbRun c =
+      run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", late.string(), "--workload", "decode", "--json"});
+  ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+  EXPECT_NE(c.json["verdict"], "PASS") << c.output;
+  ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
+  const nlohmann::json& w = c.json["workloads"][0];
+  EXPECT_TRUE(w["improvement_pct"].is_null()) << w.dump();
+  ASSERT_FALSE(w["failures"].empty()) << w.dump();
+  EXPECT_EQ(w["failures"][0]["reason"], "out_of_bounds_read") << w.dump();
+  EXPECT_NE(w["failures"][0]["detail"].get<std::string>().find("past the end of input 'x'"), std::string::npos);
+}
 
 size_t count_reason(const nlohmann::json& j, const std::string& reason) {
   size_t n = 0;
