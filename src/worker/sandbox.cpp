@@ -352,11 +352,15 @@ void add_signal_routing_rules(FilterBuilder& f, uint32_t action) {
 
 // The fault handlers are the worker's too (worker_main.cpp's on_fault reports a fault's address, which is how an
 // over-read into an input's fence becomes out_of_bounds_read): an implementation that set its own could catch the
-// fault and jump back, hiding the read. Once the worker's handlers are installed, setting an action for SIGSEGV,
-// SIGBUS, SIGILL or SIGFPE fails with EPERM in both phases (asking for the current one, a null new action, does
-// not): not a violation, since a device runtime does it in good faith (PoCL's LLVM registers cleanup handlers when it
-// first compiles a kernel), and the fault it would have caught reaches on_fault all the same. In the run filter these
-// rules sit beside a broader allow for rt_sigaction; libseccomp acts on the most restrictive matching rule.
+// fault and jump back, hiding the read. In the run phase, setting an action for SIGSEGV, SIGBUS, SIGILL or SIGFPE
+// fails with EPERM (asking for the current one, a null new action, does not): not a violation, since a device
+// runtime does it in good faith (PoCL's LLVM registers cleanup handlers when it compiles a kernel), and the fault it
+// would have caught reaches on_fault all the same. Not in the load phase: a device runtime's threads started before
+// the sandbox run without the load filter (it is not synchronized to them) and may set their handlers during
+// kwb_setup; the worker sets its own again as the run phase begins, after which no thread can change them. They are
+// a filter of their own, loaded just before the run filter. Not on a device runtime that keeps the load filter for its
+// run phase (RuntimeSandboxNeeds::strict_run_filter false: PoCL compiles inside kwb_run on threads no filter covers,
+// and its handlers must stay replaceable by the worker's before each call): there the gap stays (docs/checking.md).
 void add_fault_handler_rules(FilterBuilder& f) {
   for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) {
     f.add(SCMP_ACT_ERRNO(EPERM), "rt_sigaction",
@@ -405,7 +409,6 @@ void add_load_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self, bool l
   f.add(k_deny, "rt_tgsigqueueinfo", {SCMP_A0(SCMP_CMP_NE, me)});
   // The SIGSYS handler is the worker's: the implementation may neither replace nor ignore it.
   f.add(k_deny, "rt_sigaction", {SCMP_A0(SCMP_CMP_EQ, SIGSYS)});
-  add_fault_handler_rules(f);
   for (scmp_datum_t option : {PR_SET_DUMPABLE, PR_SET_PTRACER, PR_SET_MM, PR_SET_SECUREBITS, PR_CAP_AMBIENT}) {
     f.add(k_deny, "prctl", {SCMP_A0(SCMP_CMP_EQ, option)});
   }
@@ -473,8 +476,7 @@ void add_run_rules(FilterBuilder& f, const SandboxPolicy& p, pid_t self) {
                     "uname"});
   // Memory, but never executable: no code can be created or changed after setup.
   f.add(allow, "mmap", {SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0)});
-  f.add(allow, "rt_sigaction", {SCMP_A0(SCMP_CMP_NE, SIGSYS)});
-  add_fault_handler_rules(f);
+  f.add(allow, "rt_sigaction", {SCMP_A0(SCMP_CMP_NE, SIGSYS)});  // but the faults': the filter stacked on this one
   const auto me = static_cast<scmp_datum_t>(self);
   f.add(allow, "kill", {SCMP_A0(SCMP_CMP_EQ, me)});
   f.add(allow, "tgkill", {SCMP_A0(SCMP_CMP_EQ, me)});
@@ -543,11 +545,13 @@ std::string confine_paths(const PathConfinement& c, std::vector<std::string>& fe
 struct Sandbox::Filters {
   scmp_filter_ctx load = nullptr;
   scmp_filter_ctx run = nullptr;
+  scmp_filter_ctx faults = nullptr;  // stacked on the run filter: add_fault_handler_rules
   std::string error;
   Filters() = default;
   ~Filters() {
     if (load != nullptr) ::seccomp_release(load);
     if (run != nullptr) ::seccomp_release(run);
+    if (faults != nullptr) ::seccomp_release(faults);
   }
   Filters(const Filters&) = delete;  // owns the two contexts
   Filters& operator=(const Filters&) = delete;
@@ -568,6 +572,14 @@ Sandbox::Sandbox(const SandboxPolicy& policy) : m_policy(policy), m_filters(std:
     run.attr(SCMP_FLTATR_CTL_TSYNC, 1);
     add_run_rules(run, policy, self);
     m_filters->run = run.release(m_filters->error);
+  }
+  if (m_filters->error.empty()) {
+    // A filter of its own, allowing everything else: inside one filter libseccomp lets the run filter's broader
+    // allow for rt_sigaction win over these; stacked, the kernel takes the most restrictive answer of all filters.
+    FilterBuilder faults(SCMP_ACT_ALLOW);
+    faults.attr(SCMP_FLTATR_CTL_TSYNC, 1);
+    add_fault_handler_rules(faults);
+    m_filters->faults = faults.release(m_filters->error);
   }
 }
 
@@ -599,6 +611,12 @@ std::string Sandbox::enter_run_phase() {
     return "";
   }
   if (m_filters->run == nullptr) return m_filters->error.empty() ? "no run filter" : m_filters->error;
+  // The fault-handler filter first: the run filter, an allow-list, does not allow seccomp(2) itself.
+  if (m_filters->faults == nullptr) return "no fault-handler filter";
+  if (const int rc = ::seccomp_load(m_filters->faults); rc != 0) {
+    return errno_text("seccomp_load(fault-handler filter)", -rc);
+  }
+  m_features.push_back("seccomp:fault_handlers");
   if (const int rc = ::seccomp_load(m_filters->run); rc != 0) return errno_text("seccomp_load(run filter)", -rc);
   m_features.push_back("seccomp:run");
   return "";

@@ -168,9 +168,9 @@ void on_out_of_memory() {
 }
 
 // kwb's handler for the faults, (re)installed: a device runtime may put its own in front (PoCL's LLVM registers
-// handlers that remove its temporary files when it first compiles a kernel, inside a call), and a fault must reach
-// on_fault directly, whichever thread takes it. Called before every call, outside the timed window; the sandbox
-// allows rt_sigaction for every signal but SIGSYS.
+// handlers that remove its temporary files when it first compiles a kernel), and a fault must reach on_fault
+// directly, whichever thread takes it. Called at start, once more as the run phase begins, and before every call
+// (where the run filter makes it a no-op: no one can have replaced them there).
 void claim_fault_handlers() {
   struct sigaction sa {};
   sa.sa_sigaction = on_fault;
@@ -449,6 +449,10 @@ private:
       if (rc != 0) return error(FailureReason::setup_failed, "kwb_setup returned " + std::to_string(rc));
     }
 #ifndef KWB_PROFILE_WORKER
+    // The fault handlers are kwb's from here on: set now (a device runtime's thread that no load filter covers may
+    // have put its own in front during kwb_setup, and so may the implementation), and no thread can set another once
+    // the run filter is in (worker/sandbox.cpp, add_fault_handler_rules).
+    claim_fault_handlers();
     if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
       return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
     }
