@@ -151,8 +151,6 @@ INSTANTIATE_TEST_SUITE_P(candidates, MisbehaviourTest,
                                            Misbehaviour{"out_of_bounds.cpp", "out_of_bounds_write"},
                                            Misbehaviour{"write_before.cpp", "out_of_bounds_write"},
                                            Misbehaviour{"read_past_input.cpp", "out_of_bounds_read"},
-                                           // The same over-read under a SIGSEGV handler of its own (issue 42).
-                                           Misbehaviour{"read_past_input_hidden.cpp", "out_of_bounds_read"},
                                            Misbehaviour{"run_fails.cpp", "run_failed"},
                                            Misbehaviour{"setup_fails.cpp", "setup_failed"}),
                          [](const auto& p) {
@@ -160,13 +158,19 @@ INSTANTIATE_TEST_SUITE_P(candidates, MisbehaviourTest,
                            return n.substr(0, n.find('.'));
                          });
 
-// An over-read that catches its own fault (issue 42): setting a SIGSEGV or SIGBUS action fails inside the sandbox,
-// so the fence's fault reaches the worker's handler. read_past_input_hidden.cpp is caught by check (the Misbehaviour
-// list above); its _late twin over-reads only from its 100th call, a page out, so check passes it and only compare's
-// timed calls meet the fence. Without the defense it was timed as honest (PASS, +7.5% here); now its timed call is
-// out_of_bounds_read naming x, and nothing is measured of it.
+// An over-read that catches its own fault (issue 42): the worker's fault handlers are set again as the run phase
+// begins and cannot be replaced after, so the fence's fault reaches them. hidden_over_read.cpp (the attack in every
+// call) is out_of_bounds_read in check; its _late twin over-reads only from its 100th call, a page out, so check
+// passes it and only compare's timed calls meet the fence. Without the defense check passed the first and compare
+// timed the second as honest (PASS, +7.5% here); now its timed call is out_of_bounds_read naming x, and nothing is
+// measured of it.
 TEST(check_test, a_candidate_that_catches_its_own_fault_cannot_hide_an_over_read_from_timed_calls) {
-  const std::filesystem::path late = k_candidates / "read_past_input_hidden_late.cpp";
+  const std::filesystem::path corpus = k_source_dir / "tests" / "adversarial";
+  KwbRun every = check(corpus / "hidden_over_read.cpp");
+  ASSERT_FALSE(every.json.is_discarded()) << every.output << every.errors;
+  EXPECT_EQ(every.json["verdict"], "FAIL") << every.output;
+  EXPECT_TRUE(reasons(every.json).contains("out_of_bounds_read")) << every.json["failures"].dump();
+  const std::filesystem::path late = corpus / "hidden_over_read_late.cpp";
   KwbRun r = check(late);
   EXPECT_EQ(r.json["verdict"], "PASS") << r.output;
   KwbRun c =
