@@ -21,7 +21,8 @@
 
 namespace kwb {
 
-inline constexpr int k_experiment_analysis_schema_version = 1;
+// 2: the model proxy's fields, mounts, repeats, prices and replay (issue 43); a kwb of version 1 refuses them.
+inline constexpr int k_experiment_analysis_schema_version = 2;
 
 // What the analysis reads of one trajectory record (kwb.trajectory).
 struct TrajectoryOutcome {

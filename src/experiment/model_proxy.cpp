@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <string_view>
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -351,13 +352,14 @@ nlohmann::json ModelProxyReport::json() const {
   return j;
 }
 
-std::vector<nlohmann::json> read_model_exchanges(const fs::path& record_dir) {
+std::vector<nlohmann::json> parse_model_exchanges(const std::string& text, const fs::path& file) {
   std::vector<nlohmann::json> out;
-  const fs::path file = record_dir / "exchanges.jsonl";
-  if (!fs::is_regular_file(file)) return out;
-  std::ifstream in(file);
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
+  size_t at = 0;
+  for (int n = 1; at < text.size(); ++n) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    const std::string_view line(text.data() + at, end - at);
+    at = end + 1;
     if (line.empty()) continue;
     nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (!j.is_object()) throw DataError(fmt::format("{}:{}: not a JSON object", file.string(), n));
@@ -366,10 +368,26 @@ std::vector<nlohmann::json> read_model_exchanges(const fs::path& record_dir) {
   return out;
 }
 
+std::vector<nlohmann::json> read_model_exchanges(const fs::path& record_dir) {
+  const fs::path file = record_dir / "exchanges.jsonl";
+  if (!fs::is_regular_file(file)) return {};
+  return parse_model_exchanges(read_file(file), file);
+}
+
 ModelProxy::ModelProxy(ModelProxyConfig config) : m_config(std::move(config)) {
   if (!m_config.forward) m_config.forward = forward_with_curl;
   if (m_config.replay_dir) {
-    for (nlohmann::json& e : read_model_exchanges(*m_config.replay_dir)) {
+    // Read once, and believed only with the digest the recorded trajectory sealed (an attempt that made no request
+    // has no file: its digest is that of nothing).
+    const fs::path file = *m_config.replay_dir / "exchanges.jsonl";
+    const std::string text = fs::is_regular_file(file) ? read_file(file) : "";
+    if (sha256_hex(text) != m_config.replay_sha256) {
+      throw DataError(
+          fmt::format("{}: not the exchanges the recorded trajectory sealed (SHA-256 {}, sealed {}): the "
+                      "recording was changed after it was made; replay from an unchanged copy",
+                      file.string(), sha256_hex(text).substr(0, 16), m_config.replay_sha256.substr(0, 16)));
+    }
+    for (nlohmann::json& e : parse_model_exchanges(text, file)) {
       if (e.value("forwarded", false)) m_replay.push_back(std::move(e));
     }
   }

@@ -96,7 +96,10 @@ struct ModelProxyConfig {
   std::filesystem::path record_dir;                 // exchanges.jsonl and each exchange's bodies; made when absent
   std::filesystem::path socket_dir;                 // a folder of its own, made by the caller; the socket is made in it
   std::optional<std::filesystem::path> replay_dir;  // a recorded attempt's record_dir: serve it instead of calling
-  std::vector<Secret> secrets;                      // the endpoints' keys, by key_env (absent ones: no key)
+  // The SHA-256 of the recorded exchanges.jsonl, from the recorded trajectory's sealed record: the file is read once
+  // and served only when it has this digest (each body is then checked against its line). Required with replay_dir.
+  std::string replay_sha256;
+  std::vector<Secret> secrets;  // the endpoints' keys, by key_env (absent ones: no key)
   size_t max_request_bytes = 32u << 20;
   ModelForward forward;  // empty: forward_with_curl
   // The feedback channel: `POST /kwb/check` with a candidate's source as its body is answered with what this returns
@@ -179,5 +182,7 @@ private:
 
 // The recorded exchanges of an attempt (exchanges.jsonl), in order; DataError naming the file when one does not parse.
 std::vector<nlohmann::json> read_model_exchanges(const std::filesystem::path& record_dir);
+// The same from the file's text, read once by the caller (`file` names it in errors).
+std::vector<nlohmann::json> parse_model_exchanges(const std::string& text, const std::filesystem::path& file);
 
 }  // namespace kwb

@@ -17,7 +17,8 @@
 
 namespace kwb {
 
-inline constexpr int k_experiment_schema_version = 1;
+// 2: the model proxy's fields, mounts, repeats, prices and replay (issue 43); a kwb of version 1 refuses them.
+inline constexpr int k_experiment_schema_version = 2;
 
 // One arm on one task with one seed.
 struct TrajectoryPlan {

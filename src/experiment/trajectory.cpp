@@ -337,6 +337,24 @@ UpstreamResponse feedback_check(const Trajectory& t, const fs::path& adir, int k
   return out;
 }
 
+// What the recorded trajectory's sealed record says attempt n's exchanges were (SHA-256 of exchanges.jsonl; that of
+// nothing when it made no request). DataError when the record is not believed or has no such attempt.
+std::string recorded_exchanges_sha256(const Trajectory& t, int n) {
+  const fs::path record =
+      ExperimentPaths{t.replay_from}.trajectory(t.spec["id"].get<std::string>()) / "trajectory.json";
+  const std::optional<nlohmann::json> r = read_json(record);
+  if (!r) throw DataError(fmt::format("{}: the recorded trajectory has no record to replay", record.string()));
+  if (const std::string why = sealed_json_problem(*r, "kwb.trajectory", trusted_keys()); !why.empty()) {
+    throw DataError(fmt::format("{}: not believed: {}; replay from an unchanged copy", record.string(), why));
+  }
+  const nlohmann::json attempts = r->value("attempts", nlohmann::json::array());
+  if (static_cast<int>(attempts.size()) < n) {
+    throw DataError(fmt::format("{}: the recording has no attempt {} to replay", record.string(), n));
+  }
+  const nlohmann::json m = attempts[static_cast<size_t>(n - 1)].value("model", nlohmann::json());
+  return m.is_object() ? m.value("exchanges_sha256", sha256_hex("")) : sha256_hex("");
+}
+
 void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec& g, AttemptProxy& out) {
   out.folder.emplace();
   ModelProxyConfig c;
@@ -350,6 +368,7 @@ void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec
   if (!t.replay_from.empty()) {
     c.replay_dir = ExperimentPaths{t.replay_from}.trajectory(t.spec["id"].get<std::string>()) / "attempts" /
                    std::to_string(n) / "model";
+    c.replay_sha256 = recorded_exchanges_sha256(t, n);
   }
   c.secrets = t.secrets;
   c.check = [&t, adir, k = 0](const std::string& source) mutable { return feedback_check(t, adir, ++k, source); };
@@ -516,7 +535,10 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   // Recorded for an arm that may call a model, and for any that used the proxy (a feedback check).
   if (model && (!t.endpoints.empty() || model->checks + model->refused + model->spend.requests > 0)) {
     a["model"] = model->json();
-    a["model"]["exchanges"] = (adir / "model" / "exchanges.jsonl").lexically_relative(t.storage).string();
+    const fs::path exchanges = adir / "model" / "exchanges.jsonl";
+    a["model"]["exchanges"] = exchanges.lexically_relative(t.storage).string();
+    // Sealed with the record: a replay serves the file only with this digest.
+    a["model"]["exchanges_sha256"] = sha256_hex(fs::is_regular_file(exchanges) ? read_file(exchanges) : "");
   }
   write_file_atomic(adir / "generator.log", redact(gr.output, t.secrets));
   a["generator"] = generator_json(gr);

@@ -27,7 +27,8 @@
 
 namespace kwb {
 
-inline constexpr int k_trajectory_schema_version = 1;
+// 2: the model proxy's fields, mounts, repeats, prices and replay (issue 43); a kwb of version 1 refuses them.
+inline constexpr int k_trajectory_schema_version = 2;
 
 // What became of an attempt, one word (docs/experiments.md, "Rejections by reason").
 enum class AttemptCategory {

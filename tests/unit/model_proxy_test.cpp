@@ -5,7 +5,9 @@
 #include "experiment/model_proxy.h"
 
 #include "support/temp_dir.h"
+#include "util/error.h"
 #include "util/fs.h"
+#include "util/sha256.h"
 
 #include <gtest/gtest.h>
 
@@ -233,7 +235,8 @@ TEST_F(ModelProxyTest, a_replay_answers_the_recorded_requests_in_order_without_c
   const auto replay = [&](const std::string& attempt) {
     ModelProxyConfig c = config(attempt);
     c.replay_dir = m_dir / "1" / "model";
-    c.secrets.clear();  // a replay holds no key
+    c.replay_sha256 = sha256_hex(read_file(m_dir / "1" / "model" / "exchanges.jsonl"));  // as the record seals it
+    c.secrets.clear();                                                                   // a replay holds no key
     c.forward = [](const ModelEndpoint&, const HttpRequest&, const std::string&, const std::string&) {
       ADD_FAILURE() << "a replay called the endpoint";
       return UpstreamResponse{};
@@ -258,6 +261,19 @@ TEST_F(ModelProxyTest, a_replay_answers_the_recorded_requests_in_order_without_c
     EXPECT_EQ(r.status, 409);
     EXPECT_TRUE(readable(proxy.stop_fd()));
     EXPECT_NE(proxy.finish().replay_problem.find("another body"), std::string::npos);
+  }
+  // A recording changed after it was sealed (a line edited, so its answer's digest with it) is not served at all.
+  ModelProxyConfig edited = replay("4");
+  const fs::path file = m_dir / "1" / "model" / "exchanges.jsonl";
+  std::string text = read_file(file);
+  text.replace(text.find("\"status\":200"), 12, "\"status\":201");
+  write_file_atomic(file, text);
+  try {
+    ModelProxy proxy(std::move(edited));
+    ADD_FAILURE() << "an edited recording was served";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("not the exchanges the recorded trajectory sealed"), std::string::npos)
+        << e.what();
   }
 }
 
