@@ -24,6 +24,7 @@ Each distinct candidate is checked once (cached by sha256). KWB_LEDGER=none and 
 is recorded in the tasks' ledgers.
 """
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -93,7 +94,7 @@ class Checker:
     def check(self, task, path):
         with open(path, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
-        if (task, digest) in self.cache:
+        if (task, digest) in self.cache:  # a candidate another thread is checking may be checked twice: harmless
             return self.cache[(task, digest)]
         started = time.monotonic()
         task_dir = self.task_dirs.get(task, os.path.join(ROOT, "tasks", task))
@@ -358,7 +359,7 @@ def main(argv):
         with open(os.path.join(tmp, "storage", "trajectories", "other", "attempts", "1", "evidence.json"), "w") as f:
             f.write('{"private": true}\n')
 
-        for task in TASKS:
+        def one_task(task):
             with open(os.path.join(ROOT, "tasks", task, "cpu", "baseline.cpp"), encoding="utf-8") as f:
                 baseline_text = f.read()
             tuner_runs = {s: trajectory(ctx, task, "tuner", s, ATTEMPTS) for s in SEEDS}
@@ -368,6 +369,12 @@ def main(argv):
             cheat_runs = {s: trajectory(ctx, task, "cheater", s, CHEATER_ATTEMPTS) for s in SEEDS}
             cheater_assertions(task, cheat_runs, baseline_text)
             print(f"  {task}: done at {time.monotonic() - started:.0f} s", flush=True)
+
+        # The tasks' trajectories are independent (each its own folders, its own candidates): one thread each, so
+        # their generators and kwb checks overlap (most of a check is waiting on its workers and sandboxes).
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(TASKS)) as pool:
+            for done in [pool.submit(one_task, task) for task in TASKS]:
+                done.result()
 
         for (task, attack), reasons in sorted(ctx["cheat_reasons"].items()):
             print(f"  cheater {task} {attack}: rejected with {', '.join(sorted(reasons))}")

@@ -165,9 +165,21 @@ install_packages() {
         command -v "$c" >/dev/null 2>&1 || missing+=("$c")
     done
     ((${#missing[@]} == 0)) && return 0
-    log "missing commands: ${missing[*]}; installing Debian packages"
     command -v apt-get >/dev/null 2>&1 || skip "apt-get not available and Slurm/munge not installed"
     ((EUID == 0)) || skip "must be root to install packages"
+    # One install at a time: CTest runs the one-node and the two-node tests side by side, and both may find Slurm
+    # missing on a fresh machine (apt-get would refuse the second while the first holds dpkg's lock).
+    exec 9>/var/lock/kwb-slurm-install.lock
+    flock 9
+    missing=()
+    for c in "${need_cmds[@]}"; do
+        command -v "$c" >/dev/null 2>&1 || missing+=("$c")
+    done
+    if ((${#missing[@]} == 0)); then
+        exec 9>&-
+        return 0
+    fi
+    log "missing commands: ${missing[*]}; installing Debian packages"
     # Keep the packages' postinst from starting the system daemons (we run
     # our own). Only if no policy-rc.d exists (Docker images ship one).
     local made_policy=0
@@ -185,6 +197,7 @@ install_packages() {
         rc=$?
     fi
     ((made_policy)) && rm -f /usr/sbin/policy-rc.d
+    exec 9>&-  # the lock ends here: no daemon started later inherits it
     ((rc == 0)) || skip "could not install ${pkgs[*]}"
     for c in "${need_cmds[@]}"; do
         command -v "$c" >/dev/null 2>&1 || skip "'$c' still missing after install"
