@@ -7,7 +7,8 @@ One attempt:
      the trajectory's history (each earlier attempt's category, speedup and failure kinds) and, when the arm's folder
      holds one, a skill file (LLM_SKILL, default skill.md);
   2. calls the model (LLM_API: "openai", chat completions, or "anthropic", messages) on the endpoint LLM_ENDPOINT (the
-     first of KWB_MODEL_ENDPOINTS by default) with LLM_MODEL;
+     first of KWB_MODEL_ENDPOINTS by default) with LLM_MODEL, over kwb's Unix socket (LLM_TRANSPORT=tcp: over TCP to
+     KWB_MODEL_URL, the loopback bridge);
   3. takes the last fenced code block of the answer as the candidate and checks it (POST /kwb/check);
   4. on a failed check, sends kwb check's failures back and asks for the whole corrected source, up to LLM_TURNS
      model calls in all (default 3);
@@ -39,8 +40,17 @@ class UnixConnection(http.client.HTTPConnection):
         self.sock = s
 
 
+def connection():
+    """kwb's Unix socket, or with LLM_TRANSPORT=tcp the same proxy over TCP (KWB_MODEL_URL, the sandbox's loopback
+    bridge), as an agent that takes only a base URL reaches it."""
+    if os.environ.get("LLM_TRANSPORT", "unix") == "tcp":
+        host, _, port = os.environ["KWB_MODEL_URL"].removeprefix("http://").rstrip("/").partition(":")
+        return http.client.HTTPConnection(host, int(port or 80), timeout=900)
+    return UnixConnection(os.environ["KWB_MODEL_SOCKET"], timeout=900)
+
+
 def post(path, body, content_type="application/json", headers=None):
-    c = UnixConnection(os.environ["KWB_MODEL_SOCKET"], timeout=900)
+    c = connection()
     c.request("POST", path, body=body, headers={"Content-Type": content_type, **(headers or {})})
     r = c.getresponse()
     data = r.read()

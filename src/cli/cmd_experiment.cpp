@@ -173,25 +173,81 @@ double parse_effect(const std::string& text) {
   return ratio;
 }
 
-int plan_verb(const std::string& given, const std::string& effect_text, double sd, const std::string& pilot,
-              double power, bool json) {
-  // The experiment: its tasks and confidence, from the file or its frozen plan.
+// What the plan needs of the experiment: its tasks and confidence, from the file or its frozen plan.
+struct PlannedExperiment {
   int tasks = 0;
   double confidence = 0.95;
   fs::path storage;
+};
+
+PlannedExperiment planned_experiment(const std::string& given) {
+  PlannedExperiment e;
   if (fs::is_regular_file(given)) {
     const Experiment x = load_experiment(given, check_validate_flag);
-    tasks = static_cast<int>(x.tasks.size());
-    confidence = x.confidence;
-    storage = x.storage;
+    e.tasks = static_cast<int>(x.tasks.size());
+    e.confidence = x.confidence;
+    e.storage = x.storage;
   } else {
-    storage = storage_of(given);
-    const nlohmann::json plan = load_frozen_plan(storage);
-    tasks = static_cast<int>(plan["tasks"].size());
-    confidence = plan["settings"].value("confidence", 0.95);
+    e.storage = storage_of(given);
+    const nlohmann::json plan = load_frozen_plan(e.storage);
+    e.tasks = static_cast<int>(plan["tasks"].size());
+    e.confidence = plan["settings"].value("confidence", 0.95);
   }
+  return e;
+}
+
+// The spread of d from a pilot's analysis; `sd_from` says where it came from.
+double pilot_sd(const nlohmann::json& analysis, const fs::path& pilot_dir, std::string& sd_from) {
+  const std::optional<PilotSpread> spread = pilot_spread(analysis);
+  if (!spread || !(spread->sd > 0.0)) {
+    throw UsageError(
+        fmt::format("the pilot {} has fewer than two measured pairs, or they are all equal: its spread "
+                    "of d says nothing; run more seeds, or state --sd",
+                    pilot_dir.string()));
+  }
+  sd_from = fmt::format("pilot {}: {} pairs, {} ({} df)", pilot_dir.string(), analysis["difference"].value("pairs", 0),
+                        spread->from, spread->df);
+  return spread->sd;
+}
+
+// What a pair costs, from the pilot: its trajectories' generator and validate seconds, and model dollars.
+nlohmann::json cost_per_pair(const nlohmann::json& analysis) {
+  double seconds = 0.0, usd = 0.0;
+  const int pairs = std::max(1, analysis["difference"].value("planned_pairs", 1));
+  for (const nlohmann::json& arm : analysis["arms"]) {
+    const nlohmann::json& c = arm["cost"];
+    seconds += c.value("generator_wall_seconds", 0.0) + c.value("validate_seconds", 0.0);
+    usd += c.value("model_usd", 0.0);
+  }
+  return {{"seconds", seconds / pairs}, {"usd", usd / pairs}};
+}
+
+void print_study_plan(const nlohmann::json& out) {
+  const double ratio = out["effect_ratio"].get<double>(), half_width = out["half_width"].get<double>();
+  const int pairs = out["pairs"].get<int>(), seeds = out["seeds"].get<int>();
+  std::cout << fmt::format(
+      "to show B/A >= {:.3g}x (d = {:.4f}) at {:.0f}% confidence with {:.0f}% power, sigma of d {:.4f} ({}):\n"
+      "  {} task(s) x {} seed(s) = {} pairs ({} trajectories){}; achieved power {:.0f}%, expected interval "
+      "half-width {:.4f} in d (x{:.3f})\n",
+      ratio, std::log(ratio), out["confidence"].get<double>() * 100.0, out["power"].get<double>() * 100.0,
+      out["sd"].get<double>(), out["sd_from"].get<std::string>(), out["tasks"].get<int>(), seeds, pairs, 2 * pairs,
+      out["capped"].get<bool>() ? " (capped: the effect is too small for this sigma)" : "",
+      out["achieved_power"].get<double>() * 100.0, half_width, std::exp(half_width));
+  const nlohmann::json& per_pair = out["per_pair"];
+  if (per_pair.is_object()) {
+    std::cout << fmt::format(
+        "  from the pilot: about {:.1f} h of generators and validates and {:.2f} USD of model "
+        "calls in all\n",
+        per_pair["seconds"].get<double>() * pairs / 3600.0, per_pair["usd"].get<double>() * pairs);
+  }
+  std::cout << fmt::format("  give the experiment file {} seeds: seeds = [1, 2, ..., {}]\n", seeds, seeds);
+}
+
+int plan_verb(const std::string& given, const std::string& effect_text, double sd, const std::string& pilot,
+              double power, bool json) {
+  const PlannedExperiment x = planned_experiment(given);
   // sigma: stated, or from a pilot's analysis (--pilot, else the experiment's own storage when it has run).
-  const fs::path pilot_dir = pilot.empty() ? storage : fs::path(pilot);
+  const fs::path pilot_dir = pilot.empty() ? x.storage : fs::path(pilot);
   std::optional<nlohmann::json> pilot_analysis;
   if (sd <= 0.0 || !pilot.empty()) {
     if (!fs::is_regular_file(ExperimentPaths{pilot_dir}.plan())) {
@@ -203,37 +259,14 @@ int plan_verb(const std::string& given, const std::string& effect_text, double s
     pilot_analysis = write_experiment_reports(pilot_dir);
   }
   std::string sd_from = "stated (--sd)";
-  if (sd <= 0.0) {
-    const std::optional<PilotSpread> spread = pilot_spread(*pilot_analysis);
-    if (!spread || !(spread->sd > 0.0)) {
-      throw UsageError(
-          fmt::format("the pilot {} has fewer than two measured pairs, or they are all equal: its spread "
-                      "of d says nothing; run more seeds, or state --sd",
-                      pilot_dir.string()));
-    }
-    sd = spread->sd;
-    sd_from = fmt::format("pilot {}: {} pairs, {} ({} df)", pilot_dir.string(),
-                          (*pilot_analysis)["difference"].value("pairs", 0), spread->from, spread->df);
-  }
+  if (sd <= 0.0) sd = pilot_sd(*pilot_analysis, pilot_dir, sd_from);
   StudyPlanInput in;
   in.effect_ratio = parse_effect(effect_text);
   in.sd = sd;
-  in.tasks = tasks;
-  in.confidence = confidence;
+  in.tasks = x.tasks;
+  in.confidence = x.confidence;
   in.power = power;
   const StudyPlan p = plan_study(in);
-  // What a pair costs, from the pilot: its trajectories' generator and validate seconds, and model dollars.
-  nlohmann::json per_pair = nullptr;
-  if (pilot_analysis) {
-    double seconds = 0.0, usd = 0.0;
-    int pairs = std::max(1, (*pilot_analysis)["difference"].value("planned_pairs", 1));
-    for (const nlohmann::json& arm : (*pilot_analysis)["arms"]) {
-      const nlohmann::json& c = arm["cost"];
-      seconds += c.value("generator_wall_seconds", 0.0) + c.value("validate_seconds", 0.0);
-      usd += c.value("model_usd", 0.0);
-    }
-    per_pair = {{"seconds", seconds / pairs}, {"usd", usd / pairs}};
-  }
   const nlohmann::json out = {
       {"schema", "kwb.experiment_study_plan"},
       {"schema_version", 1},
@@ -241,35 +274,22 @@ int plan_verb(const std::string& given, const std::string& effect_text, double s
       {"delta", std::log(in.effect_ratio)},
       {"sd", sd},
       {"sd_from", sd_from},
-      {"confidence", confidence},
+      {"confidence", x.confidence},
       {"power", power},
-      {"tasks", tasks},
+      {"tasks", x.tasks},
       {"seeds", p.seeds},
       {"pairs", p.pairs},
       {"df", p.df},
       {"achieved_power", p.power},
       {"half_width", p.half_width},
       {"capped", p.capped},
-      {"per_pair", per_pair},
+      {"per_pair", pilot_analysis ? cost_per_pair(*pilot_analysis) : nlohmann::json(nullptr)},
   };
   if (json) {
     std::cout << json_text(out, 2) << "\n";
-    return p.capped ? static_cast<int>(ExitCode::inconclusive) : 0;
+  } else {
+    print_study_plan(out);
   }
-  std::cout << fmt::format(
-      "to show B/A >= {:.3g}x (d = {:.4f}) at {:.0f}% confidence with {:.0f}% power, sigma of d {:.4f} ({}):\n"
-      "  {} task(s) x {} seed(s) = {} pairs ({} trajectories){}; achieved power {:.0f}%, expected interval "
-      "half-width {:.4f} in d (x{:.3f})\n",
-      in.effect_ratio, std::log(in.effect_ratio), confidence * 100.0, power * 100.0, sd, sd_from, tasks, p.seeds,
-      p.pairs, 2 * p.pairs, p.capped ? " (capped: the effect is too small for this sigma)" : "", p.power * 100.0,
-      p.half_width, std::exp(p.half_width));
-  if (per_pair.is_object()) {
-    std::cout << fmt::format(
-        "  from the pilot: about {:.1f} h of generators and validates and {:.2f} USD of model "
-        "calls in all\n",
-        per_pair["seconds"].get<double>() * p.pairs / 3600.0, per_pair["usd"].get<double>() * p.pairs);
-  }
-  std::cout << fmt::format("  give the experiment file {} seeds: seeds = [1, 2, ..., {}]\n", p.seeds, p.seeds);
   return p.capped ? static_cast<int>(ExitCode::inconclusive) : 0;
 }
 

@@ -272,91 +272,103 @@ std::string verdict_of(const PairedInterval& iv, size_t measured, size_t missing
   return "INCONCLUSIVE";
 }
 
-// One arm's summary: outcomes, keeps, fast_p, attempts by category, sandbox violations and cost.
-nlohmann::json arm_summary(int a, const std::string& name, const std::vector<TrajectoryOutcome>& all) {
+// One arm's totals over its trajectories.
+struct ArmTotals {
   int n = 0, correct = 0, keeps = 0, violations = 0, attempts = 0;
   double gw = 0, gc = 0, vs = 0, lw = 0, log_sum = 0, usd = 0;
   std::uint64_t requests = 0, input_tokens = 0, output_tokens = 0;
   std::map<std::string, int> cats;
   std::vector<double> speedups;
+  std::vector<const TrajectoryOutcome::Kernel*> kernels;
+};
+
+ArmTotals arm_totals(int a, const std::vector<TrajectoryOutcome>& all) {
+  ArmTotals t;
   for (const TrajectoryOutcome& o : all) {
     if (o.arm != a) continue;
-    ++n;
-    keeps += o.keeps;
-    violations += o.violations;
-    gw += o.generator_wall_s;
-    gc += o.generator_cpu_s;
-    vs += o.validate_s;
-    lw += o.validate_lock_wait_s;
-    requests += o.model_requests;
-    input_tokens += o.model_input_tokens;
-    output_tokens += o.model_output_tokens;
-    usd += o.model_usd;
+    ++t.n;
+    t.keeps += o.keeps;
+    t.violations += o.violations;
+    t.gw += o.generator_wall_s;
+    t.gc += o.generator_cpu_s;
+    t.vs += o.validate_s;
+    t.lw += o.validate_lock_wait_s;
+    t.requests += o.model_requests;
+    t.input_tokens += o.model_input_tokens;
+    t.output_tokens += o.model_output_tokens;
+    t.usd += o.model_usd;
     for (const auto& [c, k] : o.categories) {
-      cats[c] += k;
-      attempts += k;
+      t.cats[c] += k;
+      t.attempts += k;
     }
     if (o.log_speedup) {
-      ++correct;
-      speedups.push_back(std::exp(*o.log_speedup));
-      log_sum += *o.log_speedup;
+      ++t.correct;
+      t.speedups.push_back(std::exp(*o.log_speedup));
+      t.log_sum += *o.log_speedup;
     }
+    for (const TrajectoryOutcome::Kernel& k : o.kernels) t.kernels.push_back(&k);
   }
-  nlohmann::json fast = nlohmann::json::object();
+  return t;
+}
+
+// fast_p per trajectory (its final kernel) and per generated kernel (null where the arm generated none).
+void fast_p(const ArmTotals& t, nlohmann::json& per_trajectory, nlohmann::json& per_kernel) {
+  per_trajectory = nlohmann::json::object();
+  per_kernel = nlohmann::json::object();
   for (double p : k_fast_p) {
-    const auto k = std::count_if(speedups.begin(), speedups.end(), [p](double s) { return p == 0.0 || s > p; });
-    fast[fast_key(p)] = n == 0 ? 0.0 : static_cast<double>(k) / n;
+    const auto k = std::count_if(t.speedups.begin(), t.speedups.end(), [p](double s) { return p == 0.0 || s > p; });
+    per_trajectory[fast_key(p)] = t.n == 0 ? 0.0 : static_cast<double>(k) / t.n;
+    const auto fast = std::count_if(t.kernels.begin(), t.kernels.end(), [p](const TrajectoryOutcome::Kernel* g) {
+      return g->correct && (p == 0.0 || (g->log_speedup && *g->log_speedup > std::log(p)));
+    });
+    per_kernel[fast_key(p)] = t.kernels.empty()
+                                  ? nlohmann::json(nullptr)
+                                  : nlohmann::json(static_cast<double>(fast) / static_cast<double>(t.kernels.size()));
   }
-  // Per generated kernel: null where the arm generated none.
-  size_t kernels = 0;
-  std::map<std::string, size_t> fast_kernels;
-  for (const TrajectoryOutcome& o : all) {
-    if (o.arm != a) continue;
-    for (const TrajectoryOutcome::Kernel& k : o.kernels) {
-      ++kernels;
-      for (double p : k_fast_p) {
-        fast_kernels[fast_key(p)] += k.correct && (p == 0.0 || (k.log_speedup && *k.log_speedup > std::log(p)));
-      }
-    }
-  }
-  nlohmann::json fast_k = nlohmann::json::object();
-  for (double p : k_fast_p) {
-    fast_k[fast_key(p)] =
-        kernels == 0 ? nlohmann::json(nullptr)
-                     : nlohmann::json(static_cast<double>(fast_kernels[fast_key(p)]) / static_cast<double>(kernels));
-  }
+}
+
+nlohmann::json arm_cost(const ArmTotals& t) {
+  const auto per = [](double x, double by) { return by <= 0.0 ? nlohmann::json(nullptr) : nlohmann::json(x / by); };
+  return {{"generator_wall_seconds", t.gw},
+          {"generator_cpu_seconds", t.gc},
+          {"validate_seconds", t.vs},
+          {"validate_lock_wait_seconds", t.lw},
+          {"generator_cpu_seconds_per_attempt", t.attempts == 0 ? 0.0 : t.gc / t.attempts},
+          {"model_requests", t.requests},
+          {"model_input_tokens", t.input_tokens},
+          {"model_output_tokens", t.output_tokens},
+          {"model_usd", t.usd},
+          {"model_usd_per_attempt", t.attempts == 0 ? 0.0 : t.usd / t.attempts},
+          {"model_usd_per_keep", per(t.usd, t.keeps)},
+          // Speedup per unit of cost: the arm's summed ln(final speedup) over its trajectories per dollar of
+          // model calls and per hour of generator wall time (null where that cost is zero or nothing was measured).
+          {"log_speedup_per_usd", t.correct == 0 ? nlohmann::json(nullptr) : per(t.log_sum, t.usd)},
+          {"log_speedup_per_generator_hour", t.correct == 0 ? nlohmann::json(nullptr) : per(t.log_sum, t.gw / 3600.0)}};
+}
+
+// One arm's summary: outcomes, keeps, fast_p, attempts by category, sandbox violations and cost.
+nlohmann::json arm_summary(int a, const std::string& name, const std::vector<TrajectoryOutcome>& all) {
+  const ArmTotals t = arm_totals(a, all);
+  nlohmann::json fast, fast_k;
+  fast_p(t, fast, fast_k);
+  const auto count = [&](const char* c) { return t.cats.contains(c) ? t.cats.at(c) : 0; };
   return {
       {"name", name},
       {"label", a == 0 ? "A" : "B"},
-      {"trajectories", n},
-      {"with_outcome", correct},
-      {"keeps", keeps},
-      {"geomean_speedup", correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(log_sum / correct))},
+      {"trajectories", t.n},
+      {"with_outcome", t.correct},
+      {"keeps", t.keeps},
+      {"geomean_speedup", t.correct == 0 ? nlohmann::json(nullptr) : nlohmann::json(std::exp(t.log_sum / t.correct))},
       {"fast_p", fast},
-      {"kernels", kernels},
+      {"kernels", t.kernels.size()},
       {"fast_p_kernels", fast_k},
-      {"attempts", attempts},
-      {"categories", cats},
-      {"cheats", cats.contains("cheat") ? cats["cheat"] : 0},
-      {"sandbox", cats.contains("sandbox") ? cats["sandbox"] : 0},
-      {"sandbox_violations", violations},
-      {"cost",
-       {{"generator_wall_seconds", gw},
-        {"generator_cpu_seconds", gc},
-        {"validate_seconds", vs},
-        {"validate_lock_wait_seconds", lw},
-        {"generator_cpu_seconds_per_attempt", attempts == 0 ? 0.0 : gc / attempts},
-        {"model_requests", requests},
-        {"model_input_tokens", input_tokens},
-        {"model_output_tokens", output_tokens},
-        {"model_usd", usd},
-        {"model_usd_per_attempt", attempts == 0 ? 0.0 : usd / attempts},
-        {"model_usd_per_keep", keeps == 0 ? nlohmann::json(nullptr) : nlohmann::json(usd / keeps)},
-        // Speedup per unit of cost: the arm's summed ln(final speedup) over its trajectories per dollar of
-        // model calls and per hour of generator wall time (null where that cost is zero or nothing was measured).
-        {"log_speedup_per_usd", correct == 0 || usd <= 0.0 ? nlohmann::json(nullptr) : nlohmann::json(log_sum / usd)},
-        {"log_speedup_per_generator_hour",
-         correct == 0 || gw <= 0.0 ? nlohmann::json(nullptr) : nlohmann::json(log_sum / (gw / 3600.0))}}}};
+      {"attempts", t.attempts},
+      {"categories", t.cats},
+      {"cheats", count("cheat")},
+      {"sandbox", count("sandbox")},
+      {"sandbox_violations", t.violations},
+      {"cost", arm_cost(t)},
+  };
 }
 
 }  // namespace

@@ -452,8 +452,12 @@ std::string experiment_html(const ExperimentReportInput& in) {
   const Doc d = build(in);
   std::string out = fmt::format(
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{title}</title>\n"
-      "<style>\nbody{{font-family:sans-serif;margin:2em;max-width:90em}}table{{border-collapse:collapse;margin:.5em 0}}"
-      "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top}}th{{background:#eee}}"
+      // A cell may break a long word (a path, a link) anywhere: the tables then fit the window instead of running
+      // off it (tests/experiment/llm_agent_test.py lays the page out 1280 px wide).
+      "<style>\nbody{{font-family:sans-serif;margin:2em;max-width:90em}}"
+      "table{{border-collapse:collapse;margin:.5em 0;max-width:100%}}"
+      "th,td{{border:1px solid #bbb;padding:.25em .5em;text-align:left;vertical-align:top;overflow-wrap:anywhere}}"
+      "th{{background:#eee}}"
       "#verdict{{font-size:1.3em;padding:.5em;border:2px solid #444;display:inline-block}}"
       "</style>\n</head>\n<body>\n<h1>{title}</h1>\n<p>",
       fmt::arg("title", escape_html(d.title)));

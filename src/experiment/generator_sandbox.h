@@ -10,12 +10,13 @@
 // run only.
 //
 // What is recorded: kwb-generator-shim, the first program inside, loads a seccomp filter that hands every system call
-// naming a path, and every socket that is not AF_UNIX, to kwb (seccomp user notification), then executes the
-// generator. kwb, outside, reads the path from the caller's memory, resolves it against the caller's working folder
-// or directory descriptor, and lets the call go on when it lies within the view; anything else, and every network
-// socket, is a violation: recorded, and answered EACCES. The record is evidence on top of the isolation, not the
-// isolation itself: a thread that rewrites the path after kwb read it can make the record miss an attempt, never make
-// it succeed, because the mount and network namespaces are what enforce the view.
+// naming a path, every socket that is not AF_UNIX and every call naming a peer's address to kwb (seccomp user
+// notification; generator_supervisor.h), then executes the generator. kwb, outside, reads the path from the caller's
+// memory, resolves it against the caller's working folder or directory descriptor, and lets the call go on when it
+// lies within the view; a peer is allowed on the sandbox's own loopback (where the loopback bridge to the model
+// proxy listens). Anything else is a violation: recorded, and answered EACCES. The record is evidence on top of the
+// isolation, not the isolation itself: a thread that rewrites the path after kwb read it can make the record miss an
+// attempt, never make it succeed, because the mount and network namespaces are what enforce the view.
 #pragma once
 
 #include <chrono>

@@ -71,6 +71,25 @@ inline constexpr GeneratorPathSyscall k_generator_path_syscalls[] = {
 // local sockets inside the sandbox's own namespaces); every other family does.
 inline constexpr const char* k_generator_socket_syscall = "socket";
 
+// The calls that name a peer's address, and where: connect(fd, addr, len) and sendto(..., addr, len). The shim
+// hands connect over always, sendto only with an address. sendmsg is not among them: the shim itself hands kwb its
+// listener with sendmsg after loading the filter, which would wait on a supervisor that has no listener yet (and the
+// address of a sendmsg or sendmmsg lies inside its message). A datagram they send elsewhere goes nowhere (the
+// sandbox's network namespace has only its loopback); it is only not recorded.
+struct GeneratorAddressSyscall {
+  const char* name;
+  int address_arg;
+  int length_arg;
+};
+inline constexpr GeneratorAddressSyscall k_generator_address_syscalls[] = {
+    {"connect", 1, 2},
+    {"sendto", 4, 5},
+};
+
+// The port of the loopback bridge kwb-generator-shim starts for an attempt with a model proxy
+// (experiment/shim/loopback_bridge.h): `http://127.0.0.1:8100/<endpoint>/...` inside every arm's sandbox.
+inline constexpr int k_model_bridge_port = 8100;
+
 // The descriptor kwb-generator-shim finds the supervisor's socket on (passed through bwrap), and the exit status
 // with which it reports that it could not set the supervision up (nothing was executed then).
 inline constexpr int k_generator_shim_socket_fd = 3;

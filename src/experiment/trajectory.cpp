@@ -3,6 +3,7 @@
 
 #include "campaign/runner.h"
 #include "experiment/generator_sandbox.h"
+#include "experiment/generator_syscalls.h"
 #include "experiment/model_proxy.h"
 #include "record/bundle_reader.h"
 #include "record/bundle_snapshot.h"
@@ -380,6 +381,8 @@ void start_proxy(const Trajectory& t, int n, const fs::path& adir, GeneratorSpec
   std::vector<std::string> names;
   for (const ModelEndpoint& e : t.endpoints) names.push_back(e.name);
   g.env.emplace_back("KWB_MODEL_SOCKET", out.proxy->socket_path().string());
+  // The same proxy over TCP, for agents that take only a base URL: kwb-generator-shim's loopback bridge.
+  g.env.emplace_back("KWB_MODEL_URL", fmt::format("http://127.0.0.1:{}", k_model_bridge_port));
   g.env.emplace_back("KWB_MODEL_ENDPOINTS", fmt::format("{}", fmt::join(names, ",")));
 }
 
@@ -503,6 +506,55 @@ void publish_result(const Trajectory& t, int n, const std::string& out_name, con
   }
 }
 
+// The attempt's model calls in its record: for an arm that may call a model, and for any that used the proxy (a
+// feedback check).
+void record_model(const Trajectory& t, const fs::path& adir, const ModelProxyReport& model, nlohmann::json& a) {
+  if (t.endpoints.empty() && model.checks + model.refused + model.spend.requests == 0) return;
+  a["model"] = model.json();
+  const fs::path exchanges = adir / "model" / "exchanges.jsonl";
+  a["model"]["exchanges"] = exchanges.lexically_relative(t.storage).string();
+  // Sealed with the record: a replay serves the file only with this digest.
+  a["model"]["exchanges_sha256"] = sha256_hex(fs::is_regular_file(exchanges) ? read_file(exchanges) : "");
+}
+
+// The candidate the generator wrote (copied into the attempt's folder) and its meta; `why` says why there is none.
+std::optional<std::string> take_candidate(const Trajectory& t, const fs::path& adir, const std::string& out_name,
+                                          nlohmann::json& a, std::string& why) {
+  std::optional<std::string> source = read_generated_file(t.work(), out_name, k_max_candidate_bytes, why);
+  if (source) {
+    write_file_atomic(adir / out_name, *source);
+    a["candidate_sha256"] = sha256_hex(*source);
+  }
+  if (std::string mwhy;
+      std::optional<std::string> meta = read_generated_file(t.work(), out_name + ".json", 64 << 10, mwhy)) {
+    try {
+      a["meta"] = nlohmann::json::parse(*meta);
+    } catch (const std::exception&) {
+      a["meta"] = {{"unparsed", *meta}};
+    }
+  }
+  return source;
+}
+
+// Past a budget, the attempt ends there and its candidate is not judged: what it wrote cost more than allowed. A
+// replay that could not answer as recorded re-ran another experiment: not this attempt's result.
+void model_failure(const ModelProxyReport& model, AttemptCategory& category, std::string& failed) {
+  if (category == AttemptCategory::sandbox) return;
+  if (!model.unnamed.empty()) {
+    category = AttemptCategory::sandbox;
+    failed = fmt::format(
+        "the generator asked kwb's proxy for '{}', which names no endpoint of its arm: a reach outside its "
+        "sandbox; its candidate is discarded",
+        model.unnamed);
+  } else if (!model.over_budget.empty()) {
+    category = AttemptCategory::budget;
+    failed = "the generator went past its model budget (" + model.over_budget + "): its candidate is discarded";
+  } else if (!model.replay_problem.empty()) {
+    category = AttemptCategory::error;
+    failed = "the replay could not answer the generator as recorded: " + model.replay_problem;
+  }
+}
+
 nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& record) {
   const fs::path adir = t.attempt_dir(n);
   fs::remove_all(adir);
@@ -532,51 +584,15 @@ nlohmann::json run_attempt(const Trajectory& t, int n, const nlohmann::json& rec
   const GeneratorResult gr = run_generator(g);
   std::optional<ModelProxyReport> model;
   if (proxy.proxy) model = proxy.proxy->finish();
-  // Recorded for an arm that may call a model, and for any that used the proxy (a feedback check).
-  if (model && (!t.endpoints.empty() || model->checks + model->refused + model->spend.requests > 0)) {
-    a["model"] = model->json();
-    const fs::path exchanges = adir / "model" / "exchanges.jsonl";
-    a["model"]["exchanges"] = exchanges.lexically_relative(t.storage).string();
-    // Sealed with the record: a replay serves the file only with this digest.
-    a["model"]["exchanges_sha256"] = sha256_hex(fs::is_regular_file(exchanges) ? read_file(exchanges) : "");
-  }
+  if (model) record_model(t, adir, *model, a);
   write_file_atomic(adir / "generator.log", redact(gr.output, t.secrets));
   a["generator"] = generator_json(gr);
 
   std::string why;
-  const std::optional<std::string> source = read_generated_file(t.work(), out_name, k_max_candidate_bytes, why);
-  if (source) {
-    write_file_atomic(adir / out_name, *source);
-    a["candidate_sha256"] = sha256_hex(*source);
-  }
-  if (std::string mwhy;
-      std::optional<std::string> meta = read_generated_file(t.work(), out_name + ".json", 64 << 10, mwhy)) {
-    try {
-      a["meta"] = nlohmann::json::parse(*meta);
-    } catch (const std::exception&) {
-      a["meta"] = {{"unparsed", *meta}};
-    }
-  }
-
+  const std::optional<std::string> source = take_candidate(t, adir, out_name, a, why);
   AttemptCategory category = AttemptCategory::no_candidate;
   std::string failed = generator_failure(gr, g, source.has_value(), why, category);
-  if (model && category != AttemptCategory::sandbox) {
-    // Past a budget, the attempt ends there and its candidate is not judged: what it wrote cost more than allowed.
-    // A replay that could not answer as recorded re-ran another experiment: not this attempt's result.
-    if (!model->unnamed.empty()) {
-      category = AttemptCategory::sandbox;
-      failed = fmt::format(
-          "the generator asked kwb's proxy for '{}', which names no endpoint of its arm: a reach outside its "
-          "sandbox; its candidate is discarded",
-          model->unnamed);
-    } else if (!model->over_budget.empty()) {
-      category = AttemptCategory::budget;
-      failed = "the generator went past its model budget (" + model->over_budget + "): its candidate is discarded";
-    } else if (!model->replay_problem.empty()) {
-      category = AttemptCategory::error;
-      failed = "the replay could not answer the generator as recorded: " + model->replay_problem;
-    }
-  }
+  if (model) model_failure(*model, category, failed);
   if (!failed.empty()) {
     a["detail"] = std::move(failed);
   } else {

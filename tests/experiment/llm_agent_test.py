@@ -11,8 +11,9 @@ and arm "no-skill" checks a broken draft, fixes it, and hands in the baseline (K
 
 Checks: the verdict (B better) and the fused kernel's speedup inside B/A's interval; each arm's requests, checks,
 tokens and dollars in the analysis; every request reached the model with the proxy's key and none holds it in the
-storage; the report's model tables in headless Chromium, each attempt's exchanges linked (when a headless Chromium is
-installed). With --with-replay, then the same experiment with --replay, the model stopped and no key: the same
+storage; the report in headless Chromium (when one is installed: report_in_browser below), each attempt's exchanges
+linked, no table wider than a 1280 px window. The no-skill arm reaches the proxy over TCP (LLM_TRANSPORT=tcp: the
+sandbox's loopback bridge), the skill arm over the Unix socket. With --with-replay, then the same experiment with --replay, the model stopped and no key: the same
 candidates, categories, checks and verdict (as long again; the test suite runs without it, and
 experiment_test.an_arm_calls_a_model_... replays an untimed experiment).
 """
@@ -26,7 +27,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
-from headless_browser import Dom, browser, load_page  # noqa: E402
+from headless_browser import Dom, browser, load_page, page_width  # noqa: E402
 
 KEY_ENV = "KWB_TEST_LLM_KEY"
 KEY = "sk-llm-agent-test-5c1e0f2a9d"
@@ -61,6 +62,58 @@ def attempts(storage):
     return out
 
 
+def report_in_browser(storage, an, tmp):
+    """The experiment's report.html as headless Chromium builds it (skipped, with a note, where none is installed):
+    the verdict element, the arms' and the model calls' tables, a row per seed in the task's side-by-side table, the
+    experiment's name as text, links that are relative and name files that exist (the skill arm's three final
+    bundles, every attempt's candidate and exchanges), no request outside the page, and no table wider than a
+    1280 px window."""
+    chrome = browser()
+    if chrome is None:
+        print("llm_agent_test: no headless Chromium here (apt-get install chromium-headless-shell): the report is "
+              "not opened", file=sys.stderr)
+        return []
+    problems = []
+    page = storage / "report.html"
+    text, outside, error = load_page(chrome, page, tmp)
+    if text is None:
+        return [error]
+    dom = Dom()
+    dom.feed(text)
+    if f'data-verdict="{an["verdict"]}"' not in text:
+        problems.append(f"no verdict element for {an['verdict']}")
+    arms = [r for r in dom.rows if len(r) == 10 and r[0] in ("A no-skill", "B skill")]
+    if len(arms) != 2:
+        problems.append(f"the arms' table rows are {arms}, expected A no-skill and B skill")
+    model_rows = [r for r in dom.rows if len(r) == 9 and r[0] in ("A no-skill", "B skill") and r[1].isdigit()]
+    if [r[1] for r in model_rows] != ["6", "3"]:
+        problems.append(f"the model calls table's rows are {model_rows}")
+    seeds = [r for r in dom.rows if len(r) == 8 and r[0] in ("1", "2", "3")]
+    if len(seeds) != 3:
+        problems.append(f"the task's side-by-side rows are {seeds}, expected one per seed")
+    for r in seeds:
+        if not r[1].startswith("nothing kept, not measured") or r[2] != "0" or r[5] != "1":
+            problems.append(f"seed row {r}: expected no-skill with nothing kept (not measured) and skill with one keep")
+    if "skill <check>" not in text.replace("&lt;", "<").replace("&gt;", ">"):
+        problems.append("the experiment's name did not come through as text")
+    kinds = {"report.html": 3, "candidate.cpp": 6, "exchanges.jsonl": 6}
+    for suffix, want in kinds.items():
+        got = [h for h in dom.links if h.endswith(suffix)]
+        if len(got) != want:
+            problems.append(f"links to {suffix}: {got}, expected {want}")
+    for href in dom.links:
+        if "://" in href or href.startswith("/") or not (page.parent / href).exists():
+            problems.append(f"link {href!r} is not a relative link to a file that exists")
+    if error or outside:
+        problems.append(f"the page: {error or ''} requested {outside}")
+    probe, error = page_width(chrome, page, tmp)
+    if error:
+        problems.append(error)
+    elif probe["over"] or probe["page"] > probe["viewport"]:
+        problems.append(f"at 1280 px: {probe}: a table runs off the page")
+    return problems
+
+
 def main():
     if len(sys.argv) not in (4, 5) or (len(sys.argv) == 5 and sys.argv[4] != "--with-replay"):
         print(__doc__, file=sys.stderr)
@@ -83,15 +136,16 @@ def main():
             {"when": "SKILL:", "reply_file": str(tmp / "fused.cpp")},
             {"when": "", "reply_file": str(tmp / "broken.cpp")},
         ])
-        arm = ('command = ["python3", "llm_agent.py"]\nenv = {{ LLM_MODEL = "fake-1" }}\nfiles = [{files}]\n'
+        # The no-skill arm speaks TCP to the sandbox's loopback bridge, as an agent that takes only a base URL does.
+        arm = ('command = ["python3", "llm_agent.py"]\nenv = {{ LLM_MODEL = "fake-1"{env} }}\nfiles = [{files}]\n'
                f'[[arms.endpoints]]\nname = "fake"\nurl = "{url}"\nkey_env = "{KEY_ENV}"\n')
         (tmp / "x.toml").write_text(
-            f'name = "skill"\nstorage = "out"\nseeds = [1, 2, 3]\nattempts = 1\nfinal_max_minutes = 0.15\n'
+            f'name = "skill <check>"\nstorage = "out"\nseeds = [1, 2, 3]\nattempts = 1\nfinal_max_minutes = 0.15\n'
             f'[validate]\nworkloads = ["decode"]\nlayouts = 2\nno_profile = true\nmax_minutes = 0.05\n'
             f'[[tasks]]\ndir = "{task}"\n'
             f'[[prices]]\nmodel = "fake-*"\ninput_usd_per_mtok = 3.0\noutput_usd_per_mtok = 15.0\n'
-            '[[arms]]\nname = "no-skill"\n' + arm.format(files='"llm_agent.py"') +
-            '[[arms]]\nname = "skill"\n' + arm.format(files='"llm_agent.py", "skill.md"'))
+            '[[arms]]\nname = "no-skill"\n' + arm.format(files='"llm_agent.py"', env=', LLM_TRANSPORT = "tcp"') +
+            '[[arms]]\nname = "skill"\n' + arm.format(files='"llm_agent.py", "skill.md"', env=""))
         env = dict(os.environ, KWB_KEY_DIR=str(tmp / "keys"))
         env[KEY_ENV] = KEY
         started = time.monotonic()
@@ -140,27 +194,7 @@ def main():
         if holding:
             problems.append(f"the key is in {holding}")
 
-        chrome = browser()
-        page = storage / "report.html"
-        if chrome is None:
-            print("llm_agent_test: no headless Chromium here: the report is checked as text only", file=sys.stderr)
-            text = page.read_text()
-            links = []
-        else:
-            text, outside, error = load_page(chrome, page, tmp)
-            dom = Dom()
-            dom.feed(text or "")
-            model_rows = [r for r in dom.rows if len(r) == 9 and r[0] in ("A no-skill", "B skill") and r[1].isdigit()]
-            if [r[1] for r in model_rows] != ["6", "3"]:
-                problems.append(f"the model calls table's rows are {model_rows}")
-            links = [h for h in dom.links if h.endswith("exchanges.jsonl")]
-            if error or outside:
-                problems.append(f"the page: {error} {outside}")
-        if chrome is not None and len(links) != 6:
-            problems.append(f"exchange links {links}: expected one per attempt")
-        for href in links:
-            if not (page.parent / href).is_file():
-                problems.append(f"link {href} names no file")
+        problems += report_in_browser(storage, an, tmp)
 
         # The replay: no model, no key; the same generations and decisions.
         del env[KEY_ENV]

@@ -5,7 +5,7 @@
 // item 3: not one made under weaker rules, nor another run's under the same rules); an edited trajectory record is
 // refused by report and status (item 5); a generator that leaves a hard link, a deep tree and bytes past its quota in
 // its work folder has them recorded against its attempt, and the experiment goes on (item 6). (The fused-against-idle
-// run that times, and its report in a browser, is tests/experiment/report_in_browser.py.)
+// run that times, and its report in a browser, is tests/experiment/llm_agent_test.py.)
 #include "cli_helpers.h"
 #include "experiment/model_proxy.h"
 #include "experiment/trajectory.h"
@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <set>
 #include <thread>
 
 extern char** environ;
@@ -260,18 +261,36 @@ s.serve_forever()
 
 // The agent: one chat completion through kwb's socket (HTTP over a Unix socket, as httpx's uds transport or
 // curl --unix-socket send it), with a key of its own it must not be able to use, then the answer's text as its
-// candidate.
+// candidate. Its second attempt is a client that takes only a base URL: everything over TCP to KWB_MODEL_URL, the
+// loopback bridge in its sandbox.
 const char* k_agent = R"(import http.client, json, os, socket
-class Conn(http.client.HTTPConnection):
+class UnixConn(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect(os.environ["KWB_MODEL_SOCKET"])
+def Conn(host):
+    if os.environ["KWB_ATTEMPT"] != "2":
+        return UnixConn(host)
+    url = os.environ["KWB_MODEL_URL"]
+    assert url.startswith("http://127.0.0.1:"), url
+    return http.client.HTTPConnection("127.0.0.1", int(url.rsplit(":", 1)[1]), timeout=60)
 c = Conn("kwb")
 # The feedback channel first: kwb check of a source that does not build, as an agent checks its draft.
 c.request("POST", "/kwb/check", body="int x = ;\n")
 check = json.loads(c.getresponse().read())
 print("check", check["verdict"], [f["reason"] for f in check["failures"]])
 if os.environ.get("SNEAK") and os.environ["KWB_ATTEMPT"] == "2":
+    # Its own loopback is allowed; another host, by TCP or by a datagram, is a reach for the network (and goes
+    # nowhere: the sandbox's network namespace has only its loopback).
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.sendto(b"x", ("127.0.0.1", 9))
+    for reach in (lambda: socket.create_connection(("10.1.2.3", 80), timeout=2),
+                  lambda: u.sendto(b"x", ("10.1.2.3", 53))):
+        try:
+            reach()
+            print("reached")
+        except OSError as e:
+            print("refused", e.errno)
     # A host the arm did not name, through the proxy: refused, and the attempt ends.
     c = Conn("kwb")
     c.request("POST", "/elsewhere/v1/chat/completions", body="{}")
@@ -415,7 +434,13 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   EXPECT_NE(agent_log.find("mounted: weights-v1"), std::string::npos) << agent_log;
   EXPECT_FALSE(fs::exists(storage / "arms" / "agent" / "weights")) << "a mount is not copied";
   EXPECT_NE(agent_log.find(std::string("echo Bearer [redacted:") + k_key_env + "]"), std::string::npos) << agent_log;
-  EXPECT_EQ(record(storage, "agent--rmsnorm--s1")["attempts"][1]["category"], "slower");
+  // The second attempt spoke TCP to the loopback bridge: the same proxy, the same record.
+  const nlohmann::json over_tcp = record(storage, "agent--rmsnorm--s1")["attempts"][1];
+  EXPECT_EQ(over_tcp["category"], "slower") << over_tcp.dump(2);
+  EXPECT_EQ(over_tcp["model"]["requests"], 1);
+  EXPECT_EQ(over_tcp["model"]["checks"], 1);
+  EXPECT_TRUE(over_tcp["generator"]["violations"].empty()) << over_tcp.dump(2);
+  EXPECT_EQ(over_tcp["candidate_sha256"], sha256_file(baseline));
   const nlohmann::json thrifty = record(storage, "thrifty--rmsnorm--s1")["attempts"][0];
   EXPECT_EQ(thrifty["category"], "budget") << thrifty.dump(2);
   EXPECT_EQ(thrifty["decision"], nullptr);
@@ -424,7 +449,16 @@ TEST(experiment_test, an_arm_calls_a_model_only_through_the_recording_proxy_with
   const nlohmann::json sneak = record(storage, "thrifty--rmsnorm--s1")["attempts"][1];
   EXPECT_EQ(sneak["category"], "sandbox") << sneak.dump(2);
   EXPECT_EQ(sneak["model"]["unnamed"], "/elsewhere/v1/chat/completions");
-  EXPECT_NE(sneak["detail"].get<std::string>().find("names no endpoint of its arm"), std::string::npos);
+  // Before it, another host by TCP and by a datagram: both recorded, its own loopback not.
+  std::set<std::string> reaches;
+  for (const nlohmann::json& v : sneak["generator"]["violations"]) {
+    reaches.insert(v["kind"].get<std::string>() + " " + v["syscall"].get<std::string>() + " " +
+                   v["target"].get<std::string>());
+  }
+  EXPECT_EQ(reaches, (std::set<std::string>{"network connect 10.1.2.3:80", "network sendto 10.1.2.3:53"}))
+      << sneak.dump(2);
+  EXPECT_NE(sneak["detail"].get<std::string>().find("first: network connect 10.1.2.3:80"), std::string::npos)
+      << sneak.dump(2);
 
   // The analysis counts what each arm's calls cost, and the attempt past its budget by its category.
   const nlohmann::json an = nlohmann::json::parse(read_file(storage / "analysis.json"));

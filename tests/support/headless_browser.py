@@ -1,7 +1,7 @@
 """What the report-in-a-browser tests share: finding headless Chromium, loading a page with every network name
 unresolvable, the DOM it built (table rows and links), and the URLs it requested outside the page.
 
-Used by tests/campaign/report_in_browser.py and tests/experiment/report_in_browser.py.
+Used by tests/campaign/report_in_browser.py and tests/experiment/llm_agent_test.py.
 """
 import json
 import os
@@ -74,3 +74,37 @@ def load_page(chrome, page, tmp):
     outside = sorted(u for u in urls if u.startswith(("http:", "https:", "ws:", "wss:", "ftp:"))
                      or (u.startswith("file:") and u != page.as_uri()))
     return dump.stdout, outside, None
+
+
+WIDTH_PROBE = """<script>
+(function () {
+  var over = [];
+  document.querySelectorAll("table").forEach(function (t, i) {
+    var right = t.getBoundingClientRect().right;
+    if (right > window.innerWidth + 0.5) over.push((t.id || ("table " + i)) + " ends at " + Math.round(right) + " px");
+  });
+  document.body.setAttribute("data-width-probe", JSON.stringify(
+      {viewport: window.innerWidth, page: document.documentElement.scrollWidth, over: over}));
+})();
+</script>"""
+
+
+def page_width(chrome, page, tmp, width=1280):
+    """Lays `page` out in a window `width` px wide. Returns (probe, error): probe holds the viewport, the page's
+    scroll width and the tables whose right edge lies past the viewport (what a reader has to scroll sideways
+    for). The probe script runs in a copy beside the page, so that its relative links still resolve."""
+    probe_page = page.with_name(".width-probe-" + page.name)
+    probe_page.write_text(page.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+    try:
+        dump = subprocess.run([chrome, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                               f"--user-data-dir={tmp / 'profile-width'}", "--host-resolver-rules=MAP * ~NOTFOUND",
+                               f"--window-size={width},900", "--hide-scrollbars", "--dump-dom", probe_page.as_uri()],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        probe_page.unlink()
+    start = dump.stdout.find('data-width-probe="')
+    if dump.returncode != 0 or start < 0:
+        return None, f"{chrome} exited {dump.returncode} without the probe's figures:\n{dump.stderr[-2000:]}"
+    value = dump.stdout[start + len('data-width-probe="'):]
+    value = value[:value.find('"')].replace("&quot;", '"').replace("&amp;", "&")
+    return json.loads(value), None
