@@ -384,24 +384,129 @@ struct PendingBuild {
   std::string pre_key;
 };
 
+// The implementation's source, resolved: it must exist, and not lie directly in / (the compiler may read its folder).
+fs::path checked_source(const fs::path& source) {
+  if (!fs::is_regular_file(source)) {
+    throw DataError(fmt::format("{}: implementation source does not exist", source.string()));
+  }
+  const fs::path canonical = fs::canonical(source);
+  const fs::path folder = canonical.parent_path();
+  if (folder == folder.root_path()) {
+    throw DataError(
+        fmt::format("{}: an implementation directly in / cannot be built (the compiler may read its "
+                    "whole folder): move it into a folder of its own",
+                    canonical.string()));
+  }
+  return canonical;
+}
+
+// The compile command as the identity records it: the flags, with placeholders for the paths that differ between
+// machines and builds. The dependency-output flags (-MD -MF, -Wa,--MD) change nothing in the object and are not
+// recorded.
+std::string recorded_command(const Toolchain& tc, bool cuda_rpath, int layout_variant, bool companion) {
+  std::string cmd = tc.compiler;
+  for (const std::string& f : tc.flags) cmd += " " + f;
+  cmd += " -I<kwb-include>";
+  if (cuda_rpath) cmd += " -Xlinker=-rpath,<cuda-lib>";
+  if (layout_variant > 0) cmd += " <layout-pad>";
+  if (companion) cmd += " <companion>";
+  cmd += " <source>";
+  for (const std::string& f : tc.link_flags) cmd += " " + f;
+  cmd += " -o <artifact>";
+  return cmd;
+}
+
+// The key of everything known before the compile. It also covers what reaches the compile besides the command
+// (build_environment_identity: PATH, the compiler's real path, the CPU -march=native targets) and the CUDA library
+// folder the rpath names.
+std::string pre_compile_key(const BuildIdentity& id, const fs::path& cuda_lib, const std::string& companion_source,
+                            const std::string& declared, const std::string& compiler) {
+  std::vector<std::string> pre_parts = {id.source_sha256,
+                                        id.command,
+                                        id.compiler_version,
+                                        id.abi_header_sha256,
+                                        std::string(to_string(id.backend)),
+                                        std::to_string(id.layout_variant),
+                                        layout_pad_source(id.layout_variant),
+                                        "cuda-lib=" + cuda_lib.string(),
+                                        "companion=" + companion_source,
+                                        "declared=" + declared};
+  for (std::string& e : build_environment_identity(compiler)) pre_parts.push_back(std::move(e));
+  Sha256 pre;
+  for (const std::string& part : pre_parts) {
+    pre.update(part);
+    pre.update(std::string_view("\0", 1));
+  }
+  return pre.hex_digest();
+}
+
+// A cached object is reused only if every file the last build read still hashes the same, and the object still
+// hashes to what was recorded when it was built. True (art filled in) on a hit.
+bool cache_hit(Artifact& art, const fs::path& artifacts, const std::string& pre_key, const fs::path& folder,
+               const fs::path& include_dir) {
+  BuildIdentity& id = art.identity;
+  const auto deps = current_dependencies(read_manifest(artifacts / pre_key / "manifest.json"), folder, include_dir);
+  if (!deps) return false;
+  id.dependencies = *deps;
+  id.key = full_key(pre_key, id.dependencies);
+  const fs::path so = artifacts / id.key / "impl.so";
+  const fs::path meta = artifacts / id.key / "identity.json";
+  art.path = so;
+  if (fs::exists(so) && fs::exists(meta)) {
+    nlohmann::json recorded = nlohmann::json::parse(read_file(meta), nullptr, false);
+    if (!recorded.is_discarded() && recorded.value("artifact_sha256", "") == sha256_file(so)) {
+      id.artifact_sha256 = recorded["artifact_sha256"];
+      art.ok = true;
+      art.from_cache = true;
+      return true;
+    }
+  }
+  id.dependencies.clear();
+  id.key.clear();
+  return false;
+}
+
+// The compiler's argv: the layout padding and the companion before the source (each compile rewrites the
+// depfiles, and the candidate's must be the last), the dependency outputs, the object in the private folder.
+std::vector<std::string> compile_argv(const Toolchain& tc, const BuildIdentity& id, const fs::path& source,
+                                      const fs::path& include_dir, const fs::path& cuda_lib, const fs::path& work,
+                                      const std::string& companion_source) {
+  std::vector<std::string> argv = {tc.compiler};
+  argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
+  argv.push_back("-I" + include_dir.string());
+  if (tc.nvcc && !cuda_lib.empty()) argv.push_back("-Xlinker=-rpath," + cuda_lib.string());
+  if (id.layout_variant > 0) {
+    const fs::path pad = work / "layout_pad.c";
+    write_file_atomic(pad, layout_pad_source(id.layout_variant));
+    // C++ drivers would compile a .c file as C++; the padding is valid in both (nvcc hands a .c to the host
+    // compiler).
+    argv.push_back(pad.string());
+  }
+  if (!companion_source.empty()) {
+    const fs::path companion = work / "companion.c";
+    write_file_atomic(companion, companion_source);
+    argv.push_back(companion.string());
+  }
+  argv.push_back(source.string());
+  argv.insert(argv.end(), tc.link_flags.begin(), tc.link_flags.end());
+  argv.insert(argv.end(), {"-MD", "-MF", (work / "deps.d").string()});
+  // GNU as names the files .incbin and .include read; clang's integrated assembler has no such output, and nvcc
+  // runs the assembler again for its device-link stub, which would overwrite the candidate's list.
+  const bool gnu_as = !tc.nvcc && id.compiler_version.find("clang") == std::string::npos;
+  if (gnu_as) argv.push_back("-Wa,--MD," + (work / "as.d").string());
+  argv.push_back("-o");
+  argv.push_back((work / "impl.so").string());
+  return argv;
+}
+
 // Everything of a build before its compile: the identity, the cache lookup (a hit is returned as the artifact) and
 // the sandboxed compile command with its private output folder.
 std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, BuildPurpose purpose,
                                                    const std::string& companion_source) {
   PendingBuild pending;
   Artifact& art = pending.art;
-  if (!fs::is_regular_file(request.source)) {
-    throw DataError(fmt::format("{}: implementation source does not exist", request.source.string()));
-  }
-  art.source = fs::canonical(request.source);
-  // The compiler may read the source's whole folder: a source directly in / would expose everything.
+  art.source = checked_source(request.source);
   const fs::path folder = art.source.parent_path();
-  if (folder == folder.root_path()) {
-    throw DataError(
-        fmt::format("{}: an implementation directly in / cannot be built (the compiler may read its "
-                    "whole folder): move it into a folder of its own",
-                    art.source.string()));
-  }
   const Toolchain tc = toolchain_for(art.source, request.backend, purpose);
   const fs::path cuda_lib = tc.nvcc ? cuda_library_dir(tc.compiler) : fs::path();
   const fs::path include_dir = fs::weakly_canonical(abi_include_dir());
@@ -419,146 +524,61 @@ std::variant<Artifact, PendingBuild> prepare_build(const BuildRequest& request, 
   id.backend = request.backend;
   id.abi_header_sha256 = sha256_file(include_dir / "kwb" / (purpose == BuildPurpose::oracle ? "oracle.h" : "kernel.h"));
   id.layout_variant = request.layout_variant;
-  // The dependency-output flags (-MD -MF, -Wa,--MD) change nothing in the object and are not recorded.
-  std::string cmd = tc.compiler;
-  for (const std::string& f : tc.flags) cmd += " " + f;
-  cmd += " -I<kwb-include>";
-  if (tc.nvcc && !cuda_lib.empty()) cmd += " -Xlinker=-rpath,<cuda-lib>";
-  if (request.layout_variant > 0) cmd += " <layout-pad>";
-  if (!companion_source.empty()) cmd += " <companion>";
-  cmd += " <source>";
-  for (const std::string& f : tc.link_flags) cmd += " " + f;
-  cmd += " -o <artifact>";
-  id.command = cmd;
-  // The key also covers what reaches the compile besides the command (build_environment_identity: PATH, the
-  // compiler's real path, the CPU -march=native targets) and the CUDA library folder the rpath names.
-  std::vector<std::string> pre_parts = {id.source_sha256,
-                                        id.command,
-                                        id.compiler_version,
-                                        id.abi_header_sha256,
-                                        std::string(to_string(id.backend)),
-                                        std::to_string(id.layout_variant),
-                                        layout_pad_source(id.layout_variant),
-                                        "cuda-lib=" + cuda_lib.string(),
-                                        "companion=" + companion_source,
-                                        "declared=" + visible.declared};
-  for (std::string& e : build_environment_identity(tc.compiler)) pre_parts.push_back(std::move(e));
-  Sha256 pre;
-  for (const std::string& part : pre_parts) {
-    pre.update(part);
-    pre.update(std::string_view("\0", 1));
-  }
-  const std::string pre_key = pre.hex_digest();
+  id.command = recorded_command(tc, tc.nvcc && !cuda_lib.empty(), request.layout_variant, !companion_source.empty());
+  const std::string pre_key = pre_compile_key(id, cuda_lib, companion_source, visible.declared, tc.compiler);
   const fs::path artifacts = cache_dir() / "artifacts";
-  const fs::path manifest = artifacts / pre_key / "manifest.json";
-
-  // A cached object is reused only if every file the last build read still hashes the same, and the object still
-  // hashes to what was recorded when it was built.
-  if (auto deps = current_dependencies(read_manifest(manifest), folder, include_dir)) {
-    id.dependencies = *deps;
-    id.key = full_key(pre_key, id.dependencies);
-    const fs::path so = artifacts / id.key / "impl.so";
-    const fs::path meta = artifacts / id.key / "identity.json";
-    art.path = so;
-    if (fs::exists(so) && fs::exists(meta)) {
-      nlohmann::json recorded = nlohmann::json::parse(read_file(meta), nullptr, false);
-      if (!recorded.is_discarded() && recorded.value("artifact_sha256", "") == sha256_file(so)) {
-        id.artifact_sha256 = recorded["artifact_sha256"];
-        art.ok = true;
-        art.from_cache = true;
-        return require_abi_exports(art);
-      }
-    }
-    id.dependencies.clear();
-    id.key.clear();
-  }
+  if (cache_hit(art, artifacts, pre_key, folder, include_dir)) return require_abi_exports(art);
 
   require_build_sandbox();
   pending.work = std::make_unique<PrivateDir>(artifacts / pre_key);
-  const PrivateDir& work = *pending.work;
-  const fs::path out_so = work.path() / "impl.so";
-  const fs::path depfile = work.path() / "deps.d";
-  const fs::path as_depfile = work.path() / "as.d";
-  std::vector<std::string> argv = {tc.compiler};
-  argv.insert(argv.end(), tc.flags.begin(), tc.flags.end());
-  argv.push_back("-I" + include_dir.string());
-  if (tc.nvcc && !cuda_lib.empty()) argv.push_back("-Xlinker=-rpath," + cuda_lib.string());
-  if (request.layout_variant > 0) {
-    const fs::path pad = work.path() / "layout_pad.c";
-    write_file_atomic(pad, layout_pad_source(request.layout_variant));
-    // C++ drivers would compile a .c file as C++; the padding is valid in both (nvcc hands a .c to the host
-    // compiler). It comes first: each compile rewrites the depfiles, and the candidate's must be the last.
-    argv.push_back(pad.string());
-  }
-  if (!companion_source.empty()) {
-    // Before the source, like the padding, so that the source's depfile is the one left.
-    const fs::path companion = work.path() / "companion.c";
-    write_file_atomic(companion, companion_source);
-    argv.push_back(companion.string());
-  }
-  argv.push_back(art.source.string());
-  argv.insert(argv.end(), tc.link_flags.begin(), tc.link_flags.end());
-  argv.insert(argv.end(), {"-MD", "-MF", depfile.string()});
-  // GNU as names the files .incbin and .include read; clang's integrated assembler has no such output, and nvcc
-  // runs the assembler again for its device-link stub, which would overwrite the candidate's list.
-  const bool gnu_as = !tc.nvcc && id.compiler_version.find("clang") == std::string::npos;
-  if (gnu_as) argv.push_back("-Wa,--MD," + as_depfile.string());
-  argv.push_back("-o");
-  argv.push_back(out_so.string());
-
   BuildSandboxSpec& spec = pending.command.spec;
   // The source and its declared files, never the whole folder: a file beside the source that nobody declared
   // (another candidate's, a secret) does not exist in the sandbox.
   spec.read_only = visible.files;
   spec.read_only.push_back(include_dir);
   if (!cuda_lib.empty()) spec.read_only.push_back(cuda_lib);
-  spec.writable = work.path();
+  spec.writable = pending.work->path();
   spec.workdir = folder;
-  pending.command.argv = std::move(argv);
+  pending.command.argv =
+      compile_argv(tc, id, art.source, include_dir, cuda_lib, pending.work->path(), companion_source);
   pending.folder = folder;
   pending.include_dir = include_dir;
   pending.artifacts = artifacts;
-  pending.manifest = manifest;
+  pending.manifest = artifacts / pre_key / "manifest.json";
   pending.pre_key = pre_key;
   return pending;
 }
 
-// The rest of a build once its compile has run: the compiler's verdict, the files it read (hashed into the
-// identity and the cache key), the object moved into the cache and the manifest updated.
-Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
+// A failed compile's log, with what kwb knows of why: its limits, or the sandbox hiding a file it looked for.
+void explain_failed_compile(const CommandResult& r, const fs::path& folder, const fs::path& include_dir,
+                            std::string& log) {
+  if (r.timed_out) log += "\n(compiler killed after 5 minutes)";
+  // bwrap passes a killed compiler's signal on as 128 + signal; the gcc driver reports its own children's.
+  const int sig = r.signal != 0 ? r.signal : (r.exit_code > 128 ? r.exit_code - 128 : 0);
+  if (sig == SIGXCPU || sig == SIGKILL || sig == SIGXFSZ || sig == SIGSEGV ||
+      log.find("out of memory") != std::string::npos || log.find("memory exhausted") != std::string::npos ||
+      log.find("CPU time limit") != std::string::npos || log.find("Killed signal") != std::string::npos ||
+      log.find("File size limit") != std::string::npos) {
+    log += "\n(kwb: builds are limited to 300 s of CPU, 4 GiB of address space and 1 GiB per file, per process)";
+  }
+  if (log.find("No such file") != std::string::npos || log.find("file not found") != std::string::npos ||
+      log.find("can't open") != std::string::npos || log.find("cannot open") != std::string::npos) {
+    log += '\n';
+    log += sandbox_note(folder, include_dir);
+    log += '\n';
+  }
+}
+
+// Every file the compile read outside the toolchain roots (its depfiles), hashed into the identity's dependencies.
+// False (the log says why) when one leads outside the candidate's folder.
+bool record_dependencies(PendingBuild& pending) {
   Artifact& art = pending.art;
-  BuildIdentity& id = art.identity;
   const fs::path& folder = pending.folder;
   const fs::path& include_dir = pending.include_dir;
-  const PrivateDir& work = *pending.work;
-  const fs::path out_so = work.path() / "impl.so";
-  const fs::path depfile = work.path() / "deps.d";
-  const fs::path as_depfile = work.path() / "as.d";
-  const fs::path& artifacts = pending.artifacts;
-  const fs::path& manifest = pending.manifest;
-  art.log = r.output;
-  if (r.timed_out || r.exit_code != 0) {
-    if (r.timed_out) art.log += "\n(compiler killed after 5 minutes)";
-    // bwrap passes a killed compiler's signal on as 128 + signal; the gcc driver reports its own children's.
-    const int sig = r.signal != 0 ? r.signal : (r.exit_code > 128 ? r.exit_code - 128 : 0);
-    if (sig == SIGXCPU || sig == SIGKILL || sig == SIGXFSZ || sig == SIGSEGV ||
-        art.log.find("out of memory") != std::string::npos || art.log.find("memory exhausted") != std::string::npos ||
-        art.log.find("CPU time limit") != std::string::npos || art.log.find("Killed signal") != std::string::npos ||
-        art.log.find("File size limit") != std::string::npos) {
-      art.log += "\n(kwb: builds are limited to 300 s of CPU, 4 GiB of address space and 1 GiB per file, per process)";
-    }
-    if (art.log.find("No such file") != std::string::npos || art.log.find("file not found") != std::string::npos ||
-        art.log.find("can't open") != std::string::npos || art.log.find("cannot open") != std::string::npos) {
-      art.log += '\n';
-      art.log += sandbox_note(folder, include_dir);
-      art.log += '\n';
-    }
-    return std::move(art);
-  }
-
-  // Every file the compile read outside the toolchain roots: hashed into the identity.
+  const fs::path work = pending.work->path();
+  const fs::path depfile = work / "deps.d";
   std::vector<std::string> read;
-  for (const fs::path& d : {depfile, as_depfile}) {
+  for (const fs::path& d : {depfile, work / "as.d"}) {
     std::error_code ec;
     if (!fs::is_regular_file(d, ec)) {
       if (d == depfile) throw InternalError(fmt::format("{}: the compiler wrote no depfile", art.source.string()));
@@ -566,10 +586,11 @@ Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
     }
     for (std::string& dep : parse_depfile(read_file(d))) read.push_back(std::move(dep));
   }
+  std::vector<std::pair<std::string, std::string>>& deps = art.identity.dependencies;
   for (const std::string& dep : read) {
     fs::path p = fs::path(dep).is_absolute() ? fs::path(dep) : folder / dep;
     p = p.lexically_normal();
-    if (path_is_within(p, work.path())) continue;  // kwb's own padding and the compiler's temporaries
+    if (path_is_within(p, work)) continue;  // kwb's own padding and the compiler's temporaries
     std::string name;
     if (path_is_within(p, folder)) {
       name = p.lexically_relative(folder).string();
@@ -585,16 +606,23 @@ Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
     if (!sha) {
       art.log += fmt::format("\n{}: {} leads outside the candidate's folder\n{}\n", art.source.string(), p.string(),
                              sandbox_note(folder, include_dir));
-      return std::move(art);
+      return false;
     }
-    if (std::none_of(id.dependencies.begin(), id.dependencies.end(), [&](const auto& e) { return e.first == name; })) {
-      id.dependencies.emplace_back(name, *sha);
+    if (std::none_of(deps.begin(), deps.end(), [&](const auto& e) { return e.first == name; })) {
+      deps.emplace_back(name, *sha);
     }
   }
-  std::sort(id.dependencies.begin(), id.dependencies.end());
-  id.key = full_key(pending.pre_key, id.dependencies);
+  std::sort(deps.begin(), deps.end());
+  return true;
+}
 
-  const fs::path dir = artifacts / id.key;
+// The object into the cache under its full key, its identity beside it, and the manifest's entry for the pre-key
+// first (read, prepend, write: two kwb processes finishing at once may lose one entry, which costs a rebuild later).
+void place_in_cache(PendingBuild& pending) {
+  Artifact& art = pending.art;
+  BuildIdentity& id = art.identity;
+  const fs::path out_so = pending.work->path() / "impl.so";
+  const fs::path dir = pending.artifacts / id.key;
   const fs::path so = dir / "impl.so";
   fs::create_directories(dir);
   art.path = so;
@@ -608,13 +636,26 @@ Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
   if (placed) write_file_atomic(dir / "identity.json", json_text(to_json(id), 2) + "\n");
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& [path, sha] : id.dependencies) deps.push_back({{"path", path}, {"sha256", sha}});
-  // Read, prepend, write: two kwb processes finishing at once may lose one entry, which costs a rebuild later.
   nlohmann::json entries = nlohmann::json::array({nlohmann::json{{"key", id.key}, {"dependencies", deps}}});
-  for (const auto& e : read_manifest(manifest)) {
+  for (const auto& e : read_manifest(pending.manifest)) {
     if (entries.size() >= k_manifest_entries) break;
     if (e.is_object() && e.value("key", "") != id.key) entries.push_back(e);
   }
-  write_file_atomic(manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
+  write_file_atomic(pending.manifest, json_text(nlohmann::json{{"entries", entries}}, 2) + "\n");
+}
+
+// The rest of a build once its compile has run: the compiler's verdict, the files it read (hashed into the
+// identity and the cache key), the object moved into the cache and the manifest updated.
+Artifact finish_build(PendingBuild& pending, const CommandResult& r) {
+  Artifact& art = pending.art;
+  art.log = r.output;
+  if (r.timed_out || r.exit_code != 0) {
+    explain_failed_compile(r, pending.folder, pending.include_dir, art.log);
+    return std::move(art);
+  }
+  if (!record_dependencies(pending)) return std::move(art);
+  art.identity.key = full_key(pending.pre_key, art.identity.dependencies);
+  place_in_cache(pending);
   art.ok = true;
   return std::move(require_abi_exports(art));
 }

@@ -113,6 +113,49 @@ void print_human(const CheckReport& r, const Artifact& art, const Task& task, co
   std::cout << fmt::format("verdict: {}\n", r.pass() ? "PASS" : "FAIL");
 }
 
+// The task's error control --control names (nullptr without --control), after the arguments are checked.
+const ControlSpec* checked_control(const CheckArgs& args, const Task& task) {
+  if (!task.backends.contains(args.backend)) {
+    throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args.backend));
+  }
+  for (const std::string& c : args.cases) (void)task.require_case("--case", c, false);
+  if (args.impl.empty() == args.control.empty()) {
+    throw UsageError("check needs --impl SOURCE, or --control NAME for one of the task's error controls");
+  }
+  if (args.control.empty()) return nullptr;
+  std::vector<std::string> names;
+  for (const ControlSpec& c : task.backends.at(args.backend).controls) {
+    names.push_back(c.name);
+    if (c.name == args.control) return &c;
+  }
+  throw UsageError(fmt::format("--control {}: the task has no such control on {} (it has: {})", args.control,
+                               args.backend, names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
+}
+
+// What a control's check says of it, after the report: rejected for its reason (and by how much), or not.
+void print_control(const ControlSpec& control, const CheckReport& report, bool expected_reason,
+                   const ControlMargin& margin) {
+  std::cout << fmt::format("control {} must be rejected with {}: {}\n", control.name, control.expect,
+                           report.pass()     ? "it PASSED (the check cannot catch this mistake)"
+                           : expected_reason ? "it was, " + describe(margin)
+                                             : fmt::format("it was rejected, but not for that reason (it "
+                                                           "was for {})",
+                                                           fmt::join(distinct_reasons(report.failures), ", ")));
+  if (expected_reason && !margin.thin.empty()) {
+    std::cout << fmt::format("WARNING: control {} was {}\n", control.name, margin.thin);
+  }
+}
+
+LedgerRun check_run(const Task& task, BackendKind backend, const std::string& source, const std::string& key) {
+  LedgerRun run;
+  run.kind = "check";
+  run.task = task.name;
+  run.task_dir = task.dir.string();
+  run.backend = backend;
+  run.arms.push_back({"implementation", source, key});
+  return run;
+}
+
 }  // namespace
 
 Action add_check(CLI::App& root) {
@@ -120,48 +163,18 @@ Action add_check(CLI::App& root) {
   CLI::App* app = root.add_subcommand("check", "Check an implementation against the task's independent oracle");
   add_check_options(*app, *args);
   return [args]() {
-    Task task = load_task(args->task_dir);
-    if (!task.backends.contains(args->backend)) {
-      throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), args->backend));
-    }
-    for (const std::string& c : args->cases) (void)task.require_case("--case", c, false);
-    if (args->impl.empty() == args->control.empty()) {
-      throw UsageError("check needs --impl SOURCE, or --control NAME for one of the task's error controls");
-    }
-    const ControlSpec* control = nullptr;
-    if (!args->control.empty()) {
-      std::vector<std::string> names;
-      for (const ControlSpec& c : task.backends.at(args->backend).controls) {
-        names.push_back(c.name);
-        if (c.name == args->control) control = &c;
-      }
-      if (control == nullptr) {
-        throw UsageError(fmt::format("--control {}: the task has no such control on {} (it has: {})", args->control,
-                                     args->backend,
-                                     names.empty() ? "none" : fmt::format("{}", fmt::join(names, ", "))));
-      }
-    }
+    const Task task = load_task(args->task_dir);
+    const ControlSpec* control = checked_control(*args, task);
     require_backend(args->backend);
     const fs::path impl_source = control ? control->source : fs::path(args->impl);
-    LedgerRun started;
-    started.kind = "check";
-    started.task = task.name;
-    started.task_dir = task.dir.string();
-    started.backend = args->backend;
-    started.arms.push_back({"implementation", fs::absolute(impl_source).lexically_normal().string(), ""});
-    begin_ledger_run(started);
+    begin_ledger_run(check_run(task, args->backend, fs::absolute(impl_source).lexically_normal().string(), ""));
     Artifact art = build_implementation({impl_source, 0, args->backend});
     CheckOptions opt = check_options(*args);
     if (control != nullptr && args->until_rejected) opt.stop_after_reason = control->expect;
     CheckReport report = run_check(task, art, opt);
-    LedgerRun run;
-    run.kind = "check";
-    run.task = task.name;
-    run.task_dir = task.dir.string();
-    run.backend = args->backend;
+    LedgerRun run = check_run(task, args->backend, art.source.string(), art.identity.key);
     run.outcome = !report.built ? "BUILD_FAILED" : report.pass() ? "PASS" : "FAIL";
     run.reasons = distinct_reasons(report.failures);
-    run.arms.push_back({"implementation", art.source.string(), art.identity.key});
     record_in_ledger(run);
     const bool expected_reason = control && report.has_reason(control->expect);
     const ControlMargin margin = control ? control_margin(to_json(report), control->expect) : ControlMargin{};
@@ -180,17 +193,7 @@ Action add_check(CLI::App& root) {
                   : control->base.empty()
                       ? fmt::format("control {} ({})", control->name, control->source.string())
                       : fmt::format("control {} ({} with one change)", control->name, control->base.string()));
-      if (control) {
-        std::cout << fmt::format("control {} must be rejected with {}: {}\n", control->name, control->expect,
-                                 report.pass()     ? "it PASSED (the check cannot catch this mistake)"
-                                 : expected_reason ? "it was, " + describe(margin)
-                                                   : fmt::format("it was rejected, but not for that reason (it "
-                                                                 "was for {})",
-                                                                 fmt::join(distinct_reasons(report.failures), ", ")));
-        if (expected_reason && !margin.thin.empty()) {
-          std::cout << fmt::format("WARNING: control {} was {}\n", control->name, margin.thin);
-        }
-      }
+      if (control) print_control(*control, report, expected_reason, margin);
     }
     if (!report.built) return static_cast<int>(ExitCode::data_error);
     return static_cast<int>(report.pass() ? ExitCode::ok : ExitCode::rejected);

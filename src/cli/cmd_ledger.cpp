@@ -518,6 +518,68 @@ std::string runs_table(const std::vector<LedgerRun>& runs) {
                       rows);
 }
 
+namespace {
+
+nlohmann::json history_json(const Task& task, BackendKind backend, const Ledger& ledger,
+                            const std::vector<Incumbent>& line, const std::vector<LedgerRun>& runs) {
+  nlohmann::json l = nlohmann::json::array();
+  for (const Incumbent& i : line) l.push_back(to_json(i));
+  nlohmann::json r = nlohmann::json::array();
+  for (const LedgerRun& run : runs) {
+    r.push_back({{"id", run.id},
+                 {"kind", run.kind},
+                 {"started", run.started},
+                 {"finished", run.finished},
+                 {"outcome", run.outcome},
+                 {"reasons", run.reasons},
+                 {"bundle", run.bundle},
+                 {"plan_digest", run.plan_digest},
+                 {"manifest_sha256", run.manifest_sha256},
+                 {"timing_holds", run.timing_holds}});
+  }
+  nlohmann::json j = {
+      {"schema", "kwb.history"},          {"schema_version", 1}, {"task", task.name}, {"backend", to_string(backend)},
+      {"ledger", ledger.path().string()}, {"lineage", l},        {"runs", r}};
+  if (!line.empty()) {
+    if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
+      j["measured_over_baseline"] = {{"improvement_pct", summary_improvement_pct(m->workloads)},
+                                     {"decision", m->outcome},
+                                     {"run", m->id},
+                                     {"bundle", m->bundle}};
+    }
+  }
+  return j;
+}
+
+void print_lineage(const Task& task, BackendKind backend, const Ledger& ledger, const std::vector<Incumbent>& line,
+                   const std::vector<LedgerRun>& runs) {
+  std::cout << fmt::format("ledger {}\n", ledger.path().string());
+  if (line.empty()) {
+    std::cout << fmt::format("task {} on {}: nothing kept yet; the incumbent is the task's baseline\n", task.name,
+                             backend);
+    if (const std::string note = other_ledger_note(ledger.path()); !note.empty()) std::cout << note << "\n";
+  } else {
+    std::vector<std::vector<std::string>> rows;
+    for (const Incumbent& i : line) {
+      rows.push_back({std::to_string(i.generation), i.identity.substr(0, 12), i.source,
+                      i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),
+                      fmt::format("{:+.2f}%", i.cumulative_pct), i.kept});
+    }
+    std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, backend, line.back().generation)
+              << format_table({"generation", "identity", "source", "over parent", "over baseline", "kept"}, rows);
+    std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them)\n";
+    if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
+      std::cout << fmt::format("measured over baseline: {:+.2f}% ({}, {}, bundle {})\n",
+                               summary_improvement_pct(m->workloads), m->outcome, m->finished, m->bundle);
+    } else {
+      std::cout << "measured over baseline: not yet (kwb revalidate measures the incumbent against generation 0)\n";
+    }
+  }
+  std::cout << fmt::format("{} run(s) recorded on {} (kwb history --runs lists them)\n", runs.size(), backend);
+}
+
+}  // namespace
+
 Action add_history(CLI::App& root) {
   auto a = std::make_shared<HistoryArgs>();
   CLI::App* app = root.add_subcommand(
@@ -558,63 +620,10 @@ Action add_history(CLI::App& root) {
     }
     const std::vector<LedgerRun> runs = ledger.runs(task.name, backend);
     if (a->json) {
-      nlohmann::json l = nlohmann::json::array();
-      for (const Incumbent& i : line) l.push_back(to_json(i));
-      nlohmann::json r = nlohmann::json::array();
-      for (const LedgerRun& run : runs) {
-        r.push_back({{"id", run.id},
-                     {"kind", run.kind},
-                     {"started", run.started},
-                     {"finished", run.finished},
-                     {"outcome", run.outcome},
-                     {"reasons", run.reasons},
-                     {"bundle", run.bundle},
-                     {"plan_digest", run.plan_digest},
-                     {"manifest_sha256", run.manifest_sha256},
-                     {"timing_holds", run.timing_holds}});
-      }
-      nlohmann::json j = {{"schema", "kwb.history"},
-                          {"schema_version", 1},
-                          {"task", task.name},
-                          {"backend", to_string(backend)},
-                          {"ledger", ledger.path().string()},
-                          {"lineage", l},
-                          {"runs", r}};
-      if (!line.empty()) {
-        if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
-          j["measured_over_baseline"] = {{"improvement_pct", summary_improvement_pct(m->workloads)},
-                                         {"decision", m->outcome},
-                                         {"run", m->id},
-                                         {"bundle", m->bundle}};
-        }
-      }
-      std::cout << json_text(j, 2) << "\n";
-      return 0;
-    }
-    std::cout << fmt::format("ledger {}\n", ledger.path().string());
-    if (line.empty()) {
-      std::cout << fmt::format("task {} on {}: nothing kept yet; the incumbent is the task's baseline\n", task.name,
-                               backend);
-      if (const std::string note = other_ledger_note(ledger.path()); !note.empty()) std::cout << note << "\n";
+      std::cout << json_text(history_json(task, backend, ledger, line, runs), 2) << "\n";
     } else {
-      std::vector<std::vector<std::string>> rows;
-      for (const Incumbent& i : line) {
-        rows.push_back({std::to_string(i.generation), i.identity.substr(0, 12), i.source,
-                        i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),
-                        fmt::format("{:+.2f}%", i.cumulative_pct), i.kept});
-      }
-      std::cout << fmt::format("task {} on {}: incumbent is generation {}\n", task.name, backend,
-                               line.back().generation)
-                << format_table({"generation", "identity", "source", "over parent", "over baseline", "kept"}, rows);
-      std::cout << "(each generation's improvement was measured against its parent; 'over baseline' multiplies them)\n";
-      if (const std::optional<LedgerRun> m = latest_revalidation(runs, line.back())) {
-        std::cout << fmt::format("measured over baseline: {:+.2f}% ({}, {}, bundle {})\n",
-                                 summary_improvement_pct(m->workloads), m->outcome, m->finished, m->bundle);
-      } else {
-        std::cout << "measured over baseline: not yet (kwb revalidate measures the incumbent against generation 0)\n";
-      }
+      print_lineage(task, backend, ledger, line, runs);
     }
-    std::cout << fmt::format("{} run(s) recorded on {} (kwb history --runs lists them)\n", runs.size(), backend);
     return 0;
   };
 }

@@ -61,7 +61,7 @@ void print_refusal(const CheckReport& check, const std::string& why) {
   }
 }
 
-void print_human(const ProfileReport& r, const CheckReport& check) {
+void print_header(const ProfileReport& r, const CheckReport& check) {
   std::cout << fmt::format("kwb profile: task {}, implementation {}\n", r.task, r.implementation);
   std::cout << fmt::format("  artifact sha256 {}; check PASS ({} assertions)\n",
                            r.identity.artifact_sha256.substr(0, 16), check.passed);
@@ -78,7 +78,9 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
   std::cout << fmt::format("  memory bandwidth probe: {:.2f} GB/s (copy {:.2f}, triad {:.2f}; one thread; {}{})\n",
                            r.bandwidth.peak_gb_per_s, r.bandwidth.copy_gb_per_s, r.bandwidth.triad_gb_per_s,
                            r.bandwidth.from_cache ? "cached, measured " : "measured ", r.bandwidth.measured_at);
+}
 
+void print_workload_table(const ProfileReport& r) {
   std::vector<std::vector<std::string>> rows;
   for (const WorkloadProfile& w : r.workloads) {
     const InstructionProfile& ip = w.instructions;
@@ -99,32 +101,31 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
             << format_table({"workload", "dims", "instr/call", "D1 miss/call", "LL miss/call", "allocs/call",
                              "alloc bytes/call", "hw instr/call", "min bytes", "median", "GB/s", "of probe"},
                             rows);
+}
 
-  if (is_device(r.backend)) {
-    std::cout << "\ndevice commands per call (the worker's trace; device time per launch, median):\n";
-    for (const WorkloadProfile& w : r.workloads) {
-      const DeviceProfile& d = w.device;
-      if (!d.available) {
-        std::cout << fmt::format("  {}: unavailable: {}\n", w.name, d.unavailable_reason);
-        continue;
-      }
-      std::cout << fmt::format("  {}: {:g} command(s) per call, {} on the device per call\n", w.name,
-                               d.commands_per_call,
-                               d.median_call_device_ns > 0 ? time_text(d.median_call_device_ns) : "n/a");
-      for (const DeviceKernelStat& k : d.kernels) {
-        std::cout << fmt::format("    {:<24} x{:<4g} {:>10}{}\n", k.name, k.launches_per_call,
-                                 k.median_device_ns > 0 ? time_text(k.median_device_ns) : "n/a",
-                                 k.on_call_stream ? "" : "  (other queue/stream)");
-      }
-    }
-    if (!r.workloads.empty()) std::cout << "  trace: " << r.workloads.front().device.mechanism << "\n";
-  }
-  if (!is_device(r.backend)) {
-    std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
-                 "own code)\n";
-  }
+void print_device_commands(const ProfileReport& r) {
+  std::cout << "\ndevice commands per call (the worker's trace; device time per launch, median):\n";
   for (const WorkloadProfile& w : r.workloads) {
-    if (is_device(r.backend)) break;
+    const DeviceProfile& d = w.device;
+    if (!d.available) {
+      std::cout << fmt::format("  {}: unavailable: {}\n", w.name, d.unavailable_reason);
+      continue;
+    }
+    std::cout << fmt::format("  {}: {:g} command(s) per call, {} on the device per call\n", w.name, d.commands_per_call,
+                             d.median_call_device_ns > 0 ? time_text(d.median_call_device_ns) : "n/a");
+    for (const DeviceKernelStat& k : d.kernels) {
+      std::cout << fmt::format("    {:<24} x{:<4g} {:>10}{}\n", k.name, k.launches_per_call,
+                               k.median_device_ns > 0 ? time_text(k.median_device_ns) : "n/a",
+                               k.on_call_stream ? "" : "  (other queue/stream)");
+    }
+  }
+  if (!r.workloads.empty()) std::cout << "  trace: " << r.workloads.front().device.mechanism << "\n";
+}
+
+void print_passes(const ProfileReport& r) {
+  std::cout << "\npasses: functions that ran inside kwb_run, share of its instructions (* = the implementation's "
+               "own code)\n";
+  for (const WorkloadProfile& w : r.workloads) {
     const InstructionProfile& ip = w.instructions;
     if (!ip.available) {
       std::cout << fmt::format("  {}: unavailable: {}\n", w.name, ip.unavailable_reason);
@@ -144,8 +145,10 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
     std::cout << fmt::format("  {} ({} of the implementation's functions ran): {}\n", w.name,
                              ip.implementation_functions, fmt::join(parts, ", "));
   }
+}
 
-  // Notes that hold for several workloads are printed once, naming them all.
+// Notes that hold for several workloads are printed once, naming them all.
+void print_notes(const ProfileReport& r) {
   std::vector<std::pair<std::string, std::vector<std::string>>> notes;
   auto note = [&](const std::string& workload, const std::string& text) {
     for (auto& [t, names] : notes) {
@@ -171,6 +174,17 @@ void print_human(const ProfileReport& r, const CheckReport& check) {
   for (const auto& [text, names] : notes) std::cout << fmt::format("  {}: {}\n", fmt::join(names, ", "), text);
   std::cout << "  GB/s = min bytes (every input and output once) / median time of a short run in kwb-worker; "
                "'of probe' above 1 means the data came from caches.\n";
+}
+
+void print_human(const ProfileReport& r, const CheckReport& check) {
+  print_header(r, check);
+  print_workload_table(r);
+  if (is_device(r.backend)) {
+    print_device_commands(r);
+  } else {
+    print_passes(r);
+  }
+  print_notes(r);
   std::cout << "\ndescriptive only: a profile never changes a decision\n";
 }
 

@@ -42,9 +42,10 @@ void print_summary(const ValidateResult& r) {
 
 }  // namespace
 
-int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
-  // Bad input is reported before a bundle folder is created.
-  Task task = load_task(a.task_dir);
+namespace {
+
+// The options validate runs with, after the input is checked (before a bundle folder is created).
+ValidateOptions checked_options(const ValidateArgs& a, const Task& task) {
   if (!task.backends.contains(a.timing.backend)) {
     throw DataError(fmt::format("{}: the task has no [backends.{}] section", task.manifest.string(), a.timing.backend));
   }
@@ -62,9 +63,12 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   }
   o.device = require_backend(a.timing.backend);
   o.argv = g_argv;
+  return o;
+}
 
-  // The stage lines go to stderr with --json too: stdout carries the JSON alone, and a caller that runs validate
-  // for a while (an agent through kwb mcp, which forwards them as progress) sees where it is.
+// The stage lines go to stderr with --json too: stdout carries the JSON alone, and a caller that runs validate for a
+// while (an agent through kwb mcp, which forwards them as progress) sees where it is.
+ValidateObserver stage_printer() {
   ValidateObserver obs;
   obs.stage_started = [](int i, int n, const std::string& stage, double budget_left) {
     if (budget_left > 0) {
@@ -84,6 +88,12 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
   obs.comparison_progress = make_progress_sink("      ");
   obs.timing_lock_wait = make_lock_notice("      ");
   obs.timing_lock_waited = make_lock_waited("      ");
+  return obs;
+}
+
+// The ledger's row for the run as it starts: task, backend, bundle and the two arms' sources.
+LedgerRun started_run(const ValidateOptions& o, const Task& task, const ValidateArgs& a,
+                      const std::string& ledger_kind) {
   LedgerRun started;
   started.kind = ledger_kind;
   started.task = task.name;
@@ -94,10 +104,19 @@ int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
       o.baseline.empty() ? task.backends.at(a.timing.backend).baseline : std::filesystem::absolute(o.baseline);
   started.arms.push_back({"baseline", baseline.lexically_normal().string(), ""});
   started.arms.push_back({"candidate", std::filesystem::absolute(o.candidate).lexically_normal().string(), ""});
-  begin_ledger_run(started);
+  return started;
+}
+
+}  // namespace
+
+int validate_command(const ValidateArgs& a, const std::string& ledger_kind) {
+  // Bad input is reported before a bundle folder is created.
+  const Task task = load_task(a.task_dir);
+  const ValidateOptions o = checked_options(a, task);
+  begin_ledger_run(started_run(o, task, a, ledger_kind));
   ValidateResult r;
   try {
-    r = run_validate(o, obs);
+    r = run_validate(o, stage_printer());
   } catch (const Interrupted& i) {
     end_progress_line();
     std::cerr << fmt::format(

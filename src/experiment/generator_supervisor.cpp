@@ -193,9 +193,9 @@ private:
   }
 
   // A peer's address (connect, sendto): the sandbox's own loopback (127.0.0.0/8, ::1, and 127/8 mapped into IPv6)
-  // and local sockets are allowed; any other is recorded as a reach for the network. The empty network namespace is what keeps such a
-  // packet in (it has no route out, whatever the memory says by the time the kernel reads it); the record is what
-  // says the generator tried.
+  // and local sockets are allowed; any other is recorded as a reach for the network. The empty network namespace is
+  // what keeps such a packet in (it has no route out, whatever the memory says by the time the kernel reads it); the
+  // record is what says the generator tried.
   std::optional<bool> judge_address(const GeneratorAddressSyscall& call) {
     const pid_t pid = static_cast<pid_t>(m_req->pid);
     const std::uint64_t address = m_req->data.args[call.address_arg], length = m_req->data.args[call.length_arg];

@@ -20,7 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-
 struct DirCloser {
   void operator()(DIR* d) const { ::closedir(d); }
 };
@@ -151,7 +150,7 @@ private:
 }  // namespace
 
 FolderWalk walk_work_folder(const fs::path& root, std::optional<std::pair<uid_t, gid_t>> owner, bool handing_over,
-                     std::uint64_t quota_bytes) {
+                            std::uint64_t quota_bytes) {
   return TreeWalk(root, owner, handing_over).run(quota_bytes);
 }
 

@@ -595,56 +595,77 @@ namespace {
 
 nlohmann::json unavailable(const std::string& reason) { return {{"available", false}, {"reason", reason}}; }
 
-nlohmann::json to_json(const WorkloadProfile& w) {
-  const InstructionProfile& ip = w.instructions;
-  nlohmann::json instr;
-  if (ip.available) {
-    nlohmann::json per_call = nlohmann::json::array();
-    for (const EventCounts& e : ip.per_call) {
-      per_call.push_back({{"instructions", e.instructions},
-                          {"data_reads", e.data_reads},
-                          {"data_writes", e.data_writes},
-                          {"d1_misses", e.d1_misses},
-                          {"ll_misses", e.ll_misses},
-                          {"i1_misses", e.i1_misses},
-                          {"window_overhead_instructions", e.window_overhead}});
-    }
-    nlohmann::json functions = nlohmann::json::array();
-    for (const FunctionShare& f : ip.functions) {
-      functions.push_back({{"name", f.name},
-                           {"short_name", f.short_name},
-                           {"object", f.object},
-                           {"implementation", f.implementation},
-                           {"self_instructions_per_call", f.self_instructions},
-                           {"inclusive_instructions_per_call", f.inclusive_instructions},
-                           {"self_share", f.self_share},
-                           {"inclusive_share", f.inclusive_share},
-                           {"calls_per_call", f.calls}});
-    }
-    instr = {{"available", true},
-             {"tool", "callgrind"},
-             {"window", "kwb_run only: CALLGRIND_TOGGLE_COLLECT around the call in kwb-profile-worker"},
-             {"warmups", ip.warmups},
-             {"calls", ip.calls},
-             {"note", ip.note},
-             {"instructions_per_call", ip.instructions_per_call},
-             {"data_reads_per_call", ip.data_reads_per_call},
-             {"data_writes_per_call", ip.data_writes_per_call},
-             {"d1_misses_per_call", ip.d1_misses_per_call},
-             {"ll_misses_per_call", ip.ll_misses_per_call},
-             {"cache_model", ip.cache_model},
-             {"per_call", per_call},
-             {"implementation_functions", ip.implementation_functions},
-             {"functions", functions},
-             {"profiled_artifact",
-              {{"derived_build", ip.derived_build},
-               {"reason", ip.derived_reason},
-               {"command", ip.profiled_identity.command},
-               {"artifact_sha256", ip.profiled_identity.artifact_sha256}}}};
-  } else {
-    instr = unavailable(ip.unavailable_reason);
+nlohmann::json instructions_json(const InstructionProfile& ip) {
+  if (!ip.available) {
+    nlohmann::json instr = unavailable(ip.unavailable_reason);
     instr["tool"] = "callgrind";
+    return instr;
   }
+  nlohmann::json per_call = nlohmann::json::array();
+  for (const EventCounts& e : ip.per_call) {
+    per_call.push_back({{"instructions", e.instructions},
+                        {"data_reads", e.data_reads},
+                        {"data_writes", e.data_writes},
+                        {"d1_misses", e.d1_misses},
+                        {"ll_misses", e.ll_misses},
+                        {"i1_misses", e.i1_misses},
+                        {"window_overhead_instructions", e.window_overhead}});
+  }
+  nlohmann::json functions = nlohmann::json::array();
+  for (const FunctionShare& f : ip.functions) {
+    functions.push_back({{"name", f.name},
+                         {"short_name", f.short_name},
+                         {"object", f.object},
+                         {"implementation", f.implementation},
+                         {"self_instructions_per_call", f.self_instructions},
+                         {"inclusive_instructions_per_call", f.inclusive_instructions},
+                         {"self_share", f.self_share},
+                         {"inclusive_share", f.inclusive_share},
+                         {"calls_per_call", f.calls}});
+  }
+  return {{"available", true},
+          {"tool", "callgrind"},
+          {"window", "kwb_run only: CALLGRIND_TOGGLE_COLLECT around the call in kwb-profile-worker"},
+          {"warmups", ip.warmups},
+          {"calls", ip.calls},
+          {"note", ip.note},
+          {"instructions_per_call", ip.instructions_per_call},
+          {"data_reads_per_call", ip.data_reads_per_call},
+          {"data_writes_per_call", ip.data_writes_per_call},
+          {"d1_misses_per_call", ip.d1_misses_per_call},
+          {"ll_misses_per_call", ip.ll_misses_per_call},
+          {"cache_model", ip.cache_model},
+          {"per_call", per_call},
+          {"implementation_functions", ip.implementation_functions},
+          {"functions", functions},
+          {"profiled_artifact",
+           {{"derived_build", ip.derived_build},
+            {"reason", ip.derived_reason},
+            {"command", ip.profiled_identity.command},
+            {"artifact_sha256", ip.profiled_identity.artifact_sha256}}}};
+}
+
+nlohmann::json roofline_json(const RooflineProfile& r) {
+  nlohmann::json roof = {{"min_bytes", r.min_bytes},
+                         {"min_bytes_rule", "every input and output tensor read or written once"},
+                         {"label", "descriptive: not a verdict"}};
+  if (r.measured) {
+    roof["measured"] = true;
+    roof["warmups"] = r.warmups;
+    roof["timed_calls"] = r.ns.size();
+    roof["ns"] = r.ns;
+    roof["median_ns"] = r.median_ns;
+    roof["achieved_gb_per_s"] = r.achieved_gb_per_s;
+    roof["probe_gb_per_s"] = r.peak_gb_per_s;
+    if (r.peak_gb_per_s > 0) roof["fraction_of_probe"] = r.fraction;
+  } else {
+    roof["measured"] = false;
+    roof["reason"] = r.unavailable_reason;
+  }
+  return roof;
+}
+
+nlohmann::json to_json(const WorkloadProfile& w) {
   const AllocationProfile& a = w.allocations;
   nlohmann::json alloc = a.available ? nlohmann::json{{"available", true},
                                                       {"mechanism", a.mechanism},
@@ -663,29 +684,14 @@ nlohmann::json to_json(const WorkloadProfile& w) {
                                                    {"instructions", h.instructions},
                                                    {"cycles", h.cycles}}
                                   : unavailable(h.unavailable_reason);
-  const RooflineProfile& r = w.roofline;
-  nlohmann::json roof = {{"min_bytes", r.min_bytes},
-                         {"min_bytes_rule", "every input and output tensor read or written once"},
-                         {"label", "descriptive: not a verdict"}};
-  if (r.measured) {
-    roof["measured"] = true;
-    roof["warmups"] = r.warmups;
-    roof["timed_calls"] = r.ns.size();
-    roof["ns"] = r.ns;
-    roof["median_ns"] = r.median_ns;
-    roof["achieved_gb_per_s"] = r.achieved_gb_per_s;
-    roof["probe_gb_per_s"] = r.peak_gb_per_s;
-    if (r.peak_gb_per_s > 0) roof["fraction_of_probe"] = r.fraction;
-  } else {
-    roof["measured"] = false;
-    roof["reason"] = r.unavailable_reason;
-  }
   nlohmann::json failures = nlohmann::json::array();
   for (const Failure& f : w.failures) {
     failures.push_back(to_json(f));
   }
-  nlohmann::json j = {{"name", w.name},          {"dims", w.dims},   {"instructions", instr}, {"allocations", alloc},
-                      {"hardware_counters", hw}, {"roofline", roof}, {"failures", failures},  {"seconds", w.seconds}};
+  nlohmann::json j = {
+      {"name", w.name},       {"dims", w.dims},          {"instructions", instructions_json(w.instructions)},
+      {"allocations", alloc}, {"hardware_counters", hw}, {"roofline", roofline_json(w.roofline)},
+      {"failures", failures}, {"seconds", w.seconds}};
   if (!w.device.mechanism.empty()) j["device"] = to_json(w.device);
   return j;
 }

@@ -3,6 +3,7 @@
 #include "task/task.h"
 
 #include "task/data.h"
+#include "task/table_reader.h"
 
 #include "util/backend_kind.h"
 #include "util/error.h"
@@ -143,199 +144,6 @@ namespace {
 constexpr double k_max_data_parameter = 1e300;
 // The most threads a task may declare: each allowed thread widens the worker's address-space limit.
 constexpr int64_t k_max_threads = 256;
-
-// Reads one TOML table, remembering which keys were consumed so the rest can be reported as unknown.
-class TableReader {
-public:
-  TableReader(const toml::table& table, std::string path, const std::string& file)
-      : m_table(table), m_path(std::move(path)), m_file(file) {}
-
-  int line() const { return line_of(m_table); }
-
-  [[noreturn]] void fail(const toml::node* node, const std::string& key, const std::string& message) const {
-    int l = node != nullptr ? line_of(*node) : line();
-    throw DataError(fmt::format("{}:{}: field '{}': {}", m_file, l, field(key), message));
-  }
-
-  std::string field(const std::string& key) const { return m_path.empty() ? key : m_path + "." + key; }
-  const std::string& file() const { return m_file; }
-
-  const toml::node* get(const std::string& key) {
-    m_seen.insert(key);
-    return m_table.get(key);
-  }
-
-  const toml::node& require(const std::string& key, const char* what) {
-    const toml::node* n = get(key);
-    if (n == nullptr) {
-      reject_misspelling_of(key);
-      throw DataError(fmt::format("{}:{}: missing field '{}' (expected {})", m_file, line(), field(key), what));
-    }
-    return *n;
-  }
-
-  std::string string(const std::string& key) {
-    const toml::node& n = require(key, "a string");
-    if (!n.is_string()) fail(&n, key, fmt::format("expected a string, got {}", type_name(n)));
-    return std::string(*n.value<std::string>());
-  }
-
-  std::optional<std::string> optional_string(const std::string& key) {
-    if (m_table.get(key) == nullptr) {
-      m_seen.insert(key);
-      return std::nullopt;
-    }
-    return string(key);
-  }
-
-  double number(const std::string& key) {
-    const toml::node& n = require(key, "a number");
-    if (!n.is_number()) fail(&n, key, fmt::format("expected a number, got {}", type_name(n)));
-    return *n.value<double>();
-  }
-
-  std::optional<double> optional_number(const std::string& key) {
-    if (m_table.get(key) == nullptr) {
-      m_seen.insert(key);
-      return std::nullopt;
-    }
-    return number(key);
-  }
-
-  // A number that must be finite (not inf or nan, which TOML spells inf and nan) and within [min, max].
-  double finite_number(const std::string& key, double min, double max) {
-    const double v = number(key);
-    if (!std::isfinite(v) || v < min || v > max) {
-      fail(get(key), key, fmt::format("must be a finite number from {} to {} (got {})", min, max, v));
-    }
-    return v;
-  }
-
-  std::optional<double> optional_finite(const std::string& key, double min, double max) {
-    if (m_table.get(key) == nullptr) {
-      m_seen.insert(key);
-      return std::nullopt;
-    }
-    return finite_number(key, min, max);
-  }
-
-  int64_t integer(const std::string& key) {
-    const toml::node& n = require(key, "an integer");
-    if (!n.is_integer()) fail(&n, key, fmt::format("expected an integer, got {}", type_name(n)));
-    return *n.value<int64_t>();
-  }
-
-  const toml::table& table(const std::string& key) {
-    const toml::node& n = require(key, "a table");
-    if (!n.is_table()) fail(&n, key, fmt::format("expected a table, got {}", type_name(n)));
-    return *n.as_table();
-  }
-
-  const toml::array& array(const std::string& key) {
-    const toml::node& n = require(key, "an array");
-    if (!n.is_array()) fail(&n, key, fmt::format("expected an array, got {}", type_name(n)));
-    return *n.as_array();
-  }
-
-  // Called when every known key has been read: anything left is a typo or a field kwb does not have.
-  void reject_unknown_keys() const {
-    for (const auto& [k, v] : m_table) {
-      std::string key(k.str());
-      if (!m_seen.contains(key)) {
-        std::vector<std::string> known(m_seen.begin(), m_seen.end());
-        const std::optional<std::string> guess = closest_match(key, known);
-        throw DataError(fmt::format("{}:{}: unknown field '{}' ({}known fields here: {})", m_file, line_of(v),
-                                    field(key), guess ? fmt::format("did you mean '{}'? ", *guess) : "",
-                                    fmt::join(known, ", ")));
-      }
-    }
-  }
-
-  // `key` is missing: a key of this table that is no field of task.toml and a typo away from `key` is what the
-  // author meant ([tolerence] for [tolerance]), so it is reported at its own line rather than `key` at the table's.
-  void reject_misspelling_of(const std::string& key) const {
-    for (const auto& [k, v] : m_table) {
-      const std::string other(k.str());
-      if (m_seen.contains(other) || k_field_names.contains(other)) continue;
-      if (closest_match(other, {key})) {
-        throw DataError(fmt::format("{}:{}: unknown field '{}' (did you mean '{}'? '{}' is required here)", m_file,
-                                    line_of(v), field(other), key, field(key)));
-      }
-    }
-  }
-
-  static int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
-
-  static const char* type_name(const toml::node& n) {
-    switch (n.type()) {
-      case toml::node_type::string:
-        return "a string";
-      case toml::node_type::integer:
-        return "an integer";
-      case toml::node_type::floating_point:
-        return "a float";
-      case toml::node_type::boolean:
-        return "a boolean";
-      case toml::node_type::array:
-        return "an array";
-      case toml::node_type::table:
-        return "a table";
-      default:
-        return "a date/time";
-    }
-  }
-
-private:
-  // Every fixed key of the format (docs/task-format.md): a key that is one of them is never taken for a misspelling.
-  inline static const std::set<std::string> k_field_names = {"name",
-                                                             "description",
-                                                             "oracle",
-                                                             "threads",
-                                                             "signature",
-                                                             "tolerance",
-                                                             "cases",
-                                                             "backends",
-                                                             "inputs",
-                                                             "outputs",
-                                                             "scalars",
-                                                             "dtype",
-                                                             "shape",
-                                                             "distribution",
-                                                             "scale",
-                                                             "mean",
-                                                             "low",
-                                                             "high",
-                                                             "value",
-                                                             "default",
-                                                             "rtol",
-                                                             "atol",
-                                                             "role",
-                                                             "dims",
-                                                             "seed",
-                                                             "baseline",
-                                                             "reference",
-                                                             "controls",
-                                                             "source",
-                                                             "expect",
-                                                             "special_fraction",
-                                                             "special_value",
-                                                             "base",
-                                                             "replace",
-                                                             "with",
-                                                             "multiple_of",
-                                                             "min",
-                                                             "equal_to",
-                                                             "mode",
-                                                             "ulp",
-                                                             "reads",
-                                                             "shared",
-                                                             "same_margin_pct"};
-
-  const toml::table& m_table;
-  std::string m_path;
-  const std::string& m_file;
-  std::set<std::string> m_seen;
-};
 
 const toml::table& as_table(const toml::node& n, const std::string& field, const std::string& file) {
   if (!n.is_table()) {
@@ -922,70 +730,48 @@ std::map<std::string, int64_t> read_case_dims(TableReader& r, const std::string&
 }
 
 // cases[i], checked against the task read so far (its signature, the cases before it).
-Case read_case(const Task& task, const toml::node& node, size_t i, const std::string& file,
-               const std::set<std::string>& dim_names) {
-  std::string p = fmt::format("cases[{}]", i);
-  TableReader r(as_table(node, p, file), p, file);
-  Case c;
-  c.line = r.line();
-  c.name = r.string("name");
-  if (task.find_case(c.name) != nullptr) r.fail(r.get("name"), "name", fmt::format("duplicate case '{}'", c.name));
-  std::string role = r.string("role");
-  if (role == "timing") {
-    c.role = CaseRole::timing;
-  } else if (role == "correctness") {
-    c.role = CaseRole::correctness;
-  } else {
-    r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
+CaseRole read_case_role(TableReader& r) {
+  const std::string role = r.string("role");
+  if (role == "timing") return CaseRole::timing;
+  if (role == "correctness") return CaseRole::correctness;
+  r.fail(r.get("role"), "role", fmt::format("unknown role '{}' (expected timing or correctness)", role));
+}
+
+// `scalars = { eps = 1e-5 }`: this case's values for the signature's scalars.
+void read_case_scalars(const Task& task, TableReader& r, const std::string& p, const std::string& file, Case& c) {
+  const toml::node* sc = r.get("scalars");
+  if (sc == nullptr) return;
+  const toml::table& st = as_table(*sc, p + ".scalars", file);
+  TableReader sr(st, p + ".scalars", file);
+  for (const ScalarSpec& s : task.signature.scalars) {
+    if (auto v = sr.optional_finite(s.name, -k_max_data_parameter, k_max_data_parameter)) c.scalars[s.name] = *v;
   }
-  c.dims = read_case_dims(r, p, file, dim_names);
-  if (const std::string why = constraint_violation(task.dim_constraints, c.dims); !why.empty()) {
-    r.fail(r.get("dims"), "dims", why + "; change the case or the constraint");
-  }
-  // The case's law for its inputs; optional when every input has a law of its own (checked below, once the case's
-  // `inputs` are read).
-  const std::optional<Distribution> data = read_distribution(r, false);
-  if (data) c.data = *data;
-  int64_t seed = r.integer("seed");
-  if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
-  c.seed = static_cast<uint64_t>(seed);
-  if (const toml::node* sc = r.get("scalars")) {
-    const toml::table& st = as_table(*sc, p + ".scalars", file);
-    TableReader sr(st, p + ".scalars", file);
-    for (const ScalarSpec& s : task.signature.scalars) {
-      if (auto v = sr.optional_finite(s.name, -k_max_data_parameter, k_max_data_parameter)) c.scalars[s.name] = *v;
+  sr.reject_unknown_keys();
+}
+
+// `inputs = { q = { distribution = "normal", scale = 4.0 } }`: this case's law for the inputs it names.
+void read_case_input_laws(const Task& task, TableReader& r, const std::string& p, const std::string& file, Case& c) {
+  const toml::node* in = r.get("inputs");
+  if (in == nullptr) return;
+  const toml::table& it = as_table(*in, p + ".inputs", file);
+  for (const auto& [k, v] : it) {
+    const std::string name(k.str());
+    const bool known = std::any_of(task.signature.inputs.begin(), task.signature.inputs.end(),
+                                   [&](const TensorSpec& t) { return t.name == name; });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const TensorSpec& t : task.signature.inputs) names.push_back(t.name);
+      throw DataError(fmt::format("{}:{}: field '{}.inputs.{}': no input is named '{}' (inputs: {})", file,
+                                  TableReader::line_of(v), p, name, name, fmt::join(names, ", ")));
     }
-    sr.reject_unknown_keys();
+    TableReader lr(as_table(v, p + ".inputs." + name, file), p + ".inputs." + name, file);
+    c.input_laws[name] = *read_distribution(lr, true);
+    lr.reject_unknown_keys();
   }
-  // `inputs = { q = { distribution = "normal", scale = 4.0 } }`: this case's law for the inputs it names.
-  if (const toml::node* in = r.get("inputs")) {
-    const toml::table& it = as_table(*in, p + ".inputs", file);
-    for (const auto& [k, v] : it) {
-      const std::string name(k.str());
-      const bool known = std::any_of(task.signature.inputs.begin(), task.signature.inputs.end(),
-                                     [&](const TensorSpec& t) { return t.name == name; });
-      if (!known) {
-        std::vector<std::string> names;
-        for (const TensorSpec& t : task.signature.inputs) names.push_back(t.name);
-        throw DataError(fmt::format("{}:{}: field '{}.inputs.{}': no input is named '{}' (inputs: {})", file,
-                                    TableReader::line_of(v), p, name, name, fmt::join(names, ", ")));
-      }
-      TableReader lr(as_table(v, p + ".inputs." + name, file), p + ".inputs." + name, file);
-      c.input_laws[name] = *read_distribution(lr, true);
-      lr.reject_unknown_keys();
-    }
-  }
-  r.reject_unknown_keys();
-  if (!data) {
-    for (const TensorSpec& in : task.signature.inputs) {
-      if (in.distribution || c.input_laws.contains(in.name)) continue;
-      r.fail(nullptr, "distribution",
-             fmt::format("missing, and input '{}' has no law of its own (a distribution in [signature], or in this "
-                         "case's inputs): give the case a distribution = \"...\", or '{}' its own",
-                         in.name, in.name));
-    }
-  }
-  check_case_size(task, c, r);
+}
+
+// Every input's law at this case's dims: bounds that evaluate, a `reads` that evaluates, a law its dtype can hold.
+void check_case_inputs(const Task& task, const Case& c, TableReader& r) {
   for (const TensorSpec& in : task.signature.inputs) {
     Distribution dist;
     try {
@@ -1021,6 +807,42 @@ Case read_case(const Task& task, const toml::node& node, size_t i, const std::st
              fmt::format("input '{}' ({}{}): {}", in.name, to_string(in.dtype), whose, why));
     }
   }
+}
+
+Case read_case(const Task& task, const toml::node& node, size_t i, const std::string& file,
+               const std::set<std::string>& dim_names) {
+  std::string p = fmt::format("cases[{}]", i);
+  TableReader r(as_table(node, p, file), p, file);
+  Case c;
+  c.line = r.line();
+  c.name = r.string("name");
+  if (task.find_case(c.name) != nullptr) r.fail(r.get("name"), "name", fmt::format("duplicate case '{}'", c.name));
+  c.role = read_case_role(r);
+  c.dims = read_case_dims(r, p, file, dim_names);
+  if (const std::string why = constraint_violation(task.dim_constraints, c.dims); !why.empty()) {
+    r.fail(r.get("dims"), "dims", why + "; change the case or the constraint");
+  }
+  // The case's law for its inputs; optional when every input has a law of its own (checked below, once the case's
+  // `inputs` are read).
+  const std::optional<Distribution> data = read_distribution(r, false);
+  if (data) c.data = *data;
+  int64_t seed = r.integer("seed");
+  if (seed < 0) r.fail(r.get("seed"), "seed", "seeds must be >= 0");
+  c.seed = static_cast<uint64_t>(seed);
+  read_case_scalars(task, r, p, file, c);
+  read_case_input_laws(task, r, p, file, c);
+  r.reject_unknown_keys();
+  if (!data) {
+    for (const TensorSpec& in : task.signature.inputs) {
+      if (in.distribution || c.input_laws.contains(in.name)) continue;
+      r.fail(nullptr, "distribution",
+             fmt::format("missing, and input '{}' has no law of its own (a distribution in [signature], or in this "
+                         "case's inputs): give the case a distribution = \"...\", or '{}' its own",
+                         in.name, in.name));
+    }
+  }
+  check_case_size(task, c, r);
+  check_case_inputs(task, c, r);
   return c;
 }
 

@@ -47,75 +47,25 @@ private:
 
 }  // namespace
 
+// Denied outright: new programs and processes, another process's memory, the network, sessions and limits,
+// namespaces and mounts, kernel objects, credentials, System V IPC and the host's clock and name.
+// clang-format off
+constexpr const char* k_denied_calls[] = {
+    "execve", "execveat", "fork", "vfork", "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_open",
+    "pidfd_getfd", "pidfd_send_signal", "process_madvise", "socket", "socketpair", "connect", "bind", "listen",
+    "accept", "accept4", "setsid", "setpgid", "setrlimit", "unshare", "setns", "mount", "umount2", "pivot_root",
+    "chroot", "bpf", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "init_module",
+    "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "keyctl", "add_key", "request_key",
+    "setuid", "setgid", "setreuid", "setregid", "setresuid", "setresgid", "setgroups", "setfsuid", "setfsgid",
+    "shmget", "shmat", "msgget", "semget", "mq_open", "sethostname", "setdomainname", "settimeofday",
+    "clock_settime", "syslog", "fanotify_init", "name_to_handle_at", "open_by_handle_at", "swapon", "swapoff",
+    "acct"
+};
+// clang-format on
+
 UniqueFd profile_filter_program(pid_t worker) {
   Rules r;
-  for (const char* name : {"execve",
-                           "execveat",
-                           "fork",
-                           "vfork",
-                           "ptrace",
-                           "process_vm_readv",
-                           "process_vm_writev",
-                           "kcmp",
-                           "pidfd_open",
-                           "pidfd_getfd",
-                           "pidfd_send_signal",
-                           "process_madvise",
-                           "socket",
-                           "socketpair",
-                           "connect",
-                           "bind",
-                           "listen",
-                           "accept",
-                           "accept4",
-                           "setsid",
-                           "setpgid",
-                           "setrlimit",
-                           "unshare",
-                           "setns",
-                           "mount",
-                           "umount2",
-                           "pivot_root",
-                           "chroot",
-                           "bpf",
-                           "userfaultfd",
-                           "io_uring_setup",
-                           "io_uring_enter",
-                           "io_uring_register",
-                           "init_module",
-                           "finit_module",
-                           "delete_module",
-                           "kexec_load",
-                           "kexec_file_load",
-                           "reboot",
-                           "keyctl",
-                           "add_key",
-                           "request_key",
-                           "setuid",
-                           "setgid",
-                           "setreuid",
-                           "setregid",
-                           "setresuid",
-                           "setresgid",
-                           "setgroups",
-                           "setfsuid",
-                           "setfsgid",
-                           "shmget",
-                           "shmat",
-                           "msgget",
-                           "semget",
-                           "mq_open",
-                           "sethostname",
-                           "setdomainname",
-                           "settimeofday",
-                           "clock_settime",
-                           "syslog",
-                           "fanotify_init",
-                           "name_to_handle_at",
-                           "open_by_handle_at",
-                           "swapon",
-                           "swapoff",
-                           "acct"}) {
+  for (const char* name : k_denied_calls) {
     r.deny(name);
   }
   // Threads (valgrind's guest threads) only, never a process.
