@@ -73,21 +73,21 @@ std::string validate_summary(const std::string& tool, const nlohmann::json& args
   // The figure first (issue 41): "validate KEEP_CANDIDATE decode +57.20% [+55.10, +59.30] (2.34x faster, PASS)".
   const std::string figures = decision_figures(out);
   return fmt::format("{} {}{}{} [{}]: {}. bundle: {}{}", tool, out.value("decision", "?"), figures.empty() ? "" : " ",
-                     figures, fmt::join(codes, ", "), fmt::join(listed_reasons(out, "reasons"), "; "),
-                     bundle.string(), compiler);
+                     figures, fmt::join(codes, ", "), fmt::join(listed_reasons(out, "reasons"), "; "), bundle.string(),
+                     compiler);
 }
 
 std::string campaign_summary(const std::string& tool, const nlohmann::json& out) {
   const nlohmann::json c = out.value("counts", nlohmann::json::object());
-  std::string s = fmt::format("{} {}: {} queued, {} running, {} decided, {} ended without a decision", tool,
-                              out.value("name", "?"), c.value("queued", 0), c.value("running", 0),
-                              c.value("decided", 0), c.value("failed", 0));
+  std::string s =
+      fmt::format("{} {}: {} queued, {} running, {} decided, {} ended without a decision", tool, out.value("name", "?"),
+                  c.value("queued", 0), c.value("running", 0), c.value("decided", 0), c.value("failed", 0));
   if (tool == "campaign_report") return s + fmt::format(". report: {}", out.value("report_md", std::string()));
   for (const nlohmann::json& j : out.value("jobs", nlohmann::json::array())) {
     const std::string decision = j.value("decision", std::string());
-    s += fmt::format("\n- {}: {}{} ({})", std::filesystem::path(j.value("candidate", std::string())).filename().string(),
-                     j.value("outcome", std::string("?")), decision.empty() ? "" : " " + decision,
-                     j.value("detail", std::string()));
+    s += fmt::format(
+        "\n- {}: {}{} ({})", std::filesystem::path(j.value("candidate", std::string())).filename().string(),
+        j.value("outcome", std::string("?")), decision.empty() ? "" : " " + decision, j.value("detail", std::string()));
   }
   return s;
 }

@@ -18,10 +18,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <string_view>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kwb {
