@@ -315,21 +315,21 @@ public:
       const std::string type = in.message.value("type", "");
       nlohmann::json reply;
       try {
-        if (type == protocol::k_probe) {
+        if (type == "probe") {
           reply = probe(in.message);
-        } else if (type == protocol::k_load) {
+        } else if (type == "load") {
           reply = load(in.message, in.fds);
-        } else if (type == protocol::k_map) {
+        } else if (type == "map") {
           reply = map(in.message, in.fds);
-        } else if (type == protocol::k_unmap) {
+        } else if (type == "unmap") {
           reply = unmap(in.message);
-        } else if (type == protocol::k_run) {
+        } else if (type == "run") {
           reply = run(in.message);
-        } else if (type == protocol::k_exit) {
+        } else if (type == "exit") {
           // The parent requires this answer and the count: a worker that vanished after its last answer (an
           // implementation that forged that answer and left, say) cannot produce it.
           const int rc = finish();
-          (void)m_channel.send({{"type", protocol::k_bye}, {"calls", m_calls}});
+          (void)m_channel.send({{"type", "bye"}, {"calls", m_calls}});
           return rc;
         } else {
           reply = error(FailureReason::protocol, "unknown message type " + type);
@@ -373,8 +373,7 @@ private:
   // so a missing driver or device is reported as such (exit 69) rather than as a failing implementation.
   nlohmann::json probe(const nlohmann::json& m) {
     auto backend = make_backend(backend_kind(m), backend_options(m));
-    return {
-        {"type", protocol::k_probed}, {"backend", to_string(backend->id())}, {"description", backend->description()}};
+    return {{"type", "probed"}, {"backend", to_string(backend->id())}, {"description", backend->description()}};
   }
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
@@ -457,15 +456,14 @@ private:
     if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
       return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
     }
-    return loaded(m_sandbox->features());
+    return {{"type", "loaded"},
+            {"pid", ::getpid()},
+            {"sandbox", m_sandbox->features()},
+            {"device", m_backend->description()}};
 #else
-    return loaded(m_profile_features);
-#endif
-  }
-
-  nlohmann::json loaded(const nlohmann::json& sandbox) const {
     return {
-        {"type", protocol::k_loaded}, {"pid", ::getpid()}, {"sandbox", sandbox}, {"device", m_backend->description()}};
+        {"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_profile_features}, {"device", m_backend->description()}};
+#endif
   }
 
   nlohmann::json map(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
@@ -518,14 +516,14 @@ private:
       mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);
     }
-    return {{"type", protocol::k_mapped}, {"buffers", mapped}};
+    return {{"type", "mapped"}, {"buffers", mapped}};
   }
 
   nlohmann::json unmap(const nlohmann::json& m) {
     for (const auto& id : m.at("ids")) {
       if (m_buffers.erase(id.get<int>()) > 0 && !m_backend->host_memory()) m_backend->release_buffer(id.get<int>());
     }
-    return {{"type", protocol::k_unmapped}};
+    return {{"type", "unmapped"}};
   }
 
   struct TensorArgs {
