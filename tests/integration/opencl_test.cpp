@@ -226,10 +226,16 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
   // of the calls in both arms, and that buries the loop: the check then finds nothing and the gain reads as PASS
   // (docs/threat-model.md, "Work moved outside the window", the limit). The defence is for a quiet machine; a
   // disturbed spell gets up to two more tries, and one of three must see the work moved.
+  // The attack itself is not robust: it writes into device memory it learnt from earlier uploads and now and then
+  // crashes in its check (SIGSEGV), which says nothing about the defence; such a try is made again too.
   KwbRun c;
   for (int attempt = 0; attempt < 3; ++attempt) {
     c = compare(attack);
     ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
+    if (c.json["workloads"].empty() && c.json.dump().find("crashed") != std::string::npos) {
+      std::cerr << "attempt " << attempt + 1 << ": the attack crashed in its check\n";
+      continue;
+    }
     ASSERT_EQ(c.json["workloads"].size(), 1u) << c.output;
     if (c.json["workloads"][0]["verdict"] == "INVALID") break;
     std::cerr << "attempt " << attempt + 1
@@ -243,10 +249,16 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
   EXPECT_NE(w["reason"].get<std::string>().find("outside"), std::string::npos) << w["reason"];
   const TempDir tmp("kwb-opencl-ops-upload");
   const auto out = tmp / "bundle";
-  KwbRun v = run_kwb({"validate", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate", attack.string(),
-                      "--baseline", (k_opencl / "fused.cpp").string(), "--output-dir", out.string(), "--workload",
-                      "prefill", "--max-minutes", "0.2", "--layouts", "2", "--no-profile", "--json"});
-  ASSERT_FALSE(v.json.is_discarded()) << v.output << v.errors;
+  KwbRun v;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::filesystem::remove_all(out);
+    v = run_kwb({"validate", k_rmsnorm_lite.string(), "--backend", "opencl", "--candidate", attack.string(),
+                 "--baseline", (k_opencl / "fused.cpp").string(), "--output-dir", out.string(), "--workload", "prefill",
+                 "--max-minutes", "0.2", "--layouts", "2", "--no-profile", "--json"});
+    ASSERT_FALSE(v.json.is_discarded()) << v.output << v.errors;
+    if (v.json.dump().find("(crashed)") == std::string::npos) break;
+    std::cerr << "validate attempt " << attempt + 1 << ": the attack crashed in a check\n";
+  }
   EXPECT_EQ(v.json["decision"], "KEEP_BASELINE") << v.json.dump(2);
   const std::vector<std::string> codes = v.json["reason_codes"];
   EXPECT_NE(std::find(codes.begin(), codes.end(), "ab_work_outside_window"), codes.end()) << v.json.dump(2);
