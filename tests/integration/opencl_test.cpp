@@ -270,7 +270,8 @@ TEST(opencl_test, work_moved_into_the_uploads_through_the_drivers_ops_table_is_i
   const auto& cw = aa["workloads"][0];
   EXPECT_NE(cw["verdict"], "INVALID") << cw.dump();
   EXPECT_FALSE(cw["outside_window"]["moved"].get<bool>()) << cw.dump();
-  EXPECT_LT(std::abs(cw["improvement_pct"].get<double>()), 5.0) << cw.dump();
+  // A 0.2-minute A/A on PoCL reads within about 10% (+8.2% seen on a clean clone); the control is about the window.
+  EXPECT_LT(std::abs(cw["improvement_pct"].get<double>()), 10.0) << cw.dump();
 }
 
 TEST(opencl_test, profile_traces_six_kernels_for_the_baseline_and_one_for_fused) {
