@@ -11,7 +11,8 @@
 # "--min-improvement-pct 0 --same-margin-pct 0" for the old defaults).
 # Usage: bench/loop_keeps.sh [N=100] [WORKLOADS="decode prefill"]
 # BENCH_FROM=K runs sessions K..N only, into a BENCH_OUT that holds 1..K-1 already (a run cut short, continued);
-# the summary covers 1..N.
+# the summary covers the sessions of 1..N whose JSON is in BENCH_OUT (a folder that lost seeds 1..K-1 summarizes
+# K..N, and each row says how many it counts).
 # Time: an equal session runs until SAME or the budget (about 40-60 s here), a faster one until PASS (seconds).
 # Run nothing else at the same time.
 set -euo pipefail
@@ -45,7 +46,7 @@ PY
   done
 done
 python3 - "$out" "$n" "$workloads" "${KWB_BENCH_FLAGS:-defaults}" <<'PY'
-import json, math, statistics, sys
+import json, math, os, statistics, sys
 sys.path.insert(0, "bench")
 from summary import table
 out, n, workloads, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4]
@@ -58,16 +59,19 @@ def wilson(k, n, z=1.96):
 rows = []
 for w in workloads:
     for kind in ("equal", "faster"):
-        runs = [json.load(open(f"{out}/{kind}_{w}_{i}.json"))["workloads"][0] for i in range(1, n + 1)]
+        files = [f"{out}/{kind}_{w}_{i}.json" for i in range(1, n + 1)]
+        runs = [json.load(open(f))["workloads"][0] for f in files if os.path.exists(f)]
+        if not runs:
+            continue
         verdicts = [r["verdict"] for r in runs]
         est = [r["improvement_pct"] for r in runs if isinstance(r.get("improvement_pct"), (int, float))]
         secs = [r["seconds"] for r in runs]
-        k = verdicts.count("PASS")
-        lo, hi = wilson(k, n)
-        rows.append([w, kind, f"{k}/{n} [{100 * lo:.0f}%, {100 * hi:.0f}%]", verdicts.count("SAME"),
+        k, m = verdicts.count("PASS"), len(runs)
+        lo, hi = wilson(k, m)
+        rows.append([w, kind, f"{k}/{m} [{100 * lo:.0f}%, {100 * hi:.0f}%]", verdicts.count("SAME"),
                      verdicts.count("FAIL"), verdicts.count("INCONCLUSIVE"), verdicts.count("INVALID"),
                      f"{statistics.median(est):+.2f}%" if est else "-", f"{statistics.median(secs):.1f}"])
-print(f"\nkept (PASS) per {n} sessions, compare flags: {flags}")
+print(f"\nkept (PASS) of the sessions 1..{n} in {out} (a seed whose JSON is missing is left out), compare flags: {flags}")
 table(["workload", "candidate", "PASS (kept) [95% Wilson]", "SAME", "FAIL", "INCONCLUSIVE", "INVALID",
        "median estimate", "median s"], rows)
 print(f"raw JSON: {out}")

@@ -38,8 +38,10 @@ struct MemIdentifier {
 };
 using WriteFn = void (*)(void* data, const void* src_host_ptr, MemIdentifier* dst_mem_id, cl_mem dst_buf,
                          size_t offset, size_t size);
+using FreeFn = void (*)(cl_device_id device, cl_mem mem);
 
 WriteFn g_real_write = nullptr;
+FreeFn g_real_free = nullptr;
 Fused g_fused;
 
 // Where one of the call's tensors lives: its view as kwb hands it over, the buffer it is a view of and where in it.
@@ -95,7 +97,17 @@ void hook_write(void* data, const void* src, MemIdentifier* dst, cl_mem buf, siz
   }
 }
 
-// Every writable word of libpocl that holds pocl_driver_write now holds the hook.
+// A buffer of the call freed (kwb ends a case: its views, their parent, an input's own mapping go) makes every
+// pointer the hook learnt stale: it forgets them until kwb_run names the next case's buffers. Without this the hook
+// computed from the last case's device memory when a freed handle came back as the next case's, and crashed.
+void hook_free(cl_device_id device, cl_mem mem) {
+  for (const Tensor* t : {&g_call.x, &g_call.weight, &g_call.y}) {
+    if (mem != nullptr && (mem == t->view || mem == t->parent)) g_call.known = false;
+  }
+  g_real_free(device, mem);
+}
+
+// Every writable word of libpocl that holds pocl_driver_write (pocl_driver_free) now holds its hook.
 int patch(dl_phdr_info* info, size_t, void*) {
   if (info->dlpi_name == nullptr || std::strstr(info->dlpi_name, "libpocl") == nullptr) return 0;
   // The GOT and the other relocated constants are read-only after loading (PT_GNU_RELRO): only what stays writable.
@@ -114,6 +126,9 @@ int patch(dl_phdr_info* info, size_t, void*) {
       const auto at = reinterpret_cast<uintptr_t>(&words[k]);
       if (at >= relro_begin && at < relro_end) continue;
       if (words[k] == reinterpret_cast<void*>(g_real_write)) words[k] = reinterpret_cast<void*>(&hook_write);
+      if (g_real_free != nullptr && words[k] == reinterpret_cast<void*>(g_real_free)) {
+        words[k] = reinterpret_cast<void*>(&hook_free);
+      }
     }
   }
   return 0;
@@ -140,7 +155,10 @@ Tensor locate(cl_mem view) {
 extern "C" KWB_EXPORT int kwb_setup(const kwb_context* ctx) {
   if (const int rc = g_fused.setup(ctx); rc != 0) return rc;
   void* pocl = ::dlopen("libpocl.so.2", RTLD_NOW | RTLD_NOLOAD);
-  if (pocl != nullptr) g_real_write = reinterpret_cast<WriteFn>(::dlsym(pocl, "pocl_driver_write"));
+  if (pocl != nullptr) {
+    g_real_write = reinterpret_cast<WriteFn>(::dlsym(pocl, "pocl_driver_write"));
+    g_real_free = reinterpret_cast<FreeFn>(::dlsym(pocl, "pocl_driver_free"));
+  }
   if (g_real_write != nullptr) dl_iterate_phdr(patch, nullptr);
   return 0;
 }
