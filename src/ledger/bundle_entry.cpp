@@ -199,116 +199,133 @@ Authenticity authenticity(const VerifyReport& report, const Ledger* ledger) {
   return a;
 }
 
-KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
+namespace {
+
+// A bundle that verifies is only self-consistent: its hashes could have been recomputed after an edit. One this
+// machine's ledger did not record is refused, and the refusal recorded.
+KeepOutcome refuse_unrecorded(Ledger& ledger, const BundleSnapshot& snapshot, const VerifyReport& v) {
   KeepOutcome out;
+  out.exit_code = static_cast<int>(ExitCode::not_authentic);
+  out.message = fmt::format(
+      "{} is not kept: this bundle's manifest digest ({}) does not match the one this "
+      "machine's ledger ({}) recorded at the end of its run, with its plan digest and "
+      "decision: it was changed after the run, or it was not recorded here (validate it "
+      "again with this ledger)",
+      snapshot.origin().string(), v.seal.manifest_sha256, ledger.path().string());
+  LedgerRun refused = run_from_bundle(snapshot.path());
+  refused.bundle = snapshot.origin().string();
+  refused.kind = "keep";
+  refused.started.clear();
+  refused.finished.clear();
+  refused.outcome = "REFUSED";
+  refused.reasons = {out.message};
+  ledger.record(refused);
+  return out;
+}
+
+// The lineage is the task's by content (task_identity): the bundle's plan names the identity it was made against,
+// and the task folder it names must still be that task, or the candidate was judged by another task than the one
+// whose lineage it would extend. Why not, or "" when it is.
+std::string task_changed(const Plan& plan, const std::string& task) {
+  const std::string& planned_identity = plan.task.identity;
+  std::string folder_identity;
+  try {
+    folder_identity = load_task(plan.task.dir).identity;
+  } catch (const std::exception& e) {
+    return fmt::format(
+        "not kept: the task folder {} this bundle was made against cannot be read ({}), so nothing "
+        "says it is still task {} with identity {}",
+        plan.task.dir, e.what(), task, planned_identity);
+  }
+  if (folder_identity == planned_identity) return "";
+  return fmt::format(
+      "not kept: the task changed since this bundle was made: its plan was made against task {} "
+      "with identity {}, but the folder {} now holds identity {} (task.toml, the oracle, a "
+      "baseline or a control differs). A changed task starts a lineage of its own: "
+      "validate the candidate against the task as it is (kwb validate --against incumbent), and "
+      "keep that bundle",
+      task, planned_identity, plan.task.dir, folder_identity);
+}
+
+// The candidate of a KEEP_CANDIDATE bundle becomes the next generation of its task's lineage on its backend.
+void promote_candidate(Ledger& ledger, const Plan& plan, const LedgerRun& run, KeepOutcome& out) {
+  const PlannedImpl& base = *plan.impl(ImplRole::baseline);  // plan_from_json requires both arms
+  const PlannedImpl& cand = *plan.impl(ImplRole::candidate);
+  // Generation 0 is the task's own baseline for the backend, as the plan's task manifest names it.
+  Incumbent g0;
+  g0.identity = base.identity_key();
+  g0.source = base.source;
+  g0.source_sha256 = base.source_sha256();
+  Incumbent next;
+  next.identity = cand.identity_key();
+  next.source = cand.source;
+  next.source_sha256 = cand.source_sha256();
+  next.bundle = run.bundle;
+  next.workloads = run.workloads;
+  if (!is_task_baseline(plan, g0.source)) {
+    g0 = Incumbent{};
+    g0.identity = "(the task's declared baseline)";
+  }
+  g0.task_name = next.task_name = run.task;
+  Ledger::Promotion p = ledger.promote(plan.task.identity, run.backend, base.identity_key(), g0, next);
+  if (p.already) {
+    // Keeping what is kept already asks for a state that holds: a retried keep is not an error.
+    out.already = p.already;
+    out.message = fmt::format(
+        "already the incumbent: {} is generation {} of task {} on {} (kept {} from {}); "
+        "nothing changed",
+        p.already->source, p.already->generation, run.task, run.backend, p.already->kept,
+        p.already->bundle.empty() ? "the task's baseline" : p.already->bundle);
+  } else if (p.kept) {
+    out.kept = p.kept;
+    out.message = fmt::format(
+        "kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "
+        "over the original baseline",
+        p.kept->source, p.kept->generation, run.task, run.backend, p.kept->improvement_pct, p.kept->generation - 1,
+        p.kept->cumulative_pct);
+  } else {
+    out.exit_code = static_cast<int>(ExitCode::rejected);
+    out.message = "not kept: " + p.refused;
+  }
+}
+
+}  // namespace
+
+KeepOutcome keep_bundle(Ledger& ledger, const BundleSnapshot& snapshot) {
   // Everything below reads the snapshot, the bytes verified; `bundle` names the folder they came from.
   const std::filesystem::path& copy = snapshot.path();
   const std::filesystem::path& bundle = snapshot.origin();
   const VerifyReport v = verify_bundle(copy);
   if (!v.ok()) {
+    KeepOutcome out;
     out.exit_code = static_cast<int>(ExitCode::invalid);
     out.problems = v.problems;
     out.message = fmt::format("{} does not verify ({} problem(s)): nothing is kept from a bundle that does not",
                               bundle.string(), v.problems.size());
     return out;
   }
-  // A bundle that verifies is only self-consistent: its hashes could have been recomputed after an edit. Only the
-  // run this machine recorded is kept, byte for byte as it was written.
-  if (!recorded_run(ledger, v.seal)) {
-    out.exit_code = static_cast<int>(ExitCode::not_authentic);
-    out.message = fmt::format(
-        "{} is not kept: this bundle's manifest digest ({}) does not match the one this "
-        "machine's ledger ({}) recorded at the end of its run, with its plan digest and "
-        "decision: it was changed after the run, or it was not recorded here (validate it "
-        "again with this ledger)",
-        bundle.string(), v.seal.manifest_sha256, ledger.path().string());
-    LedgerRun refused = run_from_bundle(copy);
-    refused.bundle = bundle.string();
-    refused.kind = "keep";
-    refused.started.clear();
-    refused.finished.clear();
-    refused.outcome = "REFUSED";
-    refused.reasons = {out.message};
-    ledger.record(refused);
-    return out;
-  }
+  // Only the run this machine recorded is kept, byte for byte as it was written.
+  if (!recorded_run(ledger, v.seal)) return refuse_unrecorded(ledger, snapshot, v);
   LedgerRun run = run_from_bundle(copy);
   run.bundle = bundle.string();
   const BundleData b = read_bundle(copy);
   if (!b.plan) missing(bundle, "plan.json: " + b.plan_problem);
-  const PlannedImpl& base = *b.plan->impl(ImplRole::baseline);  // plan_from_json requires both arms
-  const PlannedImpl& cand = *b.plan->impl(ImplRole::candidate);
 
-  LedgerRun keep = run;
-  keep.kind = "keep";
-  keep.started.clear();
-  keep.finished.clear();
-  // The lineage is the task's by content (task_identity): the bundle's plan names the identity it was made against,
-  // and the task folder it names must still be that task, or the candidate was judged by another task than the one
-  // whose lineage it would extend.
-  const std::string& planned_identity = b.plan->task.identity;
-  std::string folder_identity, folder_problem;
-  try {
-    folder_identity = load_task(b.plan->task.dir).identity;
-  } catch (const std::exception& e) {
-    folder_problem = e.what();
-  }
+  KeepOutcome out;
   if (parse_decision(run.outcome) != DecisionKind::keep_candidate) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
     out.message =
         fmt::format("{} decided {}, not KEEP_CANDIDATE: its candidate is not kept", bundle.string(), run.outcome);
-  } else if (!folder_problem.empty() || folder_identity != planned_identity) {
+  } else if (std::string changed = task_changed(*b.plan, run.task); !changed.empty()) {
     out.exit_code = static_cast<int>(ExitCode::rejected);
-    out.message = folder_problem.empty()
-                      ? fmt::format(
-                            "not kept: the task changed since this bundle was made: its plan was made against task {} "
-                            "with identity {}, but the folder {} now holds identity {} (task.toml, the oracle, a "
-                            "baseline or a control differs). A changed task starts a lineage of its own: "
-                            "validate the candidate against the task as it is (kwb validate --against incumbent), and "
-                            "keep that bundle",
-                            run.task, planned_identity, b.plan->task.dir, folder_identity)
-                      : fmt::format(
-                            "not kept: the task folder {} this bundle was made against cannot be read ({}), so nothing "
-                            "says it is still task {} with identity {}",
-                            b.plan->task.dir, folder_problem, run.task, planned_identity);
+    out.message = std::move(changed);
   } else {
-    // Generation 0 is the task's own baseline for the backend, as the plan's task manifest names it.
-    Incumbent g0;
-    g0.identity = base.identity_key();
-    g0.source = base.source;
-    g0.source_sha256 = base.source_sha256();
-    Incumbent next;
-    next.identity = cand.identity_key();
-    next.source = cand.source;
-    next.source_sha256 = cand.source_sha256();
-    next.bundle = run.bundle;
-    next.workloads = run.workloads;
-    if (!is_task_baseline(*b.plan, g0.source)) {
-      g0 = Incumbent{};
-      g0.identity = "(the task's declared baseline)";
-    }
-    g0.task_name = next.task_name = run.task;
-    Ledger::Promotion p = ledger.promote(planned_identity, run.backend, base.identity_key(), g0, next);
-    if (p.already) {
-      // Keeping what is kept already asks for a state that holds: a retried keep is not an error.
-      out.already = p.already;
-      out.message = fmt::format(
-          "already the incumbent: {} is generation {} of task {} on {} (kept {} from {}); "
-          "nothing changed",
-          p.already->source, p.already->generation, run.task, run.backend, p.already->kept,
-          p.already->bundle.empty() ? "the task's baseline" : p.already->bundle);
-    } else if (p.kept) {
-      out.kept = p.kept;
-      out.message = fmt::format(
-          "kept {} as generation {} of task {} on {}: {:+.2f}% over generation {}, {:+.2f}% "
-          "over the original baseline",
-          p.kept->source, p.kept->generation, run.task, run.backend, p.kept->improvement_pct, p.kept->generation - 1,
-          p.kept->cumulative_pct);
-    } else {
-      out.exit_code = static_cast<int>(ExitCode::rejected);
-      out.message = "not kept: " + p.refused;
-    }
+    promote_candidate(ledger, *b.plan, run, out);
   }
+  LedgerRun keep = run;
+  keep.kind = "keep";
+  keep.started.clear();
+  keep.finished.clear();
   keep.outcome = out.kept ? "KEPT" : out.already ? "ALREADY_INCUMBENT" : "REFUSED";
   keep.reasons = {out.message};
   ledger.record(keep);

@@ -747,6 +747,80 @@ const SigningKey& Ledger::key() {
   return *m_key;
 }
 
+namespace {
+
+// A candidate already in the lineage (the same bundle kept twice, or its source validated again) says so first:
+// that, not the age of its bundle, is why it is refused. As the current incumbent it is `already`, not refused.
+std::optional<Ledger::Promotion> already_in(const std::vector<Incumbent>& line, const Incumbent& candidate,
+                                            const std::string& task, BackendKind backend) {
+  const Incumbent& current = line.back();
+  for (const Incumbent& i : line) {
+    if (i.identity != candidate.identity) continue;
+    Ledger::Promotion p;
+    if (i.generation == current.generation) {
+      p.already = i;  // the state keep asks for holds already: not a refusal
+    } else {
+      p.refused = fmt::format(
+          "this candidate is already generation {} of task {} on {}, and the incumbent is now "
+          "generation {} ({}): an older generation is not kept again",
+          i.generation, task, backend, current.generation, current.source);
+    }
+    return p;
+  }
+  return std::nullopt;
+}
+
+// Why a bundle decided against another baseline than the incumbent is not kept.
+std::string stale_bundle(const std::vector<Incumbent>& line, const std::string& decided_against,
+                         const std::string& task, BackendKind backend) {
+  const Incumbent& current = line.back();
+  int against = -1;
+  for (const Incumbent& i : line) {
+    if (i.identity == decided_against) against = i.generation;
+  }
+  if (against >= 0) {
+    return fmt::format(
+        "stale bundle: it decided against generation {} ({}), but the incumbent of task {} "
+        "on {} is now generation {} ({}): validate the candidate against it (kwb validate "
+        "--against incumbent)",
+        against, line[static_cast<size_t>(against)].source, task, backend, current.generation, current.source);
+  }
+  return fmt::format(
+      "the bundle decided against {}, which is not in the lineage of task {} on {} "
+      "(the incumbent is generation {}, {}): validate against it (kwb validate "
+      "--against incumbent)",
+      decided_against.substr(0, 12), task, backend, current.generation, current.source);
+}
+
+}  // namespace
+
+void Ledger::insert_incumbent(const std::string& task, BackendKind backend, const Incumbent& row,
+                              const std::string& workloads_json) {
+  Statement s(m_db,
+              "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
+              "workloads, improvement_pct, seal, task_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              m_path);
+  s.bind(1, task).bind(2, backend).bind(3, static_cast<int64_t>(row.generation)).bind(4, row.identity);
+  s.bind(5, row.source).bind(6, row.source_sha256).bind(7, row.bundle).bind(8, row.kept);
+  s.bind(9, workloads_json).bind(10, std::optional<double>(row.improvement_pct)).bind(11, row.seal);
+  s.bind(12, row.task_name);
+  s.step();
+}
+
+Incumbent Ledger::start_lineage(const std::string& task, BackendKind backend, const Incumbent& generation0,
+                                const std::string& task_name) {
+  Incumbent g0 = generation0;
+  g0.task_name = task_name;
+  g0.generation = 0;
+  g0.improvement_pct = 0.0;
+  g0.workloads.clear();
+  g0.bundle.clear();
+  g0.kept = seconds_text(std::time(nullptr)) + "Z";
+  g0.seal = seal_with(key(), lineage_seal_message(task, backend, 0, g0, "[]", 0.0, ""));
+  insert_incumbent(task, backend, g0, "[]");
+  return g0;
+}
+
 Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend, const std::string& decided_against,
                                   const Incumbent& generation0, Incumbent candidate) {
   WriteTransaction tx([this](const std::string& sql) { exec(sql); });
@@ -761,54 +835,12 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend, 
           task, backend, generation0.source, decided_against.substr(0, 12));
       return p;
     }
-    Incumbent g0 = generation0;
-    g0.task_name = candidate.task_name;
-    g0.generation = 0;
-    g0.improvement_pct = 0.0;
-    g0.workloads.clear();
-    g0.bundle.clear();
-    g0.kept = seconds_text(std::time(nullptr)) + "Z";
-    g0.seal = seal_with(key(), lineage_seal_message(task, backend, 0, g0, "[]", 0.0, ""));
-    line.push_back(g0);
-    Statement s(m_db,
-                "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-                "workloads, improvement_pct, seal, task_name) VALUES (?, ?, 0, ?, ?, ?, '', ?, '[]', 0, ?, ?)",
-                m_path);
-    s.bind(1, task).bind(2, backend).bind(3, g0.identity).bind(4, g0.source).bind(5, g0.source_sha256);
-    s.bind(6, g0.kept).bind(7, g0.seal).bind(8, g0.task_name);
-    s.step();
+    line.push_back(start_lineage(task, backend, generation0, candidate.task_name));
   }
+  if (std::optional<Promotion> known = already_in(line, candidate, task, backend)) return *known;
   const Incumbent& current = line.back();
-  // A candidate already in the lineage (the same bundle kept twice, or its source validated again) says so first:
-  // that, not the age of its bundle, is why it is refused.
-  for (const Incumbent& i : line) {
-    if (i.identity != candidate.identity) continue;
-    if (i.generation == current.generation) {
-      p.already = i;  // the state keep asks for holds already: not a refusal
-    } else {
-      p.refused = fmt::format(
-          "this candidate is already generation {} of task {} on {}, and the incumbent is now "
-          "generation {} ({}): an older generation is not kept again",
-          i.generation, task, backend, current.generation, current.source);
-    }
-    return p;
-  }
   if (decided_against != current.identity) {
-    int against = -1;
-    for (const Incumbent& i : line) {
-      if (i.identity == decided_against) against = i.generation;
-    }
-    p.refused = against >= 0 ? fmt::format(
-                                   "stale bundle: it decided against generation {} ({}), but the incumbent of task {} "
-                                   "on {} is now generation {} ({}): validate the candidate against it (kwb validate "
-                                   "--against incumbent)",
-                                   against, line[static_cast<size_t>(against)].source, task, backend,
-                                   current.generation, current.source)
-                             : fmt::format(
-                                   "the bundle decided against {}, which is not in the lineage of task {} on {} "
-                                   "(the incumbent is generation {}, {}): validate against it (kwb validate "
-                                   "--against incumbent)",
-                                   decided_against.substr(0, 12), task, backend, current.generation, current.source);
+    p.refused = stale_bundle(line, decided_against, task, backend);
     return p;
   }
   candidate.task = task;
@@ -822,15 +854,7 @@ Ledger::Promotion Ledger::promote(const std::string& task, BackendKind backend, 
   const std::string workloads_json = to_json(candidate.workloads).dump();
   candidate.seal = seal_with(key(), lineage_seal_message(task, backend, candidate.generation, candidate, workloads_json,
                                                          candidate.improvement_pct, current.seal));
-  Statement s(m_db,
-              "INSERT INTO incumbents (task, backend, generation, identity, source, source_sha256, bundle, kept, "
-              "workloads, improvement_pct, seal, task_name) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-              m_path);
-  s.bind(1, task).bind(2, backend).bind(3, static_cast<int64_t>(candidate.generation)).bind(4, candidate.identity);
-  s.bind(5, candidate.source).bind(6, candidate.source_sha256).bind(7, candidate.bundle).bind(8, candidate.kept);
-  s.bind(9, workloads_json).bind(10, std::optional<double>(candidate.improvement_pct)).bind(11, candidate.seal);
-  s.bind(12, candidate.task_name);
-  s.step();
+  insert_incumbent(task, backend, candidate, workloads_json);
   tx.commit();
   p.kept = std::move(candidate);
   return p;

@@ -181,6 +181,11 @@ public:
 
 private:
   const SigningKey& key();  // the machine key, loaded on first use
+  // promote's steps: generation 0 written and returned; one row of the lineage written (inside its transaction).
+  Incumbent start_lineage(const std::string& task, BackendKind backend, const Incumbent& generation0,
+                          const std::string& task_name);
+  void insert_incumbent(const std::string& task, BackendKind backend, const Incumbent& row,
+                        const std::string& workloads_json);
   explicit Ledger(std::filesystem::path path);
   void exec(const std::string& sql) const;
   void migrate();

@@ -110,6 +110,208 @@ std::string verdict_reason(const stats::EffectEstimate& e, const GateConfig& g, 
   throw InternalError(fmt::format("verdict_reason: a gate never answers {}", stats::to_string(v)));
 }
 
+// The decision procedure verify replays (stats/sequential.h), charged this workload's A/A bias if any.
+stats::SequentialGate workload_gate(const GateConfig& gate, const Budget& budget, const std::string& workload) {
+  stats::SequentialGate sg = sequential_gate(gate, budget);
+  if (const auto bias = gate.aa_bias_log.find(workload); bias != gate.aa_bias_log.end() && !sg.aa) {
+    sg.aa_bias_log = bias->second;
+  }
+  return sg;
+}
+
+// One workload's sequential comparison: its blocks, what they found so far, and the procedure that says when to
+// stop (run_sequential_comparison).
+class SequentialRun {
+public:
+  SequentialRun(const std::string& workload, const std::vector<std::string>& arm_labels, Clock& clock,
+                const GateConfig& gate, const Budget& budget, uint64_t seed)
+      : m_labels(arm_labels),
+        m_clock(clock),
+        m_gate(gate),
+        m_budget(budget),
+        m_sg(workload_gate(gate, budget, workload)),
+        m_procedure(m_sg, seed),
+        m_order_rng(seed),
+        m_start(clock.seconds()) {
+    m_res.name = workload;
+    m_res.seed = seed;
+    m_res.aa_bias_log = m_sg.aa_bias_log;
+  }
+
+  WorkloadResult run(ArmRunner& runner, std::vector<Sample>& samples_out, const ProgressSink& progress) {
+    while (!budget_spent()) {
+      const int block = static_cast<int>(m_res.blocks);
+      // A fresh random order per block: neither arm always goes first (RMIT); over blocks this balances AB and BA.
+      size_t order[2] = {0, 1};
+      if (m_order_rng.next() & 1) std::swap(order[0], order[1]);
+      const bool long_visits = stats::next_block_long(block, m_aging);
+      ArmBlock measured = runner.block(m_res.name, order, block, long_visits);
+      // Kept the moment the block is over: an interruption or a failure in the next block loses none of it.
+      samples_out.insert(samples_out.end(), measured.samples.begin(), measured.samples.end());
+      for (const Sample& s : measured.samples) m_res.timed_samples += !s.warmup;
+      if (!measured.valid()) return failed(measured, order, block);
+      count(measured, long_visits);
+      const bool stop = look(progress);
+      // An arm found to age settles the comparison (INVALID, in finish): no further block could undo it. A
+      // suspicion outlives a decision: the blocks it asks for (long ones) run while the budget lasts; the decision
+      // stands.
+      if (m_aging.ages || (stop && !m_aging.suspected)) break;
+    }
+    return finish();
+  }
+
+private:
+  bool budget_spent() {
+    const double elapsed = m_clock.seconds() - m_start;
+    if (m_res.blocks >= m_budget.max_blocks) {
+      m_res.stopped_by_budget = true;
+      return true;
+    }
+    // Start a block only if one more of the average length still fits in the budget; --repetitions is a floor the
+    // budget cannot cut (a verdict from fewer blocks than asked for would be a surprise).
+    if (m_res.blocks >= m_budget.min_blocks &&
+        elapsed + elapsed / static_cast<double>(m_res.blocks) > m_budget.max_seconds) {
+      m_res.stopped_by_budget = true;
+      return true;
+    }
+    return false;
+  }
+
+  // An output failed validation during timing: no metric may come from this comparison. Which arm, why and where,
+  // in the words of its first failure: what a reader of the decision needs.
+  WorkloadResult failed(const ArmBlock& measured, const size_t order[2], int block) {
+    std::string failed_arm;
+    for (size_t pos = 0; pos < 2 && failed_arm.empty(); ++pos) {
+      const ArmVisit& v = measured.visits[order[pos]];
+      if (v.valid) continue;
+      failed_arm = m_labels[order[pos]];
+      m_res.failures.insert(m_res.failures.end(), v.failures.begin(), v.failures.end());
+    }
+    m_res.verdict = stats::Verdict::invalid;
+    std::string why = "?";
+    if (!m_res.failures.empty()) {
+      const Failure& f = m_res.failures.front();
+      std::string detail = f.detail.size() > 200 ? f.detail.substr(0, 200) + "..." : f.detail;
+      why = fmt::format("{} at {} call {}{}{}", to_string(f.reason), f.case_name, f.call, detail.empty() ? "" : ": ",
+                        detail);
+    }
+    m_res.reason = fmt::format("block {}: arm {} failed validation during timing ({}); no metric is reported", block,
+                               failed_arm, why);
+    m_res.seconds = m_clock.seconds() - m_start;
+    m_res.estimate.reset();
+    m_res.aging = m_aging;  // over the blocks counted, for the record
+    m_res.outside = stats::outside_window_check(m_outside_visits);
+    m_res.untimed = stats::untimed_check(m_untimed_visits);
+    return m_res;
+  }
+
+  // A valid block counts: its visits join the steady-state, outside-window and untimed-work logs, its medians the
+  // block's log ratio.
+  void count(ArmBlock& measured, bool long_visits) {
+    ArmVisit* visits = measured.visits;
+    if (long_visits) {
+      m_long_visit_log.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
+      m_aging = stats::aging_check(m_long_visit_log);
+    }
+    m_outside_visits.push_back({outside_visit(visits[0]), outside_visit(visits[1])});
+    m_untimed_visits.push_back({untimed_visit(visits[0]), untimed_visit(visits[1])});
+    const double a = visit_statistic(visits[0]);
+    const double b = visit_statistic(visits[1]);
+    m_res.block_median_a.push_back(a);
+    m_res.block_median_b.push_back(b);
+    m_res.log_ratios.push_back(std::log(b / a));
+    ++m_res.blocks;
+  }
+
+  // The procedure sees the new block; a look it takes is recorded and reported. Whether it says stop.
+  bool look(const ProgressSink& progress) {
+    Progress p{m_res.name, m_res.blocks, m_clock.seconds() - m_start, m_budget.max_seconds, {}, {}, {}};
+    const size_t looks_before = m_procedure.looks().size();
+    const bool stop = m_procedure.add(m_res.log_ratios.back());
+    if (m_procedure.looks().size() > looks_before) {
+      const stats::SequentialLook& l = m_procedure.looks().back();
+      m_res.looks.push_back({l.blocks, l.confidence, l.estimate.improvement_pct, l.estimate.ci_low_pct,
+                             l.estimate.ci_high_pct, l.verdict});
+      p.estimate_pct = l.estimate.improvement_pct;
+      p.ci_low_pct = l.estimate.ci_low_pct;
+      p.ci_high_pct = l.estimate.ci_high_pct;
+    }
+    if (progress) progress(p);
+    return stop;
+  }
+
+  WorkloadResult finish() {
+    m_res.seconds = m_clock.seconds() - m_start;
+    // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
+    m_res.aging = m_aging;
+    m_res.outside = stats::outside_window_check(m_outside_visits);
+    m_res.untimed = stats::untimed_check(m_untimed_visits);
+    if (m_res.aging.ages || m_res.outside.moved || m_res.untimed.untimed_work) {
+      m_res.verdict = stats::Verdict::invalid;
+      m_res.reason = (m_res.aging.ages      ? stats::describe_aging(m_res.aging, m_labels[1])
+                      : m_res.outside.moved ? stats::describe_outside(m_res.outside, m_labels[1])
+                                            : stats::describe_untimed(m_res.untimed, m_labels[1])) +
+                     "; no metric is reported";
+      m_res.estimate.reset();
+      return m_res;
+    }
+    const size_t looks_before = m_procedure.looks().size();
+    const std::optional<stats::SequentialLook> outcome = m_procedure.finish();
+    if (!outcome) {
+      m_res.verdict = stats::Verdict::inconclusive;
+      m_res.reason = fmt::format("only {} block(s) fit in the budget of {:.0f} s; no interval can be formed",
+                                 m_res.blocks, m_budget.max_seconds);
+      m_res.estimate.reset();
+      return m_res;
+    }
+    if (m_procedure.looks().size() > looks_before) {  // the final analysis
+      m_res.looks.push_back({outcome->blocks, outcome->confidence, outcome->estimate.improvement_pct,
+                             outcome->estimate.ci_low_pct, outcome->estimate.ci_high_pct, outcome->verdict});
+    }
+    decided(*outcome);
+    return m_res;
+  }
+
+  // The final analysis's verdict, unless an aging suspicion the budget could not settle holds it back, and its words.
+  void decided(const stats::SequentialLook& outcome) {
+    m_res.estimate = outcome.estimate;
+    const bool aa = m_gate.mode == CompareMode::aa;
+    const stats::Verdict decided = stats::aging_unresolved(outcome.verdict, m_res.aging, aa);
+    m_res.verdict = decided;
+    m_res.reason = decided == outcome.verdict
+                       ? verdict_reason(*m_res.estimate, m_gate, decided)
+                       : fmt::format("{}; but {}, and the budget ended before enough long visits could settle it",
+                                     verdict_reason(*m_res.estimate, m_gate, outcome.verdict),
+                                     stats::describe_aging(m_res.aging, m_labels[1]));
+    if (m_res.aa_bias_log > 0.0) {
+      m_res.reason += fmt::format("; charged the A/A's unsettled bias (up to x{:.4f}) it improves by at least {:+.2f}%",
+                                  std::exp(m_res.aa_bias_log),
+                                  stats::improvement_net_of_bias_pct(m_res.estimate->ci_low_pct, m_res.aa_bias_log));
+    }
+    if (m_res.stopped_by_budget && decided == stats::Verdict::inconclusive) {
+      m_res.reason += fmt::format("; budget ended after {:.1f} s", m_res.seconds);
+    }
+    if (aa) {
+      m_res.faster_verdict =
+          stats::improvement_verdict(*m_res.estimate, m_gate.min_improvement_pct, stats::GateKind::ci);
+    }
+  }
+
+  const std::vector<std::string>& m_labels;
+  Clock& m_clock;
+  const GateConfig& m_gate;
+  const Budget& m_budget;
+  WorkloadResult m_res;
+  stats::SequentialGate m_sg;
+  stats::SequentialProcedure m_procedure;
+  stats::Xoshiro256StarStar m_order_rng;
+  double m_start;
+  std::vector<std::array<stats::AgingVisit, 2>> m_long_visit_log;  // the long blocks' timed calls, per arm
+  stats::AgingCheck m_aging;  // their finding so far, which also says whether the next block is long
+  std::vector<std::array<stats::OutsideVisit, 2>> m_outside_visits;  // every block's, with their outside times
+  std::vector<std::array<stats::UntimedVisit, 2>> m_untimed_visits;  // every block's, timed and untimed calls
+};
+
 }  // namespace
 
 WorkloadResult run_sequential_comparison(const std::string& workload, const std::vector<std::string>& arm_labels,
@@ -117,150 +319,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
                                          uint64_t seed, std::vector<Sample>& samples_out,
                                          const ProgressSink& progress) {
   if (arm_labels.size() != 2) throw InternalError("run_sequential_comparison: exactly two arms");
-  WorkloadResult res;
-  res.name = workload;
-  res.seed = seed;
-  // The decision procedure verify replays (stats/sequential.h), charged this workload's A/A bias if any.
-  stats::SequentialGate sg = sequential_gate(gate, budget);
-  if (const auto bias = gate.aa_bias_log.find(workload); bias != gate.aa_bias_log.end() && !sg.aa) {
-    sg.aa_bias_log = bias->second;
-  }
-  res.aa_bias_log = sg.aa_bias_log;
-  stats::SequentialProcedure procedure(sg, seed);
-  stats::Xoshiro256StarStar order_rng(seed);
-  const double start = clock.seconds();
-  std::vector<std::array<stats::AgingVisit, 2>> long_visit_log;  // the long blocks' timed calls, per arm
-  stats::AgingCheck aging;  // their finding so far, which also says whether the next block is long
-  std::vector<std::array<stats::OutsideVisit, 2>> outside_visits;  // every block's, with their outside times
-  std::vector<std::array<stats::UntimedVisit, 2>> untimed_visits;  // every block's, timed and untimed calls
-
-  for (;;) {
-    const double elapsed = clock.seconds() - start;
-    if (res.blocks >= budget.max_blocks) {
-      res.stopped_by_budget = true;
-      break;
-    }
-    // Start a block only if one more of the average length still fits in the budget; --repetitions is a floor the
-    // budget cannot cut (a verdict from fewer blocks than asked for would be a surprise).
-    if (res.blocks >= budget.min_blocks && elapsed + elapsed / static_cast<double>(res.blocks) > budget.max_seconds) {
-      res.stopped_by_budget = true;
-      break;
-    }
-    const int block = static_cast<int>(res.blocks);
-    // A fresh random order per block: neither arm always goes first (RMIT); over blocks this balances AB and BA.
-    size_t order[2] = {0, 1};
-    if (order_rng.next() & 1) std::swap(order[0], order[1]);
-    const bool long_visits = stats::next_block_long(block, aging);
-    ArmBlock measured = runner.block(workload, order, block, long_visits);
-    // Kept the moment the block is over: an interruption or a failure in the next block loses none of it.
-    samples_out.insert(samples_out.end(), measured.samples.begin(), measured.samples.end());
-    for (const Sample& s : measured.samples) res.timed_samples += !s.warmup;
-    const bool ok = measured.valid();
-    std::string failed_arm;
-    for (int pos = 0; pos < 2 && ok == false && failed_arm.empty(); ++pos) {
-      const ArmVisit& v = measured.visits[order[static_cast<size_t>(pos)]];
-      if (v.valid) continue;
-      failed_arm = arm_labels[order[static_cast<size_t>(pos)]];
-      res.failures.insert(res.failures.end(), v.failures.begin(), v.failures.end());
-    }
-    ArmVisit* visits = measured.visits;
-    if (!ok) {
-      // An output failed validation during timing: no metric may come from this comparison.
-      res.verdict = stats::Verdict::invalid;
-      // Which arm, why and where, in the words of its first failure: what a reader of the decision needs.
-      std::string why = "?";
-      if (!res.failures.empty()) {
-        const Failure& f = res.failures.front();
-        std::string detail = f.detail.size() > 200 ? f.detail.substr(0, 200) + "..." : f.detail;
-        why = fmt::format("{} at {} call {}{}{}", to_string(f.reason), f.case_name, f.call, detail.empty() ? "" : ": ",
-                          detail);
-      }
-      res.reason = fmt::format("block {}: arm {} failed validation during timing ({}); no metric is reported", block,
-                               failed_arm, why);
-      res.seconds = clock.seconds() - start;
-      res.estimate.reset();
-      res.aging = aging;  // over the blocks counted, for the record
-      res.outside = stats::outside_window_check(outside_visits);
-      res.untimed = stats::untimed_check(untimed_visits);
-      return res;
-    }
-    if (long_visits) {
-      long_visit_log.push_back({aging_visit(visits[0]), aging_visit(visits[1])});
-      aging = stats::aging_check(long_visit_log);
-    }
-    outside_visits.push_back({outside_visit(visits[0]), outside_visit(visits[1])});
-    untimed_visits.push_back({untimed_visit(visits[0]), untimed_visit(visits[1])});
-    const double a = visit_statistic(visits[0]);
-    const double b = visit_statistic(visits[1]);
-    res.block_median_a.push_back(a);
-    res.block_median_b.push_back(b);
-    res.log_ratios.push_back(std::log(b / a));
-    ++res.blocks;
-
-    Progress p{workload, res.blocks, clock.seconds() - start, budget.max_seconds, {}, {}, {}};
-    const size_t looks_before = procedure.looks().size();
-    const bool stop = procedure.add(res.log_ratios.back());
-    if (procedure.looks().size() > looks_before) {
-      const stats::SequentialLook& l = procedure.looks().back();
-      res.looks.push_back({l.blocks, l.confidence, l.estimate.improvement_pct, l.estimate.ci_low_pct,
-                           l.estimate.ci_high_pct, l.verdict});
-      p.estimate_pct = l.estimate.improvement_pct;
-      p.ci_low_pct = l.estimate.ci_low_pct;
-      p.ci_high_pct = l.estimate.ci_high_pct;
-    }
-    if (progress) progress(p);
-    // An arm found to age settles the comparison (INVALID, below): no further block could undo it. A suspicion
-    // outlives a decision: the blocks it asks for (long ones) run while the budget lasts; the decision stands.
-    if (aging.ages || (stop && !aging.suspected)) break;
-  }
-
-  res.seconds = clock.seconds() - start;
-  // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
-  res.aging = aging;
-  res.outside = stats::outside_window_check(outside_visits);
-  res.untimed = stats::untimed_check(untimed_visits);
-  if (res.aging.ages || res.outside.moved || res.untimed.untimed_work) {
-    res.verdict = stats::Verdict::invalid;
-    res.reason = (res.aging.ages      ? stats::describe_aging(res.aging, arm_labels[1])
-                  : res.outside.moved ? stats::describe_outside(res.outside, arm_labels[1])
-                                      : stats::describe_untimed(res.untimed, arm_labels[1])) +
-                 "; no metric is reported";
-    res.estimate.reset();
-    return res;
-  }
-  const size_t looks_before = procedure.looks().size();
-  const std::optional<stats::SequentialLook> outcome = procedure.finish();
-  if (!outcome) {
-    res.verdict = stats::Verdict::inconclusive;
-    res.reason = fmt::format("only {} block(s) fit in the budget of {:.0f} s; no interval can be formed", res.blocks,
-                             budget.max_seconds);
-    res.estimate.reset();
-    return res;
-  }
-  if (procedure.looks().size() > looks_before) {  // the final analysis
-    res.looks.push_back({outcome->blocks, outcome->confidence, outcome->estimate.improvement_pct,
-                         outcome->estimate.ci_low_pct, outcome->estimate.ci_high_pct, outcome->verdict});
-  }
-  res.estimate = outcome->estimate;
-  const stats::Verdict decided = stats::aging_unresolved(outcome->verdict, res.aging, gate.mode == CompareMode::aa);
-  res.verdict = decided;
-  res.reason = decided == outcome->verdict
-                   ? verdict_reason(*res.estimate, gate, decided)
-                   : fmt::format("{}; but {}, and the budget ended before enough long visits could settle it",
-                                 verdict_reason(*res.estimate, gate, outcome->verdict),
-                                 stats::describe_aging(res.aging, arm_labels[1]));
-  if (res.aa_bias_log > 0.0) {
-    res.reason += fmt::format("; charged the A/A's unsettled bias (up to x{:.4f}) it improves by at least {:+.2f}%",
-                              std::exp(res.aa_bias_log),
-                              stats::improvement_net_of_bias_pct(res.estimate->ci_low_pct, res.aa_bias_log));
-  }
-  if (res.stopped_by_budget && decided == stats::Verdict::inconclusive) {
-    res.reason += fmt::format("; budget ended after {:.1f} s", res.seconds);
-  }
-  if (gate.mode == CompareMode::aa) {
-    res.faster_verdict = stats::improvement_verdict(*res.estimate, gate.min_improvement_pct, stats::GateKind::ci);
-  }
-  return res;
+  return SequentialRun(workload, arm_labels, clock, gate, budget, seed).run(runner, samples_out, progress);
 }
 
 // ---- real arms ------------------------------------------------------------------------------------------------

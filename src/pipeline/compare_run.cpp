@@ -59,7 +59,8 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   return r;
 }
 
-void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
+// The report's arms: each one's path, identity and layout pool (one build when no pools were given).
+std::vector<std::vector<const Artifact*>> arm_pools(CompareReport& report, const CompareRequest& req) {
   report.mode = req.mode;
   report.gate = req.gate;
   report.budget = req.budget;
@@ -77,31 +78,33 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     report.arm_layouts.emplace_back();
     for (const Artifact* a : pools[i]) report.arm_layouts.back().push_back(a->identity);
   }
+  return pools;
+}
 
-  // No metric ever comes from rejected code: every arm passes the check before any timing.
-  if (!req.skip_checks) {
-    for (size_t i = 0; i < req.arms.size(); ++i) {
-      CheckOptions co;
-      co.backend = req.timing.backend;
-      co.timeout = req.timing.timeout;
-      co.exhaustive = req.exhaustive_checks;
-      bool cached = false;
-      CheckReport cr = cached_check(task, *req.arms[i], co, cached);
-      report.checks.push_back({{"arm", req.labels[i]},
-                               {"verdict", cr.pass() ? "PASS" : "FAIL"},
-                               {"assertions_passed", cr.passed},
-                               {"assertions_failed", cr.failed},
-                               {"not_run", cr.not_run},
-                               {"cached", cached}});
-      if (auto why = timing_refusal(cr)) report.refused.push_back(fmt::format("arm {}: {}", req.labels[i], *why));
-    }
+// No metric ever comes from rejected code: every arm passes the check before any timing. An arm that does not is
+// in report.refused.
+void check_arms(CompareReport& report, const Task& task, const CompareRequest& req) {
+  if (req.skip_checks) return;
+  for (size_t i = 0; i < req.arms.size(); ++i) {
+    CheckOptions co;
+    co.backend = req.timing.backend;
+    co.timeout = req.timing.timeout;
+    co.exhaustive = req.exhaustive_checks;
+    bool cached = false;
+    CheckReport cr = cached_check(task, *req.arms[i], co, cached);
+    report.checks.push_back({{"arm", req.labels[i]},
+                             {"verdict", cr.pass() ? "PASS" : "FAIL"},
+                             {"assertions_passed", cr.passed},
+                             {"assertions_failed", cr.failed},
+                             {"not_run", cr.not_run},
+                             {"cached", cached}});
+    if (auto why = timing_refusal(cr)) report.refused.push_back(fmt::format("arm {}: {}", req.labels[i], *why));
   }
-  if (!report.refused.empty()) {
-    report.verdict = stats::Verdict::refused;
-    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
-    return;
-  }
+}
 
+// The workloads to time: those asked for, or every timing case. One whose smallest pool of input sets cannot fit
+// this machine is refused before anything is timed.
+std::vector<const Case*> timed_workloads(const Task& task, const CompareRequest& req) {
   std::vector<const Case*> workloads;
   if (req.workloads.empty()) {
     for (const Case& c : task.cases) {
@@ -113,7 +116,6 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
     }
   }
   if (workloads.empty()) throw DataError(fmt::format("{}: no case has role = \"timing\"", task.manifest.string()));
-  // A workload whose smallest pool of input sets cannot fit this machine is refused before anything is timed.
   struct sysinfo si {};
   if (::sysinfo(&si) == 0) {
     const uint64_t machine = static_cast<uint64_t>(si.totalram) * si.mem_unit;
@@ -123,20 +125,35 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
       }
     }
   }
+  return workloads;
+}
 
-  // One timing stage at a time on this machine: the lock is held from before the first worker starts until the last
-  // visit is over, and released when this function leaves, however it leaves; or the caller holds it for longer.
-  std::optional<TimingLock> own;
-  if (req.held_lock == nullptr) {
-    TimingLock::Request lr;
-    lr.what = req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name) : req.lock_what;
-    lr.notice = req.lock_notice;
-    lr.timeout_s = req.lock_timeout_s;
-    own = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path, lr);
-    if (req.lock_waited && !own->record().waited_for.empty()) {
-      req.lock_waited(own->record(), static_cast<double>(workloads.size()) * req.budget.max_seconds);
-    }
+// One timing stage at a time on this machine: the lock is held from before the first worker starts until the last
+// visit is over, and released when the caller leaves, however it leaves; or the caller's caller holds it for longer
+// (empty then).
+std::optional<TimingLock> own_timing_lock(const Task& task, const CompareRequest& req, size_t workloads) {
+  if (req.held_lock != nullptr) return std::nullopt;
+  TimingLock::Request lr;
+  lr.what = req.lock_what.empty() ? fmt::format("kwb compare: {}", task.name) : req.lock_what;
+  lr.notice = req.lock_notice;
+  lr.timeout_s = req.lock_timeout_s;
+  std::optional<TimingLock> own = TimingLock::acquire(req.lock_path.empty() ? timing_lock_path() : req.lock_path, lr);
+  if (req.lock_waited && !own->record().waited_for.empty()) {
+    req.lock_waited(own->record(), static_cast<double>(workloads) * req.budget.max_seconds);
   }
+  return own;
+}
+
+void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
+  const std::vector<std::vector<const Artifact*>> pools = arm_pools(report, req);
+  check_arms(report, task, req);
+  if (!report.refused.empty()) {
+    report.verdict = stats::Verdict::refused;
+    if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);
+    return;
+  }
+  const std::vector<const Case*> workloads = timed_workloads(task, req);
+  std::optional<TimingLock> own = own_timing_lock(task, req, workloads.size());
   const TimingLock& lock = own ? *own : *req.held_lock;
   report.timing_lock = lock.record();
   WorkerArmRunner runner(task, pools, req.labels, req.timing);

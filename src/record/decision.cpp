@@ -75,144 +75,187 @@ bool below_resolution(const WorkloadVerdict& w, double same_margin_pct) {
          *w.mde_pct > same_margin_pct;
 }
 
+// decide's reasons by kind, gathered stage by stage in the plan's order (docs/evidence-bundle.md, "The decision").
+class Judge {
+public:
+  explicit Judge(const DecisionInputs& in) : in_(in) {}
+
+  Decision run() {
+    referee_faults();
+    if (std::optional<Decision> early = decided_without_checking()) return *early;
+    baseline_and_controls();
+    candidate_check();
+    if (in_.candidate_check_pass.value_or(false)) {
+      if (in_.baseline_copy_check_pass.has_value() && !*in_.baseline_copy_check_pass) {
+        invalid_.add("baseline_copy_fails_check", "the separately built baseline copy (A') fails the check");
+      }
+      if (in_.aa.empty()) unsure_.add("no_aa", "no A/A calibration");
+      for (const WorkloadVerdict& w : in_.aa) calibration(w);
+      if (in_.ab.empty()) unsure_.add("no_ab", "no A/B comparison");
+      for (const WorkloadVerdict& w : in_.ab) timing(w);
+      final_check();
+    }
+    return verdict();
+  }
+
+private:
+  void referee_faults() {
+    for (const std::string& e : in_.stage_errors) invalid_.add("stage_error", "stage error: " + e);
+    for (const std::string& m : in_.identity_mismatches) invalid_.add("identity_mismatch", "identity mismatch: " + m);
+    for (const std::string& m : in_.environment_mismatches)
+      invalid_.add("environment_changed", "environment changed: " + m);
+  }
+
+  // A candidate that does not build, or builds to the baseline's code, is decided before anything is checked.
+  std::optional<Decision> decided_without_checking() {
+    if (in_.candidate_built.has_value() && !*in_.candidate_built) {
+      if (!invalid_.empty()) return invalid_.decide(DecisionKind::invalid, 3);
+      reject_.add("candidate_not_built",
+                  "the candidate does not build (build_failed): there is nothing to check, time or keep; its compiler "
+                  "output is in checks/candidate.json and plan.json");
+      return reject_.decide(DecisionKind::keep_baseline, 1);
+    }
+    if (in_.candidate_identical.value_or(false)) {
+      if (!invalid_.empty()) return invalid_.decide(DecisionKind::invalid, 3);
+      reject_.add("identical_to_baseline",
+                  "the candidate builds to the baseline's code: what the loader maps of the two artifacts is the "
+                  "same, byte for byte (a comment, a dead variable or another file name changes nothing the machine "
+                  "runs), so there is nothing to time and nothing to keep");
+      return reject_.decide(DecisionKind::keep_baseline, 1);
+    }
+    return std::nullopt;
+  }
+
+  void baseline_and_controls() {
+    if (!in_.baseline_check_pass) {
+      invalid_.add("baseline_not_checked", "the baseline was not checked");
+    } else if (!*in_.baseline_check_pass) {
+      invalid_.add("baseline_fails_check", "the baseline fails the oracle check: nothing can be judged against it");
+    }
+    for (const ControlOutcome& c : in_.controls) {
+      if (!c.rejected) {
+        invalid_.add("control_passed",
+                     fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
+      } else if (!c.expected_reason_seen) {
+        invalid_.add("control_wrong_reason",
+                     fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
+                                 "reported {})",
+                                 c.name, c.expect,
+                                 c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
+      }
+      if (!c.timing_refused)
+        invalid_.add("control_timed", fmt::format("control '{}' was timed: rejected code got a metric", c.name));
+    }
+  }
+
+  void candidate_check() {
+    if (!in_.candidate_check_pass) {
+      unsure_.add("candidate_not_checked", "the candidate was not checked");
+    } else if (!*in_.candidate_check_pass) {
+      reject_.add("candidate_fails_check", in_.candidate_check_reasons.empty()
+                                               ? std::string("the candidate fails the oracle check")
+                                               : fmt::format("the candidate fails the oracle check ({})",
+                                                             fmt::join(in_.candidate_check_reasons, ", ")));
+    }
+  }
+
+  const WorkloadVerdict* ab_of(const std::string& workload) const {
+    for (const WorkloadVerdict& w : in_.ab) {
+      if (w.workload == workload) return &w;
+    }
+    return nullptr;
+  }
+
+  // One workload's A/A.
+  void calibration(const WorkloadVerdict& w) {
+    if (w.verdict == stats::Verdict::fail) {
+      invalid_.add("aa_broken_noise_floor",
+                   fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
+                               "broken on this machine",
+                               w.workload));
+    } else if (w.verdict == stats::Verdict::invalid) {
+      invalid_.add("aa_invalid", fmt::format("A/A on '{}' {}{}{}", w.workload,
+                                             w.invalid_code.empty() ? "failed validation during timing" : "is INVALID",
+                                             w.detail.empty() ? "" : ": ", w.detail));
+    } else if (w.verdict != stats::Verdict::pass) {
+      // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
+      // candidate clears the bar even when charged the worst bias in it, the calibration cannot change this
+      // workload's outcome (docs/timing.md, "When the A/A does not settle").
+      const WorkloadVerdict* ab = ab_of(w.workload);
+      const std::optional<double> net =
+          ab && ab->verdict == stats::Verdict::pass ? improvement_net_of_aa_bias(*ab, w) : std::nullopt;
+      if (w.verdict == stats::Verdict::inconclusive && net && *net >= in_.min_improvement_pct) {
+        notes_.add("aa_unsettled_bias_charged",
+                   fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
+                               "but charged the worst bias in it the candidate still improves by at least "
+                               "{:+.2f}%, at or above the bar of {}%",
+                               w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in_.min_improvement_pct));
+      } else {
+        unsure_.add("aa_unsettled", fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
+                                                "interval is not small next to the A/B margin over the bar",
+                                                w.workload));
+      }
+    }
+  }
+
+  // One workload's A/B.
+  void timing(const WorkloadVerdict& w) {
+    if (w.verdict == stats::Verdict::fail) {
+      reject_.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload,
+                                              estimate_text(w)));
+    } else if (w.verdict == stats::Verdict::same) {
+      reject_.add("no_practical_difference",
+                  fmt::format("'{}': no practical difference: the whole interval lies within +-{}%{}, so the "
+                              "candidate is not worth keeping; more timing would not change that",
+                              w.workload, in_.same_margin_pct, estimate_text(w)));
+    } else if (w.verdict == stats::Verdict::invalid && !w.invalid_code.empty()) {
+      reject_.add("ab_" + w.invalid_code, fmt::format("'{}': {}", w.workload, w.detail));
+    } else if (w.verdict == stats::Verdict::invalid) {
+      reject_.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
+                                            w.detail.empty() ? "" : ": ", w.detail));
+    } else if (w.verdict != stats::Verdict::pass && below_resolution(w, in_.same_margin_pct)) {
+      // Advice that can work (docs/timing.md, "No practical difference"): with the budget spent, this machine
+      // cannot resolve a difference the size of the margin, so more of the same timing would not settle it.
+      unsure_.add("ab_below_resolution",
+                  fmt::format("'{}': the difference is below what this machine resolves in this budget{}: the "
+                              "smallest effect it detects is wider than the margin of no practical difference "
+                              "(+-{}%); an optimization loop should keep the baseline",
+                              w.workload, estimate_text(w), in_.same_margin_pct));
+    } else if (w.verdict != stats::Verdict::pass) {
+      unsure_.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; this machine "
+                                              "resolves the margin, so timing longer (--max-minutes) settles it",
+                                              w.workload, estimate_text(w)));
+    }
+  }
+
+  void final_check() {
+    if (!in_.final_check_pass) {
+      unsure_.add("no_final_validation", "no final validation");
+    } else if (!*in_.final_check_pass) {
+      reject_.add("final_recheck_failed", "the candidate fails the final re-check with fresh data");
+    }
+  }
+
+  // Precedence: INVALID before KEEP_BASELINE before INCONCLUSIVE before KEEP_CANDIDATE (the file's head says why).
+  Decision verdict() const {
+    if (!invalid_.empty()) return invalid_.decide(DecisionKind::invalid, 3);
+    if (!reject_.empty()) return reject_.decide(DecisionKind::keep_baseline, 1);
+    if (!unsure_.empty()) return unsure_.decide(DecisionKind::inconclusive, 2);
+    Reasons why;
+    why.add("all_passed", notes_.empty() ? "every check, control, calibration and workload gate passed"
+                                         : "every check, control and workload gate passed");
+    for (size_t i = 0; i < notes_.codes.size(); ++i) why.add(notes_.codes[i], notes_.texts[i]);
+    return why.decide(DecisionKind::keep_candidate, 0);
+  }
+
+  const DecisionInputs& in_;
+  Reasons invalid_, reject_, unsure_;
+  Reasons notes_;  // why a KEEP_CANDIDATE stands although an A/A did not settle
+};
+
 }  // namespace
 
-Decision decide(const DecisionInputs& in) {
-  Reasons invalid, reject, unsure;
-  Reasons notes;  // why a KEEP_CANDIDATE stands although an A/A did not settle
-  for (const std::string& e : in.stage_errors) invalid.add("stage_error", "stage error: " + e);
-  for (const std::string& m : in.identity_mismatches) invalid.add("identity_mismatch", "identity mismatch: " + m);
-  for (const std::string& m : in.environment_mismatches)
-    invalid.add("environment_changed", "environment changed: " + m);
-  if (in.candidate_built.has_value() && !*in.candidate_built) {
-    if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
-    reject.add("candidate_not_built",
-               "the candidate does not build (build_failed): there is nothing to check, time or keep; its compiler "
-               "output is in checks/candidate.json and plan.json");
-    return reject.decide(DecisionKind::keep_baseline, 1);
-  }
-  if (in.candidate_identical.value_or(false)) {
-    if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
-    reject.add("identical_to_baseline",
-               "the candidate builds to the baseline's code: what the loader maps of the two artifacts is the same, "
-               "byte for byte (a comment, a dead variable or another file name changes nothing the machine runs), so "
-               "there is nothing to time and nothing to keep");
-    return reject.decide(DecisionKind::keep_baseline, 1);
-  }
-  if (!in.baseline_check_pass) {
-    invalid.add("baseline_not_checked", "the baseline was not checked");
-  } else if (!*in.baseline_check_pass) {
-    invalid.add("baseline_fails_check", "the baseline fails the oracle check: nothing can be judged against it");
-  }
-  for (const ControlOutcome& c : in.controls) {
-    if (!c.rejected) {
-      invalid.add("control_passed",
-                  fmt::format("control '{}' passed the check: the grader is too weak to judge", c.name));
-    } else if (!c.expected_reason_seen) {
-      invalid.add("control_wrong_reason",
-                  fmt::format("control '{}' was rejected, but not for '{}' as its task requires (its check "
-                              "reported {})",
-                              c.name, c.expect,
-                              c.reasons.empty() ? "no reason" : fmt::format("{}", fmt::join(c.reasons, ", "))));
-    }
-    if (!c.timing_refused)
-      invalid.add("control_timed", fmt::format("control '{}' was timed: rejected code got a metric", c.name));
-  }
-
-  if (!in.candidate_check_pass) {
-    unsure.add("candidate_not_checked", "the candidate was not checked");
-  } else if (!*in.candidate_check_pass) {
-    reject.add("candidate_fails_check", in.candidate_check_reasons.empty()
-                                            ? std::string("the candidate fails the oracle check")
-                                            : fmt::format("the candidate fails the oracle check ({})",
-                                                          fmt::join(in.candidate_check_reasons, ", ")));
-  }
-  if (in.candidate_check_pass.value_or(false)) {
-    if (in.baseline_copy_check_pass.has_value() && !*in.baseline_copy_check_pass) {
-      invalid.add("baseline_copy_fails_check", "the separately built baseline copy (A') fails the check");
-    }
-    if (in.aa.empty()) unsure.add("no_aa", "no A/A calibration");
-    auto ab_of = [&](const std::string& workload) -> const WorkloadVerdict* {
-      for (const WorkloadVerdict& w : in.ab) {
-        if (w.workload == workload) return &w;
-      }
-      return nullptr;
-    };
-    for (const WorkloadVerdict& w : in.aa) {
-      if (w.verdict == stats::Verdict::fail) {
-        invalid.add("aa_broken_noise_floor",
-                    fmt::format("A/A on '{}' found a difference between identical code: the noise floor is "
-                                "broken on this machine",
-                                w.workload));
-      } else if (w.verdict == stats::Verdict::invalid) {
-        invalid.add("aa_invalid", fmt::format("A/A on '{}' {}{}{}", w.workload,
-                                              w.invalid_code.empty() ? "failed validation during timing" : "is INVALID",
-                                              w.detail.empty() ? "" : ": ", w.detail));
-      } else if (w.verdict != stats::Verdict::pass) {
-        // An A/A that did not settle within its bound still bounds the harness's bias by its interval. If the
-        // candidate clears the bar even when charged the worst bias in it, the calibration cannot change this
-        // workload's outcome (docs/timing.md, "When the A/A does not settle").
-        const WorkloadVerdict* ab = ab_of(w.workload);
-        const std::optional<double> net =
-            ab && ab->verdict == stats::Verdict::pass ? improvement_net_of_aa_bias(*ab, w) : std::nullopt;
-        if (w.verdict == stats::Verdict::inconclusive && net && *net >= in.min_improvement_pct) {
-          notes.add("aa_unsettled_bias_charged",
-                    fmt::format("A/A on '{}' did not settle within its bound (interval [{:+.2f}%, {:+.2f}%]), "
-                                "but charged the worst bias in it the candidate still improves by at least "
-                                "{:+.2f}%, at or above the bar of {}%",
-                                w.workload, *w.ci_low_pct, *w.ci_high_pct, *net, in.min_improvement_pct));
-        } else {
-          unsure.add("aa_unsettled", fmt::format("A/A on '{}' could not confirm the noise floor within bounds, and its "
-                                                 "interval is not small next to the A/B margin over the bar",
-                                                 w.workload));
-        }
-      }
-    }
-    if (in.ab.empty()) unsure.add("no_ab", "no A/B comparison");
-    for (const WorkloadVerdict& w : in.ab) {
-      if (w.verdict == stats::Verdict::fail) {
-        reject.add("ab_below_bar", fmt::format("'{}': the candidate does not clear the improvement bar{}", w.workload,
-                                               estimate_text(w)));
-      } else if (w.verdict == stats::Verdict::same) {
-        reject.add("no_practical_difference",
-                   fmt::format("'{}': no practical difference: the whole interval lies within +-{}%{}, so the "
-                               "candidate is not worth keeping; more timing would not change that",
-                               w.workload, in.same_margin_pct, estimate_text(w)));
-      } else if (w.verdict == stats::Verdict::invalid && !w.invalid_code.empty()) {
-        reject.add("ab_" + w.invalid_code, fmt::format("'{}': {}", w.workload, w.detail));
-      } else if (w.verdict == stats::Verdict::invalid) {
-        reject.add("ab_invalid", fmt::format("'{}': an output failed validation during timing{}{}", w.workload,
-                                             w.detail.empty() ? "" : ": ", w.detail));
-      } else if (w.verdict != stats::Verdict::pass && below_resolution(w, in.same_margin_pct)) {
-        // Advice that can work (docs/timing.md, "No practical difference"): with the budget spent, this machine
-        // cannot resolve a difference the size of the margin, so more of the same timing would not settle it.
-        unsure.add("ab_below_resolution",
-                   fmt::format("'{}': the difference is below what this machine resolves in this budget{}: the "
-                               "smallest effect it detects is wider than the margin of no practical difference "
-                               "(+-{}%); an optimization loop should keep the baseline",
-                               w.workload, estimate_text(w), in.same_margin_pct));
-      } else if (w.verdict != stats::Verdict::pass) {
-        unsure.add("ab_unsettled", fmt::format("'{}': the interval does not settle the improvement bar{}; this machine "
-                                               "resolves the margin, so timing longer (--max-minutes) settles it",
-                                               w.workload, estimate_text(w)));
-      }
-    }
-    if (!in.final_check_pass) {
-      unsure.add("no_final_validation", "no final validation");
-    } else if (!*in.final_check_pass) {
-      reject.add("final_recheck_failed", "the candidate fails the final re-check with fresh data");
-    }
-  }
-
-  if (!invalid.empty()) return invalid.decide(DecisionKind::invalid, 3);
-  if (!reject.empty()) return reject.decide(DecisionKind::keep_baseline, 1);
-  if (!unsure.empty()) return unsure.decide(DecisionKind::inconclusive, 2);
-  Reasons why;
-  why.add("all_passed", notes.empty() ? "every check, control, calibration and workload gate passed"
-                                      : "every check, control and workload gate passed");
-  for (size_t i = 0; i < notes.codes.size(); ++i) why.add(notes.codes[i], notes.texts[i]);
-  return why.decide(DecisionKind::keep_candidate, 0);
-}
+Decision decide(const DecisionInputs& in) { return Judge(in).run(); }
 
 namespace {
 nlohmann::json opt(const std::optional<bool>& b) { return b ? nlohmann::json(*b) : nlohmann::json(nullptr); }

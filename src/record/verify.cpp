@@ -389,16 +389,8 @@ private:
     return out;
   }
 
-  void check_one(const std::string& stem, const json& c) {
-    const std::string file = "checks/" + stem + ".json";
-    std::optional<ExpectedCheck> ex = expected_check(stem);
-    if (!ex) {
-      problem(
-          fmt::format("{}: not a check this plan calls for (expected baseline, candidate, candidate_final or "
-                      "control_<planned control>)",
-                      file));
-      return;
-    }
+  // The check's counts add up, and its verdict follows from them. Returns the cases it ran.
+  std::multiset<std::string> check_counts(const std::string& file, const json& c) {
     const json& a = object_field(c, "assertions");
     const uint64_t passed = uint_field(a, "passed", " of assertions"),
                    failed = uint_field(a, "failed", " of assertions");
@@ -417,51 +409,57 @@ private:
       problem(fmt::format("{}: per-case counts ({} passed, {} failed) do not add up to the totals ({}, {})", file, cp,
                           cf, passed, failed));
     }
-    const bool pass = check_pass(c);
-    const std::string derived = pass ? "PASS" : "FAIL";
+    const std::string derived = check_pass(c) ? "PASS" : "FAIL";
     if (str_field(c, "verdict") != derived) {
       problem(fmt::format("{}: verdict {} does not follow from its assertions ({})", file, str_field(c, "verdict"),
                           derived));
     }
-    // Bound to its role: the implementation the plan froze for it, the task and backend of the plan, and the
-    // request the role makes (published or fresh data, held-out shapes, the control's stop reason).
+    return ran;
+  }
+
+  // Bound to its role: the implementation the plan froze for it, the task and backend of the plan, and the request
+  // the role makes (published or fresh data, held-out shapes, the control's stop reason).
+  void check_binding(const std::string& file, const json& c, const ExpectedCheck& ex) {
     const json& impl = object_field(c, "implementation");
     const json& id = object_field(impl, "identity", " of implementation");
     const std::string art = id.contains("artifact_sha256") && id["artifact_sha256"].is_string()
                                 ? id["artifact_sha256"].get<std::string>()
                                 : "";
-    if (str_field(id, "source_sha256", " of implementation.identity") != ex->impl->source_sha256() ||
-        (ex->impl->built && art != ex->impl->artifact_sha256())) {
+    if (str_field(id, "source_sha256", " of implementation.identity") != ex.impl->source_sha256() ||
+        (ex.impl->built && art != ex.impl->artifact_sha256())) {
       problem(fmt::format("{}: checks source {} / artifact {}, but the plan's {} is {} / {}", file,
-                          str_field(id, "source_sha256"), art, ex->impl->name, ex->impl->source_sha256(),
-                          ex->impl->artifact_sha256()));
+                          str_field(id, "source_sha256"), art, ex.impl->name, ex.impl->source_sha256(),
+                          ex.impl->artifact_sha256()));
     }
-    if (bool_field(impl, "built", " of implementation") != ex->impl->built) {
-      problem(fmt::format("{}: says built = {}, the plan says {}", file, !ex->impl->built, ex->impl->built));
+    if (bool_field(impl, "built", " of implementation") != ex.impl->built) {
+      problem(fmt::format("{}: says built = {}, the plan says {}", file, !ex.impl->built, ex.impl->built));
     }
     if (str_field(c, "task") != m_plan.task.name || str_field(c, "backend") != to_string(m_plan.backend)) {
       problem(fmt::format("{}: a check of task '{}' on '{}', the plan is task '{}' on '{}'", file, str_field(c, "task"),
                           str_field(c, "backend"), m_plan.task.name, m_plan.backend));
     }
     const json& rq = object_field(c, "request");
-    if ((ex->nonce && uint_field(rq, "nonce", " of request") != *ex->nonce) ||
-        bool_field(rq, "held_out", " of request") != ex->held_out ||
-        str_field(rq, "stop_after_reason", " of request") != ex->stop_after) {
+    if ((ex.nonce && uint_field(rq, "nonce", " of request") != *ex.nonce) ||
+        bool_field(rq, "held_out", " of request") != ex.held_out ||
+        str_field(rq, "stop_after_reason", " of request") != ex.stop_after) {
       problem(
           fmt::format("{}: was run with nonce {}, held_out {}, stop reason '{}'; its role requires nonce {}, "
                       "held_out {}, stop reason '{}' (a report of another role cannot stand in for this one)",
                       file, uint_field(rq, "nonce"), bool_field(rq, "held_out"), str_field(rq, "stop_after_reason"),
-                      ex->nonce ? std::to_string(*ex->nonce) : "(unknown)", ex->held_out, ex->stop_after));
+                      ex.nonce ? std::to_string(*ex.nonce) : "(unknown)", ex.held_out, ex.stop_after));
     }
-    // The case list: a passing check covered every case its role requires (and, for the final re-check, rehearsed
-    // a timing visit); a failing one ran only cases its role names.
-    const std::multiset<std::string> want = expected_cases(ex->held_out);
+  }
+
+  // The case list: a passing check covered every case its role requires (and, for the final re-check, rehearsed a
+  // timing visit); a failing one ran only cases its role names.
+  void check_cases(const std::string& file, const std::multiset<std::string>& ran, const ExpectedCheck& ex, bool pass) {
+    const std::multiset<std::string> want = expected_cases(ex.held_out);
     std::multiset<std::string> ran_public;
     size_t rehearsals = 0;
     bool foreign = false;
     for (const std::string& n : ran) {
       const size_t t = n.rfind("~rehearsal");
-      if (ex->held_out && t != std::string::npos && t + 10 == n.size() &&
+      if (ex.held_out && t != std::string::npos && t + 10 == n.size() &&
           std::find(m_timing_cases.begin(), m_timing_cases.end(), n.substr(0, t)) != m_timing_cases.end()) {
         ++rehearsals;
         continue;
@@ -471,11 +469,27 @@ private:
     }
     if (foreign) {
       problem(fmt::format("{}: ran cases the plan does not have ({})", file, fmt::join(ran, ", ")));
-    } else if (pass && (ran_public != want || (ex->held_out && rehearsals != 1))) {
+    } else if (pass && (ran_public != want || (ex.held_out && rehearsals != 1))) {
       problem(fmt::format("{}: passes on {} cases{}, but its role requires all {} planned cases{}", file,
-                          ran_public.size(), ex->held_out ? fmt::format(" and {} rehearsals", rehearsals) : "",
-                          want.size(), ex->held_out ? " and one timing rehearsal" : ""));
+                          ran_public.size(), ex.held_out ? fmt::format(" and {} rehearsals", rehearsals) : "",
+                          want.size(), ex.held_out ? " and one timing rehearsal" : ""));
     }
+  }
+
+  void check_one(const std::string& stem, const json& c) {
+    const std::string file = "checks/" + stem + ".json";
+    std::optional<ExpectedCheck> ex = expected_check(stem);
+    if (!ex) {
+      problem(
+          fmt::format("{}: not a check this plan calls for (expected baseline, candidate, candidate_final or "
+                      "control_<planned control>)",
+                      file));
+      return;
+    }
+    const std::multiset<std::string> ran = check_counts(file, c);
+    const bool pass = check_pass(c);
+    check_binding(file, c, *ex);
+    check_cases(file, ran, *ex, pass);
     m_check_pass[stem] = pass;
   }
 
@@ -580,6 +594,89 @@ private:
     }
   }
 
+  // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
+  // Returns the plan's seed for this comparison.
+  uint64_t comparison_settings(const std::string& file, bool aa, const json& cmp) {
+    const json& g = object_field(cmp, "gate");
+    const PlanGates& pg = m_plan.gates;
+    if (str_field(g, "kind") != gate_kind() ||
+        !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
+        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) ||
+        !close_enough(num_field(g, "alpha"), pg.alpha) ||
+        (version_of(cmp) >= 6 && !close_enough(num_field(g, "same_margin_pct"), pg.same_margin_pct))) {
+      problem(fmt::format(
+          "{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
+          "+-{}%)",
+          file, g.dump(), gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha, pg.same_margin_pct));
+    }
+    const json& bu = object_field(cmp, "budgets");
+    const PlanBudgets& pb = m_plan.budgets;
+    if (uint_field(bu, "min_blocks") != pb.min_blocks || uint_field(bu, "max_blocks") != pb.max_blocks) {
+      problem(fmt::format("{}: budgets {} differ from the plan's (min_blocks {}, max_blocks {})", file, bu.dump(),
+                          pb.min_blocks, pb.max_blocks));
+    }
+    const uint64_t seed = mix_seed(m_plan.seeds.seed, aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
+    if (uint_field(cmp, "seed") != seed) {
+      problem(fmt::format("{}: seed {} but the plan's seed gives {}", file, uint_field(cmp, "seed"), seed));
+    }
+    return seed;
+  }
+
+  // The arms are the plan's implementations, each with its layout pool (A/A: the baseline's, twice).
+  void comparison_arms(const std::string& file, bool aa, const std::string& other, const json& cmp) {
+    const json& arms = array_field(cmp, "arms");
+    const ImplRole roles[2] = {ImplRole::baseline, aa ? ImplRole::baseline : ImplRole::candidate};
+    if (arms.size() != 2) {
+      problem(fmt::format("{}: {} arms, expected 2", file, arms.size()));
+      return;
+    }
+    for (size_t i = 0; i < 2; ++i) {
+      const json& id = object_field(arms[i], "identity");
+      const std::vector<size_t> want = m_plan.pool(roles[i]);
+      auto planned_sha = [&](size_t v) { return m_plan.implementations[want[v]].artifact_sha256(); };
+      const json& layouts = array_field(arms[i], "layouts");
+      bool same = str_field(arms[i], "label") == (i == 0 ? "A" : other) && id.contains("artifact_sha256") &&
+                  id["artifact_sha256"] == planned_sha(0) && layouts.size() == want.size();
+      for (size_t v = 0; same && v < want.size(); ++v)
+        same = str_field(layouts[v], "artifact_sha256") == planned_sha(v);
+      if (!same)
+        problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, to_string(roles[i]),
+                            want.size()));
+    }
+  }
+
+  // The plan's gate, as the decision procedure takes it (stats/sequential.h): the same procedure compare ran.
+  stats::SequentialGate planned_gate(bool aa, const json& cmp) const {
+    const PlanGates& pg = m_plan.gates;
+    stats::SequentialGate gate;
+    gate.aa = aa;
+    gate.kind = pg.kind;
+    gate.min_improvement_pct = pg.min_improvement_pct;
+    gate.max_aa_difference_pct = pg.max_aa_difference_pct;
+    // SAME from compare.json version 6 on; an older comparison ran without it.
+    gate.same_margin_pct = aa || version_of(cmp) < 6 ? 0.0 : pg.same_margin_pct;
+    gate.alpha = pg.alpha;
+    gate.min_blocks = m_plan.budgets.min_blocks;
+    return gate;
+  }
+
+  // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
+  // evidence, not a workload that did not matter, and the decision replays it as inconclusive.
+  void comparison_workload_names(const std::string& file, bool aa, const json& cmp) {
+    std::vector<std::string> names;
+    for (const json& w : array_field(cmp, "workloads")) names.push_back(str_field(w, "name", " of a workload"));
+    if (names != m_workloads) {
+      problem(fmt::format("{}: workloads [{}], but the plan requires [{}]", file, fmt::join(names, ", "),
+                          fmt::join(m_workloads, ", ")));
+    }
+    auto& out = aa ? m_inputs.aa : m_inputs.ab;
+    for (const std::string& planned : m_workloads) {
+      if (std::find(names.begin(), names.end(), planned) == names.end()) {
+        out.push_back({planned, stats::Verdict::inconclusive, std::nullopt, std::nullopt});
+      }
+    }
+  }
+
   void comparison(const std::string& tag, const std::optional<json>& cmp) {
     if (!cmp) return;
     const std::string file = "comparisons/" + tag + ".json";
@@ -587,74 +684,10 @@ private:
     if (str_field(*cmp, "mode") != tag)
       problem(fmt::format("{}: mode '{}' in the file of {}", file, str_field(*cmp, "mode"), tag));
     const std::string other = aa ? "A'" : "B";
-    // The gate, budget and seed come from the plan; the file must agree with it, and is never believed over it.
-    const json& g = object_field(*cmp, "gate");
-    const PlanGates& pg = m_plan.gates;
-    if (str_field(g, "kind") != gate_kind() ||
-        !close_enough(num_field(g, "min_improvement_pct"), pg.min_improvement_pct) ||
-        !close_enough(num_field(g, "max_aa_difference_pct"), pg.max_aa_difference_pct) ||
-        !close_enough(num_field(g, "alpha"), pg.alpha) ||
-        (version_of(*cmp) >= 6 && !close_enough(num_field(g, "same_margin_pct"), pg.same_margin_pct))) {
-      problem(fmt::format(
-          "{}: gate {} differs from the plan's (kind {}, bar {}%, A/A +-{}%, alpha {}, SAME within "
-          "+-{}%)",
-          file, g.dump(), gate_kind(), pg.min_improvement_pct, pg.max_aa_difference_pct, pg.alpha, pg.same_margin_pct));
-    }
-    const json& bu = object_field(*cmp, "budgets");
-    const PlanBudgets& pb = m_plan.budgets;
-    if (uint_field(bu, "min_blocks") != pb.min_blocks || uint_field(bu, "max_blocks") != pb.max_blocks) {
-      problem(fmt::format("{}: budgets {} differ from the plan's (min_blocks {}, max_blocks {})", file, bu.dump(),
-                          pb.min_blocks, pb.max_blocks));
-    }
-    const uint64_t seed = mix_seed(m_plan.seeds.seed, aa ? stats::k_seed_tag_aa : stats::k_seed_tag_ab);
-    if (uint_field(*cmp, "seed") != seed) {
-      problem(fmt::format("{}: seed {} but the plan's seed gives {}", file, uint_field(*cmp, "seed"), seed));
-    }
-    // The arms are the plan's implementations, each with its layout pool (A/A: the baseline's, twice).
-    const json& arms = array_field(*cmp, "arms");
-    const ImplRole roles[2] = {ImplRole::baseline, aa ? ImplRole::baseline : ImplRole::candidate};
-    if (arms.size() != 2) {
-      problem(fmt::format("{}: {} arms, expected 2", file, arms.size()));
-    } else {
-      for (size_t i = 0; i < 2; ++i) {
-        const json& id = object_field(arms[i], "identity");
-        const std::vector<size_t> want = m_plan.pool(roles[i]);
-        auto planned_sha = [&](size_t v) { return m_plan.implementations[want[v]].artifact_sha256(); };
-        const json& layouts = array_field(arms[i], "layouts");
-        bool same = str_field(arms[i], "label") == (i == 0 ? "A" : other) && id.contains("artifact_sha256") &&
-                    id["artifact_sha256"] == planned_sha(0) && layouts.size() == want.size();
-        for (size_t v = 0; same && v < want.size(); ++v)
-          same = str_field(layouts[v], "artifact_sha256") == planned_sha(v);
-        if (!same)
-          problem(fmt::format("{}: arm {} is not the plan's {} with its {} layout builds", file, i, to_string(roles[i]),
-                              want.size()));
-      }
-    }
-    // The plan's gate, as the decision procedure takes it (stats/sequential.h): the same procedure compare ran.
-    stats::SequentialGate gate;
-    gate.aa = aa;
-    gate.kind = pg.kind;
-    gate.min_improvement_pct = pg.min_improvement_pct;
-    gate.max_aa_difference_pct = pg.max_aa_difference_pct;
-    // SAME from compare.json version 6 on; an older comparison ran without it.
-    gate.same_margin_pct = aa || version_of(*cmp) < 6 ? 0.0 : pg.same_margin_pct;
-    gate.alpha = pg.alpha;
-    gate.min_blocks = pb.min_blocks;
-    // Every planned workload, in the planned order, and nothing else: a workload dropped from the file is missing
-    // evidence, not a workload that did not matter.
-    std::vector<std::string> names;
-    for (const json& w : array_field(*cmp, "workloads")) names.push_back(str_field(w, "name", " of a workload"));
-    if (names != m_workloads) {
-      problem(fmt::format("{}: workloads [{}], but the plan requires [{}]", file, fmt::join(names, ", "),
-                          fmt::join(m_workloads, ", ")));
-    }
-    auto& out = aa ? m_inputs.aa : m_inputs.ab;
-    for (const std::string& planned : m_workloads) {
-      // Missing evidence is never a pass: the decision replays it as inconclusive.
-      if (std::find(names.begin(), names.end(), planned) == names.end()) {
-        out.push_back({planned, stats::Verdict::inconclusive, std::nullopt, std::nullopt});
-      }
-    }
+    const uint64_t seed = comparison_settings(file, aa, *cmp);
+    comparison_arms(file, aa, other, *cmp);
+    const stats::SequentialGate gate = planned_gate(aa, *cmp);
+    comparison_workload_names(file, aa, *cmp);
     const json& workloads = array_field(*cmp, "workloads");
     for (size_t wi = 0; wi < workloads.size(); ++wi) {
       const json& w = workloads[wi];
@@ -702,98 +735,92 @@ private:
     }
   }
 
-  void workload(const std::string& tag, bool aa, const std::string& other, const json& w, const std::string& where,
-                size_t index, uint64_t comparison_seed, const stats::SequentialGate& gate) {
-    auto& out = aa ? m_inputs.aa : m_inputs.ab;
-    const std::string name = str_field(w, "name");
-    m_workload_blocks[{tag, name}] = uint_field(w, "blocks");
-    const uint64_t blocks = uint_field(w, "blocks");
-    BlockRatios r = block_log_ratios(m_b.samples, tag, name, other, blocks, where, m_report.problems);
-    const size_t timed = r.timed;
-    if (timed != uint_field(w, "samples")) {
-      problem(fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), timed));
+  // What makes a workload INVALID, re-derived from samples.csv: a sample that failed validation, an arm whose speed
+  // changes with its process's age (stats/aging.h), work moved outside the window, time spent in untimed calls.
+  struct Invalidity {
+    bool invalid_sample = false, ages = false, moved = false, untimed = false;
+    bool any() const { return invalid_sample || ages || moved || untimed; }
+  };
+
+  static int version_of(const std::optional<json>& file) { return file ? version_of(*file) : k_compare_schema_version; }
+
+  // An INVALID workload: something re-derived must make it so, and it carries no metric.
+  WorkloadVerdict invalid_workload(const std::string& name, const json& w, const std::string& where,
+                                   const Invalidity& why) {
+    if (!why.any()) {
+      problem(
+          fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
+                      "was moved outside the window",
+                      where));
     }
-    charge_of(tag, name, where);
-    const std::string verdict = str_field(w, "verdict");
-    const uint64_t seed = stats::workload_seed(comparison_seed, index);
-    if (uint_field(w, "seed") != seed) {
-      problem(fmt::format("{}: seed {} but the plan's seed gives {}", where, uint_field(w, "seed"), seed));
+    if (w.contains("improvement_pct") && !w["improvement_pct"].is_null())
+      problem(fmt::format("{}: INVALID yet reports a metric", where));
+    WorkloadVerdict v{name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())};
+    if (!why.invalid_sample) {
+      v.invalid_code = why.ages      ? "speed_changes_with_age"
+                       : why.moved   ? "work_outside_window"
+                       : why.untimed ? "untimed_work"
+                                     : "";
     }
-    layouts_of(tag, name, other, w, where, seed);
-    // The steady state (stats/aging.h), from version 5 on: the long blocks' early-against-late test again.
-    const std::optional<json>& file = tag == "aa" ? m_b.aa : m_b.ab;
-    const int file_version = file && file->contains("schema_version") && (*file)["schema_version"].is_number_integer()
-                                 ? (*file)["schema_version"].get<int>()
-                                 : k_compare_schema_version;
-    const stats::AgingCheck aging = file_version >= 5 ? aging_of(tag, name, other, w, where) : stats::AgingCheck{};
-    const bool ages = aging.ages;
-    const bool moved = file_version >= 5 && outside_of(tag, name, other, w, where).moved;
-    const bool untimed = file_version >= 5 && untimed_of(tag, name, other, w, where).untimed_work;
-    if (verdict == "INVALID") {
-      if (!r.invalid_sample && !ages && !moved && !untimed) {
-        problem(
-            fmt::format("{}: INVALID, but no sample in samples.csv failed validation, no arm ages and no work "
-                        "was moved outside the window",
-                        where));
-      }
-      if (w.contains("improvement_pct") && !w["improvement_pct"].is_null())
-        problem(fmt::format("{}: INVALID yet reports a metric", where));
-      out.push_back({name, stats::Verdict::invalid, std::nullopt, std::nullopt, w.value("reason", std::string())});
-      if (!r.invalid_sample) {
-        out.back().invalid_code = ages      ? "speed_changes_with_age"
-                                  : moved   ? "work_outside_window"
-                                  : untimed ? "untimed_work"
-                                            : "";
-      }
-      return;
-    }
-    if (r.invalid_sample)
+    return v;
+  }
+
+  // A workload not recorded INVALID must have nothing that makes it so.
+  void valid_workload(const std::string& verdict, const std::string& where, const Invalidity& why) {
+    if (why.invalid_sample)
       problem(fmt::format("{}: {} although a sample in samples.csv failed validation", where, verdict));
-    if (ages)
+    if (why.ages)
       problem(fmt::format("{}: {} although an arm's speed changes with its process's age (INVALID re-derived)", where,
                           verdict));
-    if (moved)
+    if (why.moved)
       problem(
           fmt::format("{}: {} although work was moved outside the timed window (INVALID re-derived)", where, verdict));
-    if (untimed)
+    if (why.untimed)
       problem(
           fmt::format("{}: {} although an arm spends its time in untimed calls (INVALID re-derived)", where, verdict));
-    if (blocks > m_plan.budgets.max_blocks)
-      problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
-    // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
+  }
+
+  // The A/A bias a PASS was charged (compare.json version 4): the one the replayed A/A leaves, never the file's.
+  stats::SequentialGate charged_gate(const stats::SequentialGate& gate, bool aa, const std::string& name, const json& w,
+                                     const std::string& where) {
     stats::SequentialGate charged = gate;
-    if (!aa) charged.aa_bias_log = expected_aa_bias_log(name);
-    const int version = m_b.ab && m_b.ab->contains("schema_version") && (*m_b.ab)["schema_version"].is_number_integer()
-                            ? (*m_b.ab)["schema_version"].get<int>()
-                            : k_compare_schema_version;
-    if (!aa && version < 4) charged.aa_bias_log = 0.0;  // version 3 ran without the charge
-    if (!aa && version >= 4 &&
-        (!w.contains("aa_bias_log") || !w["aa_bias_log"].is_number() ||
-         !close_enough(w["aa_bias_log"].get<double>(), charged.aa_bias_log))) {
+    if (aa) return charged;
+    charged.aa_bias_log = expected_aa_bias_log(name);
+    const int version = version_of(m_b.ab);
+    if (version < 4) charged.aa_bias_log = 0.0;  // version 3 ran without the charge
+    if (version >= 4 && (!w.contains("aa_bias_log") || !w["aa_bias_log"].is_number() ||
+                         !close_enough(w["aa_bias_log"].get<double>(), charged.aa_bias_log))) {
       problem(fmt::format("{}: aa_bias_log {} recorded, but the A/A replayed leaves {}", where,
                           w.value("aa_bias_log", json()).dump(), charged.aa_bias_log));
     }
-    const std::vector<double>& d = r.log_ratios;
-    bool complete = r.complete;
+    return charged;
+  }
+
+  // The recorded block log ratios are the ones samples.csv gives; false when any is missing or differs.
+  bool ratios_recorded(const json& w, const BlockRatios& r, const std::string& where) {
     const json& recorded = array_field(w, "log_ratios");
-    if (complete && recorded.size() != d.size()) {
+    if (!r.complete) return false;
+    const std::vector<double>& d = r.log_ratios;
+    if (recorded.size() != d.size()) {
       problem(fmt::format("{}: {} log ratios recorded, {} re-derived", where, recorded.size(), d.size()));
-      complete = false;
+      return false;
     }
-    for (size_t i = 0; complete && i < d.size(); ++i) {
+    for (size_t i = 0; i < d.size(); ++i) {
       if (!recorded[i].is_number() || !close_enough(recorded[i].get<double>(), d[i])) {
         problem(fmt::format("{}: block {} log ratio {} recorded, {} re-derived from samples.csv", where, i,
                             recorded[i].dump(), d[i]));
-        complete = false;
+        return false;
       }
     }
-    if (!complete) {
-      out.push_back({name, stats::Verdict::inconclusive, std::nullopt, std::nullopt});  // unverifiable: never a pass
-      return;
-    }
-    // The decision procedure replayed on the re-derived ratios, with the plan's gate; its outcome must be the
-    // recorded one.
-    const Replay replay = replay_procedure(d, charged, seed, where, m_report.problems);
+    return true;
+  }
+
+  // The decision procedure replayed on the re-derived ratios, with the plan's gate; its outcome must be the recorded
+  // one.
+  WorkloadVerdict replayed(bool aa, const json& w, const std::string& where, const BlockRatios& r,
+                           const stats::SequentialGate& charged, uint64_t seed, const stats::AgingCheck& aging) {
+    const std::string name = str_field(w, "name"), verdict = str_field(w, "verdict");
+    const Replay replay = replay_procedure(r.log_ratios, charged, seed, where, m_report.problems);
     const std::optional<stats::EffectEstimate>& est = replay.estimate;
     const stats::Verdict derived_verdict = stats::aging_unresolved(replay.verdict, aging, aa);
     const std::string derived(stats::to_string(derived_verdict));
@@ -808,12 +835,53 @@ private:
         }
       }
     }
-    out.push_back({name, derived_verdict, est ? std::optional(est->ci_low_pct) : std::nullopt,
-                   est ? std::optional(est->ci_high_pct) : std::nullopt, "",
-                   est ? std::optional(est->improvement_pct) : std::nullopt,
-                   est ? std::optional(est->mde_pct) : std::nullopt});
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
-                         d.size(), derived, timed));
+                         r.log_ratios.size(), derived, r.timed));
+    return {name,
+            derived_verdict,
+            est ? std::optional(est->ci_low_pct) : std::nullopt,
+            est ? std::optional(est->ci_high_pct) : std::nullopt,
+            "",
+            est ? std::optional(est->improvement_pct) : std::nullopt,
+            est ? std::optional(est->mde_pct) : std::nullopt};
+  }
+
+  void workload(const std::string& tag, bool aa, const std::string& other, const json& w, const std::string& where,
+                size_t index, uint64_t comparison_seed, const stats::SequentialGate& gate) {
+    auto& out = aa ? m_inputs.aa : m_inputs.ab;
+    const std::string name = str_field(w, "name");
+    m_workload_blocks[{tag, name}] = uint_field(w, "blocks");
+    const uint64_t blocks = uint_field(w, "blocks");
+    const BlockRatios r = block_log_ratios(m_b.samples, tag, name, other, blocks, where, m_report.problems);
+    if (r.timed != uint_field(w, "samples")) {
+      problem(
+          fmt::format("{}: reports {} timed samples, samples.csv has {}", where, uint_field(w, "samples"), r.timed));
+    }
+    charge_of(tag, name, where);
+    const std::string verdict = str_field(w, "verdict");
+    const uint64_t seed = stats::workload_seed(comparison_seed, index);
+    if (uint_field(w, "seed") != seed) {
+      problem(fmt::format("{}: seed {} but the plan's seed gives {}", where, uint_field(w, "seed"), seed));
+    }
+    layouts_of(tag, name, other, w, where, seed);
+    // The steady state (stats/aging.h), work outside the window and untimed work, from version 5 on.
+    const bool v5 = version_of(tag == "aa" ? m_b.aa : m_b.ab) >= 5;
+    const stats::AgingCheck aging = v5 ? aging_of(tag, name, other, w, where) : stats::AgingCheck{};
+    const Invalidity why{r.invalid_sample, aging.ages, v5 && outside_of(tag, name, other, w, where).moved,
+                         v5 && untimed_of(tag, name, other, w, where).untimed_work};
+    if (verdict == "INVALID") {
+      out.push_back(invalid_workload(name, w, where, why));
+      return;
+    }
+    valid_workload(verdict, where, why);
+    if (blocks > m_plan.budgets.max_blocks)
+      problem(fmt::format("{}: {} blocks, over the plan's max_blocks {}", where, blocks, m_plan.budgets.max_blocks));
+    const stats::SequentialGate charged = charged_gate(gate, aa, name, w, where);
+    if (!ratios_recorded(w, r, where)) {
+      out.push_back({name, stats::Verdict::inconclusive, std::nullopt, std::nullopt});  // unverifiable: never a pass
+      return;
+    }
+    out.push_back(replayed(aa, w, where, r, charged, seed, aging));
   }
 
   // The validated rows of the comparison's counted blocks, both arms, gathered per block into the visits a test of

@@ -1,7 +1,6 @@
-// Descriptors over a Unix socket (SCM_RIGHTS): kwb-generator-shim handing kwb its seccomp listener, and the supervisor
-// receiving it (experiment/generator_supervisor.h). No exceptions: callers decide what a failure means. The worker's
-// channel (worker/channel.cpp) keeps its own: moving it here changed the worker binary, and with it the corpus's
-// opencl/driver_ops_upload.cpp crashed in check (a latent bug of that attack's, found, not fixed).
+// Descriptors over a Unix socket (SCM_RIGHTS), for the three places that pass them: the worker's channel
+// (worker/channel.h: buffers travel as descriptors), kwb-generator-shim handing kwb its seccomp listener, and the
+// supervisor receiving it (experiment/generator_supervisor.h). No exceptions: callers decide what a failure means.
 #pragma once
 
 #include "util/fd.h"

@@ -315,21 +315,21 @@ public:
       const std::string type = in.message.value("type", "");
       nlohmann::json reply;
       try {
-        if (type == "probe") {
+        if (type == protocol::k_probe) {
           reply = probe(in.message);
-        } else if (type == "load") {
+        } else if (type == protocol::k_load) {
           reply = load(in.message, in.fds);
-        } else if (type == "map") {
+        } else if (type == protocol::k_map) {
           reply = map(in.message, in.fds);
-        } else if (type == "unmap") {
+        } else if (type == protocol::k_unmap) {
           reply = unmap(in.message);
-        } else if (type == "run") {
+        } else if (type == protocol::k_run) {
           reply = run(in.message);
-        } else if (type == "exit") {
+        } else if (type == protocol::k_exit) {
           // The parent requires this answer and the count: a worker that vanished after its last answer (an
           // implementation that forged that answer and left, say) cannot produce it.
           const int rc = finish();
-          (void)m_channel.send({{"type", "bye"}, {"calls", m_calls}});
+          (void)m_channel.send({{"type", protocol::k_bye}, {"calls", m_calls}});
           return rc;
         } else {
           reply = error(FailureReason::protocol, "unknown message type " + type);
@@ -373,7 +373,8 @@ private:
   // so a missing driver or device is reported as such (exit 69) rather than as a failing implementation.
   nlohmann::json probe(const nlohmann::json& m) {
     auto backend = make_backend(backend_kind(m), backend_options(m));
-    return {{"type", "probed"}, {"backend", to_string(backend->id())}, {"description", backend->description()}};
+    return {
+        {"type", protocol::k_probed}, {"backend", to_string(backend->id())}, {"description", backend->description()}};
   }
 
   nlohmann::json load(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
@@ -400,7 +401,34 @@ private:
     m_backend = make_backend(backend_kind(m), backend_options(m));
     seal_call_path(m_backend->call_path());
     m_task = m.at("task").get<std::string>();
+    if (std::optional<nlohmann::json> e = enter_load_sandbox(m, path, fds)) return *e;
+    if (std::optional<nlohmann::json> e = load_implementation(m, path)) return *e;
+#ifndef KWB_PROFILE_WORKER
+    // The fault handlers are kwb's from here on: set now (a device runtime's thread that no load filter covers may
+    // have put its own in front during kwb_setup, and so may the implementation), and no thread can set another once
+    // the run filter is in (worker/sandbox.cpp, add_fault_handler_rules).
+    claim_fault_handlers();
+    if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
+      return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
+    }
+    return {{"type", protocol::k_loaded},
+            {"pid", ::getpid()},
+            {"sandbox", m_sandbox->features()},
+            {"device", m_backend->description()}};
+#else
+    return {{"type", protocol::k_loaded},
+            {"pid", ::getpid()},
+            {"sandbox", m_profile_features},
+            {"device", m_backend->description()}};
+#endif
+  }
+
+  // load's sandbox, up before the implementation is mapped: its error, or nothing.
+  std::optional<nlohmann::json> enter_load_sandbox(const nlohmann::json& m, const std::string& path,
+                                                   std::vector<UniqueFd>& fds) {
 #ifdef KWB_PROFILE_WORKER
+    (void)m;
+    (void)path;
     // Under valgrind: a deny-list of its own (worker/sandbox.h, enter_profile_sandbox) before the implementation's
     // constructors run.
     if (std::string e = enter_profile_sandbox(fds[1].get(), m_profile_features); !e.empty()) {
@@ -408,6 +436,7 @@ private:
                    "the profile worker could not enter its sandbox (" + e + "); nothing was loaded");
     }
 #else
+    (void)fds;
     // The sandbox goes up before dlopen, because the implementation's constructors (and IFUNC resolvers) run
     // inside dlopen; the stricter run filter follows kwb_setup (worker/sandbox.h).
     SandboxPolicy policy;
@@ -421,6 +450,11 @@ private:
                    "the worker could not enter its sandbox (" + e + "); nothing was loaded");
     }
 #endif
+    return std::nullopt;
+  }
+
+  // The implementation mapped, its ABI checked, its entry points found and its kwb_setup run: its error, or nothing.
+  std::optional<nlohmann::json> load_implementation(const nlohmann::json& m, const std::string& path) {
     // Constructors of the implementation run here, inside this worker, never in the parent.
     m_handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (m_handle == nullptr) return error(FailureReason::load_failed, ::dlerror());
@@ -448,22 +482,7 @@ private:
       int rc = setup(&ctx);
       if (rc != 0) return error(FailureReason::setup_failed, "kwb_setup returned " + std::to_string(rc));
     }
-#ifndef KWB_PROFILE_WORKER
-    // The fault handlers are kwb's from here on: set now (a device runtime's thread that no load filter covers may
-    // have put its own in front during kwb_setup, and so may the implementation), and no thread can set another once
-    // the run filter is in (worker/sandbox.cpp, add_fault_handler_rules).
-    claim_fault_handlers();
-    if (std::string e = m_sandbox->enter_run_phase(); !e.empty()) {
-      return error(FailureReason::load_failed, "the worker could not enter its run sandbox (" + e + ")");
-    }
-    return {{"type", "loaded"},
-            {"pid", ::getpid()},
-            {"sandbox", m_sandbox->features()},
-            {"device", m_backend->description()}};
-#else
-    return {
-        {"type", "loaded"}, {"pid", ::getpid()}, {"sandbox", m_profile_features}, {"device", m_backend->description()}};
-#endif
+    return std::nullopt;
   }
 
   nlohmann::json map(const nlohmann::json& m, std::vector<UniqueFd>& fds) {
@@ -516,14 +535,14 @@ private:
       mapped.push_back(describe(id, *mp));
       m_buffers[id] = std::move(mp);
     }
-    return {{"type", "mapped"}, {"buffers", mapped}};
+    return {{"type", protocol::k_mapped}, {"buffers", mapped}};
   }
 
   nlohmann::json unmap(const nlohmann::json& m) {
     for (const auto& id : m.at("ids")) {
       if (m_buffers.erase(id.get<int>()) > 0 && !m_backend->host_memory()) m_backend->release_buffer(id.get<int>());
     }
-    return {{"type", "unmapped"}};
+    return {{"type", protocol::k_unmapped}};
   }
 
   struct TensorArgs {

@@ -325,7 +325,6 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   WorkerDeath d;
   // A timeout and a malformed message are classified by how they were found; any other death by how it ended.
   const bool classified = status == Channel::Status::timeout || status == Channel::Status::malformed;
-  int wstatus = 0;
   if (status == Channel::Status::timeout) {
     ::kill(-m_pid, SIGKILL);
     ::kill(m_pid, SIGKILL);
@@ -338,61 +337,13 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
     d.reason = FailureReason::protocol;
     d.detail = "worker sent a malformed message (" + malformed_detail + "); worker killed";
   }
-  // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    if (const std::optional<int> reaped = try_reap()) {
-      wstatus = *reaped;
-      break;
-    }
-    if (interrupt_signal() != 0 || std::chrono::steady_clock::now() > give_up) {
-      wstatus = kill_and_reap();
-      break;
-    }
-    ::usleep(1000);
-  }
+  const int wstatus = reap_dead_worker();
   // A worker killed by kwb's own interruption handler, or found dead while kwb is being interrupted, is kwb's doing:
   // never the candidate's failure, and nothing is recorded of it.
   if (const int sig = interrupt_signal(); sig != 0) throw Interrupted(sig);
   if (!classified) {
     if (WIFSIGNALED(wstatus)) {
-      d.signal = WTERMSIG(wstatus);
-      // A fault inside the sandbox ends the worker by SIGKILL after its report (its action cannot be reset to the
-      // default there: worker_main.cpp's on_fault); the report names the fault's signal.
-      if (d.signal == SIGKILL && m_fault) {
-        const std::optional<std::uint64_t> reported = protocol::unsigned_field(*m_fault, "signal");
-        if (reported && (*reported == SIGSEGV || *reported == SIGBUS || *reported == SIGILL || *reported == SIGFPE)) {
-          d.signal = static_cast<int>(*reported);
-        }
-      }
-      d.reason = d.signal == SIGABRT ? FailureReason::aborted : FailureReason::crashed;
-      d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
-      if (d.signal == SIGSYS) {
-        // The seccomp filter (worker/sandbox.h) denied a system call; the worker's handler names it.
-        d.reason = FailureReason::sandbox_violation;
-        if (m_fault && protocol::unsigned_field(*m_fault, "syscall")) {
-          const int nr = static_cast<int>(*protocol::unsigned_field(*m_fault, "syscall"));
-          char* name = ::seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-          d.detail = fmt::format("the sandbox denied system call {} ({}); the worker was killed (SIGSYS)",
-                                 name != nullptr ? name : "?", nr);
-          std::free(name);
-        } else {
-          d.detail = "the sandbox denied a system call; the worker was killed (SIGSYS)";
-        }
-      } else if (d.signal == SIGXCPU || d.signal == SIGXFSZ) {
-        d.reason = FailureReason::resource_limit;
-        d.detail += d.signal == SIGXCPU ? ": the worker's CPU-time limit (RLIMIT_CPU) was reached"
-                                        : ": the worker's output file-size limit (RLIMIT_FSIZE) was reached";
-      } else if (m_fault && protocol::text_field(*m_fault, "resource") == "memory") {
-        d.reason = FailureReason::resource_limit;
-        d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
-      } else if (m_fault) {
-        d.fault_address = protocol::unsigned_field(*m_fault, "address").value_or(0);
-        if (d.signal == SIGSEGV || d.signal == SIGBUS) {
-          d.reason = classify_fault(*d.fault_address, protocol::text_field(*m_fault, "access"), d);
-        }
-        d.detail += fmt::format(" at address {:#x}", *d.fault_address);
-      }
+      classify_signal(WTERMSIG(wstatus), d);
     } else if (WIFEXITED(wstatus)) {
       d.exit_code = WEXITSTATUS(wstatus);
       d.reason = FailureReason::exited;
@@ -405,6 +356,56 @@ void WorkerProcess::record_death(Channel::Status status, const std::string& malf
   std::string tail = output_tail(600);
   if (!tail.empty()) d.detail += "; its last output: " + tail;
   m_death = d;
+}
+
+int WorkerProcess::reap_dead_worker() {
+  // The worker closed its end or was killed: reap it. A worker that closed the socket but lingers is killed too.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    if (const std::optional<int> reaped = try_reap()) return *reaped;
+    if (interrupt_signal() != 0 || std::chrono::steady_clock::now() > give_up) return kill_and_reap();
+    ::usleep(1000);
+  }
+}
+
+void WorkerProcess::classify_signal(int signal, WorkerDeath& d) const {
+  d.signal = signal;
+  // A fault inside the sandbox ends the worker by SIGKILL after its report (its action cannot be reset to the
+  // default there: worker_main.cpp's on_fault); the report names the fault's signal.
+  if (d.signal == SIGKILL && m_fault) {
+    const std::optional<std::uint64_t> reported = protocol::unsigned_field(*m_fault, "signal");
+    if (reported && (*reported == SIGSEGV || *reported == SIGBUS || *reported == SIGILL || *reported == SIGFPE)) {
+      d.signal = static_cast<int>(*reported);
+    }
+  }
+  d.reason = d.signal == SIGABRT ? FailureReason::aborted : FailureReason::crashed;
+  d.detail = fmt::format("worker killed by signal {} ({})", d.signal, ::strsignal(d.signal));
+  if (d.signal == SIGSYS) {
+    // The seccomp filter (worker/sandbox.h) denied a system call; the worker's handler names it.
+    d.reason = FailureReason::sandbox_violation;
+    if (m_fault && protocol::unsigned_field(*m_fault, "syscall")) {
+      const int nr = static_cast<int>(*protocol::unsigned_field(*m_fault, "syscall"));
+      char* name = ::seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+      d.detail = fmt::format("the sandbox denied system call {} ({}); the worker was killed (SIGSYS)",
+                             name != nullptr ? name : "?", nr);
+      std::free(name);
+    } else {
+      d.detail = "the sandbox denied a system call; the worker was killed (SIGSYS)";
+    }
+  } else if (d.signal == SIGXCPU || d.signal == SIGXFSZ) {
+    d.reason = FailureReason::resource_limit;
+    d.detail += d.signal == SIGXCPU ? ": the worker's CPU-time limit (RLIMIT_CPU) was reached"
+                                    : ": the worker's output file-size limit (RLIMIT_FSIZE) was reached";
+  } else if (m_fault && protocol::text_field(*m_fault, "resource") == "memory") {
+    d.reason = FailureReason::resource_limit;
+    d.detail = "an allocation failed at the worker's address-space limit (RLIMIT_AS); worker aborted";
+  } else if (m_fault) {
+    d.fault_address = protocol::unsigned_field(*m_fault, "address").value_or(0);
+    if (d.signal == SIGSEGV || d.signal == SIGBUS) {
+      d.reason = classify_fault(*d.fault_address, protocol::text_field(*m_fault, "access"), d);
+    }
+    d.detail += fmt::format(" at address {:#x}", *d.fault_address);
+  }
 }
 
 std::optional<nlohmann::json> WorkerProcess::request(const nlohmann::json& message, std::span<const int> fds) {
@@ -640,29 +641,25 @@ bool WorkerProcess::await_state(uint32_t word, std::chrono::steady_clock::time_p
   }
 }
 
+namespace {
+
+int64_t span_ns(const timespec& a, const timespec& b) {
+  return (b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec);
+}
+
+}  // namespace
+
 RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   throw_if_interrupted();
   const uint64_t call = ++m_calls;
   RunOutcome out;
-  if (!alive()) {
-    out.death = m_death;
-    return out;
-  }
-  thaw();
-  protocol::RunMessage message;
-  message.call = call;
-  message.inputs = req.inputs;
-  message.outputs = req.outputs;
-  message.scalars = req.scalars;
-  message.stack_offset = req.stack_offset;
   auto fail = [&]() {
     out.death = m_death;
     return out;
   };
-  if (!m_channel.send(protocol::to_json(message))) {
-    record_death(Channel::Status::closed);
-    return fail();
-  }
+  if (!alive()) return fail();
+  thaw();
+  if (!send_run(call, req)) return fail();
   const auto deadline = std::chrono::steady_clock::now() + m_timeout;
   using protocol::Phase;
   using protocol::state_word;
@@ -675,62 +672,84 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   // The worker is armed and asleep. Its CPU clock is read before the call's data goes in: from here on, whatever any
   // of its threads does (while the parent writes the inputs and poison, while it flushes caches, while the worker
   // wakes) is charged to the call (session/worker_session.h, charged_ns).
-  const int64_t cpu_a = cpu_time_ns();
-  if (m_last_capture_cpu >= 0 && cpu_a >= 0) out.gap_cpu_ns = cpu_a - m_last_capture_cpu;
+  CallClocks c;
+  c.cpu_a = cpu_time_ns();
+  if (m_last_capture_cpu >= 0 && c.cpu_a >= 0) out.gap_cpu_ns = c.cpu_a - m_last_capture_cpu;
   if (hooks.before_wake) hooks.before_wake();
   // Stalls of this process count from the wake on: the worker may say ready and spin while this process is not
   // running, in the futex call below as well as in the wait.
-  timespec woke{};
-  ::clock_gettime(CLOCK_MONOTONIC, &woke);
+  ::clock_gettime(CLOCK_MONOTONIC, &c.woke);
   state.store(state_word(call, Phase::wake), std::memory_order_release);
   protocol::futex_wake(state);
-  int64_t stalled_ns = 0;
-  if (!await_state(state_word(call, Phase::ready), deadline, true, &stalled_ns, &woke)) return fail();
-  timespec seen_ready{}, t0{}, t1{};
-  ::clock_gettime(CLOCK_MONOTONIC, &seen_ready);
-  const int64_t cpu_b = cpu_time_ns();
+  if (!await_state(state_word(call, Phase::ready), deadline, true, &c.stalled_ns, &c.woke)) return fail();
+  ::clock_gettime(CLOCK_MONOTONIC, &c.seen_ready);
+  c.cpu_b = cpu_time_ns();
   // CLOCK_MONOTONIC through the vDSO (docs/timing.md), read here, in the parent, where no candidate code runs.
-  ::clock_gettime(CLOCK_MONOTONIC, &t0);
+  ::clock_gettime(CLOCK_MONOTONIC, &c.t0);
   state.store(state_word(call, Phase::go), std::memory_order_release);
   if (!await_state(state_word(call, Phase::done), deadline, m_spin_for_done)) return fail();
-  ::clock_gettime(CLOCK_MONOTONIC, &t1);
-  const int64_t cpu_1 = cpu_time_ns();
+  ::clock_gettime(CLOCK_MONOTONIC, &c.t1);
+  c.cpu_1 = cpu_time_ns();
+  c.cpu_read = c.cpu_1;
   out.rc = m_control->rc.load(std::memory_order_relaxed);
-  auto span = [](const timespec& a, const timespec& b) {
-    return (b.tv_sec - a.tv_sec) * 1'000'000'000LL + (b.tv_nsec - a.tv_nsec);
-  };
-  // A device worker reads the outputs back before the parent captures them (worker/protocol.h, downloaded): that
-  // read is timed as CPU and as wall time, like the uploads before go, and nothing after it can change the outputs
-  // the parent validates.
-  int64_t cpu_read = cpu_1;
-  int64_t read_wall_ns = 0;
-  if (m_device_backend) {
-    // The worker spins until this word, then reads the outputs back; the parent sleeps on the futex meanwhile, as
-    // for done: the read runs on the runtime's threads, which must have the CPUs.
-    state.store(state_word(call, Phase::read_back), std::memory_order_release);
-    if (!await_state(state_word(call, Phase::downloaded), deadline, false)) return fail();
-    timespec read{};
-    ::clock_gettime(CLOCK_MONOTONIC, &read);
-    cpu_read = cpu_time_ns();
-    read_wall_ns = span(t1, read);
-  }
+  if (m_device_backend && !read_back(call, deadline, c)) return fail();
   if (hooks.at_done) hooks.at_done();
-  const int64_t cpu_2 = cpu_time_ns();
-  m_last_capture_cpu = cpu_2;
+  c.cpu_2 = cpu_time_ns();
+  m_last_capture_cpu = c.cpu_2;
   state.store(state_word(call, Phase::collect), std::memory_order_release);
   protocol::futex_wake(state);
-  out.ns = span(t0, t1);
-  out.reaction_ns = span(seen_ready, t0) + stalled_ns;
-  out.cpu_windows_exact = cpu_clock_exact();
-  if (cpu_a >= 0 && cpu_b >= 0) out.pre_cpu_ns = cpu_b - cpu_a;
-  if (cpu_b >= 0 && cpu_1 >= 0) out.inside_cpu_ns = cpu_1 - cpu_b;
-  if (cpu_read >= 0 && cpu_2 >= 0) out.post_cpu_ns = cpu_2 - cpu_read;
-  if (m_device_backend) {
-    out.pre_wall_ns = std::max<int64_t>(0, span(woke, seen_ready) - stalled_ns);
-    out.read_wall_ns = read_wall_ns;
-    if (cpu_1 >= 0 && cpu_read >= 0) out.read_cpu_ns = cpu_read - cpu_1;
-  }
+  call_figures(c, out);
+  if (!answer(call, deadline, c.cpu_a, out)) return fail();
+  return out;
+}
 
+bool WorkerProcess::send_run(uint64_t call, const RunRequest& req) {
+  protocol::RunMessage message;
+  message.call = call;
+  message.inputs = req.inputs;
+  message.outputs = req.outputs;
+  message.scalars = req.scalars;
+  message.stack_offset = req.stack_offset;
+  if (m_channel.send(protocol::to_json(message))) return true;
+  record_death(Channel::Status::closed);
+  return false;
+}
+
+// A device worker reads the outputs back before the parent captures them (worker/protocol.h, downloaded): that read
+// is timed as CPU and as wall time, like the uploads before go, and nothing after it can change the outputs the
+// parent validates.
+bool WorkerProcess::read_back(uint64_t call, std::chrono::steady_clock::time_point deadline, CallClocks& c) {
+  using protocol::Phase;
+  using protocol::state_word;
+  // The worker spins until this word, then reads the outputs back; the parent sleeps on the futex meanwhile, as for
+  // done: the read runs on the runtime's threads, which must have the CPUs.
+  m_control->state.store(state_word(call, Phase::read_back), std::memory_order_release);
+  if (!await_state(state_word(call, Phase::downloaded), deadline, false)) return false;
+  timespec read{};
+  ::clock_gettime(CLOCK_MONOTONIC, &read);
+  c.cpu_read = cpu_time_ns();
+  c.read_wall_ns = span_ns(c.t1, read);
+  return true;
+}
+
+void WorkerProcess::call_figures(const CallClocks& c, RunOutcome& out) {
+  out.ns = span_ns(c.t0, c.t1);
+  out.reaction_ns = span_ns(c.seen_ready, c.t0) + c.stalled_ns;
+  out.cpu_windows_exact = cpu_clock_exact();
+  if (c.cpu_a >= 0 && c.cpu_b >= 0) out.pre_cpu_ns = c.cpu_b - c.cpu_a;
+  if (c.cpu_b >= 0 && c.cpu_1 >= 0) out.inside_cpu_ns = c.cpu_1 - c.cpu_b;
+  if (c.cpu_read >= 0 && c.cpu_2 >= 0) out.post_cpu_ns = c.cpu_2 - c.cpu_read;
+  if (m_device_backend) {
+    out.pre_wall_ns = std::max<int64_t>(0, span_ns(c.woke, c.seen_ready) - c.stalled_ns);
+    out.read_wall_ns = c.read_wall_ns;
+    if (c.cpu_1 >= 0 && c.cpu_read >= 0) out.read_cpu_ns = c.cpu_read - c.cpu_1;
+  }
+}
+
+// After collect the worker answers on the socket with the call's figures. On a CPU of its own the parent spins up to
+// 300 us for the answer before it sleeps on the socket (docs/timing.md).
+bool WorkerProcess::answer(uint64_t call, std::chrono::steady_clock::time_point deadline, int64_t cpu_a,
+                           RunOutcome& out) {
   if (m_own_cpu) {
     const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
     for (uint32_t i = 0;; ++i) {
@@ -741,7 +760,7 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
     }
   }
   auto reply = request_reply(deadline);
-  if (!reply) return fail();
+  if (!reply) return false;
   if (reply->value("type", "") != protocol::k_ran || protocol::unsigned_field(*reply, "call") != call) {
     if (reply->value("type", "") == protocol::k_error &&
         parse_failure_reason(protocol::text_field(*reply, "reason")) == FailureReason::device_fault) {
@@ -753,7 +772,7 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
     } else {
       fail_protocol("unexpected answer to a run request: " + reply->dump().substr(0, 200));
     }
-    return fail();
+    return false;
   }
   const int64_t cpu_answer = cpu_time_ns();  // the worker sleeps in recvmsg now
   if (cpu_a >= 0 && cpu_answer >= 0) out.cycle_cpu_ns = cpu_answer - cpu_a;
@@ -761,9 +780,9 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
     parse_ran(*reply, out);
   } catch (const std::exception& e) {
     fail_protocol(fmt::format("malformed answer to a run request ({}): {}", e.what(), reply->dump().substr(0, 200)));
-    return fail();
+    return false;
   }
-  return out;
+  return true;
 }
 
 void WorkerProcess::parse_ran(const nlohmann::json& reply_json, RunOutcome& out) {

@@ -241,6 +241,17 @@ private:
   // message instead. `spin` keeps this thread busy (the short windows); otherwise it sleeps on the futex.
   std::optional<nlohmann::json> request_reply(std::chrono::steady_clock::time_point deadline);
   void parse_ran(const nlohmann::json& reply, RunOutcome& out);
+  // run's steps, one timed call: the clocks it reads, its request sent, a device worker's outputs read back, the
+  // figures the clocks give, and the worker's answer. false (and death() set) when the worker failed.
+  struct CallClocks {
+    timespec woke{}, seen_ready{}, t0{}, t1{};
+    int64_t cpu_a = -1, cpu_b = -1, cpu_1 = -1, cpu_read = -1, cpu_2 = -1;
+    int64_t stalled_ns = 0, read_wall_ns = 0;
+  };
+  bool send_run(uint64_t call, const RunRequest& req);
+  bool read_back(uint64_t call, std::chrono::steady_clock::time_point deadline, CallClocks& c);
+  void call_figures(const CallClocks& c, RunOutcome& out);
+  bool answer(uint64_t call, std::chrono::steady_clock::time_point deadline, int64_t cpu_a, RunOutcome& out);
   bool await_state(uint32_t word, std::chrono::steady_clock::time_point deadline, bool spin,
                    int64_t* stalled_ns = nullptr, const timespec* since = nullptr);
   // A pause longer than this between two looks at the control page means this process was not running.
@@ -252,6 +263,9 @@ private:
   // Classifies how the worker ended and reaps it. Throws Interrupted instead when kwb is being interrupted: the
   // death is then kwb's own doing (util/interrupt.h), never the candidate's.
   void record_death(Channel::Status status, const std::string& malformed_detail = "");
+  // record_death's steps: the worker reaped (killed when it lingers), its wait status; a death by `signal` named.
+  int reap_dead_worker();
+  void classify_signal(int signal, WorkerDeath& d) const;
   // Reaps the worker if it has exited (its wait status), without blocking; nullopt while it runs. Reaping ends
   // whatever it left in its process group, unregisters the group (util/interrupt.h) and tidies the runtime cache.
   std::optional<int> try_reap();
