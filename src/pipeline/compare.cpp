@@ -146,6 +146,7 @@ public:
       if (m_order_rng.next() & 1) std::swap(order[0], order[1]);
       const bool long_visits = stats::next_block_long(block, m_aging);
       ArmBlock measured = runner.block(m_res.name, order, block, long_visits);
+      charge_beyond_floor(measured);
       // Kept the moment the block is over: an interruption or a failure in the next block loses none of it.
       samples_out.insert(samples_out.end(), measured.samples.begin(), measured.samples.end());
       for (const Sample& s : measured.samples) m_res.timed_samples += !s.warmup;
@@ -177,6 +178,22 @@ private:
     return false;
   }
 
+  // Each host sample charged only the CPU outside its window beyond its block's floor: the medians over both arms'
+  // timed calls of the block (record/samples.h, block_floor; docs/timing.md, "What a sample charges"). Both arms'
+  // alike, so the floor favours neither: one taken from arm A alone, A's own calls, read A' 1% slower than A in an A/A
+  // on decode. Work one arm moves outside its window raises only its own half of the calls, and is still charged.
+  void charge_beyond_floor(ArmBlock& measured) {
+    std::vector<const Sample*> rows;
+    for (const Sample& s : measured.samples) rows.push_back(&s);
+    const cpu_watch::Floor floor = block_floor(rows);
+    m_floor_pre.push_back(floor.pre_ns);
+    m_floor_post.push_back(floor.post_ns);
+    for (Sample& s : measured.samples) charge_beyond(s, floor);
+    for (ArmVisit& v : measured.visits) {
+      for (Sample& s : v.samples) charge_beyond(s, floor);
+    }
+  }
+
   // An output failed validation during timing: no metric may come from this comparison. Which arm, why and where,
   // in the words of its first failure: what a reader of the decision needs.
   WorkloadResult failed(const ArmBlock& measured, const size_t order[2], int block) {
@@ -198,6 +215,7 @@ private:
     m_res.reason = fmt::format("block {}: arm {} failed validation during timing ({}); no metric is reported", block,
                                failed_arm, why);
     m_res.seconds = m_clock.seconds() - m_start;
+    m_res.block_floor = {cpu_watch::median_ns(m_floor_pre), cpu_watch::median_ns(m_floor_post)};
     m_res.estimate.reset();
     m_res.aging = m_aging;  // over the blocks counted, for the record
     m_res.outside = stats::outside_window_check(m_outside_visits);
@@ -242,6 +260,7 @@ private:
 
   WorkloadResult finish() {
     m_res.seconds = m_clock.seconds() - m_start;
+    m_res.block_floor = {cpu_watch::median_ns(m_floor_pre), cpu_watch::median_ns(m_floor_post)};
     // An arm whose speed changes as its process ages is judged on no part of its life: INVALID, no metric.
     m_res.aging = m_aging;
     m_res.outside = stats::outside_window_check(m_outside_visits);
@@ -310,6 +329,7 @@ private:
   stats::AgingCheck m_aging;  // their finding so far, which also says whether the next block is long
   std::vector<std::array<stats::OutsideVisit, 2>> m_outside_visits;  // every block's, with their outside times
   std::vector<std::array<stats::UntimedVisit, 2>> m_untimed_visits;  // every block's, timed and untimed calls
+  std::vector<int64_t> m_floor_pre, m_floor_post;                    // every block's floor
 };
 
 }  // namespace
@@ -712,6 +732,7 @@ nlohmann::json to_json(const WorkloadResult& w) {
                       {"long_samples_per_visit", w.long_samples_per_visit},
                       {"seed", w.seed},
                       {"warmups_per_visit", w.warmups_per_visit},
+                      {"block_floor_ns", {{"pre", w.block_floor.pre_ns}, {"post", w.block_floor.post_ns}}},
                       {"seconds", w.seconds},
                       {"stopped_by_budget", w.stopped_by_budget},
                       {"aa_bias_log", w.aa_bias_log},

@@ -114,6 +114,9 @@ struct WorkloadResult {
   int long_samples_per_visit = 0;  // in the long blocks (stats/aging.h)
   uint64_t seed = 0;               // block orders; the bootstrap cross-check uses seed ^ blocks
   int warmups_per_visit = 0;
+  // The medians over blocks of each block's floor (record/samples.h, block_floor): what a typical call was charged
+  // less, for the record; verify re-derives every block's from samples.csv.
+  cpu_watch::Floor block_floor;
   std::vector<double> block_median_a, block_median_b;  // per block, arm order A then B (or A')
   int layouts = 1;                                     // builds in each arm's layout pool
   // Per arm (A, then B or A'): how much the arm's speed depends on its layout, from the visit medians of each build.

@@ -3,6 +3,8 @@
 // verify and the reports) walk that declaration, so a column added, renamed or moved is one edit.
 #pragma once
 
+#include "util/cpu_watch.h"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -39,6 +41,26 @@ struct Sample {
   int64_t outside_cpu_ns = -1;
   int64_t outside_wall_ns = -1;
 };
+
+// A block's floor (util/cpu_watch.h, Floor): the medians of the CPU before go and after done over the rows given
+// (both arms' rows of one block of one workload) that count: timed, valid, on a host backend and watched per window.
+// {0, 0} when none does.
+inline cpu_watch::Floor block_floor(const std::vector<const Sample*>& block_rows) {
+  std::vector<int64_t> pre, post;
+  for (const Sample* s : block_rows) {
+    if (s->warmup || !s->output_valid || s->outside_cpu_ns >= 0 || s->pre_cpu_ns < 0 || s->post_cpu_ns < 0) continue;
+    pre.push_back(s->pre_cpu_ns);
+    post.push_back(s->post_cpu_ns);
+  }
+  return {cpu_watch::median_ns(std::move(pre)), cpu_watch::median_ns(std::move(post))};
+}
+
+// A host sample charged again net of its block's floor (from window_ns, pre_cpu_ns and post_cpu_ns, which keep what
+// the parent read); a device sample (outside_cpu_ns recorded) is left as it is.
+inline void charge_beyond(Sample& s, const cpu_watch::Floor& floor) {
+  if (s.outside_cpu_ns >= 0 || (floor.pre_ns == 0 && floor.post_ns == 0)) return;
+  s.ns = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, floor);
+}
 
 // A row of a bundle's samples.csv: the comparison it belongs to ("aa" or "ab"), the sample, and its line (for
 // messages).

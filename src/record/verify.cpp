@@ -712,7 +712,21 @@ private:
     return 0.0;
   }
 
+  // Each counted block's floor (record/samples.h), from both arms' rows of the block; from compare.json version 7 on,
+  // as compare charged it. The pilot (block -1) is charged whole.
+  std::map<int, cpu_watch::Floor> block_floors(const std::string& tag, const std::string& name) const {
+    std::map<int, std::vector<const Sample*>> blocks;
+    for (const SampleRow& s : m_b.samples) {
+      if (s.comparison == tag && s.workload == name && s.block >= 0) blocks[s.block].push_back(&s);
+    }
+    std::map<int, cpu_watch::Floor> floors;
+    for (const auto& [block, rows] : blocks) floors[block] = block_floor(rows);
+    return floors;
+  }
+
   void charge_of(const std::string& tag, const std::string& name, const std::string& where) {
+    const std::map<int, cpu_watch::Floor> floors =
+        version_of(tag == "aa" ? m_b.aa : m_b.ab) >= 7 ? block_floors(tag, name) : std::map<int, cpu_watch::Floor>{};
     for (const SampleRow& s : m_b.samples) {
       if (s.comparison != tag || s.workload != name) continue;
       if (s.outside_cpu_ns >= 0) {
@@ -725,12 +739,15 @@ private:
         }
         continue;
       }
-      const int64_t charged = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns);
+      const auto floor = floors.find(s.block);
+      const cpu_watch::Floor f = floor != floors.end() ? floor->second : cpu_watch::Floor{};
+      const int64_t charged = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, f);
       if (s.ns != charged) {
         problem(
             fmt::format("{}: samples.csv line {}: the sample is {} ns, but its window ({} ns) plus the CPU charged "
-                        "before go ({} ns) and after done ({} ns) is {} ns",
-                        where, s.line, s.ns, s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, charged));
+                        "before go ({} ns) and after done ({} ns) beyond its block's floor ({} ns, {} ns) "
+                        "is {} ns",
+                        where, s.line, s.ns, s.window_ns, s.pre_cpu_ns, s.post_cpu_ns, f.pre_ns, f.post_ns, charged));
       }
     }
   }

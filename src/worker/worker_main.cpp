@@ -401,6 +401,7 @@ private:
     m_backend = make_backend(backend_kind(m), backend_options(m));
     seal_call_path(m_backend->call_path());
     m_task = m.at("task").get<std::string>();
+    m_parent_spins = m.value("parent_spins", false);
     if (std::optional<nlohmann::json> e = enter_load_sandbox(m, path, fds)) return *e;
     if (std::optional<nlohmann::json> e = load_implementation(m, path)) return *e;
 #ifndef KWB_PROFILE_WORKER
@@ -790,7 +791,9 @@ private:
       return error(FailureReason::protocol, "the control page left the go phase while kwb_run ran (it read " +
                                                 std::to_string(expected_go) + "): something in the worker wrote it");
     }
-    protocol::futex_wake(state);  // a parent that sleeps through a long call
+    // A parent that sleeps through the call is woken; one that spins for done (a timed cpu worker's) is not: the
+    // system call would be kwb's own CPU after done, charged to the call (docs/timing.md, "What a sample charges").
+    if (!m_parent_spins) protocol::futex_wake(state);
     if (device) {
       if (std::optional<nlohmann::json> failed = read_back(path, state, seq, args.out)) return *failed;
     }
@@ -843,6 +846,9 @@ private:
   kwb_teardown_fn m_teardown = nullptr;
   std::map<int, std::unique_ptr<Mapping>> m_buffers;
   uint64_t m_calls = 0;  // kwb_run calls made
+  // The parent spins for done (load's parent_spins): it needs no wake-up then. Were this flipped by the
+  // implementation, a sleeping parent would notice done within its 1 ms futex timeout, on the implementation's time.
+  bool m_parent_spins = false;
 #ifndef KWB_PROFILE_WORKER
   std::unique_ptr<Sandbox> m_sandbox;
 #endif

@@ -489,6 +489,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
                         {"cpu_seconds", limits.cpu_seconds},
                         {"trace", device.trace},
                         {"cold", device.cold},
+                        {"parent_spins", m_spin_for_done},
                         {"runtime_cache_dir", runtime_dir}},
                        fds);
   if (!reply) {

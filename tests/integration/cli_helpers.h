@@ -5,7 +5,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,6 +23,44 @@ inline const std::filesystem::path k_gemm_lite = KWB_GEMM_LITE;  // tests/CMakeL
 inline const std::filesystem::path k_softmax = k_source_dir / "tasks" / "softmax";
 inline const std::filesystem::path k_softmax_bf16 = k_source_dir / "tasks" / "softmax_bf16";
 inline const std::filesystem::path k_adversarial = k_source_dir / "tests" / "adversarial";
+
+// One host row of samples.csv, as the charge needs it: `group` tells comparisons and workloads apart.
+struct ChargeRow {
+  std::string group;
+  int block = 0;
+  std::string arm;
+  bool warmup = false;
+  bool valid = true;
+  int64_t pre = -1, post = -1, window = 0;
+};
+
+// The sample each row must be, derived here on its own (docs/timing.md, "What a sample charges"): its window plus its
+// CPU before go and after done beyond its block's floor, the lower-middle medians of those over both arms' timed,
+// valid, watched rows of the block; the pilot (block -1) is charged whole.
+inline std::vector<int64_t> expected_samples(const std::vector<ChargeRow>& rows) {
+  std::map<std::pair<std::string, int>, std::pair<std::vector<int64_t>, std::vector<int64_t>>> reference;
+  for (const ChargeRow& r : rows) {
+    if (r.block < 0 || r.warmup || !r.valid || r.pre < 0 || r.post < 0) continue;
+    auto& [pre, post] = reference[{r.group, r.block}];
+    pre.push_back(r.pre);
+    post.push_back(r.post);
+  }
+  auto lower_median = [](std::vector<int64_t> v) -> int64_t {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+  };
+  std::vector<int64_t> out;
+  for (const ChargeRow& r : rows) {
+    int64_t floor_pre = 0, floor_post = 0;
+    if (auto it = reference.find({r.group, r.block}); it != reference.end()) {
+      floor_pre = lower_median(it->second.first);
+      floor_post = lower_median(it->second.second);
+    }
+    out.push_back(r.window + std::max<int64_t>(0, r.pre - floor_pre) + std::max<int64_t>(0, r.post - floor_post));
+  }
+  return out;
+}
 
 struct KwbRun {
   int exit_code = -1;

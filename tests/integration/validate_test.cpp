@@ -324,13 +324,17 @@ TEST_F(ValidateBundle, samples_record_the_charge_and_verify_derives_every_sample
   // cpu: every call charged per window where the worker's task clock can be read (perf_event_open), none where it
   // cannot (the coarse clock judges the whole cycle instead: worker_session.cpp, outside_timer).
   const bool watched = rows[0][15] != "-1";
+  std::vector<ChargeRow> charges;
+  std::vector<int64_t> samples;
   for (const auto& f : rows) {
     EXPECT_EQ(f[15] != "-1", watched) << fmt::format("{}", fmt::join(f, ","));
     EXPECT_EQ(f[16] != "-1", watched) << fmt::format("{}", fmt::join(f, ","));
-    const int64_t charged =
-        std::stoll(f[17]) + std::max<int64_t>(0, std::stoll(f[15])) + std::max<int64_t>(0, std::stoll(f[16]));
-    EXPECT_EQ(std::stoll(f[9]), charged) << fmt::format("{}", fmt::join(f, ","));
+    charges.push_back({f[0] + "/" + f[1], std::stoi(f[2]), f[3], f[7] == "1", f[10] == "1", std::stoll(f[15]),
+                       std::stoll(f[16]), std::stoll(f[17])});
+    samples.push_back(std::stoll(f[9]));
   }
+  // Each sample is its window plus the CPU before go and after done beyond its block's reference floor.
+  EXPECT_EQ(samples, expected_samples(charges));
   if (!watched) GTEST_SKIP() << "no per-window CPU figures on this machine (perf_event_open refused)";
   auto forge = [&](const std::string& name, auto&& edit) {
     fs::path d = copy(name);

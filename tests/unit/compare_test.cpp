@@ -374,6 +374,93 @@ TEST(compare_test, a_device_sample_charges_the_cpu_during_the_capture_only) {
   EXPECT_EQ(cpu_watch::device_charged_ns(5000, -1), 5000);  // not watched
 }
 
+// A block's floor (record/samples.h): over its timed, valid, watched host rows, the lower-middle medians of the CPU
+// before go and after done; a host sample is then charged only beyond them, a device sample as it was.
+TEST(compare_test, a_host_sample_is_charged_only_beyond_its_blocks_floor) {
+  auto row = [](bool warmup, bool valid, int64_t pre, int64_t post) {
+    Sample s;
+    s.arm = "A";
+    s.warmup = warmup;
+    s.output_valid = valid;
+    s.pre_cpu_ns = pre;
+    s.post_cpu_ns = post;
+    s.window_ns = 1000;
+    s.ns = cpu_watch::charged_ns(s.window_ns, pre, post);
+    return s;
+  };
+  const std::vector<Sample> a = {row(false, true, 300, 20), row(false, true, 100, 0),   row(false, true, 200, 10),
+                                 row(false, true, 250, 30), row(true, true, 9000, 900), row(false, false, 7000, 700)};
+  std::vector<const Sample*> reference;
+  for (const Sample& s : a) reference.push_back(&s);
+  const cpu_watch::Floor f = block_floor(reference);
+  EXPECT_EQ(f.pre_ns, 200);  // 100 200 250 300: the lower middle; the warm-up and the invalid call do not count
+  EXPECT_EQ(f.post_ns, 10);  // 0 10 20 30
+  Sample b = row(false, true, 1200, 5);
+  charge_beyond(b, f);
+  EXPECT_EQ(b.ns, 1000 + 1000 + 0);  // 1000 ns of CPU before go beyond the floor is charged whole
+  Sample unwatched = row(false, true, -1, -1);
+  charge_beyond(unwatched, f);
+  EXPECT_EQ(unwatched.ns, 1000);
+  Sample device = row(false, true, 1200, 5);
+  device.outside_cpu_ns = 40;
+  device.ns = cpu_watch::device_charged_ns(1000, 5);
+  charge_beyond(device, f);
+  EXPECT_EQ(device.ns, 1005);
+  std::vector<const Sample*> none = {&a[4], &a[5]};
+  EXPECT_EQ(block_floor(none).pre_ns, 0);
+}
+
+// Two arms whose windows differ by 10% and whose workers both spend 3 us of kwb's protocol before go on every call (a
+// host with costly kernel entries): charged whole, the protocol dilutes the difference to about 2.5%; charged beyond
+// the block's floor, the comparison reads the windows' 10%. Arm B moving 800 ns of its work before go on top gains
+// nothing: it raises only its own half of the block's calls, and the floor stays at the top of A's.
+class ProtocolRunner final : public ArmRunner {
+public:
+  ProtocolRunner(FakeClock& clock, int64_t moved_ns) : m_clock(clock), m_moved_ns(moved_ns) {}
+  ArmVisit visit(const std::string& workload, size_t arm, int block, int order_position, bool) override {
+    m_clock.advance(0.01);
+    ArmVisit v;
+    v.pid = 2000 + static_cast<int64_t>(++m_visits);
+    for (int i = 0; i < 12; ++i) {
+      Sample s{workload, block, arm == 0 ? "A" : "B", order_position, v.pid, i, i < 2, i, 0, true};
+      s.window_ns = (arm == 0 ? 1000 : 1100 + (block % 3) * 4) - (arm == 1 ? m_moved_ns : 0) + (i % 3) * 5;
+      s.pre_cpu_ns = 3000 + (i % 4) * 10 + (arm == 1 ? m_moved_ns : 0);
+      s.post_cpu_ns = 200 + (i % 2) * 10;
+      s.ns = cpu_watch::charged_ns(s.window_ns, s.pre_cpu_ns, s.post_cpu_ns);
+      v.samples.push_back(s);
+    }
+    return v;
+  }
+
+private:
+  FakeClock& m_clock;
+  int64_t m_moved_ns;
+  uint64_t m_visits = 0;
+};
+
+TEST(compare_test, kwbs_own_protocol_cpu_does_not_dilute_a_difference_and_moved_work_still_pays) {
+  for (int64_t moved : {int64_t{0}, int64_t{800}}) {
+    FakeClock clock;
+    ProtocolRunner runner(clock, moved);
+    std::vector<Sample> samples;
+    const WorkloadResult r =
+        run_sequential_comparison("w", {"A", "B"}, runner, clock,
+                                  {CompareMode::ab, stats::GateKind::ci, 0.0, 1.0, 0.05}, {10, 200, 60.0}, 7, samples);
+    ASSERT_TRUE(r.estimate) << r.reason;
+    EXPECT_NEAR(r.estimate->improvement_pct, -10.0, 1.0) << "moved " << moved;
+    // Each arm's ten timed calls: 3000 x2, 3010 x2, 3020 x3, 3030 x3 before go (B's 800 higher when it moves work),
+    // and 200 x5, 210 x5 after done: the lower middle of the twenty.
+    EXPECT_EQ(r.block_floor.pre_ns, moved == 0 ? 3020 : 3030) << r.reason;
+    EXPECT_EQ(r.block_floor.post_ns, 200);
+    for (const Sample& s : samples) {
+      // Free is at most how far the floor lies above the call's own protocol CPU (30 ns here), never the work.
+      if (s.block >= 0 && s.arm == "B" && !s.warmup) {
+        EXPECT_GE(s.ns - s.window_ns, moved - 30) << s.pre_cpu_ns;
+      }
+    }
+  }
+}
+
 TEST(compare_test, overall_verdict_precedence) {
   using stats::Verdict;
   auto w = [](Verdict v) {
