@@ -12,7 +12,8 @@
 # Usage: bench/loop_keeps.sh [N=100] [WORKLOADS="decode prefill"]
 # BENCH_FROM=K runs sessions K..N only, into a BENCH_OUT that holds 1..K-1 already (a run cut short, continued);
 # the summary covers the sessions of 1..N whose JSON is in BENCH_OUT (a folder that lost seeds 1..K-1 summarizes
-# K..N, and each row says how many it counts).
+# K..N, and each row says how many it counts). BENCH_OUT records its host (host.txt: CPU and kernel) and refuses to be
+# continued on another. BENCH_EXTRA_<workload> sets the faster candidate's extra work instead of calibrating it.
 # Time: an equal session runs until SAME or the budget (about 40-60 s here), a faster one until PASS (seconds).
 # Run nothing else at the same time.
 set -euo pipefail
@@ -20,6 +21,13 @@ source "$(dirname "$0")/lib.sh"
 n="${1:-100}"
 workloads="${2:-decode prefill}"
 read -r -a flags <<<"${KWB_BENCH_FLAGS:-}"
+# One table, one host: a continued run (BENCH_FROM) on another CPU or kernel would mix effect sizes and noise.
+host="$(grep -m5 -E '^(vendor_id|cpu family|model|stepping)' /proc/cpuinfo | tr -s ' \t' ' ' | paste -sd';'); $(nproc) CPUs; $(uname -r)"
+if [[ -f "$out/host.txt" && "$(cat "$out/host.txt")" != "$host" ]]; then
+  echo "bench/loop_keeps.sh: $out was measured on '$(cat "$out/host.txt")', this is '$host': start a new folder" >&2
+  exit 2
+fi
+echo "$host" >"$out/host.txt"
 lite="$out/rmsnorm"
 python3 tests/make_lite_task.py "$task" "$lite" dram
 note="$out/fused_note.cpp"
@@ -121,5 +129,6 @@ for w in workloads:
               + ", ".join(f"{r['extra_work']} -> {r['improvement_pct']:+.2f}%" for r in c["readings"]))
     except FileNotFoundError:
         pass
+print(f"host: {open(f'{out}/host.txt').read().strip()}")
 print(f"raw JSON: {out}")
 PY

@@ -139,6 +139,12 @@ public:
   }
 
   WorkloadResult run(ArmRunner& runner, std::vector<Sample>& samples_out, const ProgressSink& progress) {
+    // Block 0's floor: the pilot's calls of the reference arm, when compare ran one (record/samples.h).
+    std::vector<const Sample*> pilot;
+    for (const Sample& s : samples_out) {
+      if (s.workload == m_res.name && s.block < 0 && s.arm == m_labels[0]) pilot.push_back(&s);
+    }
+    m_floor = block_floor(pilot);
     while (!budget_spent()) {
       const int block = static_cast<int>(m_res.blocks);
       // A fresh random order per block: neither arm always goes first (RMIT); over blocks this balances AB and BA.
@@ -178,20 +184,22 @@ private:
     return false;
   }
 
-  // Each host sample charged only the CPU outside its window beyond its block's floor: the medians over both arms'
-  // timed calls of the block (record/samples.h, block_floor; docs/timing.md, "What a sample charges"). Both arms'
-  // alike, so the floor favours neither: one taken from arm A alone, A's own calls, read A' 1% slower than A in an A/A
-  // on decode. Work one arm moves outside its window raises only its own half of the calls, and is still charged.
+  // Each host sample charged only the CPU outside its window beyond its block's floor: the medians over the
+  // reference arm's (A's) timed calls of the block before (block 0: of the pilot), record/samples.h, block_floor;
+  // docs/timing.md, "What a sample charges". From calls neither charged sample is one of, so it favours neither arm
+  // (a floor from the block's own calls of A read A' 1% slower than A in an A/A on decode), and from A's only, so the
+  // candidate cannot lower it (pooled with B's calls, a candidate whose wake-ups were cheap would have lowered the
+  // floor and made every A call dearer).
   void charge_beyond_floor(ArmBlock& measured) {
-    std::vector<const Sample*> rows;
-    for (const Sample& s : measured.samples) rows.push_back(&s);
-    const cpu_watch::Floor floor = block_floor(rows);
-    m_floor_pre.push_back(floor.pre_ns);
-    m_floor_post.push_back(floor.post_ns);
-    for (Sample& s : measured.samples) charge_beyond(s, floor);
+    m_floor_pre.push_back(m_floor.pre_ns);
+    m_floor_post.push_back(m_floor.post_ns);
+    for (Sample& s : measured.samples) charge_beyond(s, m_floor);
     for (ArmVisit& v : measured.visits) {
-      for (Sample& s : v.samples) charge_beyond(s, floor);
+      for (Sample& s : v.samples) charge_beyond(s, m_floor);
     }
+    std::vector<const Sample*> reference;
+    for (const Sample& s : measured.visits[0].samples) reference.push_back(&s);
+    m_floor = block_floor(reference);  // the next block's
   }
 
   // An output failed validation during timing: no metric may come from this comparison. Which arm, why and where,
@@ -329,6 +337,7 @@ private:
   stats::AgingCheck m_aging;  // their finding so far, which also says whether the next block is long
   std::vector<std::array<stats::OutsideVisit, 2>> m_outside_visits;  // every block's, with their outside times
   std::vector<std::array<stats::UntimedVisit, 2>> m_untimed_visits;  // every block's, timed and untimed calls
+  cpu_watch::Floor m_floor;                                          // the next block's floor
   std::vector<int64_t> m_floor_pre, m_floor_post;                    // every block's floor
 };
 

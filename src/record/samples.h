@@ -43,11 +43,11 @@ struct Sample {
 };
 
 // A block's floor (util/cpu_watch.h, Floor): the medians of the CPU before go and after done over the rows given
-// (both arms' rows of one block of one workload) that count: timed, valid, on a host backend and watched per window.
-// {0, 0} when none does.
-inline cpu_watch::Floor block_floor(const std::vector<const Sample*>& block_rows) {
+// that count (timed, valid, on a host backend and watched per window): the reference arm's (A's) rows of the block
+// before it, or for block 0 of the pilot (block -1). {0, 0} when none does.
+inline cpu_watch::Floor block_floor(const std::vector<const Sample*>& reference_rows) {
   std::vector<int64_t> pre, post;
-  for (const Sample* s : block_rows) {
+  for (const Sample* s : reference_rows) {
     if (s->warmup || !s->output_valid || s->outside_cpu_ns >= 0 || s->pre_cpu_ns < 0 || s->post_cpu_ns < 0) continue;
     pre.push_back(s->pre_cpu_ns);
     post.push_back(s->post_cpu_ns);

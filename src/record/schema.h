@@ -40,9 +40,10 @@ inline constexpr const char* k_compare_schema = "kwb.compare";
 // version 3 or 4 comparison without either test, as it was run.
 // 6: the gate's same_margin_pct, and an A/B workload may be SAME: its interval wholly within +-same_margin_pct, no
 // practical difference (stats::ab_verdict); verify replays an older comparison without it (margin 0), as it was run.
-// 7: a host sample is charged its CPU outside the window beyond its block's floor, the medians over both arms' calls
-// of the block (record/samples.h, block_floor), and each workload records the typical floor (block_floor_ns);
-// verify re-derives each block's floor from samples.csv, and charges an older comparison's samples whole, as they were.
+// 7: a host sample is charged its CPU outside the window beyond its block's floor, the medians over arm A's calls of
+// the block before (block 0: the pilot's; record/samples.h, block_floor), and each workload records the typical floor
+// (block_floor_ns); verify re-derives each block's floor from samples.csv, and charges an older comparison's samples
+// whole, as they were.
 inline constexpr int k_compare_schema_version = 7;
 inline constexpr int k_compare_schema_oldest_verified = 3;
 

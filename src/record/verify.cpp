@@ -712,15 +712,21 @@ private:
     return 0.0;
   }
 
-  // Each counted block's floor (record/samples.h), from both arms' rows of the block; from compare.json version 7 on,
-  // as compare charged it. The pilot (block -1) is charged whole.
+  // Each counted block's floor (record/samples.h): from arm A's rows of the block before it (block 0: of the pilot,
+  // block -1); from compare.json version 7 on, as compare charged it. The pilot itself is charged whole.
   std::map<int, cpu_watch::Floor> block_floors(const std::string& tag, const std::string& name) const {
-    std::map<int, std::vector<const Sample*>> blocks;
+    std::map<int, std::vector<const Sample*>> reference;
+    std::set<int> blocks;
     for (const SampleRow& s : m_b.samples) {
-      if (s.comparison == tag && s.workload == name && s.block >= 0) blocks[s.block].push_back(&s);
+      if (s.comparison != tag || s.workload != name) continue;
+      if (s.block >= 0) blocks.insert(s.block);
+      if (s.arm == "A") reference[s.block].push_back(&s);
     }
     std::map<int, cpu_watch::Floor> floors;
-    for (const auto& [block, rows] : blocks) floors[block] = block_floor(rows);
+    for (int block : blocks) {
+      const auto before = reference.find(block - 1);
+      floors[block] = before != reference.end() ? block_floor(before->second) : cpu_watch::Floor{};
+    }
     return floors;
   }
 

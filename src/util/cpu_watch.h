@@ -17,8 +17,8 @@ namespace kwb::cpu_watch {
 // the window is charged as CPU, a thread's worth at a time: spreading it over threads before go costs more, never
 // less, than doing it inside.
 //
-// Less the block's floor (Floor: the medians over both arms' calls of the block, record/samples.h), from compare.json
-// version 7 on: kwb's own protocol costs the worker CPU
+// Less the block's floor (Floor: the medians over the reference arm's calls of the block before, record/samples.h),
+// from compare.json version 7 on: kwb's own protocol costs the worker CPU
 // in both places whatever the implementation does (its futex wake-up before ready, its way back to sleep after done,
 // the parent's reads of its CPU clock while it runs), and on a host whose kernel mitigates speculative attacks at
 // every entry that is microseconds, the same for both arms: charged whole it added 5 us to a 1.4 us decode call and
@@ -34,7 +34,7 @@ inline int64_t charged_ns(int64_t window_ns, int64_t pre_cpu_ns, int64_t post_cp
 }
 
 // The median of `v` as one of its values (the lower middle one for an even count), 0 for none: a floor is a value
-// the block's calls took, never a mean between two.
+// the reference's calls took, never a mean between two.
 inline int64_t median_ns(std::vector<int64_t> v) {
   if (v.empty()) return 0;
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>((v.size() - 1) / 2);

@@ -35,12 +35,12 @@ struct ChargeRow {
 };
 
 // The sample each row must be, derived here on its own (docs/timing.md, "What a sample charges"): its window plus its
-// CPU before go and after done beyond its block's floor, the lower-middle medians of those over both arms' timed,
-// valid, watched rows of the block; the pilot (block -1) is charged whole.
+// CPU before go and after done beyond its block's floor, the lower-middle medians of those over arm A's timed, valid,
+// watched rows of the block before (block 0: of the pilot, block -1); the pilot itself is charged whole.
 inline std::vector<int64_t> expected_samples(const std::vector<ChargeRow>& rows) {
   std::map<std::pair<std::string, int>, std::pair<std::vector<int64_t>, std::vector<int64_t>>> reference;
   for (const ChargeRow& r : rows) {
-    if (r.block < 0 || r.warmup || !r.valid || r.pre < 0 || r.post < 0) continue;
+    if (r.arm != "A" || r.warmup || !r.valid || r.pre < 0 || r.post < 0) continue;
     auto& [pre, post] = reference[{r.group, r.block}];
     pre.push_back(r.pre);
     post.push_back(r.post);
@@ -53,7 +53,7 @@ inline std::vector<int64_t> expected_samples(const std::vector<ChargeRow>& rows)
   std::vector<int64_t> out;
   for (const ChargeRow& r : rows) {
     int64_t floor_pre = 0, floor_post = 0;
-    if (auto it = reference.find({r.group, r.block}); it != reference.end()) {
+    if (auto it = reference.find({r.group, r.block - 1}); r.block >= 0 && it != reference.end()) {
       floor_pre = lower_median(it->second.first);
       floor_post = lower_median(it->second.second);
     }
