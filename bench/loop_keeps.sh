@@ -47,9 +47,9 @@ PY
 }
 # The "5% faster" candidate's extra work on this machine: what a given effect costs depends on the CPU (a decode call
 # is 1.3 us on this project's Zen 3 VM, under 1 us on Zen 5) and on how kwb charges. Unless $out/calibration_$w.json
-# holds it already (a run continued with BENCH_FROM) or BENCH_EXTRA_<workload> says, two 60 s compares at the old
-# bar: one at a first guess, one at the guess scaled to 5% (the cost is linear in extra_work), whose reading is
-# recorded beside the choice.
+# holds it already (a run continued with BENCH_FROM) or BENCH_EXTRA_<workload> says, two compares of 300 blocks or
+# more (a minute or less) at the old bar: one at a first guess, one at the guess scaled to 5% (the cost is linear in
+# extra_work), whose reading is recorded beside the choice.
 calibrate() {
   local w="$1" guess="$2" file="$out/calibration_$1.json" given="BENCH_EXTRA_$1"
   if [[ -n "${!given:-}" ]]; then
@@ -63,8 +63,10 @@ calibrate() {
   local probe="$out/calibrate_$w.cpp" readings=() extra="$guess"
   for step in 1 2; do
     make_slow "$probe" "$extra"
+    # 300 blocks before the first look: no early stop on a first reading that happens to clear the bar.
     "$KWB" compare "$lite" --baseline "$probe" --candidate "$lite/cpu/fused.cpp" --workload "$w" --max-minutes 1 \
-      --min-improvement-pct 0 --same-margin-pct 0 --json 2>/dev/null >"$out/calibrate_${w}_$step.json" || true
+      --repetitions 300 --min-improvement-pct 0 --same-margin-pct 0 --json 2>/dev/null \
+      >"$out/calibrate_${w}_$step.json" || true
     local pct
     pct="$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['workloads'][0]['improvement_pct'])" \
       "$out/calibrate_${w}_$step.json")"
