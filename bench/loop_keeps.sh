@@ -85,7 +85,8 @@ for w in $workloads; do
   guess=5
   [[ $w == decode ]] && guess=10
   extra="$(calibrate "$w" "$guess")"
-  echo "$w: slow_by_work with extra_work = $extra ($out/calibration_$w.json)" >&2
+  given="BENCH_EXTRA_$w"
+  echo "$w: slow_by_work with extra_work = $extra (${!given:+BENCH_EXTRA_$w}${!given:-$out/calibration_$w.json})" >&2
   slow="$out/slow_by_work_$w.cpp"
   make_slow "$slow" "$extra"
   for ((i = ${BENCH_FROM:-1}; i <= n; i++)); do
