@@ -85,8 +85,10 @@ for w in $workloads; do
   guess=5
   [[ $w == decode ]] && guess=10
   extra="$(calibrate "$w" "$guess")"
+  source_of_extra="$out/calibration_$w.json"
   given="BENCH_EXTRA_$w"
-  echo "$w: slow_by_work with extra_work = $extra (${!given:+BENCH_EXTRA_$w}${!given:-$out/calibration_$w.json})" >&2
+  [[ -n "${!given:-}" ]] && source_of_extra="$given"
+  echo "$w: slow_by_work with extra_work = $extra ($source_of_extra)" >&2
   slow="$out/slow_by_work_$w.cpp"
   make_slow "$slow" "$extra"
   for ((i = ${BENCH_FROM:-1}; i <= n; i++)); do
