@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The README's test command: install what is missing, build, run every test (CTest + GoogleTest).
+# The README's test command: install what is missing, build, run every test (CTest + GoogleTest), then the unit tests
+# again under AddressSanitizer and UBSan. Formatting (format_check), clang-tidy (tidy) and the function-length limit
+# (function_lengths) are CTest tests of the first run. Both builds compile through ccache where it is installed
+# (CMakeLists.txt), so a fresh clone on a machine that built kwb before compiles little.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-ci}"
@@ -17,7 +20,7 @@ make_venv() {
 mkdir -p build
 make_venv > "build/$preset-venv.log" 2>&1 &
 venv_pid=$!
-if ! bash scripts/build.sh "$preset" >/dev/null; then
+if ! bash scripts/build.sh "$preset" >/dev/null || ! bash scripts/build.sh asan >/dev/null; then
   wait "$venv_pid" || true
   exit 1
 fi
@@ -30,3 +33,27 @@ fi
 # spend much of their time waiting (sandboxes set up, processes started, files synced), so on 2 CPUs -j 4 took that
 # group from 215 s to 183 s (bench/README.md). The tests that time still run alone (RUN_SERIAL).
 ctest --preset "$preset" -j "$((2 * $(nproc)))"
+# The unit tests under AddressSanitizer and UBSan (the asan preset: Debug, not unity; CMakePresets.json), as one
+# process per CPU, each a GoogleTest shard: ASan's start-up in each of 432 processes (ctest --preset asan) cost twice
+# the time of the tests. The options are the asan test preset's.
+shards="$(nproc)"
+pids=()
+for ((i = 0; i < shards; i++)); do
+  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 GTEST_TOTAL_SHARDS="$shards" GTEST_SHARD_INDEX="$i" \
+    build/asan/tests/kwb_unit_tests --gtest_brief=1 >"build/asan/unit-shard-$i.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for ((i = 0; i < shards; i++)); do
+  if ! wait "${pids[$i]}"; then
+    cat "build/asan/unit-shard-$i.log" >&2
+    failed=1
+  fi
+done
+if ((failed)); then
+  echo "scripts/test.sh: the unit tests failed under ASan/UBSan (build/asan/unit-shard-*.log, above)" >&2
+  exit 1
+fi
+awk '/^\[  PASSED  \]/ { n += $4 } END { printf "scripts/test.sh: %d unit tests passed under ASan and UBSan\n", n }' \
+  build/asan/unit-shard-*.log

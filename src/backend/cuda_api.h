@@ -68,6 +68,7 @@ inline const std::string k_cuda_version = cuda_version_text(CUDART_VERSION);
   X(cuptiActivityGetNumDroppedRecords) X(cuptiGetStreamIdEx) X(cuptiGetDeviceId)
 // clang-format on
 
+// NOLINTNEXTLINE(bugprone-macro-parentheses): fn is a name declared here, not an expression to parenthesize
 #define KWB_DECLARE_FUNCTION(fn) decltype(&::fn) fn = nullptr;
 
 // The runtime entry points kwb uses, resolved once per process; the library is never closed (its exit handlers

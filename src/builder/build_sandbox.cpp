@@ -3,6 +3,7 @@
 #include "util/error.h"
 #include "util/fd.h"
 #include "util/interrupt.h"
+#include "util/paths.h"
 #include "util/subprocess.h"
 
 #include <fcntl.h>
@@ -53,7 +54,7 @@ std::string find_on_path(const std::string& name) {
 }
 
 std::string bwrap_path() {
-  const std::string path = find_bubblewrap();
+  std::string path = find_bubblewrap();
   if (path.empty()) {
     throw Error(ExitCode::unavailable,
                 "kwb compiles candidates only inside a bubblewrap sandbox, and `bwrap` is not installed: install it "
@@ -155,6 +156,7 @@ std::vector<Spawned> spawn_limited_all(const std::vector<std::vector<std::string
       }
       if (running.empty()) continue;
       std::vector<pollfd> polls;
+      polls.reserve(running.size());
       for (const Running& r : running) polls.push_back({r.output.get(), POLLIN, 0});
       const auto left =
           std::max<std::int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(soonest - now).count() + 1);
@@ -269,15 +271,6 @@ std::vector<fs::path> build_sandbox_system_roots() {
     if (fs::exists(fs::symlink_status(e, ec))) roots.emplace_back(e);
   }
   return roots;
-}
-
-bool path_is_within(const fs::path& path, const fs::path& root) {
-  auto p = path.begin();
-  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
-    if (r->empty()) continue;  // a trailing separator
-    if (p == path.end() || *p != *r) return false;
-  }
-  return true;
 }
 
 fs::path compiler_prefix_to_bind(const std::string& compiler) {

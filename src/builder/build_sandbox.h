@@ -93,7 +93,4 @@ std::vector<std::pair<RlimitResource, rlimit>> sandbox_rlimits(std::uint64_t add
                                                                std::uint64_t cpu_seconds,
                                                                std::uint64_t file_size_bytes);
 
-// True when `path` (absolute, lexically normal) equals `root` or lies below it.
-bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);
-
 }  // namespace kwb

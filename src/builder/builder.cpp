@@ -94,7 +94,7 @@ fs::path cuda_library_dir(const std::string& nvcc) {
   if (bin.empty()) return {};
   for (const char* rel : {"../lib64", "../targets/x86_64-linux/lib", "../lib"}) {
     std::error_code ec;
-    const fs::path dir = fs::weakly_canonical(bin / rel, ec);
+    fs::path dir = fs::weakly_canonical(bin / rel, ec);
     if (!ec && fs::exists(dir / "libcudart.so", ec)) return dir;
   }
   return {};
@@ -389,7 +389,7 @@ fs::path checked_source(const fs::path& source) {
   if (!fs::is_regular_file(source)) {
     throw DataError(fmt::format("{}: implementation source does not exist", source.string()));
   }
-  const fs::path canonical = fs::canonical(source);
+  fs::path canonical = fs::canonical(source);
   const fs::path folder = canonical.parent_path();
   if (folder == folder.root_path()) {
     throw DataError(

@@ -117,6 +117,7 @@ std::string mixed_machines(const std::vector<const Job*>& jobs) {
   }
   if (machines.size() < 2) return "";
   std::vector<std::string> parts;
+  parts.reserve(machines.size());
   for (const auto& [m, n] : machines) parts.push_back(fmt::format("{} on {}", n, m));
   return fmt::format(
       "WARNING: this ranking mixes machines ({}): each job compared its candidate with the baseline on its own node, "

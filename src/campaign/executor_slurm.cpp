@@ -163,7 +163,7 @@ public:
 
 private:
   std::filesystem::path write_job_script(const JobLaunch& launch) const {
-    const std::filesystem::path script = launch.attempt_dir / "job.sh";
+    std::filesystem::path script = launch.attempt_dir / "job.sh";
     write_file_atomic(script, slurm_job_script(launch));
     std::filesystem::permissions(script, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
     return script;
@@ -301,6 +301,7 @@ std::vector<std::string> container_prefix(const SlurmOptions& o, const std::vect
                                           const std::filesystem::path& workdir) {
   if (o.apptainer_image.empty() && o.pyxis_image.empty()) return {};
   std::vector<std::string> all;
+  all.reserve(binds.size());
   for (const std::filesystem::path& b : binds) all.push_back(b.lexically_normal().string());
   all.insert(all.end(), o.container_mounts.begin(), o.container_mounts.end());
   std::sort(all.begin(), all.end());
@@ -309,6 +310,7 @@ std::vector<std::string> container_prefix(const SlurmOptions& o, const std::vect
     return {"apptainer", "exec", "--bind", fmt::format("{}", fmt::join(all, ",")), o.apptainer_image};
   }
   std::vector<std::string> mounts;
+  mounts.reserve(all.size());
   for (const std::string& m : all) mounts.push_back(m + ":" + m);
   return {"srun", "--ntasks=1", "--container-image=" + o.pyxis_image,
           fmt::format("--container-mounts={}", fmt::join(mounts, ",")), "--container-workdir=" + workdir.string()};

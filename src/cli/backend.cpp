@@ -10,7 +10,7 @@ namespace kwb::cli {
 
 std::string require_backend(BackendKind backend) {
   if (!is_device(backend)) return "";
-  const std::string device = probe_backend(worker_executable(), backend);
+  std::string device = probe_backend(worker_executable(), backend);
   std::cerr << fmt::format("kwb: backend {}: {}\n", backend, device);
   return device;
 }

@@ -88,6 +88,7 @@ Action add_compare(CLI::App& root) {
     // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
     const int layouts = a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend);
     std::vector<BuildRequest> requests;
+    requests.reserve(static_cast<size_t>(layouts));
     for (int v = 0; v < layouts; ++v) requests.push_back({baseline, v, backend});
     if (!a->aa) {
       for (int v = 0; v < layouts; ++v) requests.push_back({a->candidate, v, backend});

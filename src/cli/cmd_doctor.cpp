@@ -232,6 +232,7 @@ int doctor(BackendKind backend, const std::vector<std::string>& tasks, const std
               << "\n";
   } else {
     std::vector<std::vector<std::string>> rows;
+    rows.reserve(found.size());
     for (const Finding& f : found) {
       rows.push_back({f.piece,
                       f.ok         ? "ok"

@@ -560,6 +560,7 @@ void print_lineage(const Task& task, BackendKind backend, const Ledger& ledger, 
     if (const std::string note = other_ledger_note(ledger.path()); !note.empty()) std::cout << note << "\n";
   } else {
     std::vector<std::vector<std::string>> rows;
+    rows.reserve(line.size());
     for (const Incumbent& i : line) {
       rows.push_back({std::to_string(i.generation), i.identity.substr(0, 12), i.source,
                       i.generation == 0 ? "-" : fmt::format("{:+.2f}%", i.improvement_pct),

@@ -160,7 +160,7 @@ private:
     const std::string method = msg["method"].get<std::string>();
     const nlohmann::json params = msg.contains("params") ? msg["params"] : nlohmann::json::object();
     if (!msg.contains("id")) return notification(method, params);
-    const nlohmann::json id = msg["id"];
+    const nlohmann::json& id = msg["id"];
     try {
       if (method == "initialize") return initialize(id, params);
       if (method == "ping") return reply(id, nlohmann::json::object());
@@ -241,7 +241,7 @@ private:
   // The child's stderr: progress lines, rewritten in place on a terminal ('\r'), become notifications.
   void stderr_text(Call& c, const std::string& text) {
     c.err_text += text;
-    if (c.err_text.size() > 64 * 1024) c.err_text.erase(0, c.err_text.size() - 64 * 1024);
+    if (c.err_text.size() > 64 * 1024UL) c.err_text.erase(0, c.err_text.size() - 64 * 1024UL);
     for (char ch : text) {
       if (ch != '\n' && ch != '\r') {
         c.err_line += ch;

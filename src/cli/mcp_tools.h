@@ -26,7 +26,7 @@ public:
 nlohmann::json tool_list();
 
 // How much of a call's stderr its result keeps: the end, whole lines.
-inline constexpr size_t k_stderr_kept = 16 * 1024;
+inline constexpr size_t k_stderr_kept = 16 * 1024UL;
 
 // A call's structuredContent: {"exit_code": N, "result": the JSON the verb printed (null when it printed none),
 // "stderr": the end of what it wrote on stderr}. The verb's JSON is kept unchanged, so it stays valid against its

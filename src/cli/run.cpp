@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
   // A first word that is no command would otherwise read "A subcommand is required".
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
+    names.reserve(verbs.size());
     for (const auto& v : verbs) names.push_back(v.first);
     if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
       std::cerr << fmt::format("kwb: error: '{}' is not a kwb command; the commands are: {} (kwb --help)\n", argv[1],

@@ -31,6 +31,7 @@ std::string letter(const std::string& category) {
 
 std::string legend() {
   std::vector<std::string> parts;
+  parts.reserve(k_letters.size());
   for (const auto& [c, l] : k_letters) parts.push_back(l + " " + c);
   return fmt::format("{}", fmt::join(parts, ", "));
 }

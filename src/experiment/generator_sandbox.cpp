@@ -93,7 +93,7 @@ fs::path bound_folder(const fs::path& path, const std::string& field) {
 }
 
 fs::path writable_folder(const fs::path& path) {
-  const fs::path writable = bound_folder(path, "writable folder");
+  fs::path writable = bound_folder(path, "writable folder");
   std::error_code ec;
   if (!fs::is_directory(fs::symlink_status(writable, ec))) {
     throw DataError(
@@ -120,7 +120,7 @@ void check_environment(const std::vector<std::pair<std::string, std::string>>& e
 
 // bwrap, and kwb-generator-shim beside kwb: the two programs every generator starts through.
 std::string sandbox_programs(fs::path& shim) {
-  const std::string bwrap = find_bubblewrap();
+  std::string bwrap = find_bubblewrap();
   if (bwrap.empty()) {
     throw Error(ExitCode::unavailable,
                 "kwb runs experiment generators only inside a bubblewrap sandbox, and `bwrap` is not installed: "

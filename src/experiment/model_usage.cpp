@@ -151,7 +151,7 @@ std::string over_budget(const ModelBudget& b, const ModelSpend& s) {
 }
 
 std::string refuse_next_request(const ModelBudget& b, const ModelSpend& s) {
-  if (const std::string over = over_budget(b, s); !over.empty()) return over;
+  if (std::string over = over_budget(b, s); !over.empty()) return over;
   if (b.requests && s.requests >= *b.requests)
     return fmt::format("requests: {} of {} already sent", s.requests, *b.requests);
   return "";

@@ -49,7 +49,7 @@ std::string first_difference(const nlohmann::json& a, const nlohmann::json& b, c
   if (a.type() != b.type()) return where.empty() ? "the plan" : where;
   if (a.is_object()) {
     for (auto it = a.begin(); it != a.end(); ++it) {
-      const std::string key = where.empty() ? it.key() : where + "." + it.key();
+      std::string key = where.empty() ? it.key() : where + "." + it.key();
       if (!b.contains(it.key())) return key;
       if (a[it.key()] != b[it.key()]) return first_difference(a[it.key()], b[it.key()], key);
     }
@@ -286,7 +286,7 @@ nlohmann::json freeze_experiment(const Experiment& x) {
 
   if (!x.replay_from.empty()) check_replay_plan(x, plan);
   if (fs::is_regular_file(paths.plan())) {
-    const nlohmann::json old = load_frozen_plan(x.storage);
+    nlohmann::json old = load_frozen_plan(x.storage);
     if (without_time(old) != without_time(plan)) {
       fs::remove_all(staging);
       throw DataError(fmt::format(

@@ -167,7 +167,7 @@ nlohmann::json write_experiment_reports(const fs::path& storage) {
     // A record of another plan (a storage folder reused) is not this experiment's evidence.
     if (r.value("plan_digest", "") == digest) outcomes.push_back(outcome_of(r));
   }
-  const nlohmann::json analysis = analyze_experiment(plan, outcomes, digest);
+  nlohmann::json analysis = analyze_experiment(plan, outcomes, digest);
   write_file_atomic(ExperimentPaths{storage}.analysis(), json_text(analysis, 2) + "\n");
   const ExperimentReportInput in{&plan, &analysis, &records, storage};
   write_file_atomic(storage / "report.md", experiment_markdown(in));
@@ -205,6 +205,7 @@ ExperimentRunSummary run_experiment(const Experiment& x, Executor& ex, const fs:
       nap_seconds(poll);
       // Every trajectory in flight in one query (on Slurm one squeue, one sacct for the ended).
       std::vector<ActiveJob> query;
+      query.reserve(running.size());
       for (const Running& r : running) query.push_back({r.handle, r.launch});
       const std::vector<JobProbe> probes = ex.probe_all(query);
       std::vector<Running> still;

@@ -182,7 +182,8 @@ CaseReport rehearse_timing_visit(const Task& task, const Artifact& artifact, con
     for (uint64_t i = 0; i < 4; ++i) {
       pool.push_back(std::make_unique<InputSet>(make_input_set(task, rehearsal, 2000 + i, rng.next())));
     }
-    const auto span = static_cast<uint64_t>(k_rehearsal_max_calls - k_rehearsal_min_calls + 1);
+    const uint64_t span =
+        static_cast<uint64_t>(k_rehearsal_max_calls) - static_cast<uint64_t>(k_rehearsal_min_calls) + 1;
     const int calls = k_rehearsal_min_calls + static_cast<int>(rng.next() % span);
     bool completed = true;
     for (int k = 0; k < calls && completed; ++k) {

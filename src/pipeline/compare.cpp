@@ -355,7 +355,7 @@ WorkloadResult run_sequential_comparison(const std::string& workload, const std:
 
 WorkerArmRunner::WorkerArmRunner(const Task& task, std::vector<std::vector<const Artifact*>> arms,
                                  std::vector<std::string> labels, TimingOptions options)
-    : m_task(task), m_arms(std::move(arms)), m_labels(std::move(labels)), m_options(std::move(options)) {
+    : m_task(task), m_arms(std::move(arms)), m_labels(std::move(labels)), m_options(options) {
   if (m_options.nonce == 0) m_options.nonce = DataSecret::draw().nonce("timing");
 }
 
@@ -453,7 +453,7 @@ std::vector<Sample> WorkerArmRunner::prepare(const Case& workload, uint64_t work
   // Pilot: a few calls of the reference arm size the visits so each lasts ~50 ms of kernel time, between 5 and
   // 100 calls (enough calls for a stable median, few enough for many blocks in the budget).
   constexpr int k_pilot_calls = 3;
-  grow_pool(static_cast<size_t>(m_warmups + k_pilot_calls));
+  grow_pool(static_cast<size_t>(m_warmups) + k_pilot_calls);
   ArmVisit pilot = run_visit(0, -1, 0, m_warmups, k_pilot_calls);
   if (!pilot.valid) {
     m_samples = fit(5);
@@ -866,6 +866,7 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
     v.second.push_back(static_cast<double>(s.ns));
   }
   std::vector<std::pair<int, double>> medians;
+  medians.reserve(visits.size());
   for (const auto& [block, v] : visits) medians.emplace_back(v.first, stats::median(v.second));
   return stats::layout_sensitivity(medians, layouts, seed);
 }

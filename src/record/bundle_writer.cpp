@@ -37,7 +37,7 @@ void BundleWriter::write_json(const std::string& relative, const nlohmann::json&
 }
 
 std::string BundleWriter::add_artifact(const fs::path& source, const std::string& name) {
-  const std::string rel = "artifacts/" + name;
+  std::string rel = "artifacts/" + name;
   const fs::path dst = m_dir / rel;
   if (fs::exists(dst)) return rel;  // content-addressed: the same name is the same bytes
   write_text(rel, read_file(source));

@@ -43,7 +43,7 @@ std::string mem_total() {
   std::ifstream in("/proc/meminfo");
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("MemTotal:", 0) == 0) return line.substr(line.find_first_not_of(" ", 9));
+    if (line.rfind("MemTotal:", 0) == 0) return line.substr(line.find_first_not_of(' ', 9));
   }
   return "";
 }

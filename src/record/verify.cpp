@@ -220,7 +220,7 @@ private:
     m_report.seal.decision = m_b.decision ? std::string(to_string(m_b.decision->decision)) : "";
     std::optional<std::string> text;
     if (m_b.fs->kind(k_signature_file) != BundleFs::Kind::missing) {
-      text = m_b.fs->read(k_signature_file, why, 64 * 1024);
+      text = m_b.fs->read(k_signature_file, why, 64 * 1024UL);
       if (!text) text = "";  // a signature.json that cannot be read (a symlink, a FIFO, too large) is a bad one
     }
     m_report.signature = check_signature(text, m_report.seal, trusted_keys());
@@ -922,6 +922,7 @@ private:
       add(blocks[s.block][s.arm == "A" ? 0 : 1], s);
     }
     std::vector<std::array<Visit, 2>> list;
+    list.reserve(blocks.size());
     for (auto& [b, v] : blocks) list.push_back(std::move(v));
     return list;
   }
@@ -1062,7 +1063,7 @@ private:
       auto blocks = m_workload_blocks.find({s.comparison, s.workload});
       // An INVALID workload ends in the block that failed, which it does not count.
       const bool known_block = s.block >= -1 && (blocks == m_workload_blocks.end() ||
-                                                 static_cast<uint64_t>(s.block + 1) <= blocks->second + 1);
+                                                 static_cast<uint64_t>(int64_t{s.block} + 1) <= blocks->second + 1);
       if (!known_cmp || !known_workload || !known_arm || !known_block) {
         if (bad++ < 5) {
           problem(

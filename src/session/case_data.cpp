@@ -223,6 +223,7 @@ std::vector<InputSet> make_input_sets(const Task& task, const Case& c, uint64_t 
     sets[first + k] = make_inputs(task, c, first_index + first + k, nonce, share_from);
   });
   std::vector<OracleCall> calls;
+  calls.reserve(sets.size());
   for (InputSet& set : sets) calls.push_back(oracle_call_for(task, set, nonce == 0));
   std::vector<std::vector<std::vector<double>>> expected = oracle_outputs(task, calls);
   for (size_t i = 0; i < count; ++i) {

@@ -102,6 +102,7 @@ std::string input_shapes_text(const Task& task, const Case& c) {
   const std::vector<TensorSpec>& tensors =
       task.signature.inputs.empty() ? task.signature.outputs : task.signature.inputs;
   std::vector<std::string> parts;
+  parts.reserve(tensors.size());
   for (const TensorSpec& t : tensors)
     parts.push_back(fmt::format("{}[{}]", t.name, fmt::join(resolve_shape(t, c).dims, ", ")));
   return fmt::format("{}", fmt::join(parts, " "));
@@ -371,7 +372,7 @@ fs::path resolve_source(TableReader& r, const std::string& key, const fs::path& 
     r.fail(r.get(key), key,
            fmt::format("source '{}' does not exist (paths are relative to the task folder {})", rel, dir.string()));
   }
-  const fs::path resolved = fs::canonical(p, ec);
+  fs::path resolved = fs::canonical(p, ec);
   const fs::path inside = resolved.lexically_relative(dir);
   if (ec || inside.empty() || *inside.begin() == "..") {
     r.fail(r.get(key), key,
@@ -404,7 +405,7 @@ fs::path derived_control_source(TableReader& r, const ControlSpec& ctl) {
   // Diagnostics of the changed file name the base and its lines (the change may shift the lines after it).
   changed = fmt::format("#line 1 \"{}\"\n", ctl.base.string()) + changed;
   const fs::path dir = cache_dir() / "controls" / sha256_hex(changed);
-  const fs::path out = dir / ctl.base.filename();
+  fs::path out = dir / ctl.base.filename();
   std::error_code ec;
   if (!fs::is_regular_file(out, ec)) {
     fs::create_directories(dir, ec);

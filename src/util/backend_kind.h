@@ -61,6 +61,7 @@ constexpr bool is_device(BackendKind b) { return b != BackendKind::cpu; }
 
 inline std::vector<std::string> backend_names() {
   std::vector<std::string> names;
+  names.reserve(k_backends.size());
   for (BackendKind b : k_backends) names.emplace_back(to_string(b));
   return names;
 }

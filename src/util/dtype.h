@@ -229,9 +229,12 @@ inline std::string dtype_choices() {
 template <typename F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
+// id is an enumerator's name and codec a type, not expressions to parenthesize.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define KWB_DTYPE_CASE(id, name, codec, dl_code) \
   case DType::id:                                \
     return f(codec{});
+    // NOLINTEND(bugprone-macro-parentheses)
     KWB_DTYPES(KWB_DTYPE_CASE)
 #undef KWB_DTYPE_CASE
   }

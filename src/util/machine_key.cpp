@@ -141,7 +141,7 @@ SigningKey SigningKey::load(const fs::path& pem) {
     throw Error(ExitCode::io_error,
                 fmt::format("machine key {} {}: chmod 600 it (or remove it: kwb makes a new one)", pem.string(), why));
   }
-  std::string text(static_cast<size_t>(std::min<off_t>(st.st_size, 64 * 1024)), '\0');
+  std::string text(static_cast<size_t>(std::min<off_t>(st.st_size, off_t{64} * 1024)), '\0');
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = KWB_POSIX_CALL(::read(fd.get(), text.data() + done, text.size() - done));
@@ -323,7 +323,7 @@ fs::path trust_key(const std::string& given, const std::string& name) {
   if (::mkdir(trusted.c_str(), 0700) != 0 && errno != EEXIST) {
     throw Error(ExitCode::io_error, fmt::format("{}: cannot create it: {}", trusted.string(), std::strerror(errno)));
   }
-  const fs::path file = trusted / (name + ".pub");
+  fs::path file = trusted / (name + ".pub");
   write_file_atomic(file, key + "\n");
   return file;
 }

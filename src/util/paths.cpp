@@ -44,4 +44,13 @@ fs::path cache_dir() {
   return fs::temp_directory_path() / "kwb-cache";
 }
 
+bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root) {
+  auto p = path.begin();
+  for (auto r = root.begin(); r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator
+    if (p == path.end() || *p != *r) return false;
+  }
+  return true;
+}
+
 }  // namespace kwb

@@ -21,4 +21,7 @@ std::filesystem::path abi_include_dir();
 // Artifact cache: $KWB_CACHE_DIR, else $XDG_CACHE_HOME/kwb, else ~/.cache/kwb.
 std::filesystem::path cache_dir();
 
+// True when `path` (absolute, lexically normal) equals `root` or lies below it.
+bool path_is_within(const std::filesystem::path& path, const std::filesystem::path& root);
+
 }  // namespace kwb

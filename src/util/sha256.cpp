@@ -35,7 +35,7 @@ std::string Sha256::hex_digest() {
     throw InternalError("OpenSSL: SHA-256 final failed");
   }
   std::string hex;
-  hex.reserve(2 * length);
+  hex.reserve(2 * static_cast<size_t>(length));
   for (unsigned int i = 0; i < length; ++i) {
     hex += fmt::format("{:02x}", digest[i]);
   }

@@ -37,13 +37,12 @@ std::string escape_markdown(std::string_view text, bool line_start) {
       out += "&#32;";  // a blank that cannot indent: four of them would open a code block
     } else if (is_control(c)) {
       out += fmt::format("\\x{:02x}", c);  // a backslash before 'x' is literal in CommonMark
-    } else if (ch == '_' && i > 0 && i + 1 < text.size() && std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
-               std::isalnum(static_cast<unsigned char>(text[i + 1]))) {
-      out += ch;  // an underscore inside a word never opens emphasis (CommonMark's flanking rules): KEEP_CANDIDATE
-    } else if (block_opener || k_inline.find(ch) != std::string_view::npos) {
-      out += '\\';
-      out += ch;
     } else {
+      // An underscore inside a word never opens emphasis (CommonMark's flanking rules): KEEP_CANDIDATE stays whole.
+      const bool in_word = ch == '_' && i > 0 && i + 1 < text.size() &&
+                           std::isalnum(static_cast<unsigned char>(text[i - 1])) &&
+                           std::isalnum(static_cast<unsigned char>(text[i + 1]));
+      if (block_opener || (!in_word && k_inline.find(ch) != std::string_view::npos)) out += '\\';
       out += ch;
     }
   }

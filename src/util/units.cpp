@@ -2,12 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 
 namespace kwb {
 
 std::string grouped_count(double v) {
-  const auto n = static_cast<uint64_t>(v + 0.5);
+  const auto n = static_cast<uint64_t>(std::llround(v));
   const std::string digits = std::to_string(n);
   std::string out;
   for (size_t i = 0; i < digits.size(); ++i) {

@@ -29,7 +29,7 @@ std::filesystem::path readable_copy(const std::filesystem::path& artifact) {
   const std::string digest = sha256_file(artifact);
   const fs::path at = root_owned_path({"objects", digest});
   (void)::mkdir(at.c_str(), 0755);
-  const fs::path copy = readable_copy_path(digest);
+  fs::path copy = readable_copy_path(digest);
   if (!fs::exists(copy) || sha256_file(copy) != digest) {
     const fs::path tmp = at / fmt::format("impl.so.tmp.{}", ::getpid());
     fs::copy_file(artifact, tmp, fs::copy_options::overwrite_existing);
@@ -45,7 +45,7 @@ std::filesystem::path executable_copy(const std::filesystem::path& program) {
   const std::string digest = sha256_file(program);
   const fs::path at = root_owned_path({"programs", digest});
   (void)::mkdir(at.c_str(), 0755);
-  const fs::path copy = at / program.filename();
+  fs::path copy = at / program.filename();
   if (!fs::exists(copy) || sha256_file(copy) != digest) {
     const fs::path tmp = at / fmt::format("{}.tmp.{}", program.filename().string(), ::getpid());
     fs::copy_file(program, tmp, fs::copy_options::overwrite_existing);

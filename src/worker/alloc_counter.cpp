@@ -21,6 +21,8 @@
 #include <cstddef>
 #include <cstdint>
 
+// glibc's own allocator entry points, which the counter forwards to: their names are glibc's, reserved to it.
+// NOLINTBEGIN(bugprone-reserved-identifier)
 extern "C" {
 void* __libc_malloc(size_t size);
 void __libc_free(void* p);
@@ -30,6 +32,7 @@ void* __libc_memalign(size_t alignment, size_t size);
 void* __libc_valloc(size_t size);
 void* __libc_pvalloc(size_t size);
 }
+// NOLINTEND(bugprone-reserved-identifier)
 
 namespace {
 

@@ -78,7 +78,7 @@ std::string worker_runtime_cache_key(BackendKind backend, const std::string& ide
 std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::string& key) {
   namespace fs = std::filesystem;
   if (!workers_change_user()) {
-    const fs::path dir = cache_dir() / "device-kernels" / to_string(backend) / key;
+    fs::path dir = cache_dir() / "device-kernels" / to_string(backend) / key;
     fs::create_directories(dir);
     return dir;
   }
@@ -86,7 +86,7 @@ std::filesystem::path worker_runtime_cache_dir(BackendKind backend, const std::s
   // (checked, never followed if a symlink), and is itself root's, 0700: no worker ever writes it, or reads it
   // (each gets a private copy, make_private_runtime_dir). A folder left by an older kwb that let workers own it is a
   // cache that anyone could have written: it goes.
-  const fs::path at = root_owned_path({std::string(to_string(backend)), key});
+  fs::path at = root_owned_path({std::string(to_string(backend)), key});
   struct stat st {};
   if (::lstat(at.c_str(), &st) == 0 && (!S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077) != 0)) {
     fs::remove_all(at);

@@ -156,10 +156,12 @@ WorkerProcess::WorkerProcess(const std::filesystem::path& worker_exe, std::chron
   args.push_back(worker_exe.string());
   const std::string exe = args.front();
   std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   const std::vector<std::string> env_strings = worker_environment();
   std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
   for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   int rc = ::posix_spawn(&m_pid, exe.c_str(), &actions, &attr, argv.data(), envp.data());

@@ -2,6 +2,7 @@
 // tests that watch kwb while it runs (interrupt_test: signals; timing_lock_test: two kwb processes at once).
 #pragma once
 
+#include "support/build_paths.h"
 #include "util/fs.h"
 
 #include <fcntl.h>

@@ -4,6 +4,7 @@
 #include "builder/build_sandbox.h"
 #include "builder/builder.h"
 #include "cli_helpers.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"

@@ -4,6 +4,7 @@
 // decided.
 #include "background_kwb.h"
 #include "cli_helpers.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
 

@@ -1,6 +1,7 @@
 // Runs the real kwb binary for end-to-end tests.
 #pragma once
 
+#include "support/build_paths.h"
 #include "util/subprocess.h"
 
 #include <nlohmann/json.hpp>

@@ -2,6 +2,7 @@
 // what it can reach, what is recorded when it reaches further, its limits, and that nothing it starts outlives it.
 // Each test runs real generators (sh, python3, coreutils) through run_generator, as kwb experiment will.
 #include "experiment/generator_sandbox.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/worker_user.h"

@@ -6,6 +6,7 @@
 // Nothing here is timed (every run stops before a timing stage), so these tests run in the parallel group.
 #include "cli_helpers.h"
 #include "ledger/ledger.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
 #include "util/sha256.h"

@@ -2,6 +2,7 @@
 // six-kernel baseline and fused reference pass, every control is rejected for its named reason, work put on a
 // private queue is caught, the kernel trace tells six launches from one, and compare runs. docs/backends.md.
 #include "cli_helpers.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/fs.h"
 #include "worker/worker_process.h"

@@ -5,6 +5,7 @@
 // declares; a control added to a task without a test here, or a test left for a control that is gone, fails too.
 // The tasks' cuda sources are compiled by backend_build_test; they run where a GPU is (tests/gpu/run.sh).
 #include "cli_helpers.h"
+#include "support/build_paths.h"
 #include "task/task.h"
 
 #include <gtest/gtest.h>

@@ -7,6 +7,7 @@
 #include "cli_helpers.h"
 #include "session/case_data.h"
 #include "session/worker_session.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"

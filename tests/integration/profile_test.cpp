@@ -1,6 +1,7 @@
 // End-to-end `kwb profile`: the real kwb, kwb-profile-worker and valgrind on the RMSNorm task's decode workload.
 #include "cli_helpers.h"
 #include "profile/valgrind.h"
+#include "support/build_paths.h"
 #include "util/fs.h"
 #include "util/timing_lock.h"
 

@@ -2,6 +2,7 @@
 // through the stage where it acts: compare for the timing attacks, check for the protocol and sandbox ones (the
 // profile worker's is in profile_test.cpp). docs/threat-model.md maps each to its defense.
 #include "cli_helpers.h"
+#include "support/build_paths.h"
 #include "util/fs.h"
 
 #include <fmt/format.h>

@@ -6,6 +6,7 @@
 #include "record/bundle_writer.h"
 #include "record/stages.h"
 #include "record/verify.h"
+#include "support/build_paths.h"
 #include "task/task.h"
 #include "util/data_secret.h"
 #include "util/fs.h"

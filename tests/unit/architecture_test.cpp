@@ -1,6 +1,8 @@
 // ARCHITECTURE.md's dependency table is the rule, and this test enforces it: it parses the table from the document
 // itself (so the two cannot drift apart) and reads every `#include "X/..."` in src/; an include of another src/
 // folder that the table does not allow fails, with the file and line.
+#include "support/build_paths.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -2,6 +2,7 @@
 // other-stream cheat) builds with the recorded nvcc command on any machine with the CUDA toolkit, GPU or not, so a
 // broken .cu is caught in CI rather than on the first lent GPU (running them needs one: tests/gpu/run.sh).
 #include "builder/builder.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "task/task.h"
 #include "util/error.h"

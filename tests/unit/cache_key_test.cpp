@@ -3,6 +3,7 @@
 // across settings, and an artifact built under one PATH is not reused under another.
 #include "builder/builder.h"
 #include "pipeline/check.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "worker/worker_process.h"
 

@@ -7,6 +7,7 @@
 #include "campaign/executor.h"
 #include "campaign/runner.h"
 #include "cli/commands.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"

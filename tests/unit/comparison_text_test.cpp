@@ -1,6 +1,7 @@
 // What compare and validate print of a comparison (cli/comparison_text.h): a golden text of the table and the
 // warning block, from a fixed comparison JSON (set KWB_UPDATE_GOLDEN=1 to rewrite it after an intended change).
 #include "cli/comparison_text.h"
+#include "support/build_paths.h"
 #include "util/fs.h"
 
 #include <gtest/gtest.h>

@@ -3,6 +3,7 @@
 #include "pipeline/defaults.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "support/build_paths.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>

@@ -2,6 +2,7 @@
 #include "builder/depfile.h"
 #include "builder/build_sandbox.h"
 #include "builder/builder.h"
+#include "util/paths.h"
 
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 #include "experiment/experiment_report.h"
 #include "experiment/plan.h"
 #include "experiment/trajectory.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "util/error.h"
 #include "util/fs.h"

@@ -2,6 +2,7 @@
 // derivation, twins, and the ill-conditioned data distribution (docs/threat-model.md).
 #include "builder/elf_inspect.h"
 #include "pipeline/check.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "task/data.h"
 #include "task/task.h"

@@ -1,5 +1,6 @@
 #include "../valid_task.h"
 #include "pipeline/check.h"
+#include "support/build_paths.h"
 #include "support/temp_dir.h"
 #include "task/data.h"
 #include "task/task.h"

@@ -2,6 +2,7 @@
 // schema, a call becomes the command line the CLI would get, and arguments that do not fit are refused naming the
 // field, never guessed at.
 #include "cli/mcp_tools.h"
+#include "support/build_paths.h"
 
 #include "cli/commands.h"
 #include "cli/options.h"

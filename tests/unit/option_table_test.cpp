@@ -4,6 +4,7 @@
 // row offered to campaigns a [validate] key that load_campaign turns into that flag and value. A row's help is the
 // same text on the command line and in the tools' schemas, since both come from the row.
 #include "util/option_table.h"
+#include "support/build_paths.h"
 
 #include "campaign/campaign_file.h"
 #include "cli/commands.h"

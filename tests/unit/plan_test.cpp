@@ -7,6 +7,7 @@
 #include "record/decision_record.h"
 #include "record/verify.h"
 #include "report/report.h"
+#include "support/build_paths.h"
 #include "util/error.h"
 #include "util/fs.h"
 

@@ -1,6 +1,7 @@
 // What an input set of a timing workload costs in the parent, and the refusal of a workload whose smallest pool of
 // sets cannot fit the machine (pipeline/compare.h: input_set_bytes, pool_misfit), on the shipped embedding task.
 #include "pipeline/compare.h"
+#include "support/build_paths.h"
 #include "task/task.h"
 
 #include <gtest/gtest.h>

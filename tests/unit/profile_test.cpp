@@ -2,6 +2,7 @@
 #include "profile/profile.h"
 #include "profile/bandwidth.h"
 #include "profile/callgrind_output.h"
+#include "support/build_paths.h"
 #include "task/task.h"
 #include "util/error.h"
 

@@ -7,6 +7,7 @@
 #include "record/bundle_reader.h"
 #include "record/verify.h"
 #include "report/svg.h"
+#include "support/build_paths.h"
 #include "util/fs.h"
 
 #include <gtest/gtest.h>

@@ -3,6 +3,7 @@
 // too few visits, differing settings and machines are said; and a folder that is not a saved result, or an arm it
 // does not have, is a DataError naming the file and the fix.
 #include "record/saved_comparison.h"
+#include "support/build_paths.h"
 
 #include "record/schema.h"
 #include "support/temp_dir.h"
