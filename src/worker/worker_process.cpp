@@ -474,6 +474,7 @@ LoadOutcome WorkerProcess::load(const std::filesystem::path& artifact, BackendKi
   m_spin_for_done = !is_device(backend) && !device.untimed;
   m_device_backend = is_device(backend);
   place_on_cpus(m_spin_for_done);
+  m_discount_stalls = m_own_cpu && m_spin_for_done && threads <= 1;
   std::filesystem::path load_path = artifact;
   if (m_profile_worker) {
     filter = profile_filter_program(m_pid);  // the profile worker's sandbox (worker/profile_filter.h)
@@ -680,11 +681,15 @@ RunOutcome WorkerProcess::run(const RunRequest& req, const RunHooks& hooks) {
   if (m_last_capture_cpu >= 0 && c.cpu_a >= 0) out.gap_cpu_ns = c.cpu_a - m_last_capture_cpu;
   if (hooks.before_wake) hooks.before_wake();
   // Stalls of this process count from the wake on: the worker may say ready and spin while this process is not
-  // running, in the futex call below as well as in the wait.
+  // running, in the futex call below as well as in the wait. Only where the worker cannot cause them
+  // (m_discount_stalls); elsewhere they are charged as the worker's.
   ::clock_gettime(CLOCK_MONOTONIC, &c.woke);
   state.store(state_word(call, Phase::wake), std::memory_order_release);
   protocol::futex_wake(state);
-  if (!await_state(state_word(call, Phase::ready), deadline, true, &c.stalled_ns, &c.woke)) return fail();
+  if (!await_state(state_word(call, Phase::ready), deadline, true, m_discount_stalls ? &c.stalled_ns : nullptr,
+                   &c.woke)) {
+    return fail();
+  }
   ::clock_gettime(CLOCK_MONOTONIC, &c.seen_ready);
   c.cpu_b = cpu_time_ns();
   // CLOCK_MONOTONIC through the vDSO (docs/timing.md), read here, in the parent, where no candidate code runs.

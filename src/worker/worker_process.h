@@ -281,6 +281,12 @@ private:
   // to the runtime's threads (t1 then includes a futex wake-up, the same for both arms).
   bool m_spin_for_done = true;
   bool m_own_cpu = false;  // placed apart from the worker (place_on_cpus): the parent may spin while it waits
+  // The parent's own stalls while it waits for ready are taken off the call's CPU before go (the worker spins for go
+  // while the parent is not running) only where nothing of the worker can cause them: the parent has a CPU of its
+  // own and the worker one thread that may not move onto it (no threads, so no sched_setaffinity). Elsewhere a stall
+  // may be the worker's doing: a device runtime's threads share the parent's CPUs, and on a 2-vCPU machine the work a
+  // hook did in the runtime's upload while the parent had yielded read as the parent's stall and was taken off.
+  bool m_discount_stalls = false;
   pid_t m_pid = -1;
   Channel m_channel;
   UniqueFd m_output;  // memfd holding the worker's stdout+stderr

@@ -353,8 +353,10 @@ TEST(adversarial_test, validate_of_a_data_predictor_with_an_experiments_seed_kee
 
 // aging.cpp is fast for its first 64 calls and 30x slower after; --samples 20 gives ordinary visits of about 50 calls,
 // which only ever see it young (+26% PASS before long visits existed). The long blocks see it old: INVALID, no metric,
-// and the reason names the arm. Its control, young forever, reads its true figure.
-TEST(adversarial_test, compare_of_a_kernel_that_slows_with_age_is_invalid_and_its_control_passes) {
+// and the reason names the arm. Its control, young forever, reads its true figure: a verdict with a metric, and no
+// arm ages. Which way that figure goes is the machine's: the plain two-pass kernel was 26% faster than the six-pass
+// baseline on a Zen 3 VM and 7.5% slower on a Xeon with AVX-512, so the verdict is not asserted, only that it is one.
+TEST(adversarial_test, compare_of_a_kernel_that_slows_with_age_is_invalid_and_its_control_is_not) {
   auto run = [](const char* candidate) {
     return run_kwb({"compare", k_rmsnorm_lite.string(), "--candidate", (k_adversarial / candidate).string(),
                     "--workload", "decode", "--samples", "20", "--max-minutes", "0.2", "--json"});
@@ -369,7 +371,8 @@ TEST(adversarial_test, compare_of_a_kernel_that_slows_with_age_is_invalid_and_it
       << w["reason"];
   KwbRun c = run("aging_control.cpp");
   ASSERT_FALSE(c.json.is_discarded()) << c.output << c.errors;
-  EXPECT_EQ(c.json["verdict"], "PASS") << c.output;
+  EXPECT_NE(c.json["verdict"], "INVALID") << c.output;
+  EXPECT_TRUE(c.json["workloads"][0]["improvement_pct"].is_number()) << c.output;
   EXPECT_FALSE(c.json["workloads"][0]["aging"]["ages"].get<bool>());
   EXPECT_GT(c.json["workloads"][0]["aging"]["long_blocks"].get<int>(), 0);
 }
