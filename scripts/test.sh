@@ -33,9 +33,9 @@ fi
 # spend much of their time waiting (sandboxes set up, processes started, files synced), so on 2 CPUs -j 4 took that
 # group from 215 s to 183 s (bench/README.md). The tests that time still run alone (RUN_SERIAL).
 ctest --preset "$preset" -j "$((2 * $(nproc)))"
-# The unit tests under AddressSanitizer and UBSan (the asan preset: Debug with line tables, not unity; CMakePresets.json), as one
-# process per CPU, each a GoogleTest shard: ASan's start-up in each of 432 processes (ctest --preset asan) cost twice
-# the time of the tests. The options are the asan test preset's.
+# The unit tests under AddressSanitizer and UBSan (the asan preset: Debug with line tables, not unity;
+# CMakePresets.json), as one process per CPU, each a GoogleTest shard: ASan's start-up in each of 432 processes
+# (ctest --preset asan) cost twice the time of the tests. The options are the asan test preset's.
 shards="$(nproc)"
 pids=()
 for ((i = 0; i < shards; i++)); do
