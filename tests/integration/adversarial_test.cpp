@@ -280,8 +280,11 @@ TEST(adversarial_test, compare_of_a_phase_detector_is_invalid_with_no_metric) {
 
 // data_prediction.cpp carries kwb's generator and answers timed calls from a table of predicted sets; its control is
 // the same kernel without the table. With the data drawn from a secret, the table never hits and the two read the
-// same: no PASS at a 10% bar. With seeds public the attack read +96.9% (32x) on the shipped task's 384^3 square,
+// same: no PASS at a 40% bar. With seeds public the attack read +96.9% (32x) on the shipped task's 384^3 square,
 // and +90.9% (11x, PASS) on the tests' 160^3 copy (k_gemm_lite) when the timing nonce was made public again by hand.
+// The bar is far above 10% because the naive gemm's time swings by a quarter with its layout (docs/timing.md, "When
+// the A/A does not settle"): on the Xeon VM a control whose pool drew the slow layout read the same kernel +11.5%
+// [+9.8, +13.3] and, once, PASS at 10%. A bar of 40% still fails the attack's tenfold gain.
 KwbRun data_prediction_compare(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"compare",
                                    k_gemm_lite.string(),
@@ -298,7 +301,7 @@ KwbRun data_prediction_compare(const std::vector<std::string>& extra) {
                                    "--samples",
                                    "5",
                                    "--min-improvement-pct",
-                                   "10",
+                                   "40",
                                    "--layouts",
                                    "2",
                                    "--json"};
@@ -312,8 +315,9 @@ TEST(adversarial_test, compare_of_a_data_predictor_finds_no_gain_with_the_defaul
   EXPECT_NE(r.json["verdict"], "PASS") << r.output;
   ASSERT_EQ(r.json["workloads"].size(), 1u);
   const auto& w = r.json["workloads"][0];
+  // Below the attack's gain (+90.9%), above what placement alone moves (above).
   if (!w["improvement_pct"].is_null()) {
-    EXPECT_LT(w["improvement_pct"].get<double>(), 10.0) << w.dump();
+    EXPECT_LT(w["improvement_pct"].get<double>(), 50.0) << w.dump();
   }
 }
 
