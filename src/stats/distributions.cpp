@@ -173,6 +173,17 @@ double student_t_cdf(double t, double df) {
   return t < 0.0 ? tail : 1.0 - tail;
 }
 
+double f_upper_tail(double f, double df1, double df2) {
+  require_df(df1, "f_upper_tail");
+  require_df(df2, "f_upper_tail");
+  if (std::isnan(f)) throw std::invalid_argument("f_upper_tail: argument is NaN");
+  if (f <= 0.0) return 1.0;
+  // P(F > f) = I_x(df2/2, df1/2) with x = df2 / (df2 + df1 f) (Abramowitz & Stegun 26.6.2), y = 1 - x written out
+  // so that a huge f gives x = 0 rather than a rounded 1 - 1.
+  const double r = df1 * f / df2;
+  return regularized_incomplete_beta(1.0 / (1.0 + r), 1.0 / (1.0 + 1.0 / r), 0.5 * df2, 0.5 * df1);
+}
+
 double student_t_quantile(double p, double df) {
   require_probability(p, "student_t_quantile");
   require_df(df, "student_t_quantile");

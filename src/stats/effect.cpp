@@ -59,7 +59,7 @@ std::vector<double> log_ratios(std::span<const double> a_block_stats, std::span<
 }
 
 EffectEstimate estimate_effect(std::span<const double> log_ratios, double confidence, std::uint64_t seed,
-                               int bootstrap_resamples) {
+                               int bootstrap_resamples, const LayoutFloor& layout) {
   if (log_ratios.size() < 2) {
     throw std::invalid_argument("estimate_effect: need at least 2 blocks to estimate their spread, got " +
                                 std::to_string(log_ratios.size()) + "; run more blocks");
@@ -75,7 +75,8 @@ EffectEstimate estimate_effect(std::span<const double> log_ratios, double confid
   e.confidence = confidence;
   e.heavy_tailed = heavy_tailed(log_ratios);
 
-  const Interval t = improvement_pct_interval(t_interval_mean(log_ratios, confidence));
+  const Interval t_d = t_interval_mean(log_ratios, confidence);
+  const Interval t = improvement_pct_interval(t_d);
   e.t_ci_low_pct = t.low;
   e.t_ci_high_pct = t.high;
   const Interval boot =
@@ -84,24 +85,39 @@ EffectEstimate estimate_effect(std::span<const double> log_ratios, double confid
   e.boot_ci_high_pct = boot.high;
 
   // The centre follows the method so the point estimate always lies inside the decision interval.
+  double centre = e.mean_log_ratio;
+  Interval d_interval;
   if (e.heavy_tailed && confidence <= signed_rank_max_confidence(n)) {
     e.method = IntervalMethod::hodges_lehmann;
-    e.improvement_pct = improvement_pct_from_log_ratio(hodges_lehmann(log_ratios));
-    const Interval hl = improvement_pct_interval(hodges_lehmann_interval(log_ratios, confidence));
-    e.ci_low_pct = hl.low;
-    e.ci_high_pct = hl.high;
+    centre = hodges_lehmann(log_ratios);
+    d_interval = hodges_lehmann_interval(log_ratios, confidence);
   } else {
     e.method = IntervalMethod::paired_t;
-    e.improvement_pct = improvement_pct_from_log_ratio(e.mean_log_ratio);
-    e.ci_low_pct = t.low;
-    e.ci_high_pct = t.high;
+    d_interval = t_d;
   }
+  e.layout = layout;
+  if (layout.applied) {
+    // The layout floor (layout_floor.h): each side of the interval widened in quadrature by the layouts' own
+    // half-width, the t quantile at the floor's degrees of freedom times its standard deviation. Two independent
+    // errors, each at its own quantile: at least as wide as a Welch-Satterthwaite t interval of the summed
+    // variances, and it keeps the signed-rank interval where the blocks are heavy-tailed.
+    const double floor_half = student_t_quantile(0.5 * (1.0 + confidence), layout.df) * std::sqrt(layout.variance_log);
+    const double below = centre - d_interval.low, above = d_interval.high - centre;
+    d_interval = {centre - std::sqrt(below * below + floor_half * floor_half),
+                  centre + std::sqrt(above * above + floor_half * floor_half)};
+  }
+  e.improvement_pct = improvement_pct_from_log_ratio(centre);
+  const Interval decision = improvement_pct_interval(d_interval);
+  e.ci_low_pct = decision.low;
+  e.ci_high_pct = decision.high;
 
   // Smallest true shift delta (in d) that a two-sided test at 1 - confidence detects with 80% power, normal
   // approximation: delta = (z_{1-alpha/2} + z_{0.8}) sd / sqrt(n) (2.8 sd / sqrt(n) at 95%), reported as the
-  // improvement a shift of -delta would be.
-  const double delta = (normal_quantile(0.5 * (1.0 + confidence)) + normal_quantile(k_mde_power)) * e.sd_log_ratio /
-                       std::sqrt(static_cast<double>(n));
+  // improvement a shift of -delta would be. The layout floor's variance is part of the standard error.
+  const double standard_error =
+      layout.applied ? std::sqrt(e.sd_log_ratio * e.sd_log_ratio / static_cast<double>(n) + layout.variance_log)
+                     : e.sd_log_ratio / std::sqrt(static_cast<double>(n));
+  const double delta = (normal_quantile(0.5 * (1.0 + confidence)) + normal_quantile(k_mde_power)) * standard_error;
   e.mde_pct = improvement_pct_from_log_ratio(-delta);
   return e;
 }

@@ -3,6 +3,8 @@
 // improvement % = (1 - t_B / t_A) * 100 = (1 - exp(d)) * 100: positive means the candidate is faster.
 #pragma once
 
+#include "stats/layout_floor.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -31,6 +33,10 @@ struct EffectEstimate {
   double boot_ci_low_pct = 0.0;
   double boot_ci_high_pct = 0.0;
   double mde_pct = 0.0;  // improvement % detectable with 80% power at `confidence` with this many blocks
+  // A/B over layout pools: the variance the layouts' sample adds (layout_floor.h). When applied, each side of the
+  // decision interval is widened in quadrature by the floor's half-width (its t quantile at layout.df times its sd),
+  // and the MDE's standard error includes it; the cross-check intervals stay the plain ones.
+  LayoutFloor layout;
 };
 
 // Resamples for the cross-check bootstrap: enough for stable 2.5% tails (Efron & Tibshirani suggest >= 1000 for
@@ -46,7 +52,8 @@ std::vector<double> log_ratios(std::span<const double> a_block_stats, std::span<
 // Needs >= 2 blocks and finite log ratios. The decision interval is the paired t interval, or the Hodges-Lehmann
 // signed-rank interval when heavy_tailed(d) and n can reach `confidence` with it (otherwise t, which stays
 // conservative under symmetric heavy tails: Efron, JASA 1969). The bootstrap (seeded by `seed`) is a cross-check only.
+// An applied `layout` floor widens the decision interval and the MDE (EffectEstimate::layout).
 EffectEstimate estimate_effect(std::span<const double> log_ratios, double confidence, std::uint64_t seed,
-                               int bootstrap_resamples = k_default_bootstrap_resamples);
+                               int bootstrap_resamples = k_default_bootstrap_resamples, const LayoutFloor& layout = {});
 
 }  // namespace kwb::stats

@@ -1,5 +1,7 @@
 #include "stats/sequential.h"
 
+#include "stats/layout.h"
+
 #include <algorithm>
 
 namespace kwb::stats {
@@ -18,8 +20,20 @@ SequentialLook SequentialProcedure::look(double confidence, bool final_analysis)
   SequentialLook l;
   l.blocks = m_log_ratios.size();
   l.confidence = confidence;
+  // The layout floor (A/B over a pool of layouts): each block's builds are the schedule's, a pure function of the
+  // workload's seed (visit_layout), so a replay finds the same.
+  LayoutFloor floor;
+  if (!m_gate.aa && m_gate.layouts > 1) {
+    std::vector<int> builds[2];
+    for (std::size_t arm = 0; arm < 2; ++arm) {
+      for (std::size_t block = 0; block < m_log_ratios.size(); ++block) {
+        builds[arm].push_back(visit_layout(m_seed, arm, static_cast<int>(block), m_gate.layouts, 0, false).variant);
+      }
+    }
+    floor = layout_floor(m_log_ratios, builds[0], builds[1]);
+  }
   // The bootstrap cross-check is seeded by the workload's seed and the block count, so a replay draws the same.
-  l.estimate = estimate_effect(m_log_ratios, confidence, m_seed ^ l.blocks);
+  l.estimate = estimate_effect(m_log_ratios, confidence, m_seed ^ l.blocks, k_default_bootstrap_resamples, floor);
   l.verdict = judge(m_gate, l.estimate);
   l.final_analysis = final_analysis;
   return l;

@@ -30,6 +30,10 @@ struct SequentialGate {
   // A/B only: the bias between arms that this workload's A/A could not rule out (stats::aa_interval_bias_log), which
   // a PASS must clear the bar net of (improvement_verdict). 0: none (the A/A settled, or there was none).
   double aa_bias_log = 0.0;
+  // A/B only: the arms' layout pool size K (layout.h). Above 1 the interval includes the layout floor
+  // (layout_floor.h), each block's builds replayed from the seed the procedure is given, which must be the workload's
+  // (visit_layout). 1: none (one layout, a device backend, or a comparison made before the floor existed).
+  int layouts = 1;
 };
 
 struct SequentialLook {
