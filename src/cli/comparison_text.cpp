@@ -132,6 +132,14 @@ std::vector<std::string> noise_warnings(const nlohmann::json& comparison, std::s
       out.push_back(
           fmt::format("{}: the time budget ran out before the interval settled on either side of the gate", name));
     }
+    const nlohmann::json floor = w.value("layout_floor", nlohmann::json::object());
+    if (floor.value("applied", false) && number(floor, "variance_log")) {
+      out.push_back(
+          fmt::format("{}: the arms' builds explain part of the blocks, so the interval includes the layout floor "
+                      "(+-{:.2f}% sd of the mean): a sample of {} layouts per arm, which more blocks do not narrow; "
+                      "more layouts (--layouts) do",
+                      name, 100.0 * std::sqrt(floor["variance_log"].get<double>()), w.value("layouts", 0)));
+    }
     const nlohmann::json sens = w.value("layout_sensitivity", nlohmann::json::array());
     for (size_t arm = 0; arm < sens.size() && arm < 2; ++arm) {
       const nlohmann::json& l = sens[arm];

@@ -65,6 +65,7 @@ stats::SequentialGate sequential_gate(const GateConfig& g, const Budget& budget)
   s.same_margin_pct = g.mode == CompareMode::aa ? 0.0 : g.same_margin_pct;
   s.alpha = g.alpha;
   s.min_blocks = budget.min_blocks;
+  s.layouts = g.mode == CompareMode::aa ? 1 : g.layouts;
   return s;
 }
 
@@ -310,6 +311,12 @@ private:
                        : fmt::format("{}; but {}, and the budget ended before enough long visits could settle it",
                                      verdict_reason(*m_res.estimate, m_gate, outcome.verdict),
                                      stats::describe_aging(m_res.aging, m_labels[1]));
+    if (const stats::LayoutFloor& floor = m_res.estimate->layout; floor.applied) {
+      m_res.reason += fmt::format(
+          "; the arms' builds explain part of the blocks (layout floor: +-{:.2f}% sd of the mean, {:.1f} degrees of "
+          "freedom, counted in the interval), which more blocks do not narrow: more layouts (--layouts) do",
+          100.0 * std::sqrt(floor.variance_log), floor.df);
+    }
     if (m_res.aa_bias_log > 0.0) {
       m_res.reason += fmt::format("; charged the A/A's unsettled bias (up to x{:.4f}) it improves by at least {:+.2f}%",
                                   std::exp(m_res.aa_bias_log),
@@ -731,6 +738,18 @@ nlohmann::json to_json(const stats::UntimedCheck& u) {
           {"untimed_work", u.untimed_work}};
 }
 
+nlohmann::json to_json(const stats::LayoutFloor& f) {
+  nlohmann::json arms = nlohmann::json::array();
+  for (const stats::BuildEffect& e : f.arm) {
+    arms.push_back({{"builds", e.groups},
+                    {"p_value", e.p_value},
+                    {"variance_log", e.variance},
+                    {"variance_df", e.variance_df},
+                    {"weight", e.weight}});
+  }
+  return {{"applied", f.applied}, {"variance_log", f.variance_log}, {"df", f.df}, {"arms", arms}};
+}
+
 nlohmann::json to_json(const WorkloadResult& w) {
   nlohmann::json j = {{"name", w.name},
                       {"verdict", w.verdict},
@@ -760,6 +779,7 @@ nlohmann::json to_json(const WorkloadResult& w) {
     j["bootstrap_ci_pct"] = {e.boot_ci_low_pct, e.boot_ci_high_pct};
     j["mde_pct"] = e.mde_pct;
     j["sd_log_ratio"] = e.sd_log_ratio;
+    j["layout_floor"] = to_json(e.layout);
   } else {
     for (const char* k : {"improvement_pct", "ci_low_pct", "ci_high_pct", "mde_pct"}) j[k] = nullptr;
   }

@@ -87,6 +87,9 @@ struct GateConfig {
   // A/B per workload: the bias its A/A could not rule out (record/decision.h, aa_bias_log), which a PASS must clear
   // the bar net of (stats/sequential.h). Absent: none.
   std::map<std::string, double> aa_bias_log;
+  // A/B: the arms' layout pool size; above 1 the interval includes the layout floor (stats/layout_floor.h). compare
+  // sets it from the pools it built; 1 (the default) for none.
+  int layouts = 1;
 };
 
 struct Budget {
@@ -279,6 +282,8 @@ stats::LayoutSensitivity layout_sensitivity_of(const std::vector<Sample>& sample
 nlohmann::json to_json(const stats::AgingCheck& a);
 nlohmann::json to_json(const stats::OutsideCheck& o);
 nlohmann::json to_json(const stats::UntimedCheck& u);
+// An A/B estimate's layout floor (stats/layout_floor.h): compare.json's workloads[].layout_floor.
+nlohmann::json to_json(const stats::LayoutFloor& f);
 nlohmann::json to_json(const WorkloadResult& w);
 nlohmann::json to_json(const CompareReport& r);
 

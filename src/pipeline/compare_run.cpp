@@ -158,13 +158,19 @@ void compare_into(CompareReport& report, const Task& task, const CompareRequest&
   report.timing_lock = lock.record();
   WorkerArmRunner runner(task, pools, req.labels, req.timing);
   SteadyClock clock;
+  // The procedure replays each block's builds from the pool size (stats/sequential.h): one K for both arms.
+  if (pools.size() != 2 || pools[0].size() != pools[1].size()) {
+    throw InternalError("compare_into: the two arms' layout pools differ in size");
+  }
+  GateConfig gate = req.gate;
+  gate.layouts = static_cast<int>(pools[0].size());
   for (size_t i = 0; i < workloads.size(); ++i) {
     const Case* c = workloads[i];
     const uint64_t seed = stats::workload_seed(req.seed, i);
     std::vector<Sample> pilot = runner.prepare(*c, seed);
     report.samples.insert(report.samples.end(), pilot.begin(), pilot.end());
-    WorkloadResult w = run_sequential_comparison(c->name, req.labels, runner, clock, req.gate, req.budget, seed,
-                                                 report.samples, progress);
+    WorkloadResult w =
+        run_sequential_comparison(c->name, req.labels, runner, clock, gate, req.budget, seed, report.samples, progress);
     w.layouts = static_cast<int>(pools[0].size());
     for (size_t arm = 0; arm < req.labels.size(); ++arm) {
       w.layout_sensitivity.push_back(layout_sensitivity_of(report.samples, c->name, req.labels[arm],

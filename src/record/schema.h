@@ -44,7 +44,11 @@ inline constexpr const char* k_compare_schema = "kwb.compare";
 // the block before (block 0: the pilot's; record/samples.h, block_floor), and each workload records the typical floor
 // (block_floor_ns); verify re-derives each block's floor from samples.csv, and charges an older comparison's samples
 // whole, as they were.
-inline constexpr int k_compare_schema_version = 7;
+// 8: an A/B interval over a pool of layouts includes the layout floor (stats/layout_floor.h): the variance of the
+// mean layout effect of the builds each arm drew, counted when the arm's builds explain the blocks; each A/B estimate
+// records it (layout_floor), and verify replays it from the plan's layouts and the seed; an older comparison is
+// replayed without it, as it was run.
+inline constexpr int k_compare_schema_version = 8;
 inline constexpr int k_compare_schema_oldest_verified = 3;
 
 }  // namespace kwb

@@ -657,6 +657,8 @@ private:
     gate.same_margin_pct = aa || version_of(cmp) < 6 ? 0.0 : pg.same_margin_pct;
     gate.alpha = pg.alpha;
     gate.min_blocks = m_plan.budgets.min_blocks;
+    // The layout floor from compare.json version 8 on (A/B over a pool of layouts); an older comparison ran without.
+    gate.layouts = aa || version_of(cmp) < 8 ? 1 : m_plan.layout.layouts;
     return gate;
   }
 
@@ -838,6 +840,20 @@ private:
     return true;
   }
 
+  // The layout floor the interval was widened by (compare.json version 8, A/B over a pool): the replay's.
+  void layout_floor_recorded(const json& w, const stats::EffectEstimate& est, const std::string& where) {
+    const json* rec = w.contains("layout_floor") && w["layout_floor"].is_object() ? &w["layout_floor"] : nullptr;
+    const bool applied =
+        rec && rec->contains("applied") && (*rec)["applied"].is_boolean() && (*rec)["applied"].get<bool>();
+    const bool same = rec && applied == est.layout.applied && rec->contains("variance_log") &&
+                      (*rec)["variance_log"].is_number() &&
+                      close_enough((*rec)["variance_log"].get<double>(), est.layout.variance_log);
+    if (!same) {
+      problem(fmt::format("{}: layout_floor {} recorded, but the blocks' builds give applied {} with variance {}",
+                          where, rec ? rec->dump() : "(none)", est.layout.applied, est.layout.variance_log));
+    }
+  }
+
   // The decision procedure replayed on the re-derived ratios, with the plan's gate; its outcome must be the recorded
   // one.
   WorkloadVerdict replayed(bool aa, const json& w, const std::string& where, const BlockRatios& r,
@@ -857,6 +873,7 @@ private:
           problem(fmt::format("{}: {} recorded {}, re-derived {}", where, key, w.value(key, json()).dump(), value));
         }
       }
+      if (charged.layouts > 1) layout_floor_recorded(w, *est, where);
     }
     verified(fmt::format("{}: {} blocks, interval and {} re-derived from {} samples with the plan's gate", where,
                          r.log_ratios.size(), derived, r.timed));

@@ -364,6 +364,20 @@ TEST_F(ValidateBundle, verify_catches_an_edited_statistic) {
   expect_caught(d, "ci_low_pct");
 }
 
+// The layout floor (docs/timing.md) is replayed from the plan's layouts and the seed: a record that says otherwise
+// is caught.
+TEST_F(ValidateBundle, verify_replays_the_layout_floor) {
+  fs::path d = copy("floor");
+  nlohmann::json ab = nlohmann::json::parse(read_file(d / "comparisons" / "ab.json"));
+  auto& floor = ab["workloads"][0]["layout_floor"];
+  ASSERT_TRUE(floor.is_object()) << ab["workloads"][0].dump();
+  floor["applied"] = !floor["applied"].get<bool>();
+  floor["variance_log"] = floor["variance_log"].get<double>() + 1e-3;
+  write_file_atomic(d / "comparisons" / "ab.json", ab.dump(2));
+  reseal(d);
+  expect_caught(d, "layout_floor");
+}
+
 TEST_F(ValidateBundle, verify_catches_a_swapped_artifact) {
   fs::path d = copy("artifact");
   nlohmann::json plan = nlohmann::json::parse(read_file(d / "plan.json"));
