@@ -116,9 +116,10 @@ int main(int argc, char** argv) {
   }
   std::sort(t.floor_sd_pct.begin(), t.floor_sd_pct.end());
   const double median_sd = t.floor_sd_pct.empty() ? 0.0 : t.floor_sd_pct[t.floor_sd_pct.size() / 2];
-  std::printf("summary: %d workloads: %d same, %d changed, %d would time longer, %d replay mismatches; floor applied "
-              "at the last look in %d (median sd %.2f%%)\n",
-              t.files, t.same, t.changed, t.longer, t.mismatched, t.floored, median_sd);
+  std::printf(
+      "summary: %d workloads: %d same, %d changed, %d would time longer, %d replay mismatches; floor applied "
+      "at the last look in %d (median sd %.2f%%)\n",
+      t.files, t.same, t.changed, t.longer, t.mismatched, t.floored, median_sd);
   for (const auto& [change, count] : t.changes) std::printf("  %s: %d\n", change.c_str(), count);
   return t.mismatched == 0 ? 0 : 1;
 }

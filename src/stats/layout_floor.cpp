@@ -91,8 +91,7 @@ BuildEffect build_effect(std::span<const double> raw_log_ratios, std::span<const
   if (excess > 0.0 && n0 > 0.0) {
     e.variance = excess / n0;
     // A difference of mean squares: Satterthwaite's approximation (Satterthwaite, Biometrics Bulletin 1946).
-    e.variance_df = excess * excess /
-                    (ms_between * ms_between / df_between + ms_within * ms_within / df_within);
+    e.variance_df = excess * excess / (ms_between * ms_between / df_between + ms_within * ms_within / df_within);
   }
   return e;
 }

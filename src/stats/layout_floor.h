@@ -8,10 +8,11 @@
 // so they are within-group noise), its between-build variance component by the method of moments (Searle, Casella &
 // McCulloch, *Variance Components*, 1992, sec. 3.5, with the unbalanced design's n0), counted only where the F test
 // says the builds explain the blocks (p < k_layout_alpha). The ratios are winsorized at the median +- 3.5 scaled MADs
-// first (a disturbed block is not a layout), and an arm is tested only from two blocks a build on average. The decision interval's variance becomes
-// s^2 / n + sum over arms of c_arm * sigma^2_arm (c_arm = sum of n_g^2 / n^2, 1/K when balanced), its degrees of
-// freedom Welch-Satterthwaite's (effect.h). Only A/B: an A/A draws both arms from one pool, so over a balanced run of
-// blocks its layout effects cancel exactly.
+// first (a disturbed block is not a layout), and an arm is tested only from two blocks a build on average. The floor
+// is V = sum over the counted arms of c_arm * sigma^2_arm (c_arm = sum of n_g^2 / n^2, 1/K when balanced), with
+// Welch-Satterthwaite's degrees of freedom; effect.h widens each side of the decision interval by its t half-width,
+// in quadrature. Only A/B: an A/A draws both arms from one pool, so over a balanced run of blocks its layout effects
+// cancel exactly.
 #pragma once
 
 #include <array>
@@ -34,10 +35,10 @@ struct BuildEffect {
 BuildEffect build_effect(std::span<const double> log_ratios, std::span<const int> builds);
 
 struct LayoutFloor {
-  bool applied = false;           // some arm's builds explain the blocks (p < k_layout_alpha) with a variance > 0
-  double variance_log = 0.0;      // added to the variance of the mean log ratio: sum of the applied arms' c * variance
-  double df = 0.0;                // the added variance's own Satterthwaite degrees of freedom (0 when not applied)
-  std::array<BuildEffect, 2> arm; // per arm: reference (A), then the other
+  bool applied = false;            // some arm's builds explain the blocks (p < k_layout_alpha) with a variance > 0
+  double variance_log = 0.0;       // added to the variance of the mean log ratio: sum of the applied arms' c * variance
+  double df = 0.0;                 // the added variance's own Satterthwaite degrees of freedom (0 when not applied)
+  std::array<BuildEffect, 2> arm;  // per arm: reference (A), then the other
 };
 
 // Both arms' build effects and the floor they add. Needs at least 2 blocks.

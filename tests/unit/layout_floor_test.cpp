@@ -1,9 +1,9 @@
 // The layout floor of an A/B interval (stats/layout_floor.h): the builds' analysis of variance, the F test it rests
 // on, and what the floor does to an estimate and to the procedure.
+#include "stats/layout_floor.h"
 #include "stats/distributions.h"
 #include "stats/effect.h"
 #include "stats/layout.h"
-#include "stats/layout_floor.h"
 #include "stats/sequential.h"
 
 #include <gtest/gtest.h>
@@ -42,7 +42,7 @@ TEST(layout_floor_test, build_effect_recovers_a_between_build_variance) {
   EXPECT_EQ(e.groups, 4u);
   EXPECT_LT(e.p_value, 1e-12);
   EXPECT_NEAR(e.variance, 0.025 / 3.0, 2e-5);
-  EXPECT_GT(e.variance_df, 2.9);  // little within-build noise: about the 3 degrees of freedom between builds
+  EXPECT_GT(e.variance_df, 2.9);     // little within-build noise: about the 3 degrees of freedom between builds
   EXPECT_DOUBLE_EQ(e.weight, 0.25);  // balanced: 1 / builds
 }
 
@@ -115,7 +115,8 @@ TEST(layout_floor_test, the_floor_keeps_a_lucky_draw_of_layouts_from_reading_as_
   EXPECT_GT(floored.ci_high_pct, 0.0);
   // Each side widened in quadrature: at least the floor's own half-width (t at its df, times its sd) beyond the centre.
   const double floor_half = student_t_quantile(0.975, floor.df) * std::sqrt(floor.variance_log);
-  EXPECT_LE(floored.ci_low_pct, improvement_pct_from_log_ratio(std::log1p(-plain.improvement_pct / 100.0) + floor_half));
+  EXPECT_LE(floored.ci_low_pct,
+            improvement_pct_from_log_ratio(std::log1p(-plain.improvement_pct / 100.0) + floor_half));
   EXPECT_GT(floored.mde_pct, plain.mde_pct);
   // The cross-check intervals stay the plain ones.
   EXPECT_DOUBLE_EQ(floored.t_ci_low_pct, plain.t_ci_low_pct);
