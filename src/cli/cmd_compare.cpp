@@ -14,6 +14,9 @@
 #include <fmt/format.h>
 
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace kwb::cli {
 
@@ -57,6 +60,78 @@ int exit_code_for(stats::Verdict verdict) {
   return static_cast<int>(ExitCode::invalid);
 }
 
+// Each arm's layout pool, built in two rounds: first the plain builds, which the checks need, then (once both arms
+// passed their checks) the padded ones. A candidate that does not build, or builds and is wrong, is refused in the
+// time of one build instead of a pool's, which matters most where a build takes long. A/A has one pool, the
+// baseline's, for both arms.
+class ArmPools {
+public:
+  ArmPools(std::string baseline, std::string candidate, BackendKind backend, int layouts)
+      : m_baseline(std::move(baseline)), m_candidate(std::move(candidate)), m_backend(backend), m_layouts(layouts) {
+    // Reserved: the request holds pointers into both pools, and later builds must not move them.
+    m_base.reserve(static_cast<size_t>(m_layouts));
+    m_other.reserve(static_cast<size_t>(m_layouts));
+    std::vector<BuildRequest> plain = {{m_baseline, 0, m_backend}};
+    if (!aa()) plain.push_back({m_candidate, 0, m_backend});
+    std::vector<Artifact> built = build_implementations(plain);
+    m_base.push_back(std::move(built[0]));
+    // A baseline that does not build is the caller's input to fix (exit 65). A candidate that does not build is a
+    // verdict on it, not kwb failing: its check fails with build_failed and the comparison is REFUSED, exit 1, with
+    // the compiler's lines on stderr.
+    if (!m_base[0].ok) {
+      std::cerr << m_base[0].log;
+      throw DataError(fmt::format("{}: does not build (compiler output above)", m_base[0].source.string()));
+    }
+    if (!aa()) {
+      m_other.push_back(std::move(built[1]));
+      if (!m_other[0].ok) std::cerr << m_other[0].log;
+    }
+  }
+
+  // The arms' plain builds: [A, B], or [A, A] for A/A.
+  std::vector<const Artifact*> plain() const { return {&m_base[0], aa() ? &m_base[0] : &m_other[0]}; }
+
+  // Builds layouts 1..K-1 of each pool and returns both pools. A padded build of the baseline that fails is the
+  // caller's to fix (exit 65); one of the candidate's (its code can break the pad's link) refuses the candidate.
+  std::vector<std::vector<const Artifact*>> build_padded(std::vector<std::string>& refused) {
+    std::vector<BuildRequest> requests;
+    for (int v = 1; v < m_layouts; ++v) requests.push_back({m_baseline, v, m_backend});
+    if (!aa()) {
+      for (int v = 1; v < m_layouts; ++v) requests.push_back({m_candidate, v, m_backend});
+    }
+    std::vector<Artifact> built = requests.empty() ? std::vector<Artifact>{} : build_implementations(requests);
+    const size_t padded = static_cast<size_t>(m_layouts - 1);
+    for (size_t k = 0; k < built.size(); ++k) {
+      std::vector<Artifact>& pool = k < padded ? m_base : m_other;
+      pool.push_back(std::move(built[k]));
+      const Artifact& art = pool.back();
+      if (art.ok) continue;
+      std::cerr << art.log;
+      if (&pool == &m_base) {
+        throw DataError(fmt::format("{}: its layout {} does not build (compiler output above)", art.source.string(),
+                                    art.identity.layout_variant));
+      }
+      refused.push_back(
+          fmt::format("arm B: its layout {} (the plain build with a pad, docs/timing.md \"Layout\") "
+                      "does not build; no metric is reported for code that does not build",
+                      art.identity.layout_variant));
+      return {};
+    }
+    std::vector<std::vector<const Artifact*>> pools(2);
+    for (const Artifact& art : m_base) pools[0].push_back(&art);
+    for (const Artifact& art : aa() ? m_base : m_other) pools[1].push_back(&art);
+    return pools;
+  }
+
+private:
+  bool aa() const { return m_candidate.empty(); }
+
+  std::string m_baseline, m_candidate;
+  BackendKind m_backend;
+  int m_layouts;
+  std::vector<Artifact> m_base, m_other;
+};
+
 }  // namespace
 
 Action add_compare(CLI::App& root) {
@@ -86,39 +161,12 @@ Action add_compare(CLI::App& root) {
     if (!a->aa) started.arms.push_back({"B", std::filesystem::absolute(a->candidate).lexically_normal().string(), ""});
     begin_ledger_run(started);
     // Each arm is a layout pool (docs/timing.md, "Layout"); A/A draws from the baseline's pool for both arms.
-    const int layouts = a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend);
-    std::vector<BuildRequest> requests;
-    requests.reserve(static_cast<size_t>(layouts));
-    for (int v = 0; v < layouts; ++v) requests.push_back({baseline, v, backend});
-    if (!a->aa) {
-      for (int v = 0; v < layouts; ++v) requests.push_back({a->candidate, v, backend});
-    }
-    std::vector<Artifact> built = build_implementations(requests);
-    const auto split = built.begin() + layouts;
-    std::vector<Artifact> base_pool(std::make_move_iterator(built.begin()), std::make_move_iterator(split));
-    std::vector<Artifact> other_pool(std::make_move_iterator(split), std::make_move_iterator(built.end()));
-    // A candidate that does not build is a verdict on it, not kwb failing: its check (below, in run_compare) fails
-    // with build_failed and the comparison is REFUSED, exit 1, with the compiler's lines on stderr. A baseline that
-    // does not build is the caller's input to fix (exit 65).
-    const bool candidate_not_built = !a->aa && !other_pool.empty() && !other_pool.front().ok;
-    for (const auto* pool : {&base_pool, &other_pool}) {
-      for (const Artifact& art : *pool) {
-        if (!art.ok) {
-          std::cerr << art.log;
-          if (pool == &other_pool && candidate_not_built) break;
-          throw DataError(fmt::format("{}: does not build (compiler output above)", art.source.string()));
-        }
-      }
-    }
-    if (candidate_not_built) other_pool.resize(1);  // its check needs one artifact; nothing of it is timed
-    std::vector<const Artifact*> base_ptrs, other_ptrs;
-    for (const Artifact& art : base_pool) base_ptrs.push_back(&art);
-    for (const Artifact& art : other_pool) other_ptrs.push_back(&art);
-    if (a->aa) other_ptrs = base_ptrs;
+    ArmPools pools(baseline, a->aa ? "" : a->candidate, backend,
+                   a->timing.layouts > 0 ? a->timing.layouts : default_layouts(backend));
     CompareRequest req = compare_request(*a);
     req.gate.same_margin_pct = same_margin_pct(a->timing, task);
-    req.arms = {base_ptrs[0], other_ptrs[0]};
-    req.layouts = {base_ptrs, other_ptrs};
+    req.arms = pools.plain();
+    req.build_layouts = [&pools](std::vector<std::string>& refused) { return pools.build_padded(refused); };
     req.labels = {"A", a->aa ? "A'" : "B"};
     req.lock_what = fmt::format("kwb compare{}: {} ({})", a->aa ? " --aa" : "", task.name, task.dir.string());
     req.lock_notice = make_lock_notice("  ");

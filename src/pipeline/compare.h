@@ -304,6 +304,11 @@ struct CompareRequest {
   // Each arm's layout pool (the plain build first, then padded builds, builder.h layout_pad_bytes); empty: one
   // layout per arm. A/A passes the baseline's pool for both arms.
   std::vector<std::vector<const Artifact*>> layouts;
+  // Builds the rest of each arm's layout pool once every arm has passed its check, so that a candidate refused at
+  // its check costs one build, not a pool. It returns the pools (each one's plain build first, the arms' order), or
+  // appends to `refused` why an arm's pool cannot be built (a padded build its code breaks), and the comparison is
+  // refused. Unset: `layouts` is the whole pool.
+  std::function<std::vector<std::vector<const Artifact*>>(std::vector<std::string>& refused)> build_layouts;
   std::vector<std::string> labels;     // ["A", "B"] or ["A", "A'"]
   std::vector<std::string> workloads;  // empty: every timing case
   GateConfig gate;

@@ -59,6 +59,20 @@ CheckReport cached_check(const Task& task, const Artifact& art, const CheckOptio
   return r;
 }
 
+// Each arm's layout pool in the report, as identities. Every pool starts with its arm's plain build, the one checked.
+void record_layouts(CompareReport& report, const CompareRequest& req,
+                    const std::vector<std::vector<const Artifact*>>& pools) {
+  if (pools.size() != req.arms.size()) throw InternalError("compare: one layout pool per arm");
+  report.arm_layouts.clear();
+  for (size_t i = 0; i < pools.size(); ++i) {
+    if (pools[i].empty() || pools[i].front() != req.arms[i]) {
+      throw InternalError("compare: a layout pool must start with its arm's plain build");
+    }
+    report.arm_layouts.emplace_back();
+    for (const Artifact* a : pools[i]) report.arm_layouts.back().push_back(a->identity);
+  }
+}
+
 // The report's arms: each one's path, identity and layout pool (one build when no pools were given).
 std::vector<std::vector<const Artifact*>> arm_pools(CompareReport& report, const CompareRequest& req) {
   report.mode = req.mode;
@@ -71,13 +85,11 @@ std::vector<std::vector<const Artifact*>> arm_pools(CompareReport& report, const
   if (pools.empty()) {
     for (const Artifact* a : req.arms) pools.push_back({a});
   }
-  if (pools.size() != req.arms.size()) throw InternalError("compare: one layout pool per arm");
-  for (size_t i = 0; i < req.arms.size(); ++i) {
-    report.arm_paths.push_back(req.arms[i]->source.string());
-    report.arm_identities.push_back(req.arms[i]->identity);
-    report.arm_layouts.emplace_back();
-    for (const Artifact* a : pools[i]) report.arm_layouts.back().push_back(a->identity);
+  for (const Artifact* a : req.arms) {
+    report.arm_paths.push_back(a->source.string());
+    report.arm_identities.push_back(a->identity);
   }
+  record_layouts(report, req, pools);
   return pools;
 }
 
@@ -145,8 +157,12 @@ std::optional<TimingLock> own_timing_lock(const Task& task, const CompareRequest
 }
 
 void compare_into(CompareReport& report, const Task& task, const CompareRequest& req, const ProgressSink& progress) {
-  const std::vector<std::vector<const Artifact*>> pools = arm_pools(report, req);
+  std::vector<std::vector<const Artifact*>> pools = arm_pools(report, req);
   check_arms(report, task, req);
+  if (report.refused.empty() && req.build_layouts) {
+    pools = req.build_layouts(report.refused);
+    if (report.refused.empty()) record_layouts(report, req, pools);
+  }
   if (!report.refused.empty()) {
     report.verdict = stats::Verdict::refused;
     if (!req.output_dir.empty()) write_compare_outputs(req.output_dir, report);

@@ -85,6 +85,42 @@ TEST(compare_cli_test, rejected_candidate_gets_no_timing_at_all) {
   EXPECT_FALSE(std::filesystem::exists(dir / "report.md"));
 }
 
+// compare builds in two rounds (docs/timing.md, "Layout randomization"): the plain builds, which the checks need,
+// then the padded ones once both arms have passed. A candidate refused at its check, or one that does not build, is
+// built once, not once per layout; one whose padded build breaks (it defines the pad's own function, so only the
+// padded link fails) passes its check and is then refused, with nothing timed, as the candidate's failure (exit 1),
+// never as the user's input error (65).
+TEST(compare_cli_test, a_refused_candidate_is_built_once_and_one_whose_padded_build_breaks_is_refused) {
+  const TempDir tmp("kwb-compare-two-rounds");
+  const auto compare_of = [](const std::filesystem::path& candidate) {
+    return run_kwb(
+        {"compare", k_rmsnorm_lite.string(), "--candidate", candidate.string(), "--workload", "decode", "--json"});
+  };
+  for (const std::filesystem::path& refused : {k_rmsnorm_lite / "cpu" / "controls" / "no_weight.cpp",
+                                               k_source_dir / "tests" / "candidates" / "compile_error.cpp"}) {
+    KwbRun r = compare_of(refused);
+    ASSERT_FALSE(r.json.is_discarded()) << refused << r.output << r.errors;
+    EXPECT_EQ(r.exit_code, 1) << refused;
+    EXPECT_EQ(r.json["verdict"], "REFUSED") << refused;
+    EXPECT_EQ(r.json["arms"][0]["layouts"].size(), 1u) << refused << ": the padded builds waited for the checks";
+    EXPECT_EQ(r.json["arms"][1]["layouts"].size(), 1u) << refused << ": the padded builds waited for the checks";
+  }
+  const std::filesystem::path clash = tmp / "pad_clash.cpp";
+  write_file_atomic(clash, read_file(k_rmsnorm_lite / "cpu" / "fused.cpp") +
+                               "\n// The padded build of layout 1 links a function of this name (builder.cpp).\n"
+                               "void kwb_layout_pad_1() {}\n");
+  KwbRun r = compare_of(clash);
+  ASSERT_FALSE(r.json.is_discarded()) << r.output << r.errors;
+  EXPECT_EQ(r.exit_code, 1) << r.output << r.errors;
+  EXPECT_EQ(r.json["verdict"], "REFUSED");
+  ASSERT_EQ(r.json["checks"].size(), 2u) << r.output;
+  EXPECT_EQ(r.json["checks"][1]["verdict"], "PASS") << "the plain build is the one checked";
+  ASSERT_EQ(r.json["refused"].size(), 1u) << r.output;
+  EXPECT_NE(r.json["refused"][0].get<std::string>().find("arm B: its layout 1"), std::string::npos) << r.output;
+  EXPECT_TRUE(r.json["workloads"].empty());
+  EXPECT_NE(r.errors.find("kwb_layout_pad_1"), std::string::npos) << "the linker's lines: " << r.errors;
+}
+
 TEST(compare_cli_test, fused_beats_baseline_and_every_sample_is_on_disk) {
   const TempDir tmp("kwb-compare-ab");
   const auto dir = tmp / "out";
