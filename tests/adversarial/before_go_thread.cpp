@@ -132,7 +132,10 @@ void watch() {
       continue;
     }
     const int64_t n = c->rows * c->cols;
-    if (!readable(c->y) || !readable(c->y + n - 1)) {
+    // Every buffer the computation touches, at both ends: when the next case starts, its buffers may land where some
+    // of this call's were, and a read of the inputs that are gone would kill the worker as surely as one of y.
+    if (!readable(c->y) || !readable(c->y + n - 1) || !readable(c->x) || !readable(c->x + n - 1) ||
+        !readable(c->weight) || !readable(c->weight + c->cols - 1)) {
       g_watched.store(nullptr);  // its buffers are gone; wait for the next call to name new ones
       continue;
     }
