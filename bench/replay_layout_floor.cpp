@@ -9,6 +9,12 @@
 //   longer     the recorded run stopped at a decision the floor does not reach there: it would have timed on, and
 //              how it would have ended is not in the file
 // and a summary line per folder: counts, how often the floor applied at the last look, and its median size.
+//
+// With --as BAR MARGIN first, each workload is replayed instead under another rule (min_improvement_pct BAR,
+// same_margin_pct MARGIN), without and with the floor: what that rule decides on the same blocks. A session recorded
+// under a rule that stopped it early (a PASS at its first look) can end undecided under the other; it is counted as
+// "undecided", since how it would have gone on is not in the file. Sessions that ran their whole budget give the
+// other rule every block it would have had, the budget being the same.
 #include "stats/sequential.h"
 
 #include <nlohmann/json.hpp>
@@ -59,11 +65,73 @@ struct Tally {
   std::map<std::string, int> changes;
 };
 
+// The recorded gate of a compare.json and one of its workloads.
+SequentialGate recorded_gate(const nlohmann::json& j, const nlohmann::json& w) {
+  const nlohmann::json& g = j["gate"];
+  SequentialGate gate;
+  gate.kind = g.value("kind", "ci") == "ci" ? kwb::stats::GateKind::ci : kwb::stats::GateKind::point;
+  gate.min_improvement_pct = g.value("min_improvement_pct", 0.0);
+  gate.same_margin_pct = g.value("same_margin_pct", 0.0);
+  gate.alpha = g.value("alpha", 0.05);
+  gate.min_blocks = j["budgets"].value("min_blocks", std::size_t{10});
+  gate.aa_bias_log = w.value("aa_bias_log", 0.0);
+  return gate;
+}
+
+// --as BAR MARGIN: every workload replayed under that rule, without and with the floor; counts of what each decides
+// within the recorded blocks.
+int replay_as(double bar, double margin, int first, int argc, char** argv) {
+  std::map<std::string, int> plain_counts, floored_counts;
+  int files = 0;
+  for (int i = first; i < argc; ++i) {
+    std::ifstream in(argv[i]);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || j.value("mode", "") != "ab" || !j.contains("workloads")) continue;
+    for (const nlohmann::json& w : j["workloads"]) {
+      if (!w.contains("log_ratios") || w["log_ratios"].size() < 2 || w.value("verdict", "") == "INVALID") continue;
+      SequentialGate gate = recorded_gate(j, w);
+      gate.min_improvement_pct = bar;
+      gate.same_margin_pct = margin;
+      const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
+      const auto seed = w["seed"].get<std::uint64_t>();
+      const Replayed plain = replay(d, gate, seed);
+      gate.layouts = w.value("layouts", 1);
+      const Replayed floored = replay(d, gate, seed);
+      // Undecided within the blocks a run stopped early recorded; a run that spent its budget ends at its last look.
+      const bool whole = w.value("stopped_by_budget", false);
+      const auto label = [whole](const Replayed& r) {
+        return r.decided || whole ? verdict_of(r.outcome) : std::string("undecided");
+      };
+      ++files;
+      ++plain_counts[label(plain)];
+      ++floored_counts[label(floored)];
+      const auto& e = floored.outcome;
+      std::printf(
+          "%s %s: recorded %s %zu blocks; as bar %.2f%% margin %.2f%%: %s at %zu, floored %s at %zu "
+          "[%+.2f%%, %+.2f%%]\n",
+          argv[i], w.value("name", "?").c_str(), w.value("verdict", "").c_str(), d.size(), bar, margin,
+          label(plain).c_str(), plain.blocks, label(floored).c_str(), floored.blocks, e ? e->estimate.ci_low_pct : 0.0,
+          e ? e->estimate.ci_high_pct : 0.0);
+    }
+  }
+  std::printf("summary as bar %.2f%% margin %.2f%%: %d workloads\n", bar, margin, files);
+  for (const auto& [name, counts] :
+       {std::pair{"without the floor", &plain_counts}, {"with the floor", &floored_counts}}) {
+    std::printf("  %s:", name);
+    for (const auto& [verdict, count] : *counts) std::printf(" %s %d", verdict.c_str(), count);
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 4 && std::string(argv[1]) == "--as") {
+    return replay_as(std::stod(argv[2]), std::stod(argv[3]), 4, argc, argv);
+  }
   if (argc < 2) {
-    std::fprintf(stderr, "usage: replay_layout_floor COMPARE.json...\n");
+    std::fprintf(stderr, "usage: replay_layout_floor [--as BAR MARGIN] COMPARE.json...\n");
     return 2;
   }
   Tally t;
@@ -71,16 +139,9 @@ int main(int argc, char** argv) {
     std::ifstream in(argv[i]);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded() || j.value("mode", "") != "ab" || !j.contains("workloads")) continue;
-    const nlohmann::json& g = j["gate"];
     for (const nlohmann::json& w : j["workloads"]) {
       if (!w.contains("log_ratios") || w["log_ratios"].size() < 2 || w.value("verdict", "") == "INVALID") continue;
-      SequentialGate gate;
-      gate.kind = g.value("kind", "ci") == "ci" ? kwb::stats::GateKind::ci : kwb::stats::GateKind::point;
-      gate.min_improvement_pct = g.value("min_improvement_pct", 0.0);
-      gate.same_margin_pct = g.value("same_margin_pct", 0.0);
-      gate.alpha = g.value("alpha", 0.05);
-      gate.min_blocks = j["budgets"].value("min_blocks", std::size_t{10});
-      gate.aa_bias_log = w.value("aa_bias_log", 0.0);
+      SequentialGate gate = recorded_gate(j, w);
       const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
       const auto seed = w["seed"].get<std::uint64_t>();
       const Replayed plain = replay(d, gate, seed);
