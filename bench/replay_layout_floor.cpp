@@ -78,42 +78,50 @@ SequentialGate recorded_gate(const nlohmann::json& j, const nlohmann::json& w) {
   return gate;
 }
 
-// --as BAR MARGIN: every workload replayed under that rule, without and with the floor; counts of what each decides
-// within the recorded blocks.
-int replay_as(double bar, double margin, int first, int argc, char** argv) {
-  std::map<std::string, int> plain_counts, floored_counts;
-  int files = 0;
+// Calls fn(path, compare.json, workload) for every A/B workload with recorded log ratios in the files given.
+template <typename Fn>
+void for_each_ab_workload(int first, int argc, char** argv, Fn fn) {
   for (int i = first; i < argc; ++i) {
     std::ifstream in(argv[i]);
     const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
     if (j.is_discarded() || j.value("mode", "") != "ab" || !j.contains("workloads")) continue;
     for (const nlohmann::json& w : j["workloads"]) {
       if (!w.contains("log_ratios") || w["log_ratios"].size() < 2 || w.value("verdict", "") == "INVALID") continue;
-      SequentialGate gate = recorded_gate(j, w);
-      gate.min_improvement_pct = bar;
-      gate.same_margin_pct = margin;
-      const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
-      const auto seed = w["seed"].get<std::uint64_t>();
-      const Replayed plain = replay(d, gate, seed);
-      gate.layouts = w.value("layouts", 1);
-      const Replayed floored = replay(d, gate, seed);
-      // Undecided within the blocks a run stopped early recorded; a run that spent its budget ends at its last look.
-      const bool whole = w.value("stopped_by_budget", false);
-      const auto label = [whole](const Replayed& r) {
-        return r.decided || whole ? verdict_of(r.outcome) : std::string("undecided");
-      };
-      ++files;
-      ++plain_counts[label(plain)];
-      ++floored_counts[label(floored)];
-      const auto& e = floored.outcome;
-      std::printf(
-          "%s %s: recorded %s %zu blocks; as bar %.2f%% margin %.2f%%: %s at %zu, floored %s at %zu "
-          "[%+.2f%%, %+.2f%%]\n",
-          argv[i], w.value("name", "?").c_str(), w.value("verdict", "").c_str(), d.size(), bar, margin,
-          label(plain).c_str(), plain.blocks, label(floored).c_str(), floored.blocks, e ? e->estimate.ci_low_pct : 0.0,
-          e ? e->estimate.ci_high_pct : 0.0);
+      fn(argv[i], j, w);
     }
   }
+}
+
+// --as BAR MARGIN: every workload replayed under that rule, without and with the floor; counts of what each decides
+// within the recorded blocks.
+int replay_as(double bar, double margin, int first, int argc, char** argv) {
+  std::map<std::string, int> plain_counts, floored_counts;
+  int files = 0;
+  for_each_ab_workload(first, argc, argv, [&](const char* path, const nlohmann::json& j, const nlohmann::json& w) {
+    SequentialGate gate = recorded_gate(j, w);
+    gate.min_improvement_pct = bar;
+    gate.same_margin_pct = margin;
+    const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
+    const auto seed = w["seed"].get<std::uint64_t>();
+    const Replayed plain = replay(d, gate, seed);
+    gate.layouts = w.value("layouts", 1);
+    const Replayed floored = replay(d, gate, seed);
+    // Undecided within the blocks a run stopped early recorded; a run that spent its budget ends at its last look.
+    const bool whole = w.value("stopped_by_budget", false);
+    const auto label = [whole](const Replayed& r) {
+      return r.decided || whole ? verdict_of(r.outcome) : std::string("undecided");
+    };
+    ++files;
+    ++plain_counts[label(plain)];
+    ++floored_counts[label(floored)];
+    const auto& e = floored.outcome;
+    std::printf(
+        "%s %s: recorded %s %zu blocks; as bar %.2f%% margin %.2f%%: %s at %zu, floored %s at %zu "
+        "[%+.2f%%, %+.2f%%]\n",
+        path, w.value("name", "?").c_str(), w.value("verdict", "").c_str(), d.size(), bar, margin, label(plain).c_str(),
+        plain.blocks, label(floored).c_str(), floored.blocks, e ? e->estimate.ci_low_pct : 0.0,
+        e ? e->estimate.ci_high_pct : 0.0);
+  });
   std::printf("summary as bar %.2f%% margin %.2f%%: %d workloads\n", bar, margin, files);
   for (const auto& [name, counts] :
        {std::pair{"without the floor", &plain_counts}, {"with the floor", &floored_counts}}) {
@@ -135,46 +143,40 @@ int main(int argc, char** argv) {
     return 2;
   }
   Tally t;
-  for (int i = 1; i < argc; ++i) {
-    std::ifstream in(argv[i]);
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded() || j.value("mode", "") != "ab" || !j.contains("workloads")) continue;
-    for (const nlohmann::json& w : j["workloads"]) {
-      if (!w.contains("log_ratios") || w["log_ratios"].size() < 2 || w.value("verdict", "") == "INVALID") continue;
-      SequentialGate gate = recorded_gate(j, w);
-      const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
-      const auto seed = w["seed"].get<std::uint64_t>();
-      const Replayed plain = replay(d, gate, seed);
-      gate.layouts = w.value("layouts", 1);
-      const Replayed floored = replay(d, gate, seed);
-      ++t.files;
-      const std::string recorded = w.value("verdict", "");
-      std::string what;
-      if (verdict_of(plain.outcome) != recorded || plain.blocks != d.size()) {
-        what = "mismatch";  // the replay without the floor is not what compare ran: the figures below are not valid
-        ++t.mismatched;
-      } else if (!floored.decided && plain.decided && floored.blocks == d.size()) {
-        what = "longer";
-        ++t.longer;
-      } else if (verdict_of(floored.outcome) == recorded && floored.blocks == plain.blocks) {
-        what = "same";
-        ++t.same;
-      } else {
-        what = "changed";
-        ++t.changed;
-        ++t.changes[recorded + " -> " + verdict_of(floored.outcome)];
-      }
-      if (floored.outcome && floored.outcome->estimate.layout.applied) {
-        ++t.floored;
-        t.floor_sd_pct.push_back(100.0 * std::sqrt(floored.outcome->estimate.layout.variance_log));
-      }
-      const auto& e = floored.outcome;
-      std::printf("%s %s: %s %zu blocks, floored %s %zu blocks [%+.2f%%, %+.2f%%]%s: %s\n", argv[i],
-                  w.value("name", "?").c_str(), recorded.c_str(), d.size(), verdict_of(e).c_str(), floored.blocks,
-                  e ? e->estimate.ci_low_pct : 0.0, e ? e->estimate.ci_high_pct : 0.0,
-                  e && e->estimate.layout.applied ? " (floor applied)" : "", what.c_str());
+  for_each_ab_workload(1, argc, argv, [&t](const char* path, const nlohmann::json& j, const nlohmann::json& w) {
+    SequentialGate gate = recorded_gate(j, w);
+    const std::vector<double> d = w["log_ratios"].get<std::vector<double>>();
+    const auto seed = w["seed"].get<std::uint64_t>();
+    const Replayed plain = replay(d, gate, seed);
+    gate.layouts = w.value("layouts", 1);
+    const Replayed floored = replay(d, gate, seed);
+    ++t.files;
+    const std::string recorded = w.value("verdict", "");
+    std::string what;
+    if (verdict_of(plain.outcome) != recorded || plain.blocks != d.size()) {
+      what = "mismatch";  // the replay without the floor is not what compare ran: the figures below are not valid
+      ++t.mismatched;
+    } else if (!floored.decided && plain.decided && floored.blocks == d.size()) {
+      what = "longer";
+      ++t.longer;
+    } else if (verdict_of(floored.outcome) == recorded && floored.blocks == plain.blocks) {
+      what = "same";
+      ++t.same;
+    } else {
+      what = "changed";
+      ++t.changed;
+      ++t.changes[recorded + " -> " + verdict_of(floored.outcome)];
     }
-  }
+    if (floored.outcome && floored.outcome->estimate.layout.applied) {
+      ++t.floored;
+      t.floor_sd_pct.push_back(100.0 * std::sqrt(floored.outcome->estimate.layout.variance_log));
+    }
+    const auto& e = floored.outcome;
+    std::printf("%s %s: %s %zu blocks, floored %s %zu blocks [%+.2f%%, %+.2f%%]%s: %s\n", path,
+                w.value("name", "?").c_str(), recorded.c_str(), d.size(), verdict_of(e).c_str(), floored.blocks,
+                e ? e->estimate.ci_low_pct : 0.0, e ? e->estimate.ci_high_pct : 0.0,
+                e && e->estimate.layout.applied ? " (floor applied)" : "", what.c_str());
+  });
   std::sort(t.floor_sd_pct.begin(), t.floor_sd_pct.end());
   const double median_sd = t.floor_sd_pct.empty() ? 0.0 : t.floor_sd_pct[t.floor_sd_pct.size() / 2];
   std::printf(
