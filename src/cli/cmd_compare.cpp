@@ -108,11 +108,12 @@ public:
       // Bound to what was checked: the source and every file it read are the plain build's, byte for byte, or the
       // padded builds would time code that no check saw (a source swapped while the checks ran).
       const BuildIdentity& checked = pool.front().identity;
-      if (art.ok && (art.identity.source_sha256 != checked.source_sha256 ||
-                     art.identity.dependencies != checked.dependencies)) {
-        const std::string why = fmt::format("{} changed after its plain build was checked: its layout {} was built "
-                                            "from other bytes; nothing is timed",
-                                            art.source.string(), art.identity.layout_variant);
+      if (art.ok &&
+          (art.identity.source_sha256 != checked.source_sha256 || art.identity.dependencies != checked.dependencies)) {
+        const std::string why = fmt::format(
+            "{} changed after its plain build was checked: its layout {} was built "
+            "from other bytes; nothing is timed",
+            art.source.string(), art.identity.layout_variant);
         if (&pool == &m_base) throw DataError(why);
         refused.push_back("arm B: " + why);
         return {};
